@@ -1,0 +1,5 @@
+"""traceinsight: tells you why a training or inference run was slow, from its profiler traces."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"

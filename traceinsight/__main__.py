@@ -1,0 +1,6 @@
+"""``python -m traceinsight``."""
+
+from .cli import main
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

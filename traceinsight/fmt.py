@@ -1,0 +1,90 @@
+"""Number formatting and plain-text tables shared by the terminal, Markdown and HTML output."""
+
+from __future__ import annotations
+
+import shutil
+from typing import Any, Sequence
+
+
+def fmt_ns(ns: float | int | None, *, digits: int = 3) -> str:
+    """Nanoseconds as a human duration: ``812 ns``, ``14.2 µs``, ``3.51 ms``, ``2.04 s``."""
+    if ns is None:
+        return "–"
+    v = float(ns)
+    a = abs(v)
+    if a < 1e3:
+        return f"{v:.0f} ns"
+    for unit, scale in (("µs", 1e3), ("ms", 1e6), ("s", 1e9)):
+        if a < scale * 1e3 or unit == "s":
+            x = v / scale
+            return f"{x:.{max(0, digits - len(str(int(abs(x)))))}f} {unit}"
+    return f"{v:.0f} ns"  # pragma: no cover
+
+
+def fmt_bytes(n: float | int | None) -> str:
+    if n is None:
+        return "–"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(v) < 1024 or unit == "TiB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.2f} {unit}"
+        v /= 1024
+    return f"{v:.2f} TiB"  # pragma: no cover
+
+
+def fmt_pct(p: float | None, digits: int = 1) -> str:
+    return "–" if p is None else f"{p:.{digits}f}%"
+
+
+def fmt_num(x: float | int | None, digits: int = 2) -> str:
+    if x is None:
+        return "–"
+    if isinstance(x, int) or float(x).is_integer() and abs(x) < 1e15:
+        return f"{int(x):,}"
+    return f"{x:,.{digits}f}"
+
+
+def fmt_rate(x: float | None, unit: str) -> str:
+    """FLOP/s or B/s with a metric prefix: ``312 TFLOP/s``, ``1.55 TB/s``."""
+    if x is None:
+        return "–"
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {prefix}{unit}"
+    return f"{x:.3g} {unit}"
+
+
+def shorten(text: str, width: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+
+
+def terminal_width(default: int = 120) -> int:
+    return max(60, min(200, shutil.get_terminal_size((default, 24)).columns))
+
+
+def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
+          align: str | None = None, max_width: int | None = None, flex: int | None = None) -> str:
+    """A plain-text table. ``align``: one of l/r per column; ``flex``: the column that shrinks
+    (usually a name) when the table is wider than ``max_width``."""
+    cells = [[str(c) for c in r] for r in rows]
+    ncol = len(headers)
+    align = align or "l" + "r" * (ncol - 1)
+    widths = [len(h) for h in headers]
+    for r in cells:
+        for i, c in enumerate(r):
+            widths[i] = max(widths[i], len(c))
+    max_width = max_width or terminal_width()
+    total = sum(widths) + 2 * (ncol - 1)
+    if flex is not None and total > max_width:
+        widths[flex] = max(12, widths[flex] - (total - max_width))
+        cells = [[shorten(c, widths[flex]) if i == flex else c for i, c in enumerate(r)] for r in cells]
+
+    def line(vals: Sequence[str]) -> str:
+        out = []
+        for i, v in enumerate(vals):
+            out.append(v.rjust(widths[i]) if align[i] == "r" else v.ljust(widths[i]))
+        return "  ".join(out).rstrip()
+
+    sep = "  ".join("─" * w for w in widths)
+    return "\n".join([line(headers), sep] + [line(r) for r in cells])

@@ -1,0 +1,146 @@
+"""Trace metadata: what is kept (an allow-list), and redaction of anything secret-looking.
+
+Traces carry the recording machine's environment: host and user names, paths, environment
+variables, tokens. The store keeps only allow-listed fields; reports show only those. Free
+text that must be kept (kineto's INFO/WARNING lines, names) goes through :func:`redact_text`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePath
+from typing import Any
+
+from ..diagnostics import DiagnosticLog
+
+DEVICE_KEYS = (
+    "id", "name", "totalGlobalMem", "computeMajor", "computeMinor", "numSms", "warpSize",
+    "maxThreadsPerBlock", "maxThreadsPerMultiprocessor", "regsPerBlock",
+    "regsPerMultiprocessor", "sharedMemPerBlock", "sharedMemPerMultiprocessor",
+    "sharedMemPerBlockOptin", "maxSharedMemoryPerMultiProcessor",
+)
+CAPTURE_FLAGS = ("record_shapes", "with_stack", "profile_memory", "with_flops", "with_modules")
+VERSION_KEYS = (
+    "cupti_version", "cuda_runtime_version", "cuda_driver_version", "roctracer_version",
+    "hip_runtime_version", "hip_driver_version",
+)
+PG_KEYS = ("pg_name", "pg_desc", "backend_config", "pg_size", "ranks")
+
+SECRET_KEY_RE = re.compile(r"(?i)(token|secret|passw|key|auth|cookie|credential)")
+SECRET_VALUE_RE = re.compile(
+    r"(hf_[A-Za-z0-9]{20,}|ghp_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|gh[ousr]_[A-Za-z0-9]{20,}"
+    r"|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|xox[bpars]-[A-Za-z0-9-]{10,}"
+    r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+    r"|(?<![A-Za-z0-9])[A-Fa-f0-9]{40,}(?![A-Za-z0-9])|(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{48,}={0,2})"
+)
+_HOME_RE = re.compile(r"(/home/|/Users/|/root/|C:\\Users\\)[^/\\\s\"']+")
+REDACTED = "[redacted]"
+_RECORD_COUNTS_RE = re.compile(r"Record counts:.*")
+
+
+def redact_text(text: str) -> str:
+    """Replace credential-looking substrings and home-directory user names."""
+    text = SECRET_VALUE_RE.sub(REDACTED, text)
+    return _HOME_RE.sub(lambda m: m.group(1) + "~", text)
+
+
+def redact(obj: Any, key: str = "") -> Any:
+    """Recursively redact a JSON-like value: secret-named keys and secret-looking strings."""
+    if key and SECRET_KEY_RE.search(key):
+        return REDACTED
+    if isinstance(obj, dict):
+        return {str(k): redact(v, str(k)) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [redact(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
+    return obj
+
+
+def _num(v: Any) -> Any:
+    if isinstance(v, bool) or v is None:
+        return v
+    if isinstance(v, (int, float)):
+        return v
+    if isinstance(v, str):
+        try:
+            f = float(v)
+            return int(f) if f.is_integer() else f
+        except ValueError:
+            return redact_text(v)[:100]
+    return None
+
+
+def device_properties(props: Any) -> list[dict[str, Any]]:
+    """Allow-listed ``deviceProperties`` (one dict per GPU)."""
+    if not isinstance(props, list):
+        return []
+    out = []
+    for p in props:
+        if not isinstance(p, dict):
+            continue
+        d = {}
+        for k in DEVICE_KEYS:
+            if k in p:
+                v = p[k]
+                d[k] = redact_text(str(v))[:120] if k == "name" else _num(v)
+        out.append(d)
+    return out
+
+
+def distributed_info(info: Any) -> dict[str, Any]:
+    if not isinstance(info, dict):
+        return {}
+    out: dict[str, Any] = {}
+    for k in ("backend", "rank", "world_size", "pg_count", "nccl_version"):
+        if k in info:
+            v = info[k]
+            out[k] = _num(v) if k in ("rank", "world_size", "pg_count") else redact_text(str(v))[:60]
+    if isinstance(out.get("rank"), float):
+        out["rank"] = int(out["rank"])
+    pgs = info.get("pg_config")
+    if isinstance(pgs, list):
+        out["pg_config"] = []
+        for pg in pgs[:256]:
+            if isinstance(pg, dict):
+                out["pg_config"].append({k: redact(pg[k], k) if k != "ranks" else pg[k]
+                                         for k in PG_KEYS if k in pg})
+    return out
+
+
+def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog, source: str) -> dict[str, Any]:
+    """Capture flags, runtime versions, kineto's own log lines (as diagnostics)."""
+    flags = {}
+    for k in CAPTURE_FLAGS:
+        v = header.get(k)
+        flags[k] = None if v is None else bool(_num(v))
+    versions = {k: _num(header[k]) for k in VERSION_KEYS if header.get(k) is not None}
+    name = header.get("traceName")
+    out: dict[str, Any] = {
+        "capture_flags": flags,
+        "versions": versions,
+        "trace_name": PurePath(str(name).replace("\\", "/")).name[:200] if name else None,
+        "trace_id": redact_text(str(header["trace_id"]))[:64] if header.get("trace_id") else None,
+        "framework": str(header["Framework"])[:60] if header.get("Framework") else None,
+        "display_time_unit": header.get("displayTimeUnit"),
+        "schema_version": _num(header.get("schemaVersion")),
+    }
+    for level, sev in (("ERROR", "warning"), ("WARNING", "warning"), ("INFO", "info")):
+        lines = header.get(level)
+        if isinstance(lines, str):
+            lines = [lines]
+        if not isinstance(lines, list):
+            continue
+        for line in lines[:200]:
+            text = redact_text(str(line)).strip()[:300]
+            if level == "INFO":
+                # only the record counts matter: lost or unlinked activity records
+                m = _RECORD_COUNTS_RE.search(text)
+                if not m or not any(int(n) for n in re.findall(r"= (\d+)", m.group(0))):
+                    continue
+                text = m.group(0)
+                sev = "warning"
+            if text:
+                diags.add("profiler-log", f"profiler {level.lower()}: {text}", severity=sev,
+                          source=source)
+    return out

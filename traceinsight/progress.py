@@ -1,0 +1,61 @@
+"""A small progress bar on stderr, shown only for work that takes more than about a second.
+
+No dependency: one line redrawn with ``\\r`` on a terminal; on a pipe or CI log, one plain
+line per stage once the work has been running for a second. ``quiet`` silences it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import TextIO
+
+SHOW_AFTER_S = 1.0
+
+
+class Progress:
+    def __init__(self, label: str, *, quiet: bool = False, stream: TextIO | None = None,
+                 show_after_s: float = SHOW_AFTER_S) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        self.quiet = quiet or os.environ.get("TRACEINSIGHT_NO_PROGRESS") == "1"
+        self.start = time.monotonic()
+        self.show_after_s = show_after_s
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.shown = False
+        self.last_stage = ""
+        self.last_draw = 0.0
+
+    def update(self, stage: str, fraction: float) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        elapsed = now - self.start
+        if elapsed < self.show_after_s:
+            return
+        fraction = max(0.0, min(1.0, fraction))
+        if self.tty:
+            if now - self.last_draw < 0.1 and fraction < 1.0 and stage == self.last_stage:
+                return
+            width = 28
+            filled = int(round(width * fraction))
+            bar = "█" * filled + "░" * (width - filled)
+            line = f"\r{self.label} {stage:<9} {bar} {fraction * 100:5.1f}%  {elapsed:5.1f}s"
+            self.stream.write(line)
+            self.stream.flush()
+            self.last_draw = now
+        elif stage != self.last_stage:
+            self.stream.write(f"{self.label}: {stage} ({elapsed:.1f}s)\n")
+            self.stream.flush()
+        self.shown = True
+        self.last_stage = stage
+
+    def done(self, message: str | None = None) -> None:
+        if self.quiet or not self.shown:
+            return
+        elapsed = time.monotonic() - self.start
+        if self.tty:
+            self.stream.write("\r\x1b[2K")
+        self.stream.write(f"{self.label}: {message or 'done'} in {elapsed:.1f}s\n")
+        self.stream.flush()

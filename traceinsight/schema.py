@@ -1,0 +1,306 @@
+"""The trace store's tables: names, column types, units. Defined once, here.
+
+The schema is source-neutral: the Kineto reader fills it today and a Nsight Systems reader
+fills the same tables, so columns are named by meaning (kernel, runtime call, CPU op, range,
+memory counter), never by a producer's field names. Conventions:
+
+- times are int64 nanoseconds (``*_ns``); ``start_ns`` is absolute (Unix epoch) when the
+  source gives an epoch (Kineto ``baseTimeNanoseconds`` or absolute ``ts``), else the
+  producer's own clock; ``dur_ns`` is never negative.
+- sizes are ``*_bytes``; percentages ``*_pct`` (0-100); ratios ``*_ratio`` (0-1).
+- ``process`` / ``thread`` are strings (producers mix integers and names); GPU rows carry
+  ``device`` and ``stream`` as integers instead.
+- ``cat_raw`` keeps the producer's category string; ``kind`` is our normalised one.
+- string columns that repeat (names, kinds) are dictionary-encoded in memory and in parquet.
+
+``docs/STORE.md`` is generated from this module (``python -m traceinsight.schema``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+#: Bump when a table or column changes meaning or type. A store of another version is
+#: re-ingested (the cache) or refused with a hint (an explicit ``-o`` store).
+SCHEMA_VERSION = 1
+
+DICT = pa.dictionary(pa.int32(), pa.string())
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    type: pa.DataType
+    doc: str
+    nullable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    name: str
+    doc: str
+    columns: tuple[Column, ...]
+
+    @property
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns])
+
+    @property
+    def column_names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+
+def _c(name: str, type_: pa.DataType, doc: str, nullable: bool = True) -> Column:
+    return Column(name, type_, doc, nullable)
+
+
+RANK = _c("rank", pa.int32(), "rank of the process that recorded the row", nullable=False)
+START = _c("start_ns", pa.int64(), "start time, ns (absolute epoch when known)", nullable=False)
+DUR = _c("dur_ns", pa.int64(), "duration, ns (>= 0)", nullable=False)
+NAME = _c("name", DICT, "event name as recorded", nullable=False)
+CAT = _c("cat_raw", DICT, "the producer's category string (Kineto cat, nsys table)")
+PROCESS = _c("process", DICT, "process id or name (string)")
+THREAD = _c("thread", DICT, "thread id or name (string)")
+DEVICE = _c("device", pa.int32(), "GPU device index")
+STREAM = _c("stream", pa.int64(), "GPU stream / queue id")
+CORR = _c("correlation", pa.int64(), "launch correlation id, unique per process (CUPTI/roctracer)")
+EXT = _c("external_id", pa.int64(), "id of the launching CPU op (Kineto External id); cross-check only")
+
+GPU_ACTIVITIES = Table(
+    "gpu_activities",
+    "Work on the GPU timeline: kernels, memory copies, memsets and device-side synchronisation.",
+    (
+        RANK,
+        _c("kind", DICT, "kernel | memcpy | memset | sync", nullable=False),
+        NAME,
+        DEVICE,
+        STREAM,
+        START,
+        DUR,
+        CORR,
+        EXT,
+        _c("grid_x", pa.int32(), "grid size x"),
+        _c("grid_y", pa.int32(), "grid size y"),
+        _c("grid_z", pa.int32(), "grid size z"),
+        _c("block_x", pa.int32(), "block size x"),
+        _c("block_y", pa.int32(), "block size y"),
+        _c("block_z", pa.int32(), "block size z"),
+        _c("registers_per_thread", pa.int32(), "registers per thread"),
+        _c("shared_memory_bytes", pa.int64(), "shared memory per block, static + dynamic"),
+        _c("blocks_per_sm", pa.float64(), "blocks per SM (grid blocks / SM count)"),
+        _c("warps_per_sm", pa.float64(), "warps per SM"),
+        _c("occupancy_pct", pa.float64(), "estimated achieved occupancy, 0-100 (calculator, not measured)"),
+        _c("bytes", pa.int64(), "bytes copied or set (memcpy / memset)"),
+        _c("copy_kind", DICT, "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP, ..."),
+        _c("graph_id", pa.int64(), "CUDA/HIP graph id when launched from a graph"),
+        _c("graph_node_id", pa.int64(), "graph node id"),
+        _c("collective", DICT, "collective name carried on a communication kernel"),
+        CAT,
+    ),
+)
+
+RUNTIME_CALLS = Table(
+    "runtime_calls",
+    "Host-side calls into the GPU runtime or driver (cudaLaunchKernel, hipMemcpyAsync, ...).",
+    (
+        RANK,
+        _c("kind", DICT, "runtime | driver", nullable=False),
+        NAME,
+        PROCESS,
+        THREAD,
+        START,
+        DUR,
+        CORR,
+        EXT,
+        _c("cbid", pa.int32(), "CUPTI callback id / roctracer cid"),
+        CAT,
+    ),
+)
+
+CPU_OPS = Table(
+    "cpu_ops",
+    "Framework operators on CPU threads (aten::mm, autograd nodes, c10d collectives, ...).",
+    (
+        RANK,
+        NAME,
+        PROCESS,
+        THREAD,
+        START,
+        DUR,
+        EXT,
+        _c("sequence_nr", pa.int64(), "autograd sequence number: links a backward node to its forward op"),
+        _c("fwd_thread", pa.int64(), "thread id of the forward op of a backward node"),
+        _c("input_dims", pa.string(), "input shapes as JSON text (record_shapes)"),
+        _c("input_types", pa.string(), "input dtypes as JSON text (record_shapes)"),
+        _c("concrete_inputs", pa.string(), "concrete scalar inputs as JSON text"),
+        _c("flops", pa.float64(), "FLOPs recorded by the profiler (with_flops), rarely present"),
+        _c("collective_name", DICT, "c10d collective name (record_param_comms)"),
+        _c("in_msg_nelems", pa.int64(), "collective input elements"),
+        _c("out_msg_nelems", pa.int64(), "collective output elements"),
+        _c("group_size", pa.int32(), "collective process-group size"),
+        _c("dtype", DICT, "collective element type"),
+        _c("pg_name", DICT, "process group name"),
+        CAT,
+    ),
+)
+
+RANGES = Table(
+    "ranges",
+    "Named time ranges: profiler steps, record_function / user annotations (CPU and their "
+    "GPU projections), NVTX ranges.",
+    (
+        RANK,
+        _c("kind", DICT, "step | gpu_step | annotation | gpu_annotation | nvtx", nullable=False),
+        NAME,
+        _c("step", pa.int64(), "N of ProfilerStep#N"),
+        PROCESS,
+        THREAD,
+        DEVICE,
+        STREAM,
+        START,
+        DUR,
+        EXT,
+        _c("domain", DICT, "NVTX domain"),
+        CAT,
+    ),
+)
+
+PYTHON_FRAMES = Table(
+    "python_frames",
+    "Python call frames (with_stack=True), including the nn.Module frames.",
+    (
+        RANK,
+        NAME,
+        PROCESS,
+        THREAD,
+        START,
+        DUR,
+        _c("python_id", pa.int64(), "frame id"),
+        _c("parent_id", pa.int64(), "parent frame id"),
+        _c("module_id", pa.int64(), "per-class instance counter on nn.Module frames"),
+        _c("is_module", pa.bool_(), "an `nn.Module: X_k` frame", nullable=False),
+        CAT,
+    ),
+)
+
+MEMORY_EVENTS = Table(
+    "memory_events",
+    "Allocator events (profile_memory=True): allocations, frees and out-of-memory markers with "
+    "the allocator-wide totals after each event.",
+    (
+        RANK,
+        _c("kind", DICT, "alloc | free | oom", nullable=False),
+        PROCESS,
+        THREAD,
+        _c("ts_ns", pa.int64(), "time, ns", nullable=False),
+        _c("device_type", pa.int32(), "c10::DeviceType: 0 CPU, 1 CUDA, 6 HIP, 12 XPU, 19 MTIA"),
+        _c("device", pa.int32(), "device index, -1 for CPU"),
+        _c("addr", pa.int64(), "block address (null if beyond int64)"),
+        _c("bytes", pa.int64(), "bytes allocated (> 0) or freed (< 0)"),
+        _c("total_allocated_bytes", pa.int64(), "allocator-wide live bytes after the event"),
+        _c("total_reserved_bytes", pa.int64(), "allocator-wide reserved bytes after the event"),
+    ),
+)
+
+FLOWS = Table(
+    "flows",
+    "Flow events linking two slices: CPU launch -> GPU activity (ac2g), forward -> backward "
+    "(fwdbwd).",
+    (
+        RANK,
+        _c("kind", DICT, "flow category: ac2g | fwdbwd | ...", nullable=False),
+        _c("phase", DICT, "s (start) | f (finish) | t (step)", nullable=False),
+        _c("flow_id", pa.int64(), "flow id (null if beyond int64)"),
+        PROCESS,
+        THREAD,
+        _c("ts_ns", pa.int64(), "time, ns", nullable=False),
+    ),
+)
+
+OTHER_EVENTS = Table(
+    "other_events",
+    "Every other event, kept so no input row is lost: profiler spans, overhead, counters, "
+    "accelerator-specific categories.",
+    (
+        RANK,
+        _c("ph", DICT, "event phase", nullable=False),
+        NAME,
+        PROCESS,
+        THREAD,
+        START,
+        _c("dur_ns", pa.int64(), "duration, ns (null for instants and counters)"),
+        CAT,
+    ),
+)
+
+TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        GPU_ACTIVITIES,
+        RUNTIME_CALLS,
+        CPU_OPS,
+        RANGES,
+        PYTHON_FRAMES,
+        MEMORY_EVENTS,
+        FLOWS,
+        OTHER_EVENTS,
+    )
+}
+
+
+def empty_table(name: str) -> pa.Table:
+    return TABLES[name].arrow_schema.empty_table()
+
+
+def conform(name: str, columns: dict[str, pa.Array]) -> pa.Table:
+    """Build table ``name`` from ``columns`` (missing columns become nulls), cast to the schema."""
+    spec = TABLES[name]
+    n = None
+    for arr in columns.values():
+        n = len(arr)
+        break
+    if n is None:
+        return empty_table(name)
+    arrays = []
+    for col in spec.columns:
+        arr = columns.get(col.name)
+        if arr is None:
+            arr = pa.nulls(n, type=col.type)
+        elif not arr.type.equals(col.type):
+            if pa.types.is_dictionary(col.type) and not pa.types.is_dictionary(arr.type):
+                arr = arr.cast(pa.string()).dictionary_encode()
+                if not arr.type.equals(col.type):
+                    arr = arr.cast(col.type)
+            else:
+                arr = arr.cast(col.type)
+        arrays.append(arr)
+    return pa.Table.from_arrays(arrays, schema=spec.arrow_schema)
+
+
+def markdown() -> str:
+    """The table reference, as Markdown (docs/STORE.md)."""
+    out = [
+        "# Trace store reference",
+        "",
+        f"Schema version **{SCHEMA_VERSION}**. Generated from `traceinsight/schema.py` "
+        "(`python -m traceinsight.schema > docs/STORE.md`).",
+        "",
+        "A store is a directory: one zstd-compressed parquet file per table below plus "
+        "`meta.json` (schema version, source file hashes, per-rank trace metadata after the "
+        "allow-list, event counts, ingest diagnostics).",
+        "",
+    ]
+    for t in TABLES.values():
+        out += [f"## `{t.name}`", "", t.doc, "", "| column | type | meaning |", "|---|---|---|"]
+        for c in t.columns:
+            typ = "string (dictionary)" if pa.types.is_dictionary(c.type) else str(c.type)
+            null = "" if c.nullable else ", not null"
+            out.append(f"| `{c.name}` | {typ}{null} | {c.doc} |")
+        out.append("")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(markdown())
