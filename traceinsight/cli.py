@@ -154,5 +154,42 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
         click.echo(render_summary(s))
 
 
+@main.command(context_settings=CONTEXT)
+@_INPUTS
+@click.option("--by", type=click.Choice(["kernel", "op", "layer", "annotation", "step"]),
+              default="kernel", show_default=True, help="What to group GPU time by.")
+@click.option("-n", "top_n", default=20, show_default=True, help="Rows to show.")
+@click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks together).")
+@click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON.")
+@click.pass_context
+def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank: int | None,
+        as_json: bool) -> None:
+    """Where the GPU time went: the top kernels, operators, layers, annotations or steps.
+
+    \b
+    --by kernel      GPU kernels (and copies) by total time, with their launching op
+    --by op          framework ops: device self time (kernels launched directly), device
+                     total (with callees), host time, calls, the costliest input shapes
+    --by layer       nn.Module paths (needs with_stack=True), forward vs backward
+    --by annotation  record_function / user annotations
+    --by step        per ProfilerStep: wall time, GPU busy, compute, exposed comm, idle
+
+    Kernels that cannot be linked to a CPU op are listed as [unattributed]: rows always add
+    up to the total GPU time.
+    """
+    from .analysis import Analysis
+    from .ingest import load
+    from .render.top import records, render_top
+
+    store = load(list(inputs), quiet=ctx.obj["quiet"])
+    an = Analysis(store)
+    if as_json:
+        df = an.rollup(by, rank)
+        click.echo(json.dumps({"by": by, "rank": rank, "coverage": an.attribution.coverage(rank),
+                               "rows": records(df)}, indent=2, default=str))
+    else:
+        click.echo(render_top(an, by, top_n, rank))
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

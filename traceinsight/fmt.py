@@ -11,6 +11,8 @@ def fmt_ns(ns: float | int | None, *, digits: int = 3) -> str:
     if ns is None:
         return "–"
     v = float(ns)
+    if v == 0:
+        return "0"
     a = abs(v)
     if a < 1e3:
         return f"{v:.0f} ns"
@@ -55,8 +57,44 @@ def fmt_rate(x: float | None, unit: str) -> str:
 
 
 def shorten(text: str, width: int) -> str:
+    """Cut to ``width`` characters; paths (``a/b/c``) keep their head and tail."""
     text = " ".join(str(text).split())
-    return text if len(text) <= width else text[: max(1, width - 1)] + "…"
+    if len(text) <= width:
+        return text
+    if "/" in text and width >= 16:
+        parts = text.split("/")
+        tail = parts[-1]
+        head = parts[0]
+        if len(head) + len(tail) + 3 <= width:
+            # keep as many trailing components as fit
+            out = tail
+            for p in reversed(parts[1:-1]):
+                if len(head) + len(out) + len(p) + 4 > width:
+                    break
+                out = p + "/" + out
+            return f"{head}/…/{out}"
+        return "…" + text[-(width - 1):]
+    return text[: max(1, width - 1)] + "…"
+
+
+def short_kernel_name(name: str) -> str:
+    """A readable kernel name: no ``void``, no argument list (templates are kept)."""
+    s = " ".join(str(name).split())
+    if s.startswith("void "):
+        s = s[5:]
+    if s.endswith(")"):
+        depth = 0
+        for i in range(len(s) - 1, -1, -1):
+            c = s[i]
+            if c == ")":
+                depth += 1
+            elif c == "(":
+                depth -= 1
+                if depth == 0:
+                    if i > 0:
+                        s = s[:i]
+                    break
+    return s
 
 
 def terminal_width(default: int = 120) -> int:

@@ -147,13 +147,27 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
         elif meta is not None and _same_stat(meta, inputs.files, options) and is_valid_store(out_path):
             return TraceStore.open(out_path)
 
+    # 2. reuse after hashing: a store made from the same contents (any path or mtime)
+    digests = [_file_digest(p) for p in inputs.files]
+    key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, digests)],
+                       options)
+    target = out_path if out_path is not None else cache_root() / "stores" / key
+    if target.exists():
+        meta = read_meta(target)
+        if meta is not None and meta.get("content_key") == key and is_valid_store(target):
+            if out_path is None:
+                _write_index(quick, key)
+            return TraceStore.open(target)
+        if out_path is not None and not force:
+            raise InputError("already exists and holds other traces", path=target,
+                             hint="pass --force to replace it, or choose another -o path")
+
     prog = progress or Progress("ingest", quiet=quiet)
     total = sum(p.stat().st_size for p in inputs.files) or 1
     done = 0
     reads: list[tuple[Path, str, KinetoRead]] = []
-    digests: list[str] = []
     skipped = DiagnosticLog()
-    for p in inputs.files:
+    for p, digest in zip(inputs.files, digests):
         size = p.stat().st_size
         base = done
 
@@ -162,8 +176,7 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
 
         step("read", 0.0)
         try:
-            data, digest = read_trace_bytes(p)
-            digests.append(digest)
+            data = read_trace_bytes(p)
             rank_hint = rank_from_filename(p.name)
             r = read_kineto(data, source=p.name, rank_hint=rank_hint, salvage=salvage,
                             progress=step)
@@ -181,19 +194,6 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
     if not reads:
         raise TraceFormatError("no Kineto trace found among the files", path=inputs.display,
                                hint="; ".join(d.message for d in skipped.items)[:300] or None)
-    key = _content_key(digests, options)
-    target = out_path if out_path is not None else cache_root() / "stores" / key
-
-    # 2. reuse after hashing: same contents as the store already at the target
-    if target.exists():
-        meta = read_meta(target)
-        if meta is not None and meta.get("content_key") == key and is_valid_store(target):
-            if out_path is None:
-                _write_index(quick, key)
-            return TraceStore.open(target)
-        if out_path is not None and not force:
-            raise InputError("already exists and holds other traces", path=target,
-                             hint="pass --force to replace it, or choose another -o path")
 
     _assign_ranks(reads, inputs)
     prog.update("write", 1.0)
@@ -204,6 +204,17 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
     prog.done(f"{sum(r.tables['gpu_activities'].num_rows for _, _, r in reads):,} GPU activities, "
               f"{len(reads)} rank(s) -> {target}")
     return store
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(8 << 20):
+                h.update(chunk)
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions")
+    return h.hexdigest()
 
 
 def _same_stat(meta: dict[str, Any], files: list[Path], options: dict[str, Any]) -> bool:

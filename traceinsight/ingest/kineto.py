@@ -449,7 +449,7 @@ def read_kineto(
                          progress=progress)
         except NeedExactText:
             diags.add("timestamps-exact-path",
-                      "fractional timestamps beyond 2**42 µs (float64 cannot hold them to the "
+                      "fractional timestamps beyond 2**43 µs (float64 cannot hold them to the "
                       "nanosecond): numbers re-read as text for exact values", severity="info", source=source)
             return _read(data, source, rank_hint, diags, exact_text=True, salvage=salvage,
                          progress=progress)
@@ -551,7 +551,7 @@ def _read(data: bytes, source: str, rank_hint: int | None, diags: DiagnosticLog,
     if st.counts.get("invalid") == n_events:
         raise TraceFormatError("is JSON but holds no trace events (no 'ph' field)", path=source,
                                hint="pass the Kineto trace written by torch.profiler")
-    real = sum(v for k, v in st.counts.items() if not k.startswith("metadata"))
+    real = sum(v for k, v in st.counts.items() if k not in ("meta", "invalid"))
     if real == 0:
         raise EmptyTraceError("trace holds only metadata events, no activity", path=source,
                               hint="the profiler window may have been empty")

@@ -59,8 +59,8 @@ def sniff(head: bytes) -> str:
     return "unknown"
 
 
-def read_trace_bytes(path: Path) -> tuple[bytes, str]:
-    """Return the (decompressed) JSON bytes of a Kineto trace and the sha256 of the file.
+def read_trace_bytes(path: Path) -> bytes:
+    """Return the (decompressed) JSON bytes of a Kineto trace.
 
     Raises a :class:`TraceFormatError` naming the problem for anything that is not JSON text.
     """
@@ -72,7 +72,6 @@ def read_trace_bytes(path: Path) -> tuple[bytes, str]:
         raise InputError("is a directory", path=path, hint="pass the folder itself, not a file in it")
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions")
-    digest = hashlib.sha256(data).hexdigest()
     kind = sniff(data[:4096])
     if kind == "gzip":
         data = _gunzip(path, data)
@@ -86,7 +85,7 @@ def read_trace_bytes(path: Path) -> tuple[bytes, str]:
                 "gzip file does not contain JSON text", path=path,
                 hint="expected a PyTorch profiler trace (.json or .json.gz)")
     if kind == "json":
-        return data, digest
+        return data
     if kind == "empty":
         raise TraceFormatError("file is empty", path=path,
                                hint="the profiler wrote nothing; check that it ran and stopped cleanly")

@@ -39,9 +39,14 @@ def _decimal_ns(text: str) -> int | None:
     return int((d * 1000).to_integral_value())
 
 
-#: Below this magnitude (µs) a float64 holding a 3-decimal value rounds back to the exact ns:
-#: the float spacing is <= 2**-11 µs and ``x * 1000`` adds at most 0.25 ns, < 0.5 ns in total.
-EXACT_FLOAT_LIMIT_US = float(2**42)
+#: Below this magnitude (µs) the float64 nearest to a 3-decimal value identifies it exactly:
+#: the float spacing is <= 2**-10 µs (0.977 ns), so the float is within 0.489 ns of the true
+#: value. Converting as ``floor(x) * 1000 + rint((x - floor(x)) * 1000)`` keeps that error
+#: (``x - floor(x)`` is exact, and scaling a number below 1 adds ~1e-13 ns), so ``rint``
+#: lands on the true nanosecond. Relative Kineto timestamps stay below 2**43 µs (101 days;
+#: the base time is floored to a quarter), so only absolute epoch values need the text path.
+#: The naive ``rint(x * 1000)`` is wrong for 0.3% of values between 2**40 and 2**43 µs.
+EXACT_FLOAT_LIMIT_US = float(2**43)
 
 
 class NeedExactText(Exception):
@@ -51,7 +56,7 @@ class NeedExactText(Exception):
 def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
     """Convert a column of µs values (int, float, numeric text, or None) to int64 ns.
 
-    ``None`` stays null. Integers are exact. Floats are exact below 2**42 µs (about 50 days,
+    ``None`` stays null. Integers are exact. Floats are exact below 2**43 µs (about 101 days,
     i.e. every relative Kineto timestamp and every duration); a float column beyond that raises
     :class:`NeedExactText` so the caller re-decodes the numbers as text. Text is parsed digit
     by digit (``"12.3456"`` -> 12,346 ns, rounded half up and counted in ``stats.rounded``).
@@ -74,7 +79,8 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
         x = pc.fill_null(floats, 0.0).to_numpy(zero_copy_only=False)
         if not np.isfinite(x).all() or float(np.max(np.abs(x))) >= EXACT_FLOAT_LIMIT_US:
             raise NeedExactText()
-        ns = np.rint(x * 1000.0).astype(np.int64)
+        whole = np.floor(x)
+        ns = whole.astype(np.int64) * 1000 + np.rint((x - whole) * 1000.0).astype(np.int64)
         stats.negative += int(np.count_nonzero(ns < 0))
         null = floats.null_count
         mask = None if not null else ~pc.is_valid(floats).to_numpy(zero_copy_only=False)

@@ -1,0 +1,630 @@
+"""Attribution: every GPU activity -> its launch -> CPU op -> ancestors, module path, annotation,
+step and phase. Unlinked activity goes to ``[unattributed]``, never dropped.
+
+The chain (FORMATS.md 1.8):
+
+1. kernel / memcpy / memset -> runtime or driver call by ``correlation`` within the rank's
+   process (graph launches map one call to many kernels); a missing correlation is recovered
+   from the ``ac2g`` flow that ends on the activity;
+2. launch -> innermost enclosing ``cpu_op`` on the launching thread by time nesting
+   (:class:`~traceinsight.analysis.intervals.Nesting`), and that op's ancestors;
+3. -> innermost enclosing ``nn.Module: X_k`` frame, whose chain of enclosing module frames is
+   the module path (needs ``with_stack=True``);
+4. backward kernels (launched under ``autograd::engine::evaluate_function: ...`` on the
+   autograd thread, which has no module frames) reach their forward op through ``Sequence
+   number`` (or the ``fwdbwd`` flow) and take that op's module path with ``phase=backward``;
+5. ``External id`` is a fallback and a cross-check only, ignored where it equals the
+   correlation (files before pytorch/kineto#873 wrote it that way for unlinked events).
+
+Every activity records ``method`` in {time, graph, external_id, none}.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..diagnostics import DiagnosticLog
+from ..store import TraceStore
+from . import categories
+from .intervals import Nesting, take
+
+UNATTRIBUTED = "[unattributed]"
+NO_MODULE = "[no module]"
+GRAPH_REPLAY = "[graph replay]"
+BWD_PREFIX = "autograd::engine::evaluate_function:"
+GRAPH_LAUNCH_NAMES = ("GraphLaunch",)
+
+
+@dataclass
+class StepWindow:
+    rank: int
+    step: int | None  #: N of ProfilerStep#N; None for a whole-trace window
+    host_start_ns: int
+    host_end_ns: int
+    start_ns: int  #: GPU-aware window (TensorBoard definition)
+    end_ns: int
+
+    @property
+    def dur_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+
+@dataclass
+class Attribution:
+    """GPU activities with their attribution, the op tree, and the step windows."""
+
+    gpu: pd.DataFrame  #: one row per kernel / memcpy / memset (device syncs excluded)
+    ops: pd.DataFrame  #: cpu ops with parent, depth, module path, forward op link
+    steps: list[StepWindow]
+    has_step_markers: dict[int, bool]
+    syncs: pd.DataFrame  #: device-side synchronisation events (cuda_sync)
+    runtime: pd.DataFrame  #: runtime/driver calls with their enclosing op
+    diagnostics: DiagnosticLog = field(default_factory=DiagnosticLog)
+
+    def ranks(self) -> list[int]:
+        return sorted(set(int(r) for r in self.gpu["rank"].unique())) if len(self.gpu) else []
+
+    def coverage(self, rank: int | None = None) -> dict[str, Any]:
+        g = self.gpu[self.gpu["kind"] == "kernel"]
+        if rank is not None:
+            g = g[g["rank"] == rank]
+        total = int(g["dur_ns"].sum())
+        attributed = int(g.loc[g["op"] != UNATTRIBUTED, "dur_ns"].sum())
+        by_method = {str(k): int(v) for k, v in g.groupby("method", observed=True)["dur_ns"].sum().items()}
+        return {
+            "kernel_time_ns": total,
+            "attributed_ns": attributed,
+            "unattributed_ns": total - attributed,
+            "coverage_pct": 100.0 * attributed / total if total else None,
+            "by_method_ns": by_method,
+            "kernels": int(len(g)),
+            "unattributed_kernels": int((g["op"] == UNATTRIBUTED).sum()),
+        }
+
+
+def _to_str(s: pd.Series) -> np.ndarray:
+    return s.astype(object).where(s.notna(), None).to_numpy()
+
+
+def attribute(store: TraceStore) -> Attribution:
+    """Attribute every GPU activity of every rank in ``store``."""
+    diags = DiagnosticLog()
+    gpu_all = store.table("gpu_activities").to_pandas()
+    rt_all = store.table("runtime_calls").to_pandas()
+    ops_all = store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
+                                      "external_id", "sequence_nr", "input_dims", "input_types",
+                                      "concrete_inputs", "flops"]).to_pandas()
+    rng_all = store.table("ranges").to_pandas()
+    py = store.table("python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
+                                       "is_module"])
+    py_all = py.filter(py["is_module"]).to_pandas() if py.num_rows else py.to_pandas()
+    flows_all = store.table("flows").to_pandas()
+
+    for df in (gpu_all, rt_all, ops_all, rng_all, py_all, flows_all):
+        for c in ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind",
+                  "collective"):
+            if c in df.columns:
+                df[c] = df[c].astype(object)
+
+    ops_all = ops_all.reset_index(drop=True)
+    ops_all["op_idx"] = np.arange(len(ops_all), dtype=np.int64)
+    ops_all["parent"] = -1
+    ops_all["depth"] = -1
+    ops_all["module"] = None
+    ops_all["bwd_node"] = -1
+    ops_all["fwd_op"] = -1
+
+    rt_all = rt_all.reset_index(drop=True)
+    rt_all["op_idx"] = -1
+
+    gpu_parts, sync_parts, steps = [], [], []
+    has_steps: dict[int, bool] = {}
+    ranks = sorted(set(int(r["rank"]) for r in store.ranks)) or sorted(set(gpu_all["rank"].unique()))
+    for rank in ranks:
+        g = gpu_all[gpu_all["rank"] == rank]
+        sync_parts.append(g[g["kind"] == "sync"])
+        g = g[g["kind"] != "sync"].copy()
+        rt = rt_all[rt_all["rank"] == rank]
+        ops = ops_all[ops_all["rank"] == rank]
+        rng = rng_all[rng_all["rank"] == rank]
+        mods = py_all[py_all["rank"] == rank]
+        flows = flows_all[flows_all["rank"] == rank]
+        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows, ops_all, rt_all, diags)
+        gpu_parts.append(res[0])
+        steps.extend(res[1])
+        has_steps[rank] = res[2]
+
+    gpu = pd.concat(gpu_parts, ignore_index=True) if gpu_parts else _empty_gpu()
+    syncs = pd.concat(sync_parts, ignore_index=True) if sync_parts else gpu_all.iloc[0:0]
+    for c in ("kind", "cls", "method", "phase"):
+        if c in gpu.columns:
+            gpu[c] = gpu[c].astype("category")
+    return Attribution(gpu, ops_all, steps, has_steps, syncs, rt_all, diags)
+
+
+def _empty_gpu() -> pd.DataFrame:
+    cols = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "end_ns", "cls",
+            "op", "top_op", "op_idx", "module", "phase", "annotation", "step", "method"]
+    return pd.DataFrame({c: [] for c in cols})
+
+
+def _group_codes(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
+    if not len(df):
+        return np.empty(0, np.int64)
+    return df.groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
+
+
+def _nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.ndarray,
+                    q_proc: np.ndarray, q_thread: np.ndarray) -> tuple[np.ndarray, dict]:
+    """Innermost interval (row position in ``intervals``) enclosing each query on its thread.
+
+    Returns (positions or -1, {thread key: (positions array, Nesting)}).
+    """
+    out = np.full(len(q_time), -1, dtype=np.int64)
+    nests: dict[tuple, tuple[np.ndarray, Nesting]] = {}
+    if not len(intervals):
+        return out, nests
+    proc = intervals["process"].to_numpy()
+    thr = intervals["thread"].to_numpy()
+    keys = pd.MultiIndex.from_arrays([proc, thr])
+    codes, uniq = pd.factorize(keys)
+    starts = intervals["start_ns"].to_numpy(np.int64)
+    ends = starts + intervals["dur_ns"].to_numpy(np.int64)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
+    qkeys = pd.MultiIndex.from_arrays([q_proc, q_thread])
+    qcodes = uniq.get_indexer(qkeys) if len(q_time) else np.empty(0, np.int64)
+    for k in range(len(uniq)):
+        pos = order[bounds[k]:bounds[k + 1]]
+        nest = Nesting.build(starts[pos], ends[pos])
+        nests[uniq[k]] = (pos, nest)
+        sel = np.flatnonzero(qcodes == k)
+        if len(sel):
+            local = nest.enclosing(q_time[sel])
+            ok = local >= 0
+            out[sel[ok]] = pos[local[ok]]
+    return out, nests
+
+
+def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
+    """Full path strings from a parent array (parents before children not required)."""
+    n = len(names)
+    paths = np.empty(n, dtype=object)
+    depth = np.zeros(n, dtype=np.int64)
+    cur = parent.copy()
+    # depth by walking up (vectorised per level)
+    active = cur >= 0
+    while active.any():
+        depth[active] += 1
+        cur[active] = parent[cur[active]]
+        active = cur >= 0
+    for d in range(int(depth.max()) + 1 if n else 0):
+        idx = np.flatnonzero(depth == d)
+        if d == 0:
+            paths[idx] = names[idx]
+        else:
+            paths[idx] = [f"{p}{sep}{m}" for p, m in zip(paths[parent[idx]], names[idx])]
+    return paths
+
+
+def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
+                    rng: pd.DataFrame, mods: pd.DataFrame, flows: pd.DataFrame,
+                    ops_all: pd.DataFrame, rt_all: pd.DataFrame,
+                    diags: DiagnosticLog) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+    n = len(g)
+    g = g.reset_index(drop=True)
+    g["end_ns"] = g["start_ns"] + g["dur_ns"]
+
+    # --- 1. activity -> launch (correlation) ---------------------------------------------
+    corr = g["correlation"].copy()
+    if corr.isna().any() and len(flows):
+        corr = _corr_from_flows(g, corr, flows)
+    rt_c = rt[rt["correlation"].notna()]
+    dup = rt_c["correlation"].duplicated(keep="first")
+    if dup.any():
+        diags.add("duplicate-correlation", "runtime calls sharing a correlation id (several "
+                  "processes in one file?): the first is used", source=f"rank {rank}",
+                  count=int(dup.sum()))
+        rt_c = rt_c[~dup]
+    rt_index = pd.Index(rt_c["correlation"].astype("int64"))
+    launch_local = rt_index.get_indexer(corr.fillna(-(2**62)).astype("int64"))
+    launch_row = take(rt_c.index.to_numpy(), launch_local, -1)
+    has_launch = launch_row >= 0
+
+    # --- 2. launch -> enclosing cpu op (per thread) ---------------------------------------
+    rt_rank = rt_all.loc[rt.index]
+    op_of_rt, op_nests = _nest_by_thread(ops, rt_rank, rt_rank["start_ns"].to_numpy(np.int64),
+                                         rt_rank["process"].to_numpy(), rt_rank["thread"].to_numpy())
+    # op positions are local to ``ops``: map to global op_idx
+    op_global = ops["op_idx"].to_numpy()
+    rt_op = take(op_global, op_of_rt, -1)
+    rt_all.loc[rt.index, "op_idx"] = rt_op
+    # op tree (parents, depth) into the global frame
+    clipped = mis = 0
+    for _key, (pos, nest) in op_nests.items():
+        par = nest.parent
+        glob_par = take(op_global[pos], par, -1)
+        # zero-length ops: parent = innermost op enclosing their start
+        zero = nest.ends <= nest.starts
+        if zero.any():
+            enc = nest.enclosing(nest.starts[zero])
+            glob_par[zero] = take(op_global[pos], enc, -1)
+        ops_all.loc[op_global[pos], "parent"] = glob_par
+        ops_all.loc[op_global[pos], "depth"] = np.maximum(nest.level, 0)
+        clipped += nest.clipped
+        mis += nest.misnested
+    if mis:
+        diags.add("misnested-ops", "CPU ops that overlap their parent by more than 1 µs "
+                  "(attributed to the enclosing op at launch time)", source=f"rank {rank}",
+                  count=mis)
+
+    rt_pos = pd.Index(rt_all.index).get_indexer(launch_row)
+    op_idx = take(rt_all["op_idx"].to_numpy(), rt_pos, -1)
+    launch_names = take(rt_all["name"].to_numpy(), rt_pos, None)
+    is_graph = np.array([isinstance(x, str) and "GraphLaunch" in x for x in launch_names], dtype=bool)
+
+    # --- 5. External id fallback and cross-check -------------------------------------------
+    ext = g["external_id"]
+    ext_valid = ext.notna() & (ext != g["correlation"])
+    ops_rank = ops_all[ops_all["rank"] == rank]
+    ext_map = pd.Series(ops_rank["op_idx"].to_numpy(),
+                        index=ops_rank["external_id"].fillna(-1).astype("int64").to_numpy())
+    ext_map = ext_map[~ext_map.index.duplicated(keep="first")]
+    ext_op = ext_map.reindex(ext.fillna(-1).astype("int64").to_numpy()).fillna(-1).astype("int64").to_numpy()
+    ext_op = np.where(ext_valid.to_numpy(), ext_op, -1)
+    both = (op_idx >= 0) & (ext_op >= 0)
+    if both.any():
+        op_ext = ops_all["external_id"].to_numpy()[op_idx[both]]
+        disagree = int(np.sum(op_ext != ext.to_numpy()[both]))
+        if disagree:
+            diags.add("external-id-mismatch", "kernels whose External id names another op than "
+                      "time nesting (time nesting is used)", severity="info",
+                      source=f"rank {rank}", count=disagree)
+    method = np.full(n, "none", dtype=object)
+    method[op_idx >= 0] = "time"
+    method[(op_idx >= 0) & is_graph] = "graph"
+    use_ext = (op_idx < 0) & (ext_op >= 0)
+    op_idx = np.where(use_ext, ext_op, op_idx)
+    method[use_ext] = "external_id"
+
+    # --- op names, top op, communication by launching op ----------------------------------
+    names_all = ops_all["name"].to_numpy()
+    parent_all = ops_all["parent"].to_numpy()
+    has_op = op_idx >= 0
+    leaf = take(names_all, op_idx, UNATTRIBUTED)
+    # a launch outside any CPU op (Triton from Python, graph replays, copies issued directly):
+    # the launch itself is the op-level context
+    launch_only = ~has_op & has_launch
+    leaf[launch_only & is_graph] = GRAPH_REPLAY
+    lo = np.flatnonzero(launch_only & ~is_graph)
+    leaf[lo] = [f"[{x}]" for x in launch_names[lo]]
+    method[launch_only] = np.where(is_graph[launch_only], "graph", "time")
+    top = op_idx.copy()
+    for _ in range(512):
+        p = take(parent_all, top, -1)
+        move = p >= 0
+        if not move.any():
+            break
+        top = np.where(move, p, top)
+    top_name = take(names_all, top, UNATTRIBUTED)
+    top_name[launch_only] = leaf[launch_only]
+    comm_op_name = np.array([bool(categories.COMM_OP_RE.search(x)) if isinstance(x, str) else False
+                             for x in names_all], dtype=bool) if len(names_all) else np.zeros(0, bool)
+    comm_launch = _any_ancestor(op_idx, parent_all, comm_op_name)
+
+    # --- 3/4. modules, backward link -------------------------------------------------------
+    _modules_and_backward(rank, ops_all, mods, flows, diags)
+    mod_all = ops_all["module"].to_numpy()
+    fwd_all = ops_all["fwd_op"].to_numpy()
+    bwd_all = ops_all["bwd_node"].to_numpy()
+    module = take(mod_all, op_idx, None)
+    # kernels launched outside any op: the module frame enclosing the launch itself
+    if len(mods) and (~has_op & has_launch).any():
+        sel = np.flatnonzero(~has_op & has_launch)
+        lr = rt_all.iloc[rt_pos[sel]]
+        mpos, _ = _nest_by_thread(mods, lr, lr["start_ns"].to_numpy(np.int64),
+                                  lr["process"].to_numpy(), lr["thread"].to_numpy())
+        mod_paths = _module_paths(mods)
+        ok = mpos >= 0
+        module[sel[ok]] = mod_paths[mpos[ok]]
+    is_bwd = take(bwd_all, op_idx, -1) >= 0
+    fwd = np.where(is_bwd, take(fwd_all, op_idx, -1), -1)
+    module = np.where(is_bwd & (fwd >= 0), take(mod_all, fwd, None), module)
+
+    # --- annotations -----------------------------------------------------------------------
+    ann = rng[rng["kind"] == "annotation"]
+    annotation = np.full(n, None, dtype=object)
+    optimizer = np.zeros(n, dtype=bool)
+    if len(ann) and has_launch.any():
+        sel = np.flatnonzero(has_launch)
+        lr = rt_all.iloc[rt_pos[sel]]
+        apos, anests = _nest_by_thread(ann, lr, lr["start_ns"].to_numpy(np.int64),
+                                       lr["process"].to_numpy(), lr["thread"].to_numpy())
+        ann_names = ann["name"].to_numpy()
+        ok = apos >= 0
+        annotation[sel[ok]] = ann_names[apos[ok]]
+        # optimizer: any enclosing annotation named Optimizer.*
+        opt_name = np.array([isinstance(x, str) and x.startswith("Optimizer.") for x in ann_names])
+        ann_parent = np.full(len(ann), -1, dtype=np.int64)
+        for _k, (pos, nest) in anests.items():
+            ann_parent[pos] = np.where(nest.parent >= 0, pos[np.clip(nest.parent, 0, None)], -1)
+        optimizer[sel] = _any_ancestor(apos, ann_parent, opt_name)
+    gann = rng[rng["kind"] == "gpu_annotation"]
+    if len(gann):
+        need = np.flatnonzero(pd.isna(annotation))
+        if len(need):
+            annotation[need] = _gpu_annotation(g.iloc[need], gann)
+
+    # --- steps -----------------------------------------------------------------------------
+    launch_t = take(rt_all["start_ns"].to_numpy(np.int64), rt_pos, -1)
+    steps, step_of, has_markers = _steps(rank, g, rng, launch_t, has_launch, ops, rt, diags)
+
+    phase = np.full(n, "forward", dtype=object)
+    phase[optimizer] = "optimizer"
+    phase[is_bwd] = "backward"
+    phase[~has_op] = "unknown"
+
+    kind = g["kind"].to_numpy()
+    cls = np.array(categories.classify_names(list(g["name"].to_numpy())), dtype=object)
+    cls[comm_launch & (kind == "kernel")] = "communication"
+    cls[kind != "kernel"] = "memory"
+
+    out = pd.DataFrame({
+        "rank": g["rank"].to_numpy(),
+        "kind": kind,
+        "name": g["name"].to_numpy(),
+        "device": g["device"].to_numpy(),
+        "stream": g["stream"].to_numpy(),
+        "start_ns": g["start_ns"].to_numpy(np.int64),
+        "dur_ns": g["dur_ns"].to_numpy(np.int64),
+        "end_ns": g["end_ns"].to_numpy(np.int64),
+        "cls": cls,
+        "bytes": g["bytes"].to_numpy(),
+        "copy_kind": g["copy_kind"].to_numpy(),
+        "correlation": g["correlation"].to_numpy(),
+        "launch_name": launch_names,
+        "launch_start_ns": launch_t,
+        "op_idx": op_idx,
+        "op": leaf,
+        "top_op": top_name,
+        "module": np.where(pd.isna(module), None, module),
+        "phase": phase,
+        "annotation": annotation,
+        "step": step_of,
+        "method": method,
+        "grid_x": g["grid_x"].to_numpy(), "grid_y": g["grid_y"].to_numpy(),
+        "grid_z": g["grid_z"].to_numpy(), "block_x": g["block_x"].to_numpy(),
+        "block_y": g["block_y"].to_numpy(), "block_z": g["block_z"].to_numpy(),
+        "blocks_per_sm": g["blocks_per_sm"].to_numpy(),
+        "occupancy_pct": g["occupancy_pct"].to_numpy(),
+    })
+    kern = out["kind"] == "kernel"
+    n_un = int(((out["op"] == UNATTRIBUTED) & kern).sum())
+    if n_un:
+        un_ns = int(out.loc[(out["op"] == UNATTRIBUTED) & kern, "dur_ns"].sum())
+        tot = int(out.loc[kern, "dur_ns"].sum()) or 1
+        no_launch = int(((~has_launch) & (method == "none") & kern.to_numpy()).sum())
+        diags.add("unattributed-kernels",
+                  f"{n_un:,} kernels ({100 * un_ns / tot:.1f}% of kernel time) could not be linked "
+                  f"to a CPU op ({no_launch:,} have no launch record: outside the profiling "
+                  "window, graph replays or lost records)",
+                  source=f"rank {rank}", count=n_un,
+                  hint="kernels from CUDA/HIP graph replays carry no per-op context; record "
+                       "an eager step to see their ops" if is_graph.any() else None)
+    if is_graph.any():
+        diags.add("graph-replay", "kernels replayed from CUDA/HIP graphs: attributed to the op "
+                  "that launched the graph", severity="info", source=f"rank {rank}",
+                  count=int(is_graph.sum()))
+    return out, steps, has_markers
+
+
+def _any_ancestor(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Whether ``idx`` or any ancestor has ``flag`` set (idx -1 -> False)."""
+    out = np.zeros(len(idx), dtype=bool)
+    if not len(flag):
+        return out
+    cur = idx.copy()
+    for _ in range(512):
+        ok = cur >= 0
+        if not ok.any():
+            break
+        out[ok] |= flag[cur[ok]]
+        cur = np.where(ok, parent[np.clip(cur, 0, None)], -1)
+    return out
+
+
+def _corr_from_flows(g: pd.DataFrame, corr: pd.Series, flows: pd.DataFrame) -> pd.Series:
+    """Recover correlation ids from ``ac2g`` flow ends that sit on the activity (MTIA)."""
+    f = flows[(flows["kind"].isin(["ac2g", "async_gpu", "async"])) & (flows["phase"] == "f")]
+    if not len(f):
+        return corr
+    dev = pd.to_numeric(f["process"], errors="coerce")
+    strm = pd.to_numeric(f["thread"].astype(str).str.extract(r"(-?\d+)")[0], errors="coerce")
+    key = pd.MultiIndex.from_arrays([dev.fillna(-1).astype("int64"), strm.fillna(-1).astype("int64"),
+                                     f["ts_ns"].astype("int64")])
+    fid = pd.Series(f["flow_id"].to_numpy(), index=key)
+    fid = fid[~fid.index.duplicated(keep="first")]
+    need = corr.isna()
+    gk = pd.MultiIndex.from_arrays([g.loc[need, "device"].fillna(-1).astype("int64"),
+                                    g.loc[need, "stream"].fillna(-1).astype("int64"),
+                                    g.loc[need, "start_ns"].astype("int64")])
+    got = fid.reindex(gk).to_numpy()
+    corr = corr.copy()
+    corr.loc[need] = got
+    return corr
+
+
+def _module_paths(mods: pd.DataFrame) -> np.ndarray:
+    """Path string of every module frame (``Model_0/Block_3/Linear_12``), by time nesting."""
+    if not len(mods):
+        return np.empty(0, dtype=object)
+    names = np.array([str(x).removeprefix("nn.Module: ") for x in mods["name"].to_numpy()],
+                     dtype=object)
+    parent = np.full(len(mods), -1, dtype=np.int64)
+    _, nests = _nest_by_thread(mods, mods.iloc[0:0], np.empty(0, np.int64), np.empty(0), np.empty(0))
+    for _k, (pos, nest) in nests.items():
+        parent[pos] = np.where(nest.parent >= 0, pos[np.clip(nest.parent, 0, None)], -1)
+    return _paths(names, parent)
+
+
+def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
+                          flows: pd.DataFrame, diags: DiagnosticLog) -> None:
+    sel = ops_all["rank"] == rank
+    ops = ops_all[sel]
+    if not len(ops):
+        return
+    # module path of every op: innermost module frame enclosing the op's start on its thread
+    if len(mods):
+        mpos, _ = _nest_by_thread(mods, ops, ops["start_ns"].to_numpy(np.int64),
+                                  ops["process"].to_numpy(), ops["thread"].to_numpy())
+        paths = _module_paths(mods)
+        mod = take(paths, mpos, None)
+        ops_all.loc[ops.index, "module"] = mod
+    # backward node of every op: nearest ancestor-or-self named evaluate_function:
+    names = ops_all["name"].to_numpy()
+    parent = ops_all["parent"].to_numpy()
+    is_node = np.array([isinstance(x, str) and x.startswith(BWD_PREFIX) for x in names])
+    idx = ops["op_idx"].to_numpy()
+    node = np.full(len(idx), -1, dtype=np.int64)
+    cur = idx.copy()
+    for _ in range(512):
+        ok = (cur >= 0) & (node < 0)
+        if not ok.any():
+            break
+        hit = ok & is_node[np.clip(cur, 0, None)]
+        node[hit] = cur[hit]
+        cur = np.where(ok & ~hit, parent[np.clip(cur, 0, None)], -1)
+    ops_all.loc[ops.index, "bwd_node"] = node
+    nodes = np.unique(node[node >= 0])
+    if not len(nodes):
+        return
+    # forward op of each backward node: same Sequence number, latest forward op before it
+    seq = ops_all["sequence_nr"]
+    fwd_cand = ops_all[sel & seq.notna() & (ops_all["bwd_node"] < 0)]
+    nd = ops_all.loc[nodes]
+    fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
+    if len(fwd_cand):
+        left = nd[nd["sequence_nr"].notna()][["op_idx", "sequence_nr", "start_ns"]].sort_values("start_ns")
+        right = fwd_cand[["op_idx", "sequence_nr", "start_ns"]].rename(
+            columns={"op_idx": "fwd_idx", "start_ns": "fwd_start"}).sort_values("fwd_start")
+        if len(left):
+            left = left.astype({"sequence_nr": "int64"})
+            right = right.astype({"sequence_nr": "int64"})
+            m = pd.merge_asof(left, right, left_on="start_ns", right_on="fwd_start",
+                              by="sequence_nr", direction="backward")
+            ok = m["fwd_idx"].notna()
+            fwd_of_node.loc[m.loc[ok, "op_idx"].to_numpy()] = m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
+    # fallback: fwdbwd flows (s on the forward op, f on the backward node)
+    missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
+    if len(missing) and len(flows):
+        fb = flows[flows["kind"] == "fwdbwd"]
+        s = fb[fb["phase"] == "s"].set_index("flow_id")
+        f = fb[fb["phase"] == "f"]
+        if len(s) and len(f):
+            key = pd.MultiIndex.from_arrays([ops["process"], ops["thread"], ops["start_ns"]])
+            op_at = pd.Series(ops["op_idx"].to_numpy(), index=key)
+            op_at = op_at[~op_at.index.duplicated(keep="last")]
+            fk = pd.MultiIndex.from_arrays([f["process"], f["thread"], f["ts_ns"]])
+            bwd_op = op_at.reindex(fk).to_numpy()
+            s = s[~s.index.duplicated()]
+            src = s.reindex(f["flow_id"].to_numpy())
+            sk = pd.MultiIndex.from_arrays([src["process"], src["thread"], src["ts_ns"]])
+            fwd_op = op_at.reindex(sk).to_numpy()
+            pairs = pd.DataFrame({"b": bwd_op, "f": fwd_op}).dropna().astype("int64")
+            if len(pairs):
+                bn = ops_all["bwd_node"].to_numpy()[pairs["b"].to_numpy()]
+                pairs["node"] = np.where(bn >= 0, bn, pairs["b"])
+                pm = pairs.drop_duplicates("node").set_index("node")["f"]
+                hit = pm.reindex(missing).dropna().astype("int64")
+                fwd_of_node.loc[hit.index] = hit.to_numpy()
+    # AccumulateGrad nodes have no forward op by design (they add into .grad)
+    accum = np.array(["AccumulateGrad" in str(x) for x in ops_all.loc[fwd_of_node.index, "name"]],
+                     dtype=bool)
+    unlinked = int(((fwd_of_node < 0).to_numpy() & ~accum).sum())
+    if unlinked:
+        diags.add("backward-unlinked", "backward nodes whose forward op was not found (no "
+                  "Sequence number or fwdbwd flow in the window): no module path for their "
+                  "kernels", severity="info", source=f"rank {rank}", count=unlinked)
+    node_of_op = ops_all.loc[ops.index, "bwd_node"].to_numpy()
+    fwd = np.where(node_of_op >= 0, fwd_of_node.reindex(node_of_op).fillna(-1).astype("int64").to_numpy(), -1)
+    ops_all.loc[ops.index, "fwd_op"] = fwd
+
+
+def _gpu_annotation(g: pd.DataFrame, gann: pd.DataFrame) -> np.ndarray:
+    """Innermost GPU-projected annotation containing each activity's start, per device."""
+    out = np.full(len(g), None, dtype=object)
+    gann = gann[~gann["name"].astype(str).str.startswith("ProfilerStep#")]
+    if not len(gann):
+        return out
+    for dev, grp in gann.groupby("device", dropna=False):
+        nest = Nesting.build(grp["start_ns"].to_numpy(np.int64),
+                             (grp["start_ns"] + grp["dur_ns"]).to_numpy(np.int64))
+        sel = np.flatnonzero((g["device"] == dev).to_numpy())
+        if not len(sel):
+            continue
+        pos = nest.enclosing(g["start_ns"].to_numpy(np.int64)[sel])
+        ok = pos >= 0
+        out[sel[ok]] = grp["name"].to_numpy()[pos[ok]]
+    return out
+
+
+def _steps(rank: int, g: pd.DataFrame, rng: pd.DataFrame, launch_t: np.ndarray,
+           has_launch: np.ndarray, ops: pd.DataFrame, rt: pd.DataFrame,
+           diags: DiagnosticLog) -> tuple[list[StepWindow], np.ndarray, bool]:
+    st = rng[rng["kind"] == "step"].sort_values("start_ns")
+    st = st.drop_duplicates("step", keep="first")
+    n = len(g)
+    if not len(st):
+        # one window: the GPU span (first to last GPU activity), as HTA and TraceLens measure
+        # it; a trace without GPU work falls back to its CPU span
+        if n:
+            starts, ends = [int(g["start_ns"].min())], [int(g["end_ns"].max())]
+        else:
+            starts = [int(x) for x in (ops["start_ns"].min() if len(ops) else None,
+                                       rt["start_ns"].min() if len(rt) else None)
+                      if x is not None and not pd.isna(x)]
+            ends = [int(x) for x in ((ops["start_ns"] + ops["dur_ns"]).max() if len(ops) else None,
+                                     (rt["start_ns"] + rt["dur_ns"]).max() if len(rt) else None)
+                    if x is not None and not pd.isna(x)]
+        if not starts:
+            return [], np.full(n, None, dtype=object), False
+        w = StepWindow(rank, None, int(min(starts)), int(max(ends)), int(min(starts)), int(max(ends)))
+        diags.add("no-step-markers", "no ProfilerStep markers: the whole trace is analysed as one "
+                  "window (step-time metrics need prof.step() in the training loop)",
+                  severity="info", source=f"rank {rank}",
+                  hint="record with a torch.profiler schedule and call prof.step() every iteration")
+        return [w], np.full(n, None, dtype=object), False
+    hs = st["start_ns"].to_numpy(np.int64)
+    he = hs + st["dur_ns"].to_numpy(np.int64)
+    nums = st["step"].to_numpy()
+    # host step of each launch: the step whose host window holds the launch
+    k = np.searchsorted(hs, launch_t, side="right") - 1
+    in_host = has_launch & (k >= 0) & (launch_t < he[np.clip(k, 0, None)])
+    step_i = np.where(in_host, k, -1)
+    # GPU-aware windows: end = max(host end, last activity launched in the step)
+    ends = g["end_ns"].to_numpy(np.int64)
+    gpu_end = np.full(len(st), np.iinfo(np.int64).min)
+    if in_host.any():
+        np.maximum.at(gpu_end, step_i[in_host], ends[in_host])
+    windows = []
+    prev_end = None
+    for i in range(len(st)):
+        start = int(hs[i]) if prev_end is None else max(int(hs[i]), prev_end)
+        end = max(int(he[i]), int(gpu_end[i]))
+        windows.append(StepWindow(rank, int(nums[i]), int(hs[i]), int(he[i]), start, end))
+        prev_end = end
+    # activities without a launch: the GPU-aware window holding their start
+    ws = np.array([w.start_ns for w in windows])
+    we = np.array([w.end_ns for w in windows])
+    no = ~in_host
+    if no.any():
+        starts = g["start_ns"].to_numpy(np.int64)
+        k2 = np.searchsorted(ws, starts, side="right") - 1
+        ok = no & (k2 >= 0) & (starts < we[np.clip(k2, 0, None)])
+        step_i = np.where(ok, k2, step_i)
+    step_of = take(nums, step_i, None).astype(object)
+    return windows, step_of, True

@@ -1,0 +1,177 @@
+"""Rollups of attributed GPU time: by kernel, operator, layer (module path), annotation, step.
+
+Every rollup of device time keeps the bracketed buckets (``[unattributed]``, ``[no module]``,
+``[no annotation]``), so its rows always add up to the total GPU time of the rank(s).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+
+from .attribution import UNATTRIBUTED, Attribution
+from .breakdown import Breakdown
+
+NO_MODULE = "[no module]"
+NO_ANNOTATION = "[no annotation]"
+
+
+def _share(df: pd.DataFrame, col: str, total: float) -> pd.Series:
+    return df[col] / total * 100.0 if total else df[col] * 0.0
+
+
+def by_kernel(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
+    g = _sel(attr, rank)
+    if not len(g):
+        return pd.DataFrame(columns=["name", "kind", "cls", "calls", "total_ns", "mean_ns",
+                                     "min_ns", "max_ns", "share_pct", "top_op"])
+    agg = g.groupby(["name", "kind"], observed=True, sort=False).agg(
+        cls=("cls", "first"), calls=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
+        mean_ns=("dur_ns", "mean"), min_ns=("dur_ns", "min"), max_ns=("dur_ns", "max")).reset_index()
+    top_op = (g.groupby(["name", "kind", "op"], observed=True)["dur_ns"].sum().reset_index()
+              .sort_values("dur_ns", ascending=False).drop_duplicates(["name", "kind"])
+              .set_index(["name", "kind"])["op"])
+    agg["top_op"] = top_op.reindex(pd.MultiIndex.from_frame(agg[["name", "kind"]])).to_numpy()
+    agg["share_pct"] = _share(agg, "total_ns", float(g["dur_ns"].sum()))
+    return agg.sort_values(["total_ns", "name"], ascending=[False, True]).reset_index(drop=True)
+
+
+def by_op(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
+    """Per operator name: device self time (kernels it launched directly), device total time
+    (kernels of it and its callees, each kernel counted once per name), host time and calls,
+    and the input shapes that took most device time."""
+    g = _sel(attr, rank)
+    ops = attr.ops if rank is None else attr.ops[attr.ops["rank"] == rank]
+    total = float(g["dur_ns"].sum())
+    self_t = g.groupby("op", observed=True).agg(device_self_ns=("dur_ns", "sum"),
+                                                kernels=("dur_ns", "size"))
+    kern_ns = g[g["kind"] == "kernel"].groupby("op", observed=True)["dur_ns"].sum()
+    self_t["kernel_ns"] = kern_ns.reindex(self_t.index).fillna(0).astype("int64")
+    # inclusive device time: kernel -> every ancestor op, each name once per kernel
+    parent = attr.ops["parent"].to_numpy()
+    names = attr.ops["name"].to_numpy()
+    pairs_k, pairs_a = [], []
+    cur = g["op_idx"].to_numpy().copy()
+    k = np.arange(len(g))
+    for _ in range(512):
+        ok = cur >= 0
+        if not ok.any():
+            break
+        pairs_k.append(k[ok])
+        pairs_a.append(cur[ok])
+        k, cur = k[ok], parent[cur[ok]]
+    if pairs_k:
+        pk = np.concatenate(pairs_k)
+        pa_ = np.concatenate(pairs_a)
+        inc = pd.DataFrame({"k": pk, "name": names[pa_]}).drop_duplicates()
+        inc["dur"] = g["dur_ns"].to_numpy()[inc["k"].to_numpy()]
+        total_t = inc.groupby("name")["dur"].sum()
+    else:
+        total_t = pd.Series(dtype="int64")
+    host = ops.groupby("name").agg(calls=("dur_ns", "size"), host_ns=("dur_ns", "sum"))
+    idx = self_t.index.union(total_t.index)
+    out = pd.DataFrame(index=idx)
+    out["device_self_ns"] = self_t["device_self_ns"].reindex(idx).fillna(0).astype("int64")
+    out["kernel_ns"] = self_t["kernel_ns"].reindex(idx).fillna(0).astype("int64")
+    out["kernels"] = self_t["kernels"].reindex(idx).fillna(0).astype("int64")
+    out["device_total_ns"] = total_t.reindex(idx).fillna(0).astype("int64")
+    out.loc[out["device_total_ns"] == 0, "device_total_ns"] = out["device_self_ns"]
+    out["calls"] = host["calls"].reindex(idx).fillna(0).astype("int64")
+    out["host_ns"] = host["host_ns"].reindex(idx).fillna(0).astype("int64")
+    out["share_pct"] = _share(out, "device_self_ns", total)
+    out = out.reset_index().rename(columns={"index": "name"})
+    # input shapes: the most device time per (leaf op, dims)
+    dims = _top_dims(g, attr)
+    out["input_dims"] = out["name"].map(dims)
+    return out.sort_values(["device_self_ns", "device_total_ns", "name"],
+                           ascending=[False, False, True]).reset_index(drop=True)
+
+
+def _top_dims(g: pd.DataFrame, attr: Attribution) -> dict[str, str]:
+    has = g["op_idx"].to_numpy() >= 0
+    if not has.any():
+        return {}
+    dims = attr.ops["input_dims"].to_numpy()[g["op_idx"].to_numpy()[has]]
+    df = pd.DataFrame({"op": g["op"].to_numpy()[has], "dims": dims, "dur": g["dur_ns"].to_numpy()[has]})
+    df = df[df["dims"].notna()]
+    if not len(df):
+        return {}
+    best = df.groupby(["op", "dims"])["dur"].sum().reset_index().sort_values("dur", ascending=False)
+    return dict(best.drop_duplicates("op")[["op", "dims"]].itertuples(index=False, name=None))
+
+
+def by_layer(attr: Attribution, rank: int | None = None, *, inclusive: bool = False) -> pd.DataFrame:
+    """Device time per module path, split forward / backward / optimizer / other.
+
+    ``inclusive=False``: each kernel counts for its innermost module only (rows add up to the
+    total); ``inclusive=True``: a module also gets its sub-modules' time.
+    """
+    g = _sel(attr, rank)
+    total = float(g["dur_ns"].sum())
+    mod = g["module"].where(g["module"].notna(), NO_MODULE)
+    df = pd.DataFrame({"module": mod.to_numpy(), "phase": g["phase"].astype(str).to_numpy(),
+                       "dur": g["dur_ns"].to_numpy()})
+    if inclusive:
+        rows = []
+        for path, grp in df.groupby("module"):
+            parts = str(path).split("/") if path != NO_MODULE else [NO_MODULE]
+            for i in range(1, len(parts) + 1):
+                rows.append(grp.assign(module="/".join(parts[:i])))
+        df = pd.concat(rows, ignore_index=True) if rows else df
+    piv = df.pivot_table(index="module", columns="phase", values="dur", aggfunc="sum", fill_value=0)
+    for p in ("forward", "backward", "optimizer", "unknown"):
+        if p not in piv.columns:
+            piv[p] = 0
+    out = pd.DataFrame({
+        "module": piv.index,
+        "forward_ns": piv["forward"].to_numpy(np.int64),
+        "backward_ns": piv["backward"].to_numpy(np.int64),
+        "other_ns": (piv["optimizer"] + piv["unknown"]).to_numpy(np.int64),
+    })
+    out["total_ns"] = out["forward_ns"] + out["backward_ns"] + out["other_ns"]
+    out["kernels"] = df.groupby("module").size().reindex(out["module"]).to_numpy()
+    out["share_pct"] = _share(out, "total_ns", total)
+    out["depth"] = out["module"].map(lambda m: 0 if m == NO_MODULE else str(m).count("/"))
+    return out.sort_values(["total_ns", "module"], ascending=[False, True]).reset_index(drop=True)
+
+
+def by_annotation(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
+    g = _sel(attr, rank)
+    total = float(g["dur_ns"].sum())
+    ann = g["annotation"].where(g["annotation"].notna(), NO_ANNOTATION)
+    out = pd.DataFrame({"annotation": ann.to_numpy(), "dur": g["dur_ns"].to_numpy()}).groupby(
+        "annotation").agg(device_ns=("dur", "sum"), kernels=("dur", "size")).reset_index()
+    out["share_pct"] = _share(out, "device_ns", total)
+    return out.sort_values(["device_ns", "annotation"], ascending=[False, True]).reset_index(drop=True)
+
+
+def by_step(bd: Breakdown, rank: int | None = None) -> pd.DataFrame:
+    df = bd.step_frame()
+    if rank is not None and len(df):
+        df = df[df["rank"] == rank]
+    return df.drop(columns=["by_class_ns"], errors="ignore").reset_index(drop=True)
+
+
+def _sel(attr: Attribution, rank: int | None) -> pd.DataFrame:
+    g = attr.gpu
+    return g if rank is None else g[g["rank"] == rank]
+
+
+def shapes_text(dims: str | None, limit: int = 60) -> str:
+    if not dims:
+        return ""
+    try:
+        val = json.loads(dims)
+        text = "; ".join("x".join(str(d) for d in x) if isinstance(x, list) and x and
+                         all(isinstance(d, int) for d in x) else json.dumps(x) for x in val
+                         if x not in ([], "", None))
+    except ValueError:
+        text = dims
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def top_counter(values: list[str], n: int = 3) -> list[tuple[str, int]]:
+    return Counter(values).most_common(n)
