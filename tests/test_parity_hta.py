@@ -20,7 +20,7 @@ import pytest
 
 from conftest import REFERENCE, TRACES, requires_corpus
 from traceinsight.analysis.hta_compat import hta_breakdown
-from traceinsight.ingest import ingest
+from traceinsight.ingest import load
 
 REF_FILES = sorted((REFERENCE / "hta").glob("*.json")) if (REFERENCE / "hta").is_dir() else []
 
@@ -50,7 +50,7 @@ EMULATION_TOL = {"mtia_inference_trace.json": 0.05, "mtia_trace_single_rank.json
 
 def _ref_store(ref: dict, tmp: Path):
     paths = [TRACES / p["path"] for p in ref["trace_files"]]
-    return ingest(paths, tmp / "s.tistore", quiet=True)
+    return load(paths, quiet=True)  # cached by content across tests
 
 
 @requires_corpus

@@ -161,7 +161,7 @@ def _sel(attr: Attribution, rank: int | None) -> pd.DataFrame:
 
 
 def shapes_text(dims: str | None, limit: int = 60) -> str:
-    if not dims:
+    if not isinstance(dims, str) or not dims:
         return ""
     try:
         val = json.loads(dims)
