@@ -191,5 +191,160 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
         click.echo(render_top(an, by, top_n, rank))
 
 
+SEVERITY_CHOICES = ["high", "medium", "low", "info", "never"]
+
+
+def _rule_options(f):
+    f = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
+                     help="Extra folder of rule YAML files (same id replaces a shipped rule). "
+                          "Repeatable.")(f)
+    f = click.option("--set", "overrides", multiple=True, metavar="RULE.THRESHOLD=VALUE",
+                     help="Override a rule threshold, e.g. --set comm-bound.min_exposed_comm_pct=20. "
+                          "Repeatable.")(f)
+    return f
+
+
+@main.command(context_settings=CONTEXT)
+@_INPUTS
+@click.option("--json", "json_out", type=click.Path(path_type=Path, allow_dash=True),
+              help="Write the result as JSON to FILE ('-' prints it instead of the terminal view).")
+@click.option("--markdown", "md_out", type=click.Path(path_type=Path),
+              help="Write a Markdown summary for a ticket body.")
+@click.option("--html", "html_out", type=click.Path(path_type=Path),
+              help="Write the self-contained HTML report.")
+@click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), default="never", show_default=True,
+              help="Exit 1 when a finding has this severity or higher (for CI).")
+@_rule_options
+@click.option("--device", help="Device to use for the roofline (a key from `traceinsight devices`).")
+@click.option("--peak-tflops", type=float, help="Dense bf16/fp16 peak in TFLOP/s (unknown GPUs).")
+@click.option("--peak-bw", type=float, help="Memory bandwidth in GB/s (unknown GPUs).")
+@click.option("--params", type=float, help="Model parameters, for the 6·N·tokens MFU estimate.")
+@click.option("--tokens-per-step", type=float, help="Tokens per step over all ranks (MFU estimate).")
+@click.option("--mode", type=click.Choice(["train", "infer"]), default=None,
+              help="6·N (train) or 2·N (infer) FLOPs per token; default: train if backward kernels exist.")
+@click.option("-v", "--verbose", is_flag=True, help="All evidence tables and recommendations.")
+@click.option("--color/--no-color", default=None, help="Colour the terminal output (default: on a TTY).")
+@click.pass_context
+def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None,
+             md_out: Path | None, html_out: Path | None, fail_on: str,
+             rules_dirs: tuple[Path, ...], overrides: tuple[str, ...], device: str | None,
+             peak_tflops: float | None, peak_bw: float | None, params: float | None,
+             tokens_per_step: float | None, mode: str | None, verbose: bool,
+             color: bool | None) -> None:
+    """Why was this run slow? Findings with evidence and advice, ordered by impact.
+
+    INPUTS is a trace file, the per-rank files of one run, a folder of them, or a store.
+
+    \b
+    Exit codes: 0 done; 1 a finding reached --fail-on; 2 bad input or options.
+    \b
+    Examples:
+      traceinsight diagnose trace.json.gz
+      traceinsight diagnose traces/ --html report.html --markdown ticket.md
+      traceinsight diagnose run.tistore --json result.json --fail-on high
+      traceinsight diagnose trace.json.gz --set launch-bound.min_idle_launch_pct=25
+    """
+    from .diagnose import diagnose as run_diagnose
+    from .ingest import load
+    from .metrics.options import RooflineOptions
+    from .render.terminal import render
+
+    store = load(list(inputs), quiet=ctx.obj["quiet"])
+    opts = RooflineOptions(device=device, peak_tflops=peak_tflops, peak_bw_gbs=peak_bw,
+                           params=params, tokens_per_step=tokens_per_step, mode=mode)
+    result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
+                          command=["traceinsight", *sys.argv[1:]] if sys.argv else [])
+    outputs = {}
+    if json_out is not None and str(json_out) != "-":
+        outputs[json_out] = result.to_json()
+    if md_out is not None:
+        from .render.markdown import render_markdown
+
+        outputs[md_out] = render_markdown(result)
+    if html_out is not None:
+        from .render.html import render_html
+
+        outputs[html_out] = render_html(result)
+    for path, text in outputs.items():
+        write_atomic(path, text)
+    if json_out is not None and str(json_out) == "-":
+        click.echo(result.to_json())
+    else:
+        use_color = sys.stdout.isatty() if color is None else color
+        click.echo(render(result, color=use_color, verbose=verbose), nl=False)
+        for path in outputs:
+            click.echo(f"wrote {path}", err=True)
+    _exit_on(ctx, result, fail_on)
+
+
+def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
+    if fail_on == "never":
+        return
+    from .engine import SEVERITY_RANK
+
+    limit = SEVERITY_RANK[fail_on]
+    hit = [f for f in result.findings if SEVERITY_RANK.get(f.severity, 9) <= limit]
+    if hit:
+        click.echo(f"traceinsight: {len(hit)} finding(s) at or above {fail_on}: "
+                   + ", ".join(f.rule for f in hit), err=True)
+        ctx.exit(1)
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--explain", "explain_id", metavar="ID", help="Show one rule: what, why, thresholds.")
+@click.option("--metrics", "list_metrics", is_flag=True, help="List the metrics rules can use.")
+@_rule_options
+def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ...],
+          overrides: tuple[str, ...]) -> None:
+    """List the diagnosis rules, or explain one with its thresholds.
+
+    Rules are YAML files (the shipped ones live in the package's rules/ folder); add or replace
+    rules with --rules DIR and change thresholds with --set RULE.THRESHOLD=VALUE.
+    """
+    from . import fmt
+    from .engine import explain, load_rules
+    from .errors import ConfigError
+    from .metrics import REGISTRY
+
+    if list_metrics:
+        rows = [[m.name, m.unit, m.doc] for m in sorted(REGISTRY.values(), key=lambda m: m.name)]
+        click.echo(fmt.table(rows, ["metric", "unit", "meaning"], align="lll", flex=2))
+        return
+    rs = load_rules(list(rules_dirs), list(overrides))
+    if explain_id:
+        match = [r for r in rs if r.id == explain_id]
+        if not match:
+            raise ConfigError(f"no rule {explain_id!r}", hint="one of " + ", ".join(sorted(r.id for r in rs)))
+        click.echo(explain(match[0]))
+        return
+    rows = [[r.id, r.category, r.summary] for r in sorted(rs, key=lambda r: (r.category, r.id))]
+    click.echo(fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2))
+    click.echo("\ntraceinsight rules --explain ID shows a rule's thresholds and advice.")
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
+def devices(as_json: bool) -> None:
+    """The device peak table used for the roofline and MFU (dense FLOP/s, bandwidth).
+
+    Extend or override it with a YAML file named by TRACEINSIGHT_DEVICES (same schema as the
+    shipped traceinsight/data/devices.yaml).
+    """
+    from . import devices as dev
+    from . import fmt
+
+    specs = dev.list_devices()
+    if as_json:
+        click.echo(json.dumps([{"key": s.key, "name": s.name, "vendor": s.vendor,
+                                "peak_flops": s.peak_flops, "mem_bw": s.mem_bw,
+                                "mem_bytes": s.mem_bytes} for s in specs], indent=2))
+        return
+    rows = [[s.key, s.name, fmt.fmt_rate(s.peak("bf16") or s.peak("fp16"), "FLOP/s"),
+             fmt.fmt_rate(s.peak("fp32"), "FLOP/s"), fmt.fmt_rate(s.peak("fp8"), "FLOP/s"),
+             fmt.fmt_rate(s.mem_bw, "B/s"), fmt.fmt_bytes(s.mem_bytes)] for s in specs]
+    click.echo(fmt.table(rows, ["key", "name", "bf16/fp16", "fp32", "fp8", "bandwidth", "memory"],
+                         align="llrrrrr", flex=1))
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -92,6 +92,8 @@ _COLL_DT = {"bf16": "BFloat16", "fp16": "Half", "fp32": "Float"}
 _DSIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 _CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 41,
          "cudaStreamSynchronize": 131, "cudaStreamWaitEvent": 146, "cudaEventRecord": 135}
+_CID = {"hipLaunchKernel": 107, "hipExtModuleLaunchKernel": 65, "hipMemcpyWithStream": 153,
+        "hipMemcpyAsync": 105, "hipExtLaunchKernel": 300}  # roctracer ids seen in MI300X traces
 _AMD_DROP = ("registers per thread", "shared memory", "blocks per SM", "warps per SM",
              "est. achieved occupancy %")
 
@@ -429,12 +431,12 @@ class _Rank:
 
     @contextmanager
     def op(self, name: str, *, tid: int | None = None, dims: list | None = None,
-           types: list | None = None, seq: int | None = None, **extra: Any) -> Iterator[None]:
-        """A composite op around the ops issued inside the block."""
+           types: list | None = None, seq: int | None = None, **extra: Any) -> Iterator[int]:
+        """A composite op around the ops issued inside the block; yields its start."""
         tid = self.main if tid is None else tid
         start = self.t[tid]
         self.t[tid] = start + WRAP_PRE_NS
-        yield
+        yield start
         end = self.t[tid] - OP_GAP_NS + WRAP_POST_NS
         self.t[tid] = end + OP_GAP_NS
         kw = self._shapes(dims, types)
@@ -641,8 +643,8 @@ class _Rank:
             with self.module("Embedding", inst=0):
                 seq = self._next_seq()
                 with self.op("aten::embedding", dims=[[VOCAB, H], [B, S], [], [], []],
-                             types=[dt, "long int", "Scalar", "Scalar", "Scalar"], seq=seq):
-                    start, key = self.leaf("aten::index_select",
+                             types=[dt, "long int", "Scalar", "Scalar", "Scalar"], seq=seq) as start:
+                    _, key = self.leaf("aten::index_select",
                                            [self.mem_kernel("index_select", 2 * T * H * self.ds, T * H)],
                                            dims=[[VOCAB, H], [], [B * S]], types=[dt, "Scalar", "long int"],
                                            alloc=T * H * self.ds)
@@ -750,8 +752,8 @@ class _Rank:
         with self.op("aten::scaled_dot_product_attention", dims=[qkv, qkv, qkv, [], [], [], [], []],
                      types=[dt, dt, dt, "", "Scalar", "Scalar", "Scalar", "Scalar"], seq=seq):
             with self.op(inner[0], dims=[qkv, qkv, qkv, [], [], [], []],
-                         types=[dt, dt, dt, "Scalar", "Scalar", "Scalar", "Scalar"], seq=seq):
-                start, key = self.leaf(inner[1], [kern], dims=[qkv, qkv, qkv, [], [], [], [], [], []],
+                         types=[dt, dt, dt, "Scalar", "Scalar", "Scalar", "Scalar"], seq=seq) as start:
+                _, key = self.leaf(inner[1], [kern], dims=[qkv, qkv, qkv, [], [], [], [], [], []],
                                        types=[dt, dt, dt, "", "", "Scalar", "Scalar", "Scalar", "Scalar"],
                                        alloc=T * H * self.ds)
         self.tape.append(_Node("sdpa", seq, start, {"saved": key, "flops": flops}))
@@ -1013,8 +1015,19 @@ class _Rank:
         w, b = self.w, self.b
         if w.memory:
             self._emit_memory()
-        for start, _neg, _order, fn in sorted(self.recs):
+        # Records go out in start order, so an op that ended before the current record can no
+        # longer enclose anything still to come: park it, so the builder's enclosing-op lookup
+        # stays short (it scans every op per launch), and put it back at the end.
+        ops = getattr(b, "_ops", None)
+        parked: list[Any] = []
+        for i, (start, _neg, _order, fn) in enumerate(sorted(self.recs)):
+            if isinstance(ops, list) and i % 64 == 0:
+                live = [op for op in b._ops if op.end >= start]
+                parked.extend(op for op in b._ops if op.end < start)
+                b._ops = live
             fn()
+        if isinstance(ops, list):
+            b._ops = parked + b._ops
         for fn in self.late:
             fn()
         for fwd_start, bwd_start, _seq in self.flows:
@@ -1036,8 +1049,11 @@ class _Rank:
         leak_total = w.leak_bytes_per_step * w.steps
         target_alloc = w.peak_memory_fraction * total / w.reserved_overhead
         avail = max(2 * GiB, target_alloc - leak_total)
-        baseline = 0.4 * avail
-        scale = 0.6 * avail / peak if peak else 0.0
+        # true tensor sizes unless activations would exceed 60% of the budget; the rest is
+        # persistent state (weights, grads, optimizer state, caches)
+        act = min(peak, 0.6 * avail)
+        baseline = avail - act
+        scale = act / peak if peak else 0.0
         sizes = {k: (v if k in self.mem_leak else max(512, round(v * scale / 512) * 512))
                  for k, v in self.mem_size.items()}
         alloc = round(baseline / 512) * 512
@@ -1078,7 +1094,8 @@ class _Rank:
             elif cat == "cuda_runtime":
                 args = ev["args"]
                 if self.amd:
-                    args["cid"] = args.pop("cbid")
+                    args.pop("cbid", None)
+                    args["cid"] = _CID.get(ev["name"], 0)
                     k = kernels_by_corr.get(args["correlation"])
                     if k is not None and k["cat"] == "kernel":
                         args["kernel"] = k["name"]

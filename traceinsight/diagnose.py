@@ -1,0 +1,271 @@
+"""``diagnose``: store -> analysis -> metrics -> rules -> :class:`DiagnosisResult`.
+
+The library entry point behind the CLI; nothing here prints or writes files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import __version__, fmt
+from .analysis import Analysis
+from .analysis.rollups import NO_MODULE
+from .engine import SEVERITY_RANK, evaluate, load_rules
+from .metrics import REGISTRY, compute_metrics
+from .metrics.options import RooflineOptions
+from .result import DiagnosisResult, Finding, clean
+from .store import TraceStore
+
+MAX_ROWS = 500
+TIMELINE_MAX_ITEMS = 6000
+
+
+def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
+             rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
+             command: Sequence[str] | None = None) -> DiagnosisResult:
+    rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
+    an = Analysis(store)
+    ms = compute_metrics(an, options)
+    ev = evaluate(rules, ms, an)
+    findings = [Finding(**f.to_dict()) for f in ev.findings]
+    diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
+    dev = ms.evidence.get("device") or {}
+    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):
+        diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
+                      "message": dev["message"], "severity": "warning",
+                      "hint": "pass --device NAME (traceinsight devices lists them) or "
+                              "--peak-tflops/--peak-bw"})
+    for err in ms.evidence.get("metric_errors", []):
+        diags.append({"code": "metric-error", "severity": "error",
+                      "message": f"metrics '{err['group']}' failed: {err['error']}"})
+    summary = _summary(an, ms)
+    result = DiagnosisResult(
+        tool={"name": "traceinsight", "version": __version__},
+        command=list(command or []),
+        trace=_trace_info(store, an, dev),
+        headline=headline(findings, ms.values, an),
+        findings=findings,
+        rules=[s.to_dict() for s in ev.statuses],
+        rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
+        summary=summary,
+        metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
+                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()}},
+        breakdown=_breakdown(an),
+        rollups=_rollups(an),
+        roofline=ms.evidence.get("roofline"),
+        memory=_memory(ms),
+        timeline=_timeline(an),
+        diagnostics=diags,
+        extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
+               "collectives": ms.evidence.get("collectives", []),
+               "coverage": an.attribution.coverage(),
+               "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
+                           if v is not None}},
+    )
+    return DiagnosisResult.from_dict(clean(result.to_dict()))
+
+
+# --- headline -------------------------------------------------------------------------------
+
+def headline(findings: list[Finding], m: dict[str, Any], an: Analysis) -> str:
+    """What bounds this run, in one sentence."""
+    if not m.get("has_gpu"):
+        return ("No GPU activity in this trace: only CPU events were recorded (a CPU run, or "
+                "the profiler ran without ProfilerActivity.CUDA); GPU rules were not evaluated.")
+    major = [f for f in findings if SEVERITY_RANK[f.severity] <= SEVERITY_RANK["medium"]]
+    busy = m.get("gpu_busy_pct")
+    ctx = f"GPU busy {fmt.fmt_pct(busy, 0)} of step time" if busy is not None else ""
+    if major:
+        top = major[0]
+        text = top.headline or f"{top.rule}: {top.title.lower()}"
+        more = [f.rule for f in major[1:3]]
+        tail = f"; also {', '.join(more)}" if more else ""
+        return f"This run is {text} ({ctx}){tail}."
+    gemm = m.get("gemm_time_pct")
+    shape = (f"; {fmt.fmt_pct(gemm, 0)} of kernel time in GEMM/attention/convolution"
+             if gemm is not None else "")
+    minor = [f.rule for f in findings if f.severity == "low"]
+    extra = f" Minor: {', '.join(minor)}." if minor else ""
+    return f"No major bottleneck found: {ctx}{shape}.{extra}"
+
+
+# --- result sections ------------------------------------------------------------------------
+
+def _trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
+    ranks = store.ranks
+    devices = sorted({d.get("name") for r in ranks for d in r.get("devices", []) if d.get("name")})
+    flags: dict[str, Any] = {}
+    for r in ranks:
+        for k, v in (r.get("capture_flags") or {}).items():
+            if v is not None:
+                flags[k] = bool(flags.get(k)) or bool(v)
+    return {
+        "sources": [{"name": s["name"], "sha256": s["sha256"], "rank": s["rank"]}
+                    for s in store.meta.get("sources", [])],
+        "format": "kineto",
+        "ranks": [r["rank"] for r in ranks],
+        "world_size": max([r.get("distributed", {}).get("world_size") or 0 for r in ranks] or [0]) or len(ranks),
+        "backend": next((r.get("distributed", {}).get("backend") for r in ranks
+                         if r.get("distributed", {}).get("backend")), None),
+        "devices": devices,
+        "device": dev.get("resolved"),
+        "vendor": ranks[0].get("vendor") if ranks else None,
+        "capture_flags": flags,
+        "versions": ranks[0].get("versions", {}) if ranks else {},
+        "span_ns": max((r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")), default=None),
+        "has_step_markers": all(an.attribution.has_step_markers.values()) if an.attribution.has_step_markers else False,
+    }
+
+
+def _q(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    a = np.array(values, dtype=np.float64)
+    return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+
+
+def _summary(an: Analysis, ms) -> dict[str, Any]:
+    g = an.attribution.gpu
+    out = []
+    for r in an.store.ranks:
+        rank = r["rank"]
+        gr = g[g["rank"] == rank]
+        kern = gr[gr["kind"] == "kernel"]
+        w = an.breakdown.ranks.get(rank)
+        steps = [s for s in an.breakdown.steps if s.rank == rank and s.step is not None]
+        pr = ms.per_rank.get(rank, {})
+        cov = an.attribution.coverage(rank)
+        out.append({
+            "rank": rank,
+            "device": next((d.get("name") for d in r.get("devices", []) if d.get("name")), None),
+            "kernel_time_ns": int(kern["dur_ns"].sum()),
+            "comm_kernel_time_ns": int(kern.loc[kern["cls"] == "communication", "dur_ns"].sum()),
+            "memcpy_time_ns": int(gr.loc[gr["kind"] == "memcpy", "dur_ns"].sum()),
+            "memset_time_ns": int(gr.loc[gr["kind"] == "memset", "dur_ns"].sum()),
+            "kernels": int(len(kern)),
+            "window_ns": int(w.wall_ns) if w else None,
+            "gpu_busy_ns": int(w.busy_ns) if w else None,
+            "gpu_idle_ns": int(w.idle_ns) if w else None,
+            "compute_ns": int(w.compute_ns) if w else None,
+            "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
+            "steps": len(steps),
+            "step_time_ns": _q([s.wall_ns for s in steps]),
+            "peak_allocated_bytes": pr.get("peak_allocated_bytes"),
+            "peak_reserved_bytes": pr.get("peak_reserved_bytes"),
+            "attributed_pct": cov["coverage_pct"],
+            "op_attributed_pct": _op_cov(g, rank),
+        })
+    return {"ranks": out}
+
+
+def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
+    k = g[(g["rank"] == rank) & (g["kind"] == "kernel")]
+    tot = float(k["dur_ns"].sum())
+    if not tot:
+        return None
+    real = k["op"].astype(str).map(lambda s: not s.startswith("["))
+    return 100.0 * float(k.loc[real, "dur_ns"].sum()) / tot
+
+
+def _breakdown(an: Analysis) -> dict[str, Any]:
+    def row(w) -> dict[str, Any]:
+        d = w.to_dict()
+        d.pop("by_class_ns", None)
+        return d
+
+    return {
+        "ranks": [{**row(w), "by_class_ns": w.by_class_ns} for _, w in sorted(an.breakdown.ranks.items())],
+        "steps": [row(w) for w in an.breakdown.steps],
+        "definition": "compute + comm_exposed + memcpy_exposed + memset_exposed + idle = wall "
+                      "(unions over the rank's streams inside GPU-aware step windows)",
+    }
+
+
+def _df_records(df: pd.DataFrame, cols: list[str], n: int = MAX_ROWS) -> list[dict[str, Any]]:
+    df = df[cols]
+    rows = df.head(n).to_dict("records")
+    if len(df) > n:
+        rest = df.iloc[n:]
+        other = {c: None for c in cols}
+        other[cols[0]] = f"[{len(rest):,} more]"
+        for c in cols[1:]:
+            if pd.api.types.is_numeric_dtype(rest[c]) and not c.endswith("_pct"):
+                other[c] = rest[c].sum()
+            elif c == "share_pct":
+                other[c] = rest[c].sum()
+        rows.append(other)
+    return rows
+
+
+def _rollups(an: Analysis) -> dict[str, Any]:
+    n_steps = max(1, len([w for w in an.attribution.steps]))
+    k = an.rollup("kernel")
+    ops = an.rollup("op")
+    layers = an.rollup("layer")
+    ann = an.rollup("annotation")
+    g = an.attribution.gpu
+    classes = (g.assign(cls=g["cls"].astype(str)).groupby("cls")["dur_ns"].agg(["sum", "size"])
+               .reset_index().sort_values("sum", ascending=False))
+    total = float(g["dur_ns"].sum()) or 1.0
+    return {
+        "windows": n_steps,
+        "kernels": _df_records(k, ["name", "kind", "cls", "calls", "total_ns", "mean_ns", "min_ns",
+                                   "max_ns", "share_pct", "top_op"]),
+        "ops": _df_records(ops, ["name", "calls", "device_self_ns", "device_total_ns", "kernel_ns",
+                                 "host_ns", "share_pct", "input_dims"]),
+        "layers": _df_records(layers, ["module", "forward_ns", "backward_ns", "other_ns", "total_ns",
+                                       "kernels", "share_pct", "depth"], n=2000),
+        "annotations": _df_records(ann, ["annotation", "device_ns", "kernels", "share_pct"], n=200),
+        "classes": [{"cls": r.cls, "total_ns": int(r.sum), "kernels": int(r.size),
+                     "share_pct": 100.0 * r.sum / total} for r in classes.itertuples()],
+        "has_modules": bool((layers["module"] != NO_MODULE).any()) if len(layers) else False,
+    }
+
+
+def _memory(ms) -> dict[str, Any] | None:
+    tl = ms.evidence.get("memory_timeline")
+    if not tl:
+        return None
+    return {"timeline": tl, "peak": ms.evidence.get("memory_peak"),
+            "growth": ms.evidence.get("memory_growth"),
+            "top_allocators": ms.evidence.get("memory_top_allocators", [])}
+
+
+def _timeline(an: Analysis) -> dict[str, Any] | None:
+    """Kernels of one representative step (median length) of the first rank, by stream."""
+    steps = an.breakdown.steps
+    if not steps:
+        return None
+    rank = min(w.rank for w in steps)
+    ws = sorted((w for w in steps if w.rank == rank), key=lambda w: w.wall_ns)
+    w = ws[len(ws) // 2]
+    g = an.attribution.gpu
+    g = g[(g["rank"] == rank) & (g["end_ns"] > w.start_ns) & (g["start_ns"] < w.end_ns)]
+    span = max(1, w.end_ns - w.start_ns)
+    lanes = []
+    names: dict[str, int] = {}
+    min_len = span // 3000  # merge runs closer than 1/3000 of the window when there are many
+    for (dev, stream), d in g.sort_values("start_ns").groupby(["device", "stream"], dropna=False):
+        s = np.clip(d["start_ns"].to_numpy(np.int64), w.start_ns, w.end_ns) - w.start_ns
+        e = np.clip(d["end_ns"].to_numpy(np.int64), w.start_ns, w.end_ns) - w.start_ns
+        cls = d["cls"].astype(str).to_numpy()
+        nm = d["name"].astype(str).to_numpy()
+        items = []
+        for i in range(len(s)):
+            if (items and len(s) > TIMELINE_MAX_ITEMS // max(1, g["stream"].nunique())
+                    and items[-1][2] == cls[i] and s[i] - (items[-1][0] + items[-1][1]) <= min_len):
+                items[-1][1] = int(e[i] - items[-1][0])
+                items[-1][4] += 1
+                continue
+            idx = names.setdefault(nm[i], len(names))
+            items.append([int(s[i]), int(e[i] - s[i]), cls[i], idx, 1])
+        lanes.append({"device": None if pd.isna(dev) else int(dev),
+                      "stream": None if pd.isna(stream) else int(stream), "items": items})
+    return {"rank": rank, "step": w.step, "start_ns": int(w.start_ns), "span_ns": int(span),
+            "names": [n for n, _ in sorted(names.items(), key=lambda kv: kv[1])], "lanes": lanes,
+            "item_format": ["start_ns", "dur_ns", "cls", "name_index", "merged_count"]}

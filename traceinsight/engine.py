@@ -1,0 +1,406 @@
+"""The rules engine: declarative rules (``rules/*.yaml``) evaluated over a :class:`MetricSet`.
+
+A rule names metrics, compares them with named thresholds (no ``eval``: comparisons are
+structured), picks a severity from a ladder, estimates the share of step time it could
+recover, formats its message from the measured values, and attaches evidence. Rule files are
+validated on load: unknown keys, undeclared metrics, thresholds without help or unit, message
+fields that do not exist are errors naming the file. A rule whose metrics are missing is not
+evaluated and says which capture option would enable it; a rule that crashes is recorded and
+the others still run.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+import string
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from . import fmt
+from .errors import ConfigError
+from .metrics import REGISTRY, MetricSet
+from .resources import data_dir
+
+SEVERITIES = ("high", "medium", "low", "info")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+CATEGORIES = ("compute", "memory", "comm", "host", "input", "precision", "jitter", "data", "gpu")
+OPS: dict[str, Callable[[float, float], bool]] = {
+    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
+    "==": operator.eq, "!=": operator.ne,
+}
+RULE_KEYS = {"id", "title", "category", "summary", "applies_if", "fires_if", "severity",
+             "thresholds", "impact", "value", "message", "headline", "evidence",
+             "recommendations", "doc"}
+REQUIRED = {"id", "title", "category", "fires_if", "thresholds", "message", "recommendations", "doc"}
+_ID_RE = re.compile(r"^[a-z][a-z0-9-]*$")
+
+
+@dataclass(frozen=True)
+class Condition:
+    metric: str
+    op: str
+    threshold: str | None = None
+    value: float | None = None
+
+    def limit(self, thresholds: dict[str, float]) -> float:
+        return thresholds[self.threshold] if self.threshold else float(self.value)  # type: ignore[arg-type]
+
+    def holds(self, values: dict[str, float | None], thresholds: dict[str, float]) -> bool:
+        v = values.get(self.metric)
+        return v is not None and OPS[self.op](v, self.limit(thresholds))
+
+    def text(self, thresholds: dict[str, float]) -> str:
+        return f"{self.metric} {self.op} {format_value(self.metric, self.limit(thresholds))}"
+
+
+@dataclass(frozen=True)
+class Threshold:
+    name: str
+    default: float
+    unit: str
+    help: str
+
+
+@dataclass
+class Rule:
+    id: str
+    title: str
+    category: str
+    summary: str
+    applies_if: list[Condition]
+    fires_if: list[Condition]
+    severity: list[tuple[str, list[Condition]]]
+    thresholds: dict[str, Threshold]
+    impact: dict[str, Any] | None
+    value: str | None
+    message: str
+    headline: str | None
+    evidence: list[Any]
+    recommendations: list[str]
+    doc: dict[str, str]
+    source: str
+    overrides: dict[str, float] = field(default_factory=dict)
+
+    def threshold_values(self) -> dict[str, float]:
+        return {k: self.overrides.get(k, t.default) for k, t in self.thresholds.items()}
+
+    def metrics(self) -> list[str]:
+        names = [c.metric for c in self.applies_if + self.fires_if]
+        for _, conds in self.severity:
+            names += [c.metric for c in conds]
+        if self.impact:
+            names.append(self.impact["metric"])
+        return list(dict.fromkeys(names))
+
+
+# --- loading --------------------------------------------------------------------------------
+
+def _cond(raw: Any, where: str, thresholds: dict[str, Any]) -> Condition:
+    if not isinstance(raw, dict) or set(raw) - {"metric", "op", "threshold", "value"}:
+        raise ConfigError(f"{where}: a condition is {{metric, op, threshold | value}}, got {raw!r}")
+    m, op = raw.get("metric"), raw.get("op")
+    if m not in REGISTRY:
+        raise ConfigError(f"{where}: unknown metric {m!r}",
+                          hint="`traceinsight rules --metrics` lists the metrics")
+    if op not in OPS:
+        raise ConfigError(f"{where}: op must be one of {' '.join(OPS)}, got {op!r}")
+    if ("threshold" in raw) == ("value" in raw):
+        raise ConfigError(f"{where}: give exactly one of threshold (a name) or value (a number)")
+    if "threshold" in raw and raw["threshold"] not in thresholds:
+        raise ConfigError(f"{where}: threshold {raw['threshold']!r} is not defined in thresholds")
+    if "value" in raw and not isinstance(raw["value"], (int, float)):
+        raise ConfigError(f"{where}: value must be a number")
+    return Condition(m, op, raw.get("threshold"), float(raw["value"]) if "value" in raw else None)
+
+
+def parse_rule(data: Any, source: str) -> Rule:
+    if not isinstance(data, dict):
+        raise ConfigError("a rule file holds one mapping", path=source)
+    unknown = set(data) - RULE_KEYS
+    if unknown:
+        raise ConfigError(f"unknown keys {sorted(unknown)}", path=source,
+                          hint=f"allowed: {', '.join(sorted(RULE_KEYS))}")
+    missing = REQUIRED - set(data)
+    if missing:
+        raise ConfigError(f"missing keys {sorted(missing)}", path=source)
+    rid = data["id"]
+    if not isinstance(rid, str) or not _ID_RE.match(rid):
+        raise ConfigError(f"id must be lower-case words joined by '-', got {rid!r}", path=source)
+    if data["category"] not in CATEGORIES:
+        raise ConfigError(f"category must be one of {', '.join(CATEGORIES)}", path=source)
+    th_raw = data["thresholds"] or {}
+    thresholds = {}
+    for name, t in th_raw.items():
+        if not isinstance(t, dict) or set(t) - {"default", "unit", "help"} or \
+                not {"default", "unit", "help"} <= set(t):
+            raise ConfigError(f"threshold {name!r} needs default, unit and help", path=source)
+        if not isinstance(t["default"], (int, float)):
+            raise ConfigError(f"threshold {name!r}: default must be a number", path=source)
+        thresholds[name] = Threshold(name, float(t["default"]), str(t["unit"]), str(t["help"]))
+    where = f"{source}"
+    fires = [_cond(c, where, th_raw) for c in data["fires_if"]]
+    applies = [_cond(c, where, th_raw) for c in data.get("applies_if", []) or []]
+    ladder = []
+    for step in data.get("severity", []) or []:
+        if not isinstance(step, dict) or step.get("level") not in SEVERITIES or \
+                set(step) - {"level", "when"}:
+            raise ConfigError(f"severity steps are {{level: high|medium|low|info, when: [...]}}",
+                              path=source)
+        ladder.append((step["level"], [_cond(c, where, th_raw) for c in step.get("when", []) or []]))
+    if not ladder or ladder[-1][1]:
+        ladder.append(("low", []))
+    impact = data.get("impact")
+    if impact is not None:
+        if not isinstance(impact, dict) or impact.get("metric") not in REGISTRY or \
+                set(impact) - {"metric", "factor", "max"}:
+            raise ConfigError("impact is {metric: <declared metric>, factor: 0..1, max: pct}",
+                              path=source)
+    value = data.get("value")
+    if value is not None and value not in REGISTRY:
+        raise ConfigError(f"value names an unknown metric {value!r}", path=source)
+    rule = Rule(
+        id=rid, title=str(data["title"]), category=data["category"],
+        summary=str(data.get("summary") or data["title"]), applies_if=applies, fires_if=fires,
+        severity=ladder, thresholds=thresholds, impact=impact, value=value,
+        message=str(data["message"]), headline=data.get("headline"),
+        evidence=list(data.get("evidence") or []),
+        recommendations=[str(r) for r in data["recommendations"]],
+        doc={k: str(v) for k, v in (data.get("doc") or {}).items()}, source=source)
+    for k in ("symptom", "why", "fix"):
+        if not rule.doc.get(k):
+            raise ConfigError(f"doc.{k} is missing", path=source)
+    for text in [rule.message, rule.headline or ""] + rule.recommendations:
+        for _, fname, _, _ in string.Formatter().parse(text):
+            if fname and fname not in REGISTRY and fname not in thresholds:
+                raise ConfigError(f"text field {{{fname}}} is neither a metric nor a threshold",
+                                  path=source)
+    from .evidence import PROVIDERS
+
+    for ev in rule.evidence:
+        name = ev if isinstance(ev, str) else (next(iter(ev)) if isinstance(ev, dict) and len(ev) == 1 else None)
+        if name not in PROVIDERS:
+            raise ConfigError(f"unknown evidence {ev!r}", path=source,
+                              hint=f"one of {', '.join(sorted(PROVIDERS))}")
+    return rule
+
+
+def load_rules(extra_dirs: list[Path] | None = None, overrides: list[str] | None = None) -> list[Rule]:
+    """The shipped rules, then the user's (same id replaces), with ``--set`` overrides applied."""
+    rules: dict[str, Rule] = {}
+    dirs = [data_dir("rules")] + [Path(d) for d in (extra_dirs or [])]
+    for d in dirs:
+        if not d.is_dir():
+            raise ConfigError("rules folder not found", path=d)
+        for f in sorted(d.glob("*.yaml")):
+            try:
+                data = yaml.safe_load(f.read_text(encoding="utf-8"))
+            except yaml.YAMLError as e:
+                raise ConfigError(f"invalid YAML: {str(e).splitlines()[0]}", path=f)
+            rule = parse_rule(data, str(f))
+            rules[rule.id] = rule
+    for item in overrides or []:
+        apply_override(rules, item)
+    return list(rules.values())
+
+
+def apply_override(rules: dict[str, Rule], item: str) -> None:
+    m = re.match(r"^([a-z0-9-]+)\.([A-Za-z0-9_]+)=(.+)$", item.strip())
+    if not m:
+        raise ConfigError(f"--set {item!r}: expected RULE.THRESHOLD=NUMBER",
+                          hint="e.g. --set comm-bound.min_exposed_comm_pct=20")
+    rid, name, val = m.groups()
+    if rid not in rules:
+        raise ConfigError(f"--set {item!r}: no rule {rid!r}", hint="`traceinsight rules` lists them")
+    if name not in rules[rid].thresholds:
+        raise ConfigError(f"--set {item!r}: rule {rid} has no threshold {name!r}",
+                          hint=f"its thresholds: {', '.join(rules[rid].thresholds)}")
+    try:
+        rules[rid].overrides[name] = float(val)
+    except ValueError:
+        raise ConfigError(f"--set {item!r}: {val!r} is not a number")
+
+
+# --- evaluation -----------------------------------------------------------------------------
+
+def format_value(metric: str, v: float | None) -> str:
+    if v is None:
+        return "–"
+    unit = REGISTRY[metric].unit if metric in REGISTRY else ""
+    if unit == "%":
+        return fmt.fmt_pct(v)
+    if unit == "ns":
+        return fmt.fmt_ns(v)
+    if unit == "bytes":
+        return fmt.fmt_bytes(v)
+    if unit == "ratio":
+        return f"{v:.2f}"
+    if unit in ("count", "rank", "bool"):
+        return f"{v:,.0f}" if float(v).is_integer() or abs(v) >= 10 else f"{v:,.1f}"
+    if unit in ("TFLOP/s", "GB/s"):
+        return f"{v:,.1f} {unit}"
+    return f"{v:.3g}"
+
+
+def render_text(text: str, values: dict[str, float | None], thresholds: dict[str, float],
+                rule: Rule) -> str:
+    """Fill ``{metric}`` / ``{threshold}`` fields: plain fields are formatted by unit, fields with
+    a format spec (``{x:.1f}``) use it on the raw number."""
+    out = []
+    for literal, fname, spec, _conv in string.Formatter().parse(text):
+        out.append(literal)
+        if fname is None:
+            continue
+        if fname in values:
+            v = values[fname]
+            unit_name = fname
+        else:
+            v = thresholds.get(fname)
+            unit_name = None
+        if v is None:
+            out.append("–")
+        elif spec:
+            out.append(format(v, spec))
+        elif unit_name:
+            out.append(format_value(unit_name, v))
+        else:
+            th = rule.thresholds[fname]
+            out.append(_threshold_text(v, th.unit))
+    return "".join(out)
+
+
+def _threshold_text(v: float, unit: str) -> str:
+    if unit == "%":
+        return fmt.fmt_pct(v, 0 if float(v).is_integer() else 1)
+    if unit == "bytes":
+        return fmt.fmt_bytes(v)
+    if unit == "ns":
+        return fmt.fmt_ns(v)
+    return f"{v:g}"
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    title: str
+    category: str
+    message: str
+    impact_pct: float
+    value: float | None
+    headline: str | None
+    evidence: list[dict[str, Any]]
+    recommendations: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class RuleStatus:
+    rule: str
+    status: str  #: passed | not-applicable | not-evaluated
+    reason: str | None = None
+    hint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+@dataclass
+class Evaluation:
+    findings: list[Finding]
+    statuses: list[RuleStatus]
+    errors: list[dict[str, str]]
+
+
+def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluation:
+    from .evidence import build_evidence
+
+    findings, statuses, errors = [], [], []
+    values = dict(ms.values)
+    for rule in rules:
+        try:
+            th = rule.threshold_values()
+            needed = [c.metric for c in rule.applies_if + rule.fires_if]
+            absent = [m for m in needed if values.get(m) is None]
+            if absent:
+                m = absent[0]
+                info = REGISTRY[m]
+                statuses.append(RuleStatus(rule.id, "not-evaluated",
+                                           f"{m}: {ms.missing.get(m, 'not measured')}", info.hint))
+                continue
+            if not all(c.holds(values, th) for c in rule.applies_if):
+                statuses.append(RuleStatus(rule.id, "not-applicable",
+                                           "; ".join(c.text(th) for c in rule.applies_if
+                                                     if not c.holds(values, th)) + " is false"))
+                continue
+            if not all(c.holds(values, th) for c in rule.fires_if):
+                statuses.append(RuleStatus(rule.id, "passed", "; ".join(
+                    f"{c.metric} = {format_value(c.metric, values.get(c.metric))} "
+                    f"(fires at {c.op} {format_value(c.metric, c.limit(th))})" for c in rule.fires_if)))
+                continue
+            level = next(lv for lv, conds in rule.severity if all(c.holds(values, th) for c in conds))
+            impact = 0.0
+            if rule.impact:
+                v = values.get(rule.impact["metric"]) or 0.0
+                impact = max(0.0, min(float(rule.impact.get("max", 100.0)),
+                                      v * float(rule.impact.get("factor", 1.0))))
+            measured = [{"metric": c.metric, "value": values.get(c.metric),
+                         "display": format_value(c.metric, values.get(c.metric)),
+                         "op": c.op, "threshold": c.limit(th),
+                         "threshold_display": format_value(c.metric, c.limit(th)),
+                         "threshold_name": c.threshold}
+                        for c in rule.fires_if]
+            evidence = [{"kind": "measurements", "title": "Measured vs threshold", "rows": measured}]
+            evidence += build_evidence(rule.evidence, ms, context)
+            findings.append(Finding(
+                rule=rule.id, severity=level, title=rule.title, category=rule.category,
+                message=render_text(rule.message, values, th, rule),
+                impact_pct=round(impact, 2),
+                value=values.get(rule.value) if rule.value else None,
+                headline=render_text(rule.headline, values, th, rule) if rule.headline else None,
+                evidence=evidence,
+                recommendations=[render_text(r, values, th, rule) for r in rule.recommendations]))
+        except Exception as e:  # noqa: BLE001 - a crashing rule is recorded, others still run
+            errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}",
+                           "traceback": traceback.format_exc(limit=5)})
+    findings.sort(key=lambda f: (-f.impact_pct, SEVERITY_RANK[f.severity], f.rule))
+    return Evaluation(findings, statuses, errors)
+
+
+def explain(rule: Rule) -> str:
+    """``traceinsight rules --explain ID``."""
+    th = rule.threshold_values()
+    lines = [f"{rule.id} — {rule.title}", f"category: {rule.category}   file: {Path(rule.source).name}", ""]
+    for k in ("symptom", "why", "fix"):
+        lines.append(f"{k.capitalize()}: {rule.doc[k]}")
+    lines.append("")
+    if rule.applies_if:
+        lines.append("Applies when: " + " and ".join(c.text(th) for c in rule.applies_if))
+    lines.append("Fires when:   " + " and ".join(c.text(th) for c in rule.fires_if))
+    for lv, conds in rule.severity:
+        lines.append(f"  {lv:<6} " + (" and ".join(c.text(th) for c in conds) if conds else "otherwise"))
+    if rule.impact:
+        lines.append(f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
+                     "(share of step time it could recover)")
+    lines.append("")
+    lines.append("Thresholds (override with --set " + f"{rule.id}.NAME=VALUE):")
+    for t in rule.thresholds.values():
+        cur = th[t.name]
+        over = " (overridden)" if t.name in rule.overrides else ""
+        lines.append(f"  {t.name} = {cur:g} {t.unit}{over} — {t.help}")
+    lines.append("")
+    lines.append("Metrics:")
+    for m in rule.metrics():
+        info = REGISTRY[m]
+        lines.append(f"  {m} [{info.unit}] — {info.doc}")
+    lines.append("")
+    lines.append("Recommendations:")
+    for r in rule.recommendations:
+        lines.append(f"  - {r}")
+    return "\n".join(lines)

@@ -1,0 +1,165 @@
+"""Communication metrics: collectives, their bandwidth, and stragglers across ranks.
+
+Bus bandwidth follows NVIDIA nccl-tests (doc/PERFORMANCE.md): algbw = bytes / time, busbw =
+algbw x factor with n ranks: all-reduce 2(n-1)/n; all-gather, reduce-scatter, all-to-all
+(n-1)/n; broadcast, reduce, send/recv 1.
+
+A straggler is the rank whose compute takes longest in a step while the others wait for it
+inside collectives; measured per step as the slowest rank's busy-compute time over the median
+rank's, and by which rank arrives last at the collectives (n-th collective of each rank).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import Analysis
+from . import MetricSet, declare
+
+declare("collectives_per_step", "count", "communication kernels per step",
+        needs="communication kernels")
+declare("straggler_excess_pct", "%", "slowest rank's per-step compute time over the median "
+        "rank's, % of the median", needs="traces of 2 or more ranks with ProfilerSteps",
+        hint="pass the folder with every rank's trace")
+declare("straggler_wait_pct", "%", "time the other ranks wait per step for the slowest rank's "
+        "compute, % of the median step time", needs="traces of 2 or more ranks with ProfilerSteps",
+        hint="pass the folder with every rank's trace")
+declare("straggler_rank", "rank", "the rank with the most per-step compute time",
+        needs="traces of 2 or more ranks")
+declare("comm_wait_spread_pct", "%", "spread of per-rank communication time (max - min), "
+        "% of step time: time fast ranks wait in collectives", needs="traces of 2 or more ranks")
+declare("last_arrival_share_pct", "%", "share of collectives where the straggler rank "
+        "started last", needs="traces of 2 or more ranks with communication kernels")
+
+DTYPE_BYTES = {"float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8,
+               "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "int8": 1,
+               "uint8": 1, "char": 1, "byte": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+_COLL_RE = re.compile(r"(all_?reduce|allreduce|all_?gather|allgather|reduce_?scatter|"
+                      r"reducescatter|all_?to_?all|alltoall|broadcast|sendrecv|send|recv|reduce)",
+                      re.IGNORECASE)
+
+
+def bus_factor(kind: str, n: int) -> float:
+    k = kind.lower().replace("_", "")
+    if n <= 1:
+        return 1.0
+    if "allreduce" in k:
+        return 2 * (n - 1) / n
+    if any(x in k for x in ("allgather", "reducescatter", "alltoall")):
+        return (n - 1) / n
+    return 1.0
+
+
+def collective_kind(name: str) -> str:
+    m = _COLL_RE.search(name or "")
+    if not m:
+        return "other"
+    k = m.group(1).lower().replace("_", "")
+    return {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
+            "alltoall": "all_to_all"}.get(k, k)
+
+
+def compute(an: Analysis, ms: MetricSet) -> None:
+    g = an.attribution.gpu
+    comm = g[(g["kind"] == "kernel") & (g["cls"] == "communication")]
+    n_windows = max(1, len(an.attribution.steps))
+    ms.set("collectives_per_step", float(len(comm)) / n_windows if len(g) else None,
+           why_missing="no GPU activity")
+    ms.evidence["collectives"] = _collectives(an, comm)
+    _stragglers(an, ms, comm)
+
+
+def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
+    if not len(comm):
+        return []
+    ops = an.attribution.ops
+    size_bytes = np.full(len(comm), np.nan)
+    group = np.full(len(comm), np.nan)
+    # the launching op (or its ancestors) is record_param_comms with the message size
+    idx = comm["op_idx"].to_numpy()
+    parent = ops["parent"].to_numpy()
+    cur = idx.copy()
+    # the store's cpu_ops rows are in attribution order (op_idx = row number)
+    ops_full = an.store.table("cpu_ops", ["in_msg_nelems", "out_msg_nelems", "group_size",
+                                          "dtype", "collective_name"]).to_pandas()
+    in_n = ops_full["in_msg_nelems"].to_numpy()
+    out_n = ops_full["out_msg_nelems"].to_numpy()
+    gsz = ops_full["group_size"].to_numpy()
+    dts = ops_full["dtype"].astype(object).to_numpy()
+    cname = ops_full["collective_name"].astype(object).to_numpy()
+    coll = np.full(len(comm), None, dtype=object)
+    for _ in range(8):
+        ok = (cur >= 0) & np.isnan(size_bytes)
+        if not ok.any():
+            break
+        c = np.clip(cur, 0, None)
+        has = ok & ~pd.isna(in_n[c])
+        for i in np.flatnonzero(has):
+            j = c[i]
+            kind = str(cname[j] or "")
+            n_el = out_n[j] if "gather" in kind.lower() and not pd.isna(out_n[j]) else in_n[j]
+            bpe = DTYPE_BYTES.get(str(dts[j]).lower().replace("c10::", ""), np.nan)
+            size_bytes[i] = float(n_el) * bpe
+            group[i] = gsz[j]
+            coll[i] = kind or None
+        cur = np.where(ok & ~has, parent[c], -1)
+    names = comm["name"].astype(str).to_numpy()
+    kinds = np.array([collective_kind(c if c else n) for c, n in zip(coll, names)], dtype=object)
+    ws = max([r.get("distributed", {}).get("world_size") or 0 for r in an.store.ranks] or [0])
+    df = pd.DataFrame({"kind": kinds, "dur": comm["dur_ns"].to_numpy(np.int64), "bytes": size_bytes,
+                       "n": np.where(np.isnan(group), ws or 1, group)})
+    out = []
+    for kind, d in df.groupby("kind"):
+        sized = d[d["bytes"].notna() & (d["dur"] > 0)]
+        busbw = None
+        if len(sized):
+            alg = sized["bytes"] / (sized["dur"] / 1e9)
+            fac = np.array([bus_factor(str(kind), int(n)) for n in sized["n"]])
+            busbw = float(np.median(alg * fac))
+        out.append({"collective": str(kind), "count": int(len(d)), "total_ns": int(d["dur"].sum()),
+                    "mean_ns": float(d["dur"].mean()), "max_ns": int(d["dur"].max()),
+                    "median_bytes": float(sized["bytes"].median()) if len(sized) else None,
+                    "busbw_bytes_per_s": busbw})
+    out.sort(key=lambda x: -x["total_ns"])
+    return out
+
+
+def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
+    bd = an.breakdown
+    ranks = sorted(bd.ranks)
+    steps = [w for w in bd.steps if w.step is not None]
+    if len(ranks) < 2 or not steps:
+        why = "needs traces of 2 or more ranks" if len(ranks) < 2 else "needs ProfilerStep markers"
+        for n in ("straggler_excess_pct", "straggler_wait_pct", "straggler_rank",
+                  "comm_wait_spread_pct", "last_arrival_share_pct"):
+            ms.set(n, None, why_missing=why)
+        return
+    per_rank = {r: [w for w in steps if w.rank == r] for r in ranks}
+    compute = {r: float(np.median([w.compute_ns for w in ws])) for r, ws in per_rank.items() if ws}
+    comm_t = {r: float(np.median([w.comm_ns for w in ws])) for r, ws in per_rank.items() if ws}
+    wall = float(np.median([w.wall_ns for w in steps])) or 1.0
+    med = float(np.median(list(compute.values())))
+    slow = max(compute, key=lambda r: compute[r])
+    ms.set("straggler_rank", float(slow))
+    ms.set("straggler_excess_pct", 100.0 * (compute[slow] - med) / med if med else None)
+    ms.set("straggler_wait_pct", 100.0 * (compute[slow] - med) / wall)
+    ms.set("comm_wait_spread_pct", 100.0 * (max(comm_t.values()) - min(comm_t.values())) / wall)
+    table = [{"rank": r, "compute_ns_per_step": compute[r], "comm_ns_per_step": comm_t[r],
+              "step_ns": float(np.median([w.wall_ns for w in per_rank[r]]))} for r in ranks]
+    ms.evidence["ranks"] = table
+    # last arrival: align the n-th communication kernel of every rank
+    starts = {r: np.sort(comm[comm["rank"] == r]["start_ns"].to_numpy(np.int64)) for r in ranks}
+    n = min((len(v) for v in starts.values()), default=0)
+    if n == 0:
+        ms.set("last_arrival_share_pct", None, why_missing="no communication kernels")
+        return
+    mat = np.stack([starts[r][:n] for r in ranks])
+    last = np.array(ranks)[np.argmax(mat, axis=0)]
+    ms.set("last_arrival_share_pct", 100.0 * float((last == slow).mean()))
+    spread = mat.max(axis=0) - mat.min(axis=0)
+    ms.evidence["collective_skew"] = {"median_spread_ns": float(np.median(spread)),
+                                      "max_spread_ns": float(spread.max()),
+                                      "last_arrivals": {int(r): int((last == r).sum()) for r in ranks}}

@@ -1,0 +1,186 @@
+"""Memory metrics from the allocator's ``[memory]`` events (``profile_memory=True``).
+
+Each event carries the allocator-wide ``Total Allocated`` and ``Total Reserved`` bytes of its
+device after the event. Reserved minus allocated is memory the caching allocator holds but
+no tensor uses: cached for reuse, or fragmented (free blocks too small or split to serve the
+next request). Without a snapshot, its size at the reserved peak and the reserved/allocated
+ratio there are the evidence (FORMATS.md 2.1/2.3).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import Analysis
+from . import MetricSet, declare
+
+NEEDS = "[memory] events"
+HINT = "record with profile_memory=True"
+GPU_DEVICE_TYPES = (1, 6, 12, 19, 20)  # CUDA, HIP, XPU, MTIA, PrivateUse1
+GIB = 2**30
+
+for _n, _u, _d in (
+    ("peak_allocated_bytes", "bytes", "peak allocator-wide allocated bytes on one GPU"),
+    ("peak_reserved_bytes", "bytes", "peak reserved (cached) bytes on one GPU"),
+    ("reserved_over_allocated_ratio", "ratio", "reserved / allocated at the reserved peak"),
+    ("reserved_gap_bytes", "bytes", "reserved minus allocated at the reserved peak"),
+    ("max_reserved_gap_bytes", "bytes", "largest reserved minus allocated over the trace"),
+    ("reserved_gap_pct", "%", "reserved minus allocated at the reserved peak, % of reserved"),
+    ("allocated_growth_bytes_per_step", "bytes", "growth of allocated bytes per step (slope at step ends)"),
+    ("allocated_growth_steps_pct", "%", "share of step-to-step changes that grew allocated memory"),
+    ("oom_events", "count", "[OutOfMemory] events"),
+):
+    declare(_n, _u, _d, needs=NEEDS, hint=HINT)
+declare("device_memory_bytes", "bytes", "GPU memory capacity (deviceProperties totalGlobalMem)",
+        needs="deviceProperties in the trace header")
+declare("peak_reserved_capacity_pct", "%", "peak reserved bytes, % of the GPU's capacity",
+        needs="[memory] events and deviceProperties", hint=HINT)
+
+
+def compute(an: Analysis, ms: MetricSet) -> None:
+    mem = an.store.table("memory_events").to_pandas()
+    mem["kind"] = mem["kind"].astype(str)
+    gpu = mem[mem["device_type"].isin(GPU_DEVICE_TYPES) & (mem["device"].fillna(-1) >= 0)]
+    ms.set("oom_events", float((mem["kind"] == "oom").sum()) if len(mem) else None,
+           why_missing="no [memory] events (record with profile_memory=True)")
+    caps = _capacities(an)
+    if caps:
+        ms.set("device_memory_bytes", float(max(caps.values())))
+    else:
+        ms.set("device_memory_bytes", None, why_missing="no deviceProperties in the trace header")
+    has_totals = len(gpu) and gpu["total_allocated_bytes"].notna().any()
+    if not has_totals:
+        why = ("no GPU [memory] events (record with profile_memory=True)" if not len(gpu) else
+               "[memory] events without Total Allocated/Reserved (PyTorch < 1.10)")
+        for n in ("peak_allocated_bytes", "peak_reserved_bytes", "reserved_over_allocated_ratio",
+                  "reserved_gap_bytes", "max_reserved_gap_bytes", "reserved_gap_pct",
+                  "allocated_growth_bytes_per_step", "allocated_growth_steps_pct",
+                  "peak_reserved_capacity_pct"):
+            ms.set(n, None, why_missing=why)
+        return
+    gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
+    worst = None
+    timelines = []
+    growth = []
+    for (rank, dev), d in gpu.groupby(["rank", "device"], sort=True):
+        alloc = d["total_allocated_bytes"].to_numpy(np.int64)
+        res = d["total_reserved_bytes"].fillna(0).to_numpy(np.int64)
+        ts = d["ts_ns"].to_numpy(np.int64)
+        i = int(np.argmax(res))
+        gap = int(res[i] - alloc[i])
+        row = {
+            "rank": int(rank), "device": int(dev),
+            "peak_allocated_bytes": int(alloc.max()), "peak_reserved_bytes": int(res.max()),
+            "reserved_at_peak": int(res[i]), "allocated_at_peak": int(alloc[i]),
+            "gap_at_peak_bytes": gap, "max_gap_bytes": int((res - alloc).max()),
+            "capacity_bytes": caps.get((int(rank), int(dev))) or caps.get((int(rank), None)),
+            "peak_ts_ns": int(ts[i]),
+        }
+        ms.rank_set(int(rank), "peak_reserved_bytes", float(row["peak_reserved_bytes"]))
+        ms.rank_set(int(rank), "peak_allocated_bytes", float(row["peak_allocated_bytes"]))
+        if worst is None or row["peak_reserved_bytes"] > worst["peak_reserved_bytes"]:
+            worst = row
+        timelines.append({"rank": int(rank), "device": int(dev), **_downsample(ts, alloc, res)})
+        g = _growth(an, int(rank), ts, alloc)
+        if g is not None:
+            growth.append(g)
+    assert worst is not None
+    ms.set("peak_allocated_bytes", float(worst["peak_allocated_bytes"]))
+    ms.set("peak_reserved_bytes", float(worst["peak_reserved_bytes"]))
+    ms.set("reserved_over_allocated_ratio",
+           worst["reserved_at_peak"] / worst["allocated_at_peak"] if worst["allocated_at_peak"] else None)
+    ms.set("reserved_gap_bytes", float(worst["gap_at_peak_bytes"]))
+    ms.set("max_reserved_gap_bytes", float(max(t["max_gap"] for t in timelines)))
+    ms.set("reserved_gap_pct", 100.0 * worst["gap_at_peak_bytes"] / worst["reserved_at_peak"]
+           if worst["reserved_at_peak"] else None)
+    cap = worst["capacity_bytes"]
+    ms.set("peak_reserved_capacity_pct", 100.0 * worst["peak_reserved_bytes"] / cap if cap else None,
+           why_missing="the GPU's capacity is unknown (no deviceProperties)")
+    if growth:
+        g = max(growth, key=lambda x: x["slope"])
+        ms.set("allocated_growth_bytes_per_step", float(g["slope"]))
+        ms.set("allocated_growth_steps_pct", float(g["grew_pct"]))
+        ms.evidence["memory_growth"] = g
+    else:
+        ms.set("allocated_growth_bytes_per_step", None, why_missing="needs 3 or more steps")
+        ms.set("allocated_growth_steps_pct", None, why_missing="needs 3 or more steps")
+    ms.evidence["memory_peak"] = worst
+    ms.evidence["memory_timeline"] = timelines
+    ms.evidence["memory_top_allocators"] = _top_allocators(an, gpu, worst)
+
+
+def _capacities(an: Analysis) -> dict:
+    caps: dict = {}
+    for r in an.store.ranks:
+        devs = r.get("devices") or []
+        for d in devs:
+            cap = d.get("totalGlobalMem")
+            if cap:
+                caps[(r["rank"], d.get("id"))] = int(cap)
+        if len(devs) == 1 and devs[0].get("totalGlobalMem"):
+            caps[(r["rank"], None)] = int(devs[0]["totalGlobalMem"])
+        elif devs and any(d.get("totalGlobalMem") for d in devs):
+            caps[(r["rank"], None)] = max(int(d.get("totalGlobalMem") or 0) for d in devs)
+    return caps
+
+
+def _downsample(ts: np.ndarray, alloc: np.ndarray, res: np.ndarray, n: int = 600) -> dict:
+    """At most ``n`` points per series, keeping each bucket's maximum (peaks stay visible)."""
+    if len(ts) <= n:
+        return {"ts_ns": ts.tolist(), "allocated": alloc.tolist(), "reserved": res.tolist(),
+                "max_gap": int((res - alloc).max())}
+    edges = np.linspace(ts[0], ts[-1], n + 1)
+    b = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n - 1)
+    df = pd.DataFrame({"b": b, "t": ts, "a": alloc, "r": res})
+    agg = df.groupby("b").agg(t=("t", "max"), a=("a", "max"), r=("r", "max"))
+    return {"ts_ns": agg["t"].astype("int64").tolist(), "allocated": agg["a"].astype("int64").tolist(),
+            "reserved": agg["r"].astype("int64").tolist(), "max_gap": int((res - alloc).max())}
+
+
+def _growth(an: Analysis, rank: int, ts: np.ndarray, alloc: np.ndarray) -> dict | None:
+    wins = [w for w in an.attribution.steps if w.rank == rank and w.step is not None]
+    if len(wins) < 3:
+        return None
+    ends = np.array([w.host_end_ns for w in wins])
+    k = np.searchsorted(ts, ends, side="right") - 1
+    ok = k >= 0
+    if ok.sum() < 3:
+        return None
+    vals = alloc[k[ok]].astype(np.float64)
+    x = np.arange(len(vals), dtype=np.float64)
+    slope = float(np.polyfit(x, vals, 1)[0])
+    diffs = np.diff(vals)
+    return {"rank": rank, "slope": slope, "grew_pct": 100.0 * float((diffs > 0).mean()),
+            "allocated_at_step_end": vals.astype(np.int64).tolist(),
+            "steps": [w.step for w, o in zip(wins, ok) if o]}
+
+
+def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
+    """The ops that allocated most in the step (or trace) of the reserved peak."""
+    from ..analysis.attribution import _nest_by_thread  # shared time-nesting helper
+
+    d = gpu[(gpu["rank"] == worst["rank"]) & (gpu["device"] == worst["device"])
+            & (gpu["bytes"].fillna(0) > 0)]
+    wins = [w for w in an.attribution.steps if w.rank == worst["rank"]]
+    for w in wins:
+        if w.start_ns <= worst["peak_ts_ns"] < w.end_ns:
+            d = d[(d["ts_ns"] >= w.host_start_ns) & (d["ts_ns"] < w.end_ns)]
+            break
+    ops = an.attribution.ops
+    ops = ops[ops["rank"] == worst["rank"]]
+    if not len(d) or not len(ops):
+        return []
+    d = d.copy()
+    d["process"] = d["process"].astype(object)
+    d["thread"] = d["thread"].astype(object)
+    pos, _ = _nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
+                             d["thread"].to_numpy())
+    names = np.where(pos >= 0, ops["name"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None,
+                     "[outside ops]")
+    mods = np.where(pos >= 0, ops["module"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None, None)
+    df = pd.DataFrame({"op": names, "module": mods, "bytes": d["bytes"].to_numpy()})
+    agg = df.groupby("op").agg(bytes=("bytes", "sum"), allocations=("bytes", "size")).reset_index()
+    agg = agg.sort_values("bytes", ascending=False).head(8)
+    return [{"op": r.op, "bytes": int(r.bytes), "allocations": int(r.allocations)}
+            for r in agg.itertuples()]

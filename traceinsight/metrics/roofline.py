@@ -1,0 +1,271 @@
+"""Roofline, MFU and precision metrics from per-op FLOPs and bytes (shapes and dtypes).
+
+For every op instance that launched kernels, :func:`traceinsight.flops.op_cost` models FLOPs and
+ideal bytes from ``Input Dims``/``Input type``; its device time is the sum of its kernels. Against
+the device's roofs (peak FLOP/s of the op's dtype, memory bandwidth): arithmetic intensity
+AI = FLOPs / bytes; ridge = peak / bandwidth; roof = min(peak, AI x bandwidth); achieved =
+FLOPs / time; the op is memory-bound when AI < ridge. Bytes are ideal traffic (perfect caching),
+so achieved bandwidth is a lower bound of the real traffic, as in TraceLens' PerfModel.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import Analysis
+from ..analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
+from . import MetricSet, declare
+from .options import RooflineOptions
+
+NEEDS = "input shapes (record_shapes=True) and a known device"
+HINT = "record with record_shapes=True; for an unknown GPU pass --device NAME or --peak-tflops/--peak-bw"
+
+for _n, _u, _d in (
+    ("flops_modelled_pct", "%", "kernel time of ops whose FLOPs/bytes could be modelled"),
+    ("memory_bound_time_pct", "%", "modelled kernel time in memory-bound ops (AI below the ridge)"),
+    ("compute_bound_time_pct", "%", "modelled kernel time in compute-bound ops"),
+    ("roof_efficiency_pct", "%", "time-weighted achieved / roof over modelled ops"),
+    ("memory_bound_efficiency_pct", "%", "time-weighted achieved bandwidth / peak over memory-bound ops"),
+    ("compute_bound_efficiency_pct", "%", "time-weighted achieved FLOP/s / peak over compute-bound ops"),
+    ("memory_bound_recoverable_pct", "%", "time above the bandwidth roof in memory-bound ops, % of step time"),
+    ("compute_bound_recoverable_pct", "%", "time above the compute roof in compute-bound ops, % of step time"),
+    ("achieved_tflops", "TFLOP/s", "modelled FLOPs per second of step time, per GPU"),
+    ("mfu_pct", "%", "model FLOPs utilisation: modelled FLOPs / (step time x peak of the main dtype)"),
+    ("fp32_gemm_time_pct", "%", "GEMM/conv/attention time in fp32 without tensor cores, % of kernel time"),
+    ("low_precision_speedup_ratio", "ratio", "peak bf16 (or fp16) / peak fp32 of the device"),
+):
+    declare(_n, _u, _d, needs=NEEDS, hint=HINT)
+declare("mfu_estimate_pct", "%", "MFU from 6·N·tokens (training) or 2·N·tokens (inference) per step",
+        needs="--params and --tokens-per-step", hint="pass --params N --tokens-per-step T")
+declare("device_peak_tflops", "TFLOP/s", "dense bf16/fp16 peak of the device", needs="a known device",
+        hint="pass --device NAME (see `traceinsight devices`) or --peak-tflops")
+declare("device_bandwidth_gbs", "GB/s", "peak memory bandwidth of the device", needs="a known device",
+        hint="pass --device NAME or --peak-bw")
+
+
+def resolve_device(an: Analysis, opts: RooflineOptions):
+    """The device spec for the run (from the first rank's deviceProperties, or the options)."""
+    from .. import devices
+
+    props = None
+    for r in an.store.ranks:
+        devs = r.get("devices") or []
+        used = r.get("devices_used") or []
+        pick = [d for d in devs if d.get("id") in used] or devs
+        if pick:
+            props = pick[0]
+            break
+    return devices.resolve(props, override_key=opts.device, peak_tflops=opts.peak_tflops,
+                           peak_bw_gbs=opts.peak_bw_gbs), props
+
+
+def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
+    res, props = resolve_device(an, opts)
+    ms.evidence["device"] = {
+        "name": (props or {}).get("name"), "resolved": res.spec.name if res.spec else None,
+        "key": res.spec.key if res.spec else None, "how": res.how, "message": res.message,
+        "peaks": dict(res.spec.peak_flops) if res.spec else None,
+        "bandwidth": res.spec.mem_bw if res.spec else None,
+    }
+    spec = res.spec
+    g = an.attribution.gpu
+    kern = g[(g["kind"] == "kernel")]
+    windows = [w for w in an.attribution.steps]
+    wall = float(sum(w.dur_ns for w in windows)) or 0.0
+    n_ranks = max(1, len({w.rank for w in windows}))
+    if spec is None:
+        why = res.message or "unknown device"
+        for n in ("device_peak_tflops", "device_bandwidth_gbs"):
+            ms.set(n, None, why_missing=why)
+    else:
+        main = spec.peak("bf16") or spec.peak("fp16")
+        ms.set("device_peak_tflops", main / 1e12 if main else None)
+        ms.set("device_bandwidth_gbs", spec.mem_bw / 1e9 if spec.mem_bw else None)
+    names = [n for n in REG_ROOFLINE]
+    if not len(kern):
+        for n in names:
+            ms.set(n, None, why_missing="no GPU kernels")
+        _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
+        return
+    inst = _op_instances(an, kern)
+    total_k = float(kern["dur_ns"].sum())
+    modelled = inst[inst["flops"].notna()]
+    ms.set("flops_modelled_pct", 100.0 * float(modelled["dev_ns"].sum()) / total_k if total_k else None)
+    # fp32 GEMMs without tensor cores
+    gemmish = inst[inst["kind"].isin(["gemm", "conv", "attention"]) & (inst["dtype"] == "fp32")]
+    fp32_no_tc = gemmish[~gemmish["tensor_core"]]
+    ms.set("fp32_gemm_time_pct", 100.0 * float(fp32_no_tc["dev_ns"].sum()) / total_k
+           if len(inst) else None, why_missing="no input types (record_shapes=True)")
+    ms.evidence["fp32_gemms"] = _top_rows(fp32_no_tc, 8)
+    if spec is None:
+        for n in names:
+            if n not in ("flops_modelled_pct", "fp32_gemm_time_pct"):
+                ms.set(n, None, why_missing=res.message or "unknown device")
+        _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
+        return
+    lp = spec.peak("bf16") or spec.peak("fp16")
+    fp32 = spec.peak("fp32")
+    ms.set("low_precision_speedup_ratio", lp / fp32 if lp and fp32 else None,
+           why_missing="the device table has no bf16/fp32 peak for this GPU")
+    if not len(modelled):
+        for n in names:
+            if n not in ("flops_modelled_pct", "fp32_gemm_time_pct", "low_precision_speedup_ratio"):
+                ms.set(n, None, why_missing="no op could be modelled (record_shapes=True needed)")
+        _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
+        return
+    m = modelled.copy()
+    m["peak"] = [_peak(spec, d, k, tc) for d, k, tc in zip(m["dtype"], m["kind"], m["tensor_core"])]
+    m = m[m["peak"].notna() & (m["dev_ns"] > 0)]
+    bw = float(spec.mem_bw)
+    t = m["dev_ns"].to_numpy(np.float64) / 1e9
+    F = m["flops"].to_numpy(np.float64)
+    B = np.maximum(m["bytes"].to_numpy(np.float64), 1.0)
+    P = m["peak"].to_numpy(np.float64)
+    ai = F / B
+    ridge = P / bw
+    roof = np.minimum(P, ai * bw)
+    achieved = F / t
+    eff = np.where(roof > 0, np.minimum(achieved / roof, 1.0), 0.0)
+    mem_bound = ai < ridge
+    tt = t.sum()
+    ms.set("memory_bound_time_pct", 100.0 * t[mem_bound].sum() / tt if tt else None)
+    ms.set("compute_bound_time_pct", 100.0 * t[~mem_bound].sum() / tt if tt else None)
+    ms.set("roof_efficiency_pct", 100.0 * float((eff * t).sum() / tt) if tt else None)
+    bw_eff = np.minimum((B / t) / bw, 1.0)
+    ms.set("memory_bound_efficiency_pct", 100.0 * float((bw_eff[mem_bound] * t[mem_bound]).sum()
+                                                        / t[mem_bound].sum()) if mem_bound.any() else None,
+           why_missing="no memory-bound op")
+    c_eff = np.minimum(achieved / P, 1.0)
+    ms.set("compute_bound_efficiency_pct", 100.0 * float((c_eff[~mem_bound] * t[~mem_bound]).sum()
+                                                         / t[~mem_bound].sum()) if (~mem_bound).any() else None,
+           why_missing="no compute-bound op")
+    wall_s = wall / 1e9
+    over_mem = np.clip(t - B / bw, 0, None)
+    over_cmp = np.clip(t - F / P, 0, None)
+    ms.set("memory_bound_recoverable_pct", 100.0 * float(over_mem[mem_bound].sum()) / wall_s if wall_s else None)
+    ms.set("compute_bound_recoverable_pct", 100.0 * float(over_cmp[~mem_bound].sum()) / wall_s if wall_s else None)
+    total_flops = float(modelled["flops"].sum())
+    ms.set("achieved_tflops", total_flops / (wall_s / n_ranks) / 1e12 / n_ranks if wall_s else None)
+    # MFU against the peak of the dominant GEMM dtype
+    gem = m[m["kind"].isin(["gemm", "conv", "attention"])]
+    dom = gem.groupby("dtype")["dev_ns"].sum().idxmax() if len(gem) else "bf16"
+    dom_peak = _peak(spec, dom, "gemm", bool(gem["tensor_core"].any()) if len(gem) else True) or lp
+    ms.set("mfu_pct", 100.0 * total_flops / ((wall_s / n_ranks) * dom_peak * n_ranks)
+           if wall_s and dom_peak else None)
+    m = m.assign(ai=ai, achieved=achieved, roof=roof, eff=eff, bound=np.where(mem_bound, "memory", "compute"),
+                 over_ns=np.where(mem_bound, over_mem, over_cmp) * 1e9)
+    ms.evidence["roofline"] = _points(m, spec, bw)
+    ms.evidence["memory_bound_ops"] = _top_rows(m[m["bound"] == "memory"], 8, roofline=True)
+    ms.evidence["compute_bound_ops"] = _top_rows(m[m["bound"] == "compute"], 8, roofline=True)
+    _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
+
+
+REG_ROOFLINE = ("flops_modelled_pct", "memory_bound_time_pct", "compute_bound_time_pct",
+                "roof_efficiency_pct", "memory_bound_efficiency_pct", "compute_bound_efficiency_pct",
+                "memory_bound_recoverable_pct", "compute_bound_recoverable_pct", "achieved_tflops",
+                "mfu_pct", "fp32_gemm_time_pct", "low_precision_speedup_ratio")
+
+
+def _peak(spec, dtype: str, kind: str, tensor_core: bool) -> float | None:
+    if dtype == "fp32":
+        if kind in ("gemm", "conv", "attention") and tensor_core:
+            return spec.peak("tf32") or spec.peak("fp32")
+        return spec.peak("fp32")
+    if dtype in ("bf16", "fp16", "fp8", "int8", "fp64", "tf32"):
+        return spec.peak(dtype) or spec.peak("fp16") or spec.peak("fp32")
+    return spec.peak("fp32")
+
+
+def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
+    """One row per op instance that launched kernels: its cost model and device time."""
+    has = kern[kern["op_idx"] >= 0]
+    agg = has.groupby("op_idx").agg(dev_ns=("dur_ns", "sum"), rank=("rank", "first"),
+                                    kname=("name", "first"))
+    tc = has.assign(tc=has["name"].astype(str).map(lambda n: bool(TENSOR_CORE_RE.search(n))
+                                                    and not FP32_GEMM_RE.search(n)))
+    agg["tensor_core"] = tc.groupby("op_idx")["tc"].any()
+    from .. import flops
+
+    ops = an.attribution.ops.loc[agg.index]
+    key = ops[["name", "input_dims", "input_types", "concrete_inputs", "flops"]].astype(object)
+    key = key.where(key.notna(), None)
+    cache: dict[tuple, object] = {}
+    costs = []
+    for row in key.itertuples(index=False, name=None):
+        c = cache.get(row)
+        if c is None and row not in cache:
+            c = flops.op_cost(row[0], row[1], row[2], row[3],
+                              float(row[4]) if row[4] is not None else None)
+            cache[row] = c
+        costs.append(c)
+    agg["op"] = ops["name"].to_numpy()
+    agg["module"] = ops["module"].to_numpy()
+    agg["input_dims"] = ops["input_dims"].to_numpy()
+    agg["flops"] = [c.flops if c else np.nan for c in costs]
+    agg["bytes"] = [c.bytes if c else np.nan for c in costs]
+    agg["dtype"] = [c.dtype if c else None for c in costs]
+    agg["kind"] = [c.kind if c else None for c in costs]
+    agg["exact"] = [c.exact if c else None for c in costs]
+    return agg.reset_index()
+
+
+def _top_rows(df: pd.DataFrame, n: int, roofline: bool = False) -> list[dict]:
+    if not len(df):
+        return []
+    grp = df.groupby(["op", "input_dims"], dropna=False).agg(
+        dev_ns=("dev_ns", "sum"), calls=("dev_ns", "size"), flops=("flops", "sum"),
+        bytes=("bytes", "sum"), dtype=("dtype", "first"), kname=("kname", "first")).reset_index()
+    grp = grp.sort_values("dev_ns", ascending=False).head(n)
+    out = []
+    for r in grp.itertuples():
+        row = {"op": r.op, "input_dims": r.input_dims if isinstance(r.input_dims, str) else None,
+               "calls": int(r.calls), "device_ns": int(r.dev_ns), "dtype": r.dtype,
+               "kernel": r.kname}
+        if roofline and r.dev_ns:
+            row["achieved_flops_per_s"] = float(r.flops) / (r.dev_ns / 1e9)
+            row["achieved_bytes_per_s"] = float(r.bytes) / (r.dev_ns / 1e9)
+            row["arithmetic_intensity"] = float(r.flops) / max(float(r.bytes), 1.0)
+        out.append(row)
+    return out
+
+
+def _points(m: pd.DataFrame, spec, bw: float) -> dict:
+    grp = m.groupby(["op", "input_dims", "dtype"], dropna=False).agg(
+        dev_ns=("dev_ns", "sum"), flops=("flops", "sum"), bytes=("bytes", "sum"),
+        calls=("dev_ns", "size"), peak=("peak", "first")).reset_index()
+    grp = grp.sort_values("dev_ns", ascending=False).head(300)
+    pts = []
+    for r in grp.itertuples():
+        t = r.dev_ns / 1e9
+        ai = float(r.flops) / max(float(r.bytes), 1.0)
+        pts.append({"op": r.op, "dims": r.input_dims if isinstance(r.input_dims, str) else None,
+                    "dtype": r.dtype, "calls": int(r.calls), "device_ns": int(r.dev_ns),
+                    "ai": ai, "flops_per_s": float(r.flops) / t if t else 0.0,
+                    "bound": "memory" if ai < float(r.peak) / bw else "compute"})
+    roofs = {k: v for k, v in spec.peak_flops.items() if v}
+    return {"bandwidth": bw, "peaks": roofs, "points": pts}
+
+
+def _mfu_estimate(an: Analysis, ms: MetricSet, opts: RooflineOptions, spec, wall: float,
+                  n_ranks: int) -> None:
+    if not (opts.params and opts.tokens_per_step):
+        ms.set("mfu_estimate_pct", None, why_missing="pass --params and --tokens-per-step")
+        return
+    steps = [w for w in an.attribution.steps if w.step is not None]
+    peak = (spec.peak("bf16") or spec.peak("fp16")) if spec else None
+    if not steps or not peak:
+        ms.set("mfu_estimate_pct", None,
+               why_missing="needs ProfilerSteps and a known device peak")
+        return
+    mode = opts.mode
+    if mode is None:
+        mode = "train" if (an.attribution.gpu["phase"] == "backward").any() else "infer"
+    per_token = 6.0 if mode == "train" else 2.0
+    step_s = float(np.median([w.dur_ns for w in steps])) / 1e9
+    world = max(int(ms.get("world_size") or n_ranks), 1)
+    ms.set("mfu_estimate_pct", 100.0 * per_token * opts.params * opts.tokens_per_step
+           / (step_s * peak * world))
+    ms.evidence["mfu_estimate"] = {"mode": mode, "params": opts.params,
+                                   "tokens_per_step": opts.tokens_per_step,
+                                   "step_time_s": step_s, "world_size": world}

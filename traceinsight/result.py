@@ -1,0 +1,130 @@
+"""The diagnosis result: the one typed object between analysis and the renderers.
+
+``DiagnosisResult.to_dict()`` is the JSON contract of ``diagnose --json`` (documented in
+docs/RESULT.md, versioned by ``RESULT_VERSION``); ``from_dict`` reads it back with defaults so
+older files still load. ``report`` and ``compare`` read results, they never re-parse traces.
+Tables inside are plain lists of dicts with raw numbers (ns, bytes, %).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from .errors import InputError
+
+RESULT_SCHEMA = "traceinsight.diagnosis"
+RESULT_VERSION = 1
+
+
+@dataclass
+class Finding:
+    rule: str
+    severity: str
+    title: str
+    category: str
+    message: str
+    impact_pct: float
+    evidence: list[dict[str, Any]]
+    recommendations: list[str]
+    value: float | None = None
+    headline: str | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+        return cls(rule=d.get("rule", "?"), severity=d.get("severity", "info"),
+                   title=d.get("title", ""), category=d.get("category", ""),
+                   message=d.get("message", ""), impact_pct=float(d.get("impact_pct") or 0.0),
+                   evidence=list(d.get("evidence", [])),
+                   recommendations=list(d.get("recommendations", [])), value=d.get("value"),
+                   headline=d.get("headline"))
+
+
+@dataclass
+class DiagnosisResult:
+    tool: dict[str, Any]
+    command: list[str]
+    trace: dict[str, Any]
+    headline: str
+    findings: list[Finding]
+    rules: list[dict[str, Any]]  #: status of every rule that did not fire
+    rule_errors: list[dict[str, Any]]
+    summary: dict[str, Any]
+    metrics: dict[str, Any]
+    breakdown: dict[str, Any]
+    rollups: dict[str, Any]
+    roofline: dict[str, Any] | None
+    memory: dict[str, Any] | None
+    timeline: dict[str, Any] | None
+    diagnostics: list[dict[str, Any]]
+    version: int = RESULT_VERSION
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {"schema": RESULT_SCHEMA, "version": self.version}
+        body = asdict(self)
+        body.pop("version")
+        d.update(body)
+        return d
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, default=_json_default, allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str = "result") -> "DiagnosisResult":
+        if d.get("schema") != RESULT_SCHEMA:
+            raise InputError("is not a traceinsight diagnosis result (no schema "
+                             f"{RESULT_SCHEMA!r})", path=source,
+                             hint="pass the file written by traceinsight diagnose --json")
+        v = int(d.get("version", 0))
+        if v > RESULT_VERSION:
+            raise InputError(f"result version {v} is newer than this traceinsight reads "
+                             f"({RESULT_VERSION})", path=source, hint="upgrade traceinsight-doctor")
+        return cls(
+            tool=d.get("tool", {}), command=d.get("command", []), trace=d.get("trace", {}),
+            headline=d.get("headline", ""),
+            findings=[Finding.from_dict(f) for f in d.get("findings", [])],
+            rules=d.get("rules", []), rule_errors=d.get("rule_errors", []),
+            summary=d.get("summary", {"ranks": []}), metrics=d.get("metrics", {}),
+            breakdown=d.get("breakdown", {}), rollups=d.get("rollups", {}),
+            roofline=d.get("roofline"), memory=d.get("memory"), timeline=d.get("timeline"),
+            diagnostics=d.get("diagnostics", []), version=v, extra=d.get("extra", {}))
+
+    @classmethod
+    def load(cls, path: str) -> "DiagnosisResult":
+        try:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            raise InputError("no such file", path=path, hint="check the path")
+        except ValueError as e:
+            raise InputError(f"invalid JSON ({e})", path=path,
+                             hint="pass a result written by traceinsight diagnose --json")
+        return cls.from_dict(data, source=path)
+
+
+def _json_default(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, set):
+        return sorted(o)
+    return str(o)
+
+
+def clean(obj: Any) -> Any:
+    """Make a structure JSON-safe: numpy scalars to Python, NaN/inf to None."""
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        try:
+            obj = obj.item()
+        except (ValueError, AttributeError):
+            pass
+    if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
+        return None
+    return obj
