@@ -291,6 +291,132 @@ def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
 
 
 @main.command(context_settings=CONTEXT)
+@click.argument("source", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"),
+              show_default=True, help="The HTML file to write.")
+@click.option("--markdown", "md_out", type=click.Path(path_type=Path),
+              help="Also write the Markdown summary.")
+@_rule_options
+@click.pass_context
+def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
+           rules_dirs: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
+    """Write the self-contained HTML report from a result JSON or a store/trace.
+
+    SOURCE is a file written by `diagnose --json` (rendered as is) or a store or trace
+    (diagnosed first, with the shipped rules plus --rules/--set).
+    """
+    from .render.html import render_html
+    from .result import DiagnosisResult
+
+    if source.is_file() and source.suffix == ".json" and _is_result(source):
+        result = DiagnosisResult.load(str(source))
+    else:
+        from .diagnose import diagnose as run_diagnose
+        from .ingest import load
+
+        result = run_diagnose(load([source], quiet=ctx.obj["quiet"]), rules_dirs=rules_dirs,
+                              overrides=overrides, command=["traceinsight", *sys.argv[1:]])
+    write_atomic(output, render_html(result))
+    click.echo(f"wrote {output}")
+    if md_out is not None:
+        from .render.markdown import render_markdown
+
+        write_atomic(md_out, render_markdown(result))
+        click.echo(f"wrote {md_out}")
+
+
+def _is_result(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return b'"traceinsight.diagnosis"' in head
+
+
+def _result_of(ctx: click.Context, path: Path, rules_dirs, overrides, opts):
+    """A DiagnosisResult from a result JSON, a store, a trace file or a folder of rank traces."""
+    from .result import DiagnosisResult
+
+    if path.is_file() and path.suffix == ".json" and _is_result(path):
+        return DiagnosisResult.load(str(path))
+    from .diagnose import diagnose as run_diagnose
+    from .ingest import load
+
+    return run_diagnose(load([path], quiet=ctx.obj["quiet"]), options=opts, rules_dirs=rules_dirs,
+                        overrides=overrides, command=["traceinsight", "diagnose", str(path)])
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@click.option("--json", "json_out", type=click.Path(path_type=Path, allow_dash=True),
+              help="Write the comparison as JSON to FILE ('-' prints it instead).")
+@click.option("--html", "html_out", type=click.Path(path_type=Path), help="Write an HTML report.")
+@click.option("--markdown", "md_out", type=click.Path(path_type=Path), help="Write Markdown.")
+@click.option("--by", type=click.Choice(["auto", "layer", "op", "class"]), default="auto",
+              show_default=True, help="Split compute time by layer (module path), top-level op, or "
+                                      "kernel class; auto picks the finest both sides support.")
+@click.option("--fail-if-slower", type=float, metavar="PCT",
+              help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate).")
+@click.option("-n", "top_n", default=12, show_default=True, help="Contributors to list.")
+@_rule_options
+@click.option("--device", help="Device for both sides' roofline (traces only).")
+@click.pass_context
+def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None,
+            html_out: Path | None, md_out: Path | None, by: str, fail_if_slower: float | None,
+            top_n: int, rules_dirs: tuple[Path, ...], overrides: tuple[str, ...],
+            device: str | None) -> None:
+    """Compare two runs: what changed in step time, and which layers, ops or parts explain it.
+
+    BEFORE and AFTER are each a result JSON (diagnose --json), a store, a trace file or a
+    folder of per-rank traces. Layers and ops are aligned by module path and top-level op, so
+    runs on different GPUs or libraries (H100 vs MI300X) still line up. The contributors add up
+    exactly to the change of the mean step time.
+
+    \b
+    Examples:
+      traceinsight compare before.json.gz after.json.gz
+      traceinsight compare base/ new/ --json delta.json --fail-if-slower 5
+    """
+    from .compare import compare as run_compare
+    from .compare import render_compare
+    from .metrics.options import RooflineOptions
+
+    opts = RooflineOptions(device=device)
+    a = _result_of(ctx, before, rules_dirs, overrides, opts)
+    b = _result_of(ctx, after, rules_dirs, overrides, opts)
+    c = run_compare(a, b, by=by, labels=(before.name, after.name))
+    outputs = {}
+    if json_out is not None and str(json_out) != "-":
+        outputs[json_out] = json.dumps(c, indent=2, default=str)
+    if md_out is not None:
+        from .render.markdown import render_compare_markdown
+
+        outputs[md_out] = render_compare_markdown(c)
+    if html_out is not None:
+        from .render.html import render_compare_html
+
+        outputs[html_out] = render_compare_html(c)
+    for path, text in outputs.items():
+        write_atomic(path, text)
+    if json_out is not None and str(json_out) == "-":
+        click.echo(json.dumps(c, indent=2, default=str))
+    else:
+        click.echo(render_compare(c, n=top_n), nl=False)
+        for path in outputs:
+            click.echo(f"wrote {path}", err=True)
+    if fail_if_slower is not None:
+        pct = c["step_time"]["p50_delta_pct"]
+        if pct is None:
+            pct = c["step_time"]["mean_delta_pct"]
+        if pct is not None and pct > fail_if_slower:
+            click.echo(f"traceinsight: step time regressed by {pct:.1f}% (> {fail_if_slower:g}%)",
+                       err=True)
+            ctx.exit(1)
+
+
+@main.command(context_settings=CONTEXT)
 @click.option("--explain", "explain_id", metavar="ID", help="Show one rule: what, why, thresholds.")
 @click.option("--metrics", "list_metrics", is_flag=True, help="List the metrics rules can use.")
 @_rule_options

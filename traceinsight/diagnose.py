@@ -55,7 +55,7 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
         metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
                  "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()}},
         breakdown=_breakdown(an),
-        rollups=_rollups(an),
+        rollups={**_rollups(an), "step_basis": _step_basis(an, ms)},
         roofline=ms.evidence.get("roofline"),
         memory=_memory(ms),
         timeline=_timeline(an),
@@ -224,6 +224,45 @@ def _rollups(an: Analysis) -> dict[str, Any]:
         "classes": [{"cls": r.cls, "total_ns": int(r.sum), "kernels": int(r.size),
                      "share_pct": 100.0 * r.sum / total} for r in classes.itertuples()],
         "has_modules": bool((layers["module"] != NO_MODULE).any()) if len(layers) else False,
+    }
+
+
+def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
+    """Sums over all step windows of all ranks that decompose the step time exactly:
+
+    wall = compute + comm_exposed + memcpy_exposed + memset_exposed + idle, where compute (a
+    union) = compute kernel time (a sum, split by layer / op / class) - concurrency, and idle =
+    launch + input + sync + device-wait gaps. ``compare`` divides by ``windows``.
+    """
+    bd = an.breakdown
+    if not bd.steps:
+        return None
+    tot = {k: int(sum(getattr(w, k) for w in bd.steps)) for k in (
+        "wall_ns", "compute_ns", "comm_exposed_ns", "memcpy_exposed_ns", "memset_exposed_ns",
+        "idle_ns")}
+    g = an.attribution.gpu
+    in_win = g[g["step"].notna()] if any(w.step is not None for w in bd.steps) else g
+    comp = in_win[(in_win["kind"] == "kernel") & (in_win["cls"] != "communication")]
+    mods = comp["module"].where(comp["module"].notna(), NO_MODULE)
+    by_layer = comp.groupby(mods.to_numpy())["dur_ns"].sum()
+    by_op = comp.groupby(comp["top_op"].astype(str).to_numpy())["dur_ns"].sum()
+    by_class = comp.groupby(comp["cls"].astype(str).to_numpy())["dur_ns"].sum()
+    v = ms.values
+    wall = tot["wall_ns"]
+    split = {k: (v.get(f"idle_{k}_pct") or 0.0) * wall / 100.0
+             for k in ("launch", "input", "sync", "device_wait")}
+    # exact integer split of idle: rounding remainder goes to device wait
+    ints = {k: int(round(x)) for k, x in split.items()}
+    ints["device_wait"] += tot["idle_ns"] - sum(ints.values())
+    return {
+        "windows": len(bd.steps),
+        "ranks": len(bd.ranks),
+        **tot,
+        "compute_kernel_sum_ns": int(comp["dur_ns"].sum()),
+        "idle_split_ns": ints,
+        "by_layer_ns": {str(k): int(x) for k, x in by_layer.items()},
+        "by_op_ns": {str(k): int(x) for k, x in by_op.items()},
+        "by_class_ns": {str(k): int(x) for k, x in by_class.items()},
     }
 
 

@@ -1,0 +1,334 @@
+"""``compare``: what changed between two runs (before / after), and why.
+
+The change being explained is the mean step time (per rank and step window). Each side's mean
+step decomposes exactly into contributors that are aligned structurally, not by kernel name, so
+two runs on different libraries or vendors still line up:
+
+    step = Σ compute kernel time by layer (module path) | top-level op | kernel class
+           + concurrency (compute union - compute kernel sum: overlap across streams, <= 0)
+           + exposed communication + exposed memcpy + exposed memset
+           + idle (launch wait, input wait, sync wait, device wait)
+
+Values are integer nanoseconds per step (largest-remainder rounding keeps the sums exact), so
+the contributors' ``delta_ns`` add up to ``total_delta_ns`` exactly.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from . import __version__, fmt
+from .analysis.rollups import NO_MODULE
+from .engine import SEVERITY_RANK
+from .result import DiagnosisResult
+
+COMPARE_SCHEMA = "traceinsight.compare"
+COMPARE_VERSION = 1
+STRUCTURE_KINDS = ("layer", "op", "class")
+
+
+def _per_step(parts: dict[tuple[str, str], int], windows: int, total: int) -> dict[tuple[str, str], int]:
+    """Divide integer sums by ``windows`` keeping their sum equal to round(total / windows)."""
+    if windows <= 0:
+        return {k: 0 for k in parts}
+    exact = {k: Fraction(v, windows) for k, v in parts.items()}
+    floors = {k: (v.numerator // v.denominator) for k, v in exact.items()}
+    target = int(round(Fraction(total, windows)))
+    rest = target - sum(floors.values())
+    order = sorted(exact, key=lambda k: exact[k] - floors[k], reverse=True)
+    if rest >= 0:
+        for k in order[:rest]:
+            floors[k] += 1
+    else:
+        for k in order[::-1][: -rest]:
+            floors[k] -= 1
+    return floors
+
+
+def _structure(r: DiagnosisResult, kind: str) -> dict[str, int]:
+    b = r.rollups.get("step_basis") or {}
+    key = {"layer": "by_layer_ns", "op": "by_op_ns", "class": "by_class_ns"}[kind]
+    return dict(b.get(key) or {})
+
+
+def _coverage(r: DiagnosisResult, kind: str) -> float:
+    b = r.rollups.get("step_basis") or {}
+    tot = b.get("compute_kernel_sum_ns") or 0
+    if not tot:
+        return 0.0
+    parts = _structure(r, kind)
+    bad = NO_MODULE if kind == "layer" else None
+    good = sum(v for k, v in parts.items() if k != bad and not (kind == "op" and k.startswith("[")))
+    return good / tot
+
+
+def choose_structure(before: DiagnosisResult, after: DiagnosisResult, by: str = "auto") -> str:
+    if by != "auto":
+        return by
+    for kind in ("layer", "op"):
+        if _coverage(before, kind) >= 0.5 and _coverage(after, kind) >= 0.5:
+            return kind
+    return "class"
+
+
+def decompose(r: DiagnosisResult, kind: str) -> tuple[dict[tuple[str, str], int], int]:
+    """Per-step contributors of one side and its mean step time (integer ns)."""
+    b = r.rollups.get("step_basis")
+    if not b:
+        return {}, 0
+    parts: dict[tuple[str, str], int] = {}
+    for name, v in _structure(r, kind).items():
+        parts[(kind, name)] = int(v)
+    parts[("concurrency", "compute overlap across streams")] = int(b["compute_ns"]) - int(b["compute_kernel_sum_ns"])
+    parts[("comm", "exposed communication")] = int(b["comm_exposed_ns"])
+    parts[("memcpy", "exposed memcpy")] = int(b["memcpy_exposed_ns"])
+    parts[("memset", "exposed memset")] = int(b["memset_exposed_ns"])
+    for k, v in (b.get("idle_split_ns") or {}).items():
+        parts[("idle", f"GPU idle: {k.replace('_', ' ')}")] = int(v)
+    total = int(b["wall_ns"])
+    assert sum(parts.values()) == total, "step basis does not add up"
+    per = _per_step(parts, int(b["windows"]), total)
+    return per, sum(per.values())
+
+
+def _side(r: DiagnosisResult, label: str) -> dict[str, Any]:
+    t = r.trace
+    return {"label": label, "sources": [s["name"] for s in t.get("sources", [])],
+            "devices": t.get("devices", []), "device": t.get("device"),
+            "vendor": t.get("vendor"), "ranks": len(t.get("ranks", [])),
+            "world_size": t.get("world_size"), "headline": r.headline}
+
+
+def _step_stats(r: DiagnosisResult) -> dict[str, float | None]:
+    v = r.metrics.get("values", {})
+    b = r.rollups.get("step_basis") or {}
+    mean = b["wall_ns"] / b["windows"] if b.get("windows") else None
+    return {"p50": v.get("step_time_p50_ns"), "p90": v.get("step_time_p90_ns"),
+            "p99": v.get("step_time_p99_ns"), "max": v.get("step_time_max_ns"),
+            "mean": mean, "steps": v.get("steps"),
+            "cv_pct": v.get("step_time_cv_pct")}
+
+
+def _delta(a: float | None, b: float | None) -> dict[str, float | None]:
+    if a is None or b is None:
+        return {"delta": None, "delta_pct": None}
+    return {"delta": b - a, "delta_pct": 100.0 * (b - a) / a if a else None}
+
+
+def _table(before: dict[str, float], after: dict[str, float], key: str) -> list[dict[str, Any]]:
+    rows = []
+    for name in set(before) | set(after):
+        a, b = before.get(name), after.get(name)
+        status = "new" if a is None else ("gone" if b is None else "same")
+        a0, b0 = a or 0, b or 0
+        rows.append({key: name, "before_ns": a0, "after_ns": b0, "delta_ns": b0 - a0,
+                     "delta_pct": 100.0 * (b0 - a0) / a0 if a0 else None, "status": status})
+    rows.sort(key=lambda x: (-abs(x["delta_ns"]), str(x[key])))
+    return rows
+
+
+def _per_step_map(r: DiagnosisResult, kind: str) -> dict[str, float]:
+    b = r.rollups.get("step_basis") or {}
+    w = b.get("windows") or 1
+    return {k: v / w for k, v in _structure(r, kind).items()}
+
+
+def _names(rows: list[dict[str, Any]], key: str) -> set[str]:
+    return {str(x[key]) for x in rows if x.get(key) and not str(x[key]).startswith("[")}
+
+
+def _findings(before: DiagnosisResult, after: DiagnosisResult) -> dict[str, Any]:
+    a = {f.rule: f for f in before.findings}
+    b = {f.rule: f for f in after.findings}
+
+    def brief(f) -> dict[str, Any]:
+        return {"rule": f.rule, "severity": f.severity, "title": f.title,
+                "impact_pct": f.impact_pct, "message": f.message}
+
+    changed = []
+    same = []
+    for rule in sorted(set(a) & set(b)):
+        if a[rule].severity != b[rule].severity:
+            direction = ("worse" if SEVERITY_RANK[b[rule].severity] < SEVERITY_RANK[a[rule].severity]
+                         else "better")
+            changed.append({"rule": rule, "before": a[rule].severity, "after": b[rule].severity,
+                            "direction": direction, "title": b[rule].title,
+                            "impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct})
+        else:
+            same.append({"rule": rule, "severity": b[rule].severity,
+                         "impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct})
+    return {"appeared": [brief(b[r]) for r in sorted(set(b) - set(a))],
+            "disappeared": [brief(a[r]) for r in sorted(set(a) - set(b))],
+            "changed": changed, "unchanged": same}
+
+
+def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto",
+            labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
+    kind = choose_structure(before, after, by)
+    diags = []
+    for side, r in (("before", before), ("after", after)):
+        if not r.rollups.get("step_basis"):
+            diags.append({"severity": "warning",
+                          "message": f"{side}: no GPU step windows, nothing to decompose"})
+        if not r.trace.get("has_step_markers"):
+            diags.append({"severity": "info", "message": f"{side}: no ProfilerStep markers; "
+                          "its 'step' is the whole GPU span of the trace"})
+    pa, ta = decompose(before, kind)
+    pb, tb = decompose(after, kind)
+    contributors = []
+    for key in sorted(set(pa) | set(pb)):
+        a, b = pa.get(key, 0), pb.get(key, 0)
+        if a == 0 and b == 0:
+            continue
+        contributors.append({"kind": key[0], "name": key[1], "before_ns": a, "after_ns": b,
+                             "delta_ns": b - a})
+    contributors.sort(key=lambda c: (-abs(c["delta_ns"]), c["kind"], c["name"]))
+    total = tb - ta
+    assert sum(c["delta_ns"] for c in contributors) == total
+    sa, sb = _step_stats(before), _step_stats(after)
+    p50 = _delta(sa["p50"], sb["p50"])
+    mean = _delta(sa["mean"], sb["mean"])
+    thr = None
+    ref_a = sa["p50"] or sa["mean"]
+    ref_b = sb["p50"] or sb["mean"]
+    if ref_a and ref_b:
+        thr = {"before_steps_per_s": 1e9 / ref_a, "after_steps_per_s": 1e9 / ref_b,
+               "ratio": ref_a / ref_b, "delta_pct": 100.0 * (ref_a / ref_b - 1.0)}
+    bd = []
+    for part in ("compute", "comm exposed", "memcpy exposed", "memset exposed", "idle"):
+        key = part.replace(" ", "_") + "_ns"
+        key = "comm_exposed_ns" if part == "comm exposed" else key
+        va = _basis_per_step(before, key)
+        vb = _basis_per_step(after, key)
+        bd.append({"part": part, "before_ns": va, "after_ns": vb,
+                   "delta_ns": None if va is None or vb is None else vb - va})
+    kern_a = _names(before.rollups.get("kernels", []), "name")
+    kern_b = _names(after.rollups.get("kernels", []), "name")
+    ops_a = _names(before.rollups.get("ops", []), "name")
+    ops_b = _names(after.rollups.get("ops", []), "name")
+    out = {
+        "schema": COMPARE_SCHEMA,
+        "version": COMPARE_VERSION,
+        "tool": {"name": "traceinsight", "version": __version__},
+        "before": _side(before, labels[0]),
+        "after": _side(after, labels[1]),
+        "explained_by": kind,
+        "step_time": {"before": sa, "after": sb, "p50_delta_ns": p50["delta"],
+                      "p50_delta_pct": p50["delta_pct"], "mean_delta_ns": mean["delta"],
+                      "mean_delta_pct": mean["delta_pct"]},
+        "throughput": thr,
+        "total_delta_ns": total,
+        "before_step_ns": ta,
+        "after_step_ns": tb,
+        "contributors": contributors,
+        "breakdown": bd,
+        "layers": _table(_per_step_map(before, "layer"), _per_step_map(after, "layer"), "name"),
+        "ops": _table(_per_step_map(before, "op"), _per_step_map(after, "op"), "name"),
+        "kernel_classes": _table(_per_step_map(before, "class"), _per_step_map(after, "class"), "name"),
+        "new_kernels": sorted(kern_b - kern_a)[:200],
+        "gone_kernels": sorted(kern_a - kern_b)[:200],
+        "new_ops": sorted(ops_b - ops_a)[:200],
+        "gone_ops": sorted(ops_a - ops_b)[:200],
+        "findings": _findings(before, after),
+        "diagnostics": diags,
+    }
+    out["headline"] = compare_headline(out)
+    return out
+
+
+def _basis_per_step(r: DiagnosisResult, key: str) -> float | None:
+    b = r.rollups.get("step_basis")
+    if not b or not b.get("windows"):
+        return None
+    return b[key] / b["windows"]
+
+
+def compare_headline(c: dict[str, Any]) -> str:
+    st = c["step_time"]
+    ref = "p50" if st["p50_delta_pct"] is not None else "mean"
+    pct = st["p50_delta_pct"] if ref == "p50" else st["mean_delta_pct"]
+    a = st["before"][ref]
+    b = st["after"][ref]
+    if pct is None or a is None or b is None:
+        return "The runs cannot be compared by step time (no GPU step windows on one side)."
+    word = "slower" if pct > 0 else "faster"
+    if abs(pct) < 1.0:
+        lead = f"Step time is unchanged ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)}, {pct:+.1f}%)"
+    else:
+        lead = f"After is {abs(pct):.1f}% {word} per step ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)})"
+    tops = [x for x in c["contributors"] if x["delta_ns"] != 0][:3]
+    if tops:
+        parts = [f"{x['name']} {'+' if x['delta_ns'] > 0 else '−'}{fmt.fmt_ns(abs(x['delta_ns']))}"
+                 for x in tops]
+        lead += "; largest changes per step: " + ", ".join(parts)
+    return lead + "."
+
+
+def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> str:
+    width = width or fmt.terminal_width()
+    a, b = c["before"], c["after"]
+    lines = [f"traceinsight compare — {', '.join(a['sources'][:2])}  →  {', '.join(b['sources'][:2])}",
+             f"before: {a['ranks']} rank(s) · {', '.join(a['devices']) or 'GPU not recorded'}",
+             f"after:  {b['ranks']} rank(s) · {', '.join(b['devices']) or 'GPU not recorded'}", "",
+             c["headline"], ""]
+    st = c["step_time"]
+    rows = []
+    for q in ("p50", "p90", "max", "mean"):
+        va, vb = st["before"][q], st["after"][q]
+        d = None if va is None or vb is None else vb - va
+        pct = f"{100 * d / va:+.1f}%" if d is not None and va else "–"
+        rows.append([f"step time {q}", fmt.fmt_ns(va), fmt.fmt_ns(vb),
+                     ("+" if d and d > 0 else "") + fmt.fmt_ns(d) if d is not None else "–", pct])
+    if c["throughput"]:
+        t = c["throughput"]
+        rows.append(["steps / s", f"{t['before_steps_per_s']:.2f}", f"{t['after_steps_per_s']:.2f}",
+                     f"x{t['ratio']:.3f}", f"{t['delta_pct']:+.1f}%"])
+    for r in c["breakdown"]:
+        if r["delta_ns"] is None:
+            continue
+        va, vb = r["before_ns"], r["after_ns"]
+        rows.append([f"  {r['part']} / step", fmt.fmt_ns(va), fmt.fmt_ns(vb),
+                     ("+" if r["delta_ns"] > 0 else "") + fmt.fmt_ns(r["delta_ns"]),
+                     f"{100 * r['delta_ns'] / va:+.1f}%" if va else "–"])
+    lines.append(fmt.table(rows, ["", "before", "after", "delta", "%"], align="lrrrr"))
+    lines.append("")
+    lines.append(f"Contributors to the change of mean step time ({fmt.fmt_ns(c['before_step_ns'])} → "
+                 f"{fmt.fmt_ns(c['after_step_ns'])}, {'+' if c['total_delta_ns'] > 0 else ''}"
+                 f"{fmt.fmt_ns(c['total_delta_ns'])}), compute split by {c['explained_by']}:")
+    contrib = c["contributors"]
+    top = contrib[:n]
+    rest = contrib[n:]
+    scale = max([abs(x["delta_ns"]) for x in top] + [1])
+    rows = []
+    for x in top:
+        bar_len = int(round(12 * abs(x["delta_ns"]) / scale))
+        barc = ("+" if x["delta_ns"] > 0 else "−") * bar_len
+        rows.append([x["kind"], x["name"], fmt.fmt_ns(x["before_ns"]), fmt.fmt_ns(x["after_ns"]),
+                     ("+" if x["delta_ns"] > 0 else "") + fmt.fmt_ns(x["delta_ns"]), barc])
+    if rest:
+        rd = sum(x["delta_ns"] for x in rest)
+        rows.append(["", f"[{len(rest)} others]", "", "", ("+" if rd > 0 else "") + fmt.fmt_ns(rd), ""])
+    lines.append(fmt.table(rows, ["kind", "name", "before", "after", "delta", ""],
+                           align="llrrrl", flex=1, max_width=width))
+    lines.append("")
+    f = c["findings"]
+    if f["appeared"] or f["disappeared"] or f["changed"]:
+        lines.append("Findings:")
+        for x in f["appeared"]:
+            lines.append(f"  + {x['rule']} appeared ({x['severity']}): {x['title']}")
+        for x in f["disappeared"]:
+            lines.append(f"  − {x['rule']} gone (was {x['severity']})")
+        for x in f["changed"]:
+            lines.append(f"  ~ {x['rule']}: {x['before']} → {x['after']} ({x['direction']})")
+        lines.append("")
+    for label, key in (("New kernels", "new_kernels"), ("Gone kernels", "gone_kernels"),
+                       ("New ops", "new_ops"), ("Gone ops", "gone_ops")):
+        names = c[key]
+        if names:
+            shown = ", ".join(fmt.shorten(fmt.short_kernel_name(x), 60) for x in names[:4])
+            more = f" (+{len(names) - 4})" if len(names) > 4 else ""
+            lines.append(f"{label} ({len(names)}): {shown}{more}")
+    for d in c["diagnostics"]:
+        lines.append(f"! {d['message']}")
+    return "\n".join(lines).rstrip() + "\n"
