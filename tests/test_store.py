@@ -144,3 +144,10 @@ def test_load_accepts_a_store_or_traces(tmp_path: Path) -> None:
     s = ingest([p], tmp_path / "s.tistore", quiet=True)
     assert load([tmp_path / "s.tistore"]).path == s.path
     assert load([p]).row_counts == s.row_counts
+
+
+def test_store_reference_doc_is_current() -> None:
+    # docs/STORE.md is generated from traceinsight/schema.py
+    from conftest import REPO
+
+    assert (REPO / "docs" / "STORE.md").read_text() == schema.markdown() + "\n"

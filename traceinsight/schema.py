@@ -297,7 +297,7 @@ def markdown() -> str:
         for c in t.columns:
             typ = "string (dictionary)" if pa.types.is_dictionary(c.type) else str(c.type)
             null = "" if c.nullable else ", not null"
-            out.append(f"| `{c.name}` | {typ}{null} | {c.doc} |")
+            out.append(f"| `{c.name}` | {typ}{null} | {c.doc.replace('|', '/')} |")
         out.append("")
     return "\n".join(out)
 

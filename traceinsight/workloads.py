@@ -29,10 +29,16 @@ The simulation, in brief:
   bandwidth). A collective ends on every rank when the last rank has arrived plus that duration,
   so ranks wait inside NCCL kernels for a straggler (:func:`build_ranks` simulates the ranks in
   lockstep).
-* **Memory** (``[memory]`` events): persistent state + activations allocated through forward and
-  freed through backward, scaled so that the peak ``Total Reserved`` is
+* **Memory** (``[memory]`` events, on the allocating thread): persistent state plus activations
+  allocated through forward and freed through backward (true tensor sizes unless they would
+  exceed 60% of the budget), sized so that the peak ``Total Reserved`` is
   ``peak_memory_fraction · totalGlobalMem`` and reserved = ``reserved_overhead`` × allocated at
-  the peak; ``leak_bytes_per_step`` stays allocated.
+  the peak; reserved never shrinks (caching allocator); ``leak_bytes_per_step`` stays allocated.
+
+Beyond what :class:`KinetoTraceBuilder` writes, :meth:`_Rank.finish` adds ``thread_name``
+metadata for the autograd thread and the streams, sets real CUPTI ``cbid`` values (``cid``,
+``kernel``, ``grid``, ``block`` on ROCm runtime events), turns ``cuLaunchKernel`` into
+``cuda_driver`` and drops the occupancy fields ROCm kernels do not have.
 
 Use::
 
@@ -47,14 +53,14 @@ from __future__ import annotations
 import heapq
 import math
 import random
+from collections.abc import Callable, Generator, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable, Generator, Iterator
+from typing import Any
 
 from traceinsight.synth import DEVICE_PRESETS, KinetoTraceBuilder, _us
 
-KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
 
@@ -66,7 +72,8 @@ PEAK_FLOPS: dict[str, dict[str, float]] = {
     "MI300X": {"bf16": 1307e12, "fp16": 1307e12, "fp32": 163e12},
 }
 #: peak DRAM bandwidth, bytes/s
-MEM_BANDWIDTH: dict[str, float] = {"H100": 3.35e12, "A100": 2.0e12, "V100": 0.9e12, "MI300X": 5.3e12}
+MEM_BANDWIDTH: dict[str, float] = {"H100": 3.35e12, "A100": 2.0e12, "V100": 0.9e12,
+                                   "MI300X": 5.3e12}
 
 VOCAB = 32_000  #: embedding rows (the embedding's parameters count in the optimizer)
 HEAD_DIM = 128
@@ -185,23 +192,24 @@ def _gemm_kernel(w: Workload, layout: str, n: int) -> tuple[str, str | None]:
     if dev == "H100":
         if dt == "fp32":
             if layout == "tn":
-                return (f"sm90_xmma_gemm_f32f32_f32f32_f32_{layout}_n_tilesize128x128x32_"
-                        "warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
-                        "cudaLaunchKernelExC")
+                name = (f"sm90_xmma_gemm_f32f32_f32f32_f32_{layout}_n_tilesize128x128x32_"
+                        "warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas")
+                return name, "cudaLaunchKernelExC"
             k = f"cutlass_80_simt_sgemm_128x64_8x5_{layout}_align1"
             return f"void cutlass::Kernel2<{k}>({k}::Params)", "cuLaunchKernel"
         if n >= 8192:
             return f"nvjet_tst_128x256_64x4_1x2_h_bz_coopA_{layout.upper()}T", "cudaLaunchKernelExC"
         tag = "bf16bf16_bf16f32" if dt == "bf16" else "f16f16_f16f32"
-        return (f"sm90_xmma_gemm_{tag}_f32_{layout}_n_tilesize128x128x64_warpgroupsize1x1x1_"
-                "execute_segment_k_off_kernel__5x_cublas", "cudaLaunchKernelExC")
+        name = (f"sm90_xmma_gemm_{tag}_f32_{layout}_n_tilesize128x128x64_warpgroupsize1x1x1_"
+                "execute_segment_k_off_kernel__5x_cublas")
+        return name, "cudaLaunchKernelExC"
     if dev == "A100":
         return {"bf16": f"ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_{layout}",
                 "fp16": f"ampere_fp16_s16816gemm_fp16_128x128_ldg8_f2f_stages_32x5_{layout}",
                 "fp32": f"ampere_sgemm_128x64_{layout}"}[dt], None
     if dev == "V100":
-        return {"bf16": f"sm70_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize128x128x32_"
-                        "stage1_warpsize2x2x1_ffma_aligna8_alignc8_execute_kernel__5x_cublas",
+        return {"bf16": (f"sm70_xmma_gemm_bf16bf16_bf16f32_f32_{layout}_n_tilesize128x128x32_"
+                         "stage1_warpsize2x2x1_ffma_aligna8_alignc8_execute_kernel__5x_cublas"),
                 "fp16": f"volta_fp16_s884gemm_fp16_128x128_ldg8_f2f_{layout}",
                 "fp32": f"volta_sgemm_128x64_{layout}"}[dt], None
     lay = {"tn": "Alik_Bljk", "nn": "Ailk_Bljk", "nt": "Ailk_Bjlk"}[layout]
@@ -211,9 +219,9 @@ def _gemm_kernel(w: Workload, layout: str, n: int) -> tuple[str, str | None]:
         body = (("BBS_BH" if dt == "bf16" else "HHS_BH")
                 + "_Bias_HA_S_SAV_UserArgs_MT128x128x64_MI16x16x1_SN_LDSB1_AFC1_AFEM1_ASEM1_CLR1_"
                 "CADS0_EPS0_GRVWA8_GRVWB8")
-    return (f"Cijk_{lay}_{body}_GSUAMBSK_ISA942_IU1_K1_LBSPPA256_LBSPPB256_MIAV0_MIWT4_4_NTn1_"
-            "ONLL1_PGR2_PLR1_SIA3_SS1_SVW8_TLDS1_USL1_VWA1_VWB1_WSGRA0_WSGRB0_WS64_WG32_8_1",
-            "hipExtModuleLaunchKernel")
+    name = (f"Cijk_{lay}_{body}_GSUAMBSK_ISA942_IU1_K1_LBSPPA256_LBSPPB256_MIAV0_MIWT4_4_NTn1_"
+            "ONLL1_PGR2_PLR1_SIA3_SS1_SVW8_TLDS1_USL1_VWA1_VWB1_WSGRA0_WSGRB0_WS64_WG32_8_1")
+    return name, "hipExtModuleLaunchKernel"
 
 
 def _attention_impl(w: Workload) -> str:
@@ -232,21 +240,24 @@ def _attention_kernels(w: Workload, hd: int) -> tuple[str, list[str]]:
         bt = (f"pytorch_flash::Flash_bwd_kernel_traits<{hd}, 64, 128, 8, 2, 4, 2, false, false, "
               f"{cut}, pytorch_flash::Flash_kernel_traits<{hd}, 64, 128, 8, {cut}> >")
         fwd = (f"void pytorch_flash::flash_fwd_kernel<pytorch_flash::Flash_fwd_kernel_traits<{hd}, "
-               f"128, 64, 4, false, false, {cut}, pytorch_flash::Flash_kernel_traits<{hd}, 128, 64, "
-               f"4, {cut}> >, false, true, false, false, false, true, false>"
+               f"128, 64, 4, false, false, {cut}, pytorch_flash::Flash_kernel_traits<{hd}, 128, "
+               f"64, 4, {cut}> >, false, true, false, false, false, true, false>"
                "(pytorch_flash::Flash_fwd_params)")
         return fwd, [
-            f"void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<{bt}, false, true, "
-            "false, false, false, false>(pytorch_flash::Flash_bwd_params)",
-            f"void pytorch_flash::flash_bwd_dot_do_o_kernel<true, {bt} >(pytorch_flash::Flash_bwd_params)",
-            f"void pytorch_flash::flash_bwd_convert_dq_kernel<{bt} >(pytorch_flash::Flash_bwd_params, int)",
+            (f"void pytorch_flash::flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<{bt}, false, true, "
+             "false, false, false, false>(pytorch_flash::Flash_bwd_params)"),
+            (f"void pytorch_flash::flash_bwd_dot_do_o_kernel<true, {bt} >"
+             "(pytorch_flash::Flash_bwd_params)"),
+            (f"void pytorch_flash::flash_bwd_convert_dq_kernel<{bt} >"
+             "(pytorch_flash::Flash_bwd_params, int)"),
         ]
     if impl == "efficient":
         tag = {"bf16": "bf16", "fp16": "f16", "fp32": "f32"}[dt]
         sm = "70" if w.device == "V100" else "80"
         ct = _CUTLASS[dt]
-        fwd = (f"fmha_cutlassF_{tag}_aligned_64x64_rf_sm{sm}(PyTorchMemEffAttention::AttentionKernel"
-               f"<{ct}, cutlass::arch::Sm{sm}, true, 64, 64, {hd}, true, true>::Params)")
+        fwd = (f"fmha_cutlassF_{tag}_aligned_64x64_rf_sm{sm}(PyTorchMemEffAttention::"
+               f"AttentionKernel<{ct}, cutlass::arch::Sm{sm}, true, 64, 64, {hd}, true, true>"
+               "::Params)")
         bwd = (f"fmha_cutlassB_{tag}_aligned_64x64_k{hd}_sm{sm}(PyTorchMemEffAttention::"
                f"AttentionBackwardKernel<cutlass::arch::Sm{sm}, {ct}, true, false, true, 64, 64, "
                f"{hd}, false>::Params)")
@@ -258,12 +269,13 @@ def _attention_kernels(w: Workload, hd: int) -> tuple[str, list[str]]:
            f"ILj0ELb1EEENS_30SimplifiedGenericAttentionMaskILb1EEEEEENS_17Default2DEpilogueINS_"
            f"24Default2DEpilogueProblemIf{t}Lb0ELb0ELb1EEEEEEEEEvT1_")
     return fwd, [
-        f"_ZN7ck_tile6kentryILi256ELi1ENS_19FmhaBwdDQDKDVKernelINS_36BlockFmhaBwdDQDKDVPipelineKRKTRVR"
-        f"INS_27BlockFmhaBwdPipelineProblemI{t}{t}{t}ff{t}{t}{t}{shape}Lb0EEEEEEEEvT1_",
-        f"_ZN7ck_tile6kentryILi256ELi1ENS_22FmhaBwdOGradDotOKernelINS_29BlockFmhaBwdOGradDotOProblemI"
-        f"{t}{t}fLi256ELi128EEEEEEvT1_",
-        f"_ZN7ck_tile6kentryILi256ELi1ENS_24FmhaBwdConvertQGradKernelINS_32BlockFmhaBwdConvertQGrad"
-        f"ProblemIf{t}Li256ELi128EEEEEEvT1_",
+        (f"_ZN7ck_tile6kentryILi256ELi1ENS_19FmhaBwdDQDKDVKernelINS_36BlockFmhaBwdDQDKDV"
+         f"PipelineKRKTRVRINS_27BlockFmhaBwdPipelineProblemI{t}{t}{t}ff{t}{t}{t}{shape}"
+         "Lb0EEEEEEEEvT1_"),
+        (f"_ZN7ck_tile6kentryILi256ELi1ENS_22FmhaBwdOGradDotOKernelINS_29BlockFmhaBwdOGradDotO"
+         f"ProblemI{t}{t}fLi256ELi128EEEEEEvT1_"),
+        (f"_ZN7ck_tile6kentryILi256ELi1ENS_24FmhaBwdConvertQGradKernelINS_32BlockFmhaBwd"
+         f"ConvertQGradProblemIf{t}Li256ELi128EEEEEEvT1_"),
     ]
 
 
@@ -285,46 +297,51 @@ def _kernel_names(w: Workload) -> dict[str, str]:
     sum_op = (f"at::native::ReduceOp<{ct}, at::native::func_wrapper_t<{ct}, at::native::sum_functor"
               f"<{ct}, float, {ct}>::operator()(at::TensorIterator&)::{{lambda(float, float)#1}}>, "
               f"unsigned int, {ct}, 4>")
-    mean_op = f"at::native::ReduceOp<{ct}, at::native::MeanOps<float, float, float, float>, unsigned int, {ct}, 4>"
+    mean_op = (f"at::native::ReduceOp<{ct}, at::native::MeanOps<float, float, float, float>, "
+               f"unsigned int, {ct}, 4>")
     mse = (f"at::native::(anonymous namespace)::mse_kernel_cuda(at::TensorIteratorBase&)::"
-           f"{{lambda()#1}}::operator()() const::{{lambda()#4}}::operator()() const::{{lambda({ct}, {ct})#1}}")
+           f"{{lambda()#1}}::operator()() const::{{lambda()#4}}::operator()() const::"
+           f"{{lambda({ct}, {ct})#1}}")
     mse_bwd = (f"at::native::mse_backward_cuda_kernel(at::TensorIterator&, c10::Scalar const&)::"
                f"{{lambda()#1}}::operator()() const::{{lambda()#4}}::operator()() const::"
                f"{{lambda({ct}, {ct}, {ct})#1}}")
-    adam = (f"void {anon}::multi_tensor_apply_kernel<{anon}::FusedOptimizerTensorListMetadata<4>, "
-            f"{anon}::FusedAdamMathFunctor<{ct}, 4, (at::native::ADAM_MODE)1, false>, double*, double, "
-            f"double, double, double, double, bool, double*, double*>({anon}::FusedOptimizerTensorList"
-            f"Metadata<4>, {anon}::FusedAdamMathFunctor<{ct}, 4, (at::native::ADAM_MODE)1, false>, "
-            f"double*, double, double, double, double, double, bool, double*, double*)")
+    meta = f"{anon}::FusedOptimizerTensorListMetadata<4>"
+    functor = f"{anon}::FusedAdamMathFunctor<{ct}, 4, (at::native::ADAM_MODE)1, false>"
+    adam_args = "double*, double, double, double, double, double, bool, double*, double*"
+    adam = (f"void {anon}::multi_tensor_apply_kernel<{meta}, {functor}, {adam_args}>"
+            f"({meta}, {functor}, {adam_args})")
     return {
         "add": _ew(vec, f"at::native::CUDAFunctor_add<{ct}>", 3),
-        "mul": _ew(vec, f"at::native::BinaryFunctor<{ct}, {ct}, {ct}, "
-                        "at::native::binary_internal::MulFunctor<float> >", 3),
+        "mul": _ew(vec, (f"at::native::BinaryFunctor<{ct}, {ct}, {ct}, "
+                         "at::native::binary_internal::MulFunctor<float> >"), 3),
         "gelu": _ew(vec, _lambda_functor("GeluCUDAKernelImpl", ct, 1), 2),
         "gelu_bwd": _ew(vec, _lambda_functor("GeluBackwardCUDAKernelImpl", ct, 2), 3),
         "fill": _ew(vec, f"at::native::FillFunctor<{ct}>", 1),
         "mse": _ew(vec, mse, 3),
         "mse_bwd": _ew(vec, mse_bwd, 4),
         "tiny_add": _ew(vec, "at::native::CUDAFunctorOnSelf_add<float>", 2),
-        "tiny_mul": _ew(vec, "at::native::AUnaryFunctor<float, float, float, "
-                             "at::native::binary_internal::MulFunctor<float> >", 2),
+        "tiny_mul": _ew(vec, ("at::native::AUnaryFunctor<float, float, float, "
+                              "at::native::binary_internal::MulFunctor<float> >"), 2),
         "tiny_fill": _ew(vec, "at::native::FillFunctor<float>", 1),
         "ln": (f"void {anon}::vectorized_layer_norm_kernel<{ct}, float>(int, float, {ct} const*, "
                f"{ct} const*, {ct} const*, float*, float*, {ct}*)"),
-        "ln_bwd_input": (f"void {anon}::layer_norm_grad_input_kernel_vectorized<{ct}, float>({ct} "
-                         f"const*, {ct} const*, float const*, float const*, {ct} const*, {ct}*, int)"),
+        "ln_bwd_input": (f"void {anon}::layer_norm_grad_input_kernel_vectorized<{ct}, float>("
+                         f"{ct} const*, {ct} const*, float const*, float const*, {ct} const*, "
+                         f"{ct}*, int)"),
         "ln_bwd_gamma": (f"void {anon}::GammaBetaBackwardCUDAKernel_32x32<{ct}, float>(long, long, "
                          f"{ct} const*, {ct} const*, float const*, float const*, {ct}*, {ct}*)"),
         "sum": f"void at::native::reduce_kernel<512, 1, {sum_op} >({sum_op})",
         "mean": f"void at::native::reduce_kernel<512, 1, {mean_op} >({mean_op})",
-        "index_select": (f"void {anon}::indexSelectLargeIndex<{ct}, long, unsigned int, 2, 2, -2, true>"
-                         f"(at::cuda::detail::TensorInfo<{ct}, unsigned int>, at::cuda::detail::"
-                         f"TensorInfo<{ct} const, unsigned int>, at::cuda::detail::TensorInfo<long "
-                         "const, unsigned int>, int, int, unsigned int, unsigned int, long)"),
+        "index_select": (f"void {anon}::indexSelectLargeIndex<{ct}, long, unsigned int, 2, 2, -2, "
+                         f"true>(at::cuda::detail::TensorInfo<{ct}, unsigned int>, "
+                         f"at::cuda::detail::TensorInfo<{ct} const, unsigned int>, "
+                         "at::cuda::detail::TensorInfo<long const, unsigned int>, int, int, "
+                         "unsigned int, unsigned int, long)"),
         "embedding_bwd": (f"void {anon}::embedding_backward_feature_kernel<{ct}, float, long>(long "
                           f"const*, {ct} const*, {ct}*, int, long, int)"),
         "adam": adam,
-        "nccl": f"ncclDevKernel_AllReduce_Sum_{_NCCL_DT[w.dtype]}_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+        "nccl": (f"ncclDevKernel_AllReduce_Sum_{_NCCL_DT[w.dtype]}_RING_LL(ncclDevComm*, "
+                 "unsigned long, ncclWork*)"),
     }
 
 
@@ -363,7 +380,8 @@ class _Rank:
         self.amd = w.device == "MI300X"
         pid = 4242 + 100 * rank
         capture = {"record_shapes": int(w.record_shapes), "profile_memory": int(w.memory),
-                   "with_stack": int(w.with_stack), "with_flops": 0, "with_modules": int(w.with_stack)}
+                   "with_stack": int(w.with_stack), "with_flops": 0,
+                   "with_modules": int(w.with_stack)}
         self.b = KinetoTraceBuilder(rank=rank if w.world_size > 1 else None,
                                     world_size=w.world_size if w.world_size > 1 else None,
                                     device=w.device, pid=pid, tid=pid, capture=capture,
@@ -371,8 +389,9 @@ class _Rank:
         if w.world_size > 1:
             self.b.metadata["distributedInfo"] = {
                 "backend": "nccl", "rank": rank, "world_size": w.world_size, "pg_count": 1,
-                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
-                               "pg_size": w.world_size, "ranks": list(range(w.world_size))}],
+                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
+                               "backend_config": "cuda:nccl", "pg_size": w.world_size,
+                               "ranks": list(range(w.world_size))}],
                 "nccl_version": "2.21.5"}
         self.main = pid
         self.bwd = pid + 17 if w.backward_thread else pid
@@ -401,7 +420,6 @@ class _Rank:
         self.rng_jitter = random.Random(w.seed * 1_000_003 + rank + 1)
         self.rng_shape = random.Random(w.seed)
         self.step_gpu = [0, 0]
-        self.step_ends: list[int] = []
         self.hd = HEAD_DIM if w.hidden % HEAD_DIM == 0 else 64
         self.heads = max(1, w.hidden // self.hd)
         self.tape: list[_Node] = []
@@ -442,21 +460,20 @@ class _Rank:
         kw = self._shapes(dims, types)
         if seq is not None:
             kw.update(seq=seq, fwd_tid=int(self.in_backward))
-        self._rec(start, end - start, partial(self.b.op, name, start, end - start, tid=tid, **kw, **extra))
+        self._rec(start, end - start,
+                  partial(self.b.op, name, start, end - start, tid=tid, **kw, **extra))
 
     @contextmanager
-    def annotation(self, name: str, *, tid: int | None = None, gpu: bool = False,
+    def annotation(self, name: str, *, tid: int | None = None,
                    late: bool = False) -> Iterator[None]:
+        """A record_function range around the block."""
         tid = self.main if tid is None else tid
         start = self.t[tid]
         self.t[tid] = start + ANN_PRE_NS
         yield
         end = self.t[tid] - OP_GAP_NS + ANN_POST_NS
         self.t[tid] = end + OP_GAP_NS
-        proj = None
-        if gpu and self.step_gpu[1] > self.step_gpu[0]:
-            proj = (self.step_gpu[0], self.step_gpu[1] - self.step_gpu[0])
-        fn = partial(self._annotation, name, start, end - start, tid, proj)
+        fn = partial(self._annotation, name, start, end - start, tid)
         if late:  # registered after the launches inside it, so they link to the enclosing op
             self.late.append(fn)
         else:
@@ -478,7 +495,7 @@ class _Rank:
         self.t[tid] = end + OP_GAP_NS
         self._rec(start, end - start, partial(self._module, cls, start, end - start, tid, inst))
 
-    def leaf(self, name: str, kernels: list[_Kernel] = (), *, tid: int | None = None,  # type: ignore[assignment]
+    def leaf(self, name: str, kernels: Sequence[_Kernel] = (), *, tid: int | None = None,
              dims: list | None = None, types: list | None = None, seq: int | None = None,
              alloc: int = 0, cpu_ns: int | None = None, **extra: Any) -> tuple[int, int | None]:
         """An op that launches ``kernels``; returns (start, key of the allocation it made)."""
@@ -495,7 +512,8 @@ class _Rank:
         kw = self._shapes(dims, types)
         if seq is not None:
             kw.update(seq=seq, fwd_tid=int(self.in_backward))
-        self._rec(start, end - start, partial(self.b.op, name, start, end - start, tid=tid, **kw, **extra))
+        self._rec(start, end - start,
+                  partial(self.b.op, name, start, end - start, tid=tid, **kw, **extra))
         return start, key
 
     def cpu(self, ns: int, tid: int | None = None) -> None:
@@ -510,6 +528,7 @@ class _Rank:
         while self.pending and self.pending[0] <= c:
             heapq.heappop(self.pending)
         if len(self.pending) >= LAUNCH_QUEUE_DEPTH:  # the launch blocks until a slot frees up
+            wait_until = c
             while len(self.pending) >= LAUNCH_QUEUE_DEPTH:
                 wait_until = heapq.heappop(self.pending)
             api_ns += wait_until - c
@@ -522,8 +541,9 @@ class _Rank:
         if k.kind == "memcpy":
             kw["memory bandwidth (GB/s)"] = round((k.bytes or 0) / dur, 6)
         self._rec(c, api_ns, partial(self.b.launch, k.name, cpu_start=c, gpu_start=gpu_start,
-                                     gpu_dur=dur, cpu_dur=api_ns, stream=stream, kind=k.kind, api=k.api,
-                                     tid=tid, bytes=k.bytes, grid=k.grid, block=k.block, **kw))
+                                     gpu_dur=dur, cpu_dur=api_ns, stream=stream, kind=k.kind,
+                                     api=k.api, tid=tid, bytes=k.bytes, grid=k.grid,
+                                     block=k.block, **kw))
         return c + api_ns + 300
 
     def _track(self, start: int, end: int) -> None:
@@ -566,9 +586,12 @@ class _Rank:
         w = self.w
         n_sync_fwd = max(0, w.syncs_per_step - 1)
         slots = 2 * w.layers
-        self.sync_plan = [n_sync_fwd // slots + (1 if i < n_sync_fwd % slots else 0) for i in range(slots)]
+        self.sync_plan = [n_sync_fwd // slots + (1 if i < n_sync_fwd % slots else 0)
+                          for i in range(slots)]
         for i in range(w.steps):
-            self.factor = 1.0 + w.jitter * (2.0 * self.rng_jitter.random() - 1.0) if w.jitter else 1.0
+            self.factor = 1.0
+            if w.jitter:
+                self.factor += w.jitter * (2.0 * self.rng_jitter.random() - 1.0)
             self.step_gpu = [0, 0]
             start = self.t[self.main]
             self.t[self.main] = start + ANN_PRE_NS
@@ -580,10 +603,11 @@ class _Rank:
                 self.t[self.main] = s0 + w.slow_step_extra_ns + OP_GAP_NS
             yield from self._step()
             end = self.t[self.main] - OP_GAP_NS + ANN_POST_NS
-            proj = (self.step_gpu[0], self.step_gpu[1] - self.step_gpu[0]) if self.step_gpu[1] else None
-            self._rec(start, end - start, partial(self._annotation, f"ProfilerStep#{w.first_step + i}",
-                                                  start, end - start, self.main, proj))
-            self.step_ends.append(end)
+            g0, g1 = self.step_gpu
+            proj = (g0, g1 - g0) if g1 else None
+            name = f"ProfilerStep#{w.first_step + i}"
+            self._rec(start, end - start,
+                      partial(self._annotation, name, start, end - start, self.main, proj))
             self.t[self.main] = end + 4_000  # prof.step()
 
     def _step(self) -> Generator[tuple[int, int], int, None]:
@@ -592,19 +616,20 @@ class _Rank:
             self.cpu(8_000)
         with self.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"):
             self.cpu(max(0, round(w.dataloader_ns * self.factor) - ANN_PRE_NS))
-        batch_key = None
-        with self.op("aten::to", dims=[[w.batch, w.seq], [], [], [], [], []],
-                     types=["long int", "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"]):
-            with self.op("aten::_to_copy", dims=[[w.batch, w.seq], [], [], [], [], [], []],
-                         types=["long int"] + ["Scalar"] * 6):
-                nbytes = T * 8
-                copy = _Kernel("Memcpy HtoD (Pinned -> Device)", max(2_000, round(nbytes / 25e9 * 1e9)),
-                               kind="memcpy", bytes=nbytes)
-                _, batch_key = self.leaf("aten::copy_", [copy], dims=[[w.batch, w.seq], [w.batch, w.seq], []],
-                                         types=["long int", "long int", "Scalar"], alloc=nbytes)
+        batch = [w.batch, w.seq]
+        nbytes = T * 8
+        copy = _Kernel("Memcpy HtoD (Pinned -> Device)", max(2_000, round(nbytes / 25e9 * 1e9)),
+                       kind="memcpy", bytes=nbytes)
+        with self.op("aten::to", dims=[batch, [], [], [], [], []],
+                     types=["long int"] + ["Scalar"] * 5), \
+                self.op("aten::_to_copy", dims=[batch, [], [], [], [], [], []],
+                        types=["long int"] + ["Scalar"] * 6):
+            _, batch_key = self.leaf("aten::copy_", [copy], dims=[batch, batch, []],
+                                     types=["long int", "long int", "Scalar"], alloc=nbytes)
         self.tape = []
         if w.world_size > 1:
-            with self.annotation("DistributedDataParallel.forward"), self.module("DistributedDataParallel", inst=0):
+            with self.annotation("DistributedDataParallel.forward"), \
+                    self.module("DistributedDataParallel", inst=0):
                 self._forward()
         else:
             self._forward()
@@ -612,7 +637,6 @@ class _Rank:
         if w.leak_bytes_per_step:
             self.malloc(self.t[self.main], self.main, w.leak_bytes_per_step, leak=True)
         # loss.backward()
-        bwd_call = self.t[self.main]
         with self.annotation("## backward ##"):
             with self.op("aten::ones_like", dims=[[], [], [], [], [], []],
                          types=[dt, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"]):
@@ -638,16 +662,17 @@ class _Rank:
     def _forward(self) -> None:
         w, T, H, dt = self.w, self.w.tokens, self.w.hidden, self.dt
         B, S = w.batch, w.seq
+        self.mod_count = {}  # nn.Module instance numbers are per module object: same every step
         with self.annotation("## forward ##"), self.module("TransformerLM", inst=0):
             self.tape.append(_Node("bucket", info={"bytes": self._bucket_bytes(-1)}))
             with self.module("Embedding", inst=0):
                 seq = self._next_seq()
                 with self.op("aten::embedding", dims=[[VOCAB, H], [B, S], [], [], []],
-                             types=[dt, "long int", "Scalar", "Scalar", "Scalar"], seq=seq) as start:
-                    _, key = self.leaf("aten::index_select",
-                                           [self.mem_kernel("index_select", 2 * T * H * self.ds, T * H)],
-                                           dims=[[VOCAB, H], [], [B * S]], types=[dt, "Scalar", "long int"],
-                                           alloc=T * H * self.ds)
+                             types=[dt, "long int", "Scalar", "Scalar", "Scalar"],
+                             seq=seq) as start:
+                    kern = self.mem_kernel("index_select", 2 * T * H * self.ds, T * H)
+                    _, key = self.leaf("aten::index_select", [kern], dims=[[VOCAB, H], [], [B * S]],
+                                       types=[dt, "Scalar", "long int"], alloc=T * H * self.ds)
                 self.tape.append(_Node("embedding", seq, start, {"saved": key}))
             for layer in range(w.layers):
                 self.tape.append(_Node("bucket", info={"bytes": self._bucket_bytes(layer)}))
@@ -655,10 +680,10 @@ class _Rank:
             self._layer_norm(2 * w.layers)
             with self.module("MSELoss", inst=0):
                 seq = self._next_seq()
-                start, key = self.leaf("aten::mse_loss", [self.mem_kernel("mse", 3 * T * H * self.ds, T * H),
-                                                          self.mem_kernel("mean", T * H * self.ds, T * H)],
-                                       dims=[[B, S, H], [B, S, H], []], types=[dt, dt, "Scalar"], seq=seq,
-                                       alloc=T * H * self.ds)
+                kerns = [self.mem_kernel("mse", 3 * T * H * self.ds, T * H),
+                         self.mem_kernel("mean", T * H * self.ds, T * H)]
+                start, key = self.leaf("aten::mse_loss", kerns, dims=[[B, S, H], [B, S, H], []],
+                                       types=[dt, dt, "Scalar"], seq=seq, alloc=T * H * self.ds)
                 self.tape.append(_Node("mse", seq, start, {"saved": key}))
 
     def _bucket_bytes(self, layer: int) -> int:
@@ -683,7 +708,8 @@ class _Rank:
                 start, key = self.leaf("aten::native_layer_norm",
                                        [self.mem_kernel("ln", 2 * T * H * self.ds, T * H)],
                                        dims=[[w.batch, w.seq, H], [], [H], [H], []],
-                                       types=[dt, "", dt, dt, "Scalar"], seq=seq, alloc=T * H * self.ds)
+                                       types=[dt, "", dt, dt, "Scalar"], seq=seq,
+                                       alloc=T * H * self.ds)
             self.tape.append(_Node("ln", seq, start, {"saved": key}))
 
     def _linear(self, k_in: int, n_out: int) -> None:
@@ -718,13 +744,16 @@ class _Rank:
                 self._linear(H, F)
                 with self.module("GELU", inst=layer):
                     seq = self._next_seq()
-                    start, key = self.leaf("aten::gelu", [self.mem_kernel("gelu", 2 * T * F * self.ds, T * F)],
-                                           dims=[[B, S, F], []], types=[dt, ""], seq=seq,
-                                           alloc=T * F * self.ds)
+                    kern = self.mem_kernel("gelu", 2 * T * F * self.ds, T * F)
+                    start, key = self.leaf("aten::gelu", [kern], dims=[[B, S, F], []],
+                                           types=[dt, ""], seq=seq, alloc=T * F * self.ds)
                     self.tape.append(_Node("gelu", seq, start, {"saved": key}))
-                # elementwise_scale: extra memory-bound work (gating / scaling of the MLP activations)
+                # elementwise_scale: extra memory-bound work (gating / scaling of the MLP
+                # activations), on top of the 18·T·H elements a block moves in norms/adds/GELU
                 extra_bytes = (w.elementwise_scale - 1.0) * 18 * T * H * self.ds
-                n_extra = math.ceil(extra_bytes / (3 * T * F * self.ds) - 1e-9) if extra_bytes > 0 else 0
+                n_extra = 0
+                if extra_bytes > 0:
+                    n_extra = math.ceil(extra_bytes / (3 * T * F * self.ds) - 1e-9)
                 for _ in range(n_extra):
                     seq = self._next_seq()
                     nb = extra_bytes / n_extra
@@ -744,26 +773,28 @@ class _Rank:
         fwd_name, _ = _attention_kernels(w, self.hd)
         flops = 2.0 * w.batch * w.seq * w.seq * H  # causal: half of 4·B·S²·H
         dur = self._gpu_ns(flops / (self.peak * self.w.gemm_efficiency * 0.75))
-        kern = _Kernel(fwd_name, dur, grid=[math.ceil(w.seq / 128), self.heads, w.batch], block=[128, 1, 1],
-                       api="hipLaunchKernel" if self.amd else None)
-        inner = ("aten::_scaled_dot_product_efficient_attention", "aten::_efficient_attention_forward") \
-            if impl == "efficient" else ("aten::_scaled_dot_product_flash_attention", "aten::_flash_attention_forward")
+        kern = _Kernel(fwd_name, dur, grid=[math.ceil(w.seq / 128), self.heads, w.batch],
+                       block=[128, 1, 1], api="hipLaunchKernel" if self.amd else None)
+        kind = "efficient" if impl == "efficient" else "flash"
+        inner = (f"aten::_scaled_dot_product_{kind}_attention", f"aten::_{kind}_attention_forward")
         seq = self._next_seq()
+        scalars = ["Scalar"] * 4
         with self.op("aten::scaled_dot_product_attention", dims=[qkv, qkv, qkv, [], [], [], [], []],
-                     types=[dt, dt, dt, "", "Scalar", "Scalar", "Scalar", "Scalar"], seq=seq):
-            with self.op(inner[0], dims=[qkv, qkv, qkv, [], [], [], []],
-                         types=[dt, dt, dt, "Scalar", "Scalar", "Scalar", "Scalar"], seq=seq) as start:
-                _, key = self.leaf(inner[1], [kern], dims=[qkv, qkv, qkv, [], [], [], [], [], []],
-                                       types=[dt, dt, dt, "", "", "Scalar", "Scalar", "Scalar", "Scalar"],
-                                       alloc=T * H * self.ds)
+                     types=[dt, dt, dt, "", *scalars], seq=seq), \
+                self.op(inner[0], dims=[qkv, qkv, qkv, [], [], [], []],
+                        types=[dt, dt, dt, *scalars], seq=seq) as start:
+            _, key = self.leaf(inner[1], [kern], dims=[qkv, qkv, qkv, [], [], [], [], [], []],
+                               types=[dt, dt, dt, "", "", "Scalar", "Scalar", "Scalar", "Scalar"],
+                               alloc=T * H * self.ds)
         self.tape.append(_Node("sdpa", seq, start, {"saved": key, "flops": flops}))
 
     def _residual(self) -> None:
         w, T, H, dt = self.w, self.w.tokens, self.w.hidden, self.dt
         seq = self._next_seq()
+        act = [w.batch, w.seq, H]
         start, key = self.leaf("aten::add", [self.mem_kernel("add", 3 * T * H * self.ds, T * H)],
-                               dims=[[w.batch, w.seq, H], [w.batch, w.seq, H], []], types=[dt, dt, "Scalar"],
-                               seq=seq, alloc=T * H * self.ds)
+                               dims=[act, act, []], types=[dt, dt, "Scalar"], seq=seq,
+                               alloc=T * H * self.ds)
         self.tape.append(_Node("add", seq, start, {"saved": key}))
 
     def _tiny(self, half: int) -> None:
@@ -782,36 +813,36 @@ class _Rank:
             self._item()
 
     def _item(self) -> None:
-        """``aten::item`` -> ``aten::_local_scalar_dense``: DtoH copy + wait for the GPU to drain."""
-        dt = self.dt
-        tid = self.main
+        """``aten::item`` -> ``aten::_local_scalar_dense``: a DtoH copy queued behind all the
+        work launched so far, and a host wait until it is done."""
+        dt, tid, stream = self.dt, self.main, self.compute
         with self.op("aten::item", dims=[[]], types=[dt]):
             start = self.t[tid]
             c = start + round(self.w.cpu_op_overhead_ns * self.factor)
-            stream = self.compute
-            if self.amd:  # hipMemcpyWithStream blocks until the copy, queued behind everything, is done
+            if self.amd:  # hipMemcpyWithStream itself blocks until its copy is done
                 gpu_start = max(c + 3_000, self.free[stream] + KERNEL_GAP_NS)
                 api_ns = gpu_start + 2_000 + 2_000 - c
                 self.free[stream] = gpu_start + 2_000
                 heapq.heappush(self.pending, gpu_start + 2_000)
                 self._track(gpu_start, gpu_start + 2_000)
                 self._rec(c, api_ns, partial(
-                    self.b.launch, "Memcpy DtoH (Device -> Host)", cpu_start=c, gpu_start=gpu_start,
-                    gpu_dur=2_000, cpu_dur=api_ns, stream=stream, kind="memcpy", api="hipMemcpyWithStream",
-                    tid=tid, bytes=self.ds, **{"memory bandwidth (GB/s)": round(self.ds / 2_000, 6)}))
+                    self.b.launch, "Memcpy DtoH (Device -> Host)", cpu_start=c,
+                    gpu_start=gpu_start, gpu_dur=2_000, cpu_dur=api_ns, stream=stream,
+                    kind="memcpy", api="hipMemcpyWithStream", tid=tid, bytes=self.ds,
+                    **{"memory bandwidth (GB/s)": round(self.ds / 2_000, 6)}))
                 c += api_ns
-            else:
-                copy = _Kernel("Memcpy DtoH (Device -> Pinned)", 2_000, kind="memcpy", bytes=self.ds,
-                               api="cudaMemcpyAsync")
+            else:  # cudaMemcpyAsync, then cudaStreamSynchronize until the stream drains
+                copy = _Kernel("Memcpy DtoH (Device -> Pinned)", 2_000, kind="memcpy",
+                               bytes=self.ds, api="cudaMemcpyAsync")
                 c = self.launch(copy, c, tid)
-                done = self.free[stream] + 1_000
-                sync_ns = max(2_000, done - c)
-                self._rec(c, sync_ns, partial(self.b.runtime, "cudaStreamSynchronize", c, sync_ns, tid=tid))
+                sync_ns = max(2_000, self.free[stream] + 1_000 - c)
+                self._rec(c, sync_ns, partial(self.b.runtime, "cudaStreamSynchronize", c, sync_ns,
+                                              tid=tid))
                 c += sync_ns
             end = c + OP_TAIL_NS
             self.t[tid] = end + OP_GAP_NS
-            self._rec(start, end - start, partial(self.b.op, "aten::_local_scalar_dense", start, end - start,
-                                                  tid=tid, **self._shapes([[]], [dt])))
+            self._rec(start, end - start, partial(self.b.op, "aten::_local_scalar_dense", start,
+                                                  end - start, tid=tid, **self._shapes([[]], [dt])))
         self.cpu(POST_SYNC_HOST_NS)
 
     # --- backward -------------------------------------------------------------------------------
@@ -828,176 +859,194 @@ class _Rank:
         end = self.t[tid] - OP_GAP_NS + WRAP_POST_NS
         self.t[tid] = end + OP_GAP_NS
         kw: dict[str, Any] = {"seq": seq, "fwd_tid": 1} if seq is not None else {}
-        self._rec(start, end - start, partial(self.b.op, f"autograd::engine::evaluate_function: {name}",
-                                              start, end - start, tid=tid, **kw))
+        self._rec(start, end - start, partial(
+            self.b.op, f"autograd::engine::evaluate_function: {name}", start, end - start, tid=tid,
+            **kw))
 
     def _accumulate(self, dims: list, hook_bytes: int = 0) -> Generator[tuple[int, int], int, None]:
+        """AccumulateGrad for one parameter; ``hook_bytes``: the DDP bucket it completes."""
         tid = self.bwd
-        with self.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", tid=tid):
+        with self.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
+                     tid=tid):
             self.leaf("torch::autograd::AccumulateGrad", tid=tid, dims=[dims], types=[self.dt])
             if hook_bytes:
                 yield from self._allreduce(hook_bytes)
 
     def _allreduce(self, nbytes: int) -> Generator[tuple[int, int], int, None]:
+        """DDP's all-reduce of one gradient bucket, from the autograd thread, on the NCCL stream.
+        Yields (arrival, duration) to the driver and receives the collective's end time."""
         w, tid = self.w, self.bwd
         nelems = nbytes // self.ds
         self.coll_seq += 1
         coll = {"Collective name": "allreduce", "In msg nelems": nelems, "Out msg nelems": nelems,
                 "Group size": w.world_size, "dtype": _COLL_DT[w.dtype], "In split size": "[]",
-                "Out split size": "[]", "Process Group Name": "0", "Process Group Description": "default_pg",
+                "Out split size": "[]", "Process Group Name": "0",
+                "Process Group Description": "default_pg",
                 "Process Group Ranks": str(list(range(w.world_size))), "Rank": self.rank,
                 "Global rank start": 0, "Global rank stride": 1, "Is asynchronized op": True}
-        with self.op("c10d::allreduce_", tid=tid):
-            with self.op("record_param_comms", tid=tid, **coll):
-                c = self.t[tid] + 4_000
-                if not self.amd:
-                    self._rec(c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500, tid=tid))
-                    c += 2_500
-                self.t[tid] = c
-                with self.annotation("nccl:all_reduce", tid=tid, late=True):
-                    c = self.t[tid] + 6_000
-                    api_ns = w.launch_ns + 4_000
-                    arrival = max(c + api_ns + LAUNCH_LATENCY_NS, self.free[self.comm] + KERNEL_GAP_NS,
-                                  self.free[self.compute])  # waits for the gradients it reduces
-                    n = w.world_size
-                    dur = COMM_LATENCY_NS + round(nbytes * 2 * (n - 1) / n / w.comm_bandwidth * 1e9)
-                    end = yield (arrival, dur)
-                    self.free[self.comm] = end
-                    heapq.heappush(self.pending, end)
-                    self.step_gpu[1] = max(self.step_gpu[1], end)
-                    kern = _Kernel(self.names["nccl"], end - arrival, stream=self.comm,
-                                   api="hipExtLaunchKernel" if self.amd else "cudaLaunchKernelExC",
-                                   grid=[32, 1, 1], block=[512 if self.amd else 640, 1, 1],
-                                   extra={**{k: v for k, v in coll.items() if k not in ("Rank", "Is asynchronized op")},
-                                          "Seq": self.coll_seq})
-                    self._rec(c, api_ns, partial(self.b.launch, kern.name, cpu_start=c, gpu_start=arrival,
-                                                 gpu_dur=end - arrival, cpu_dur=api_ns, stream=self.comm,
-                                                 api=kern.api, tid=tid, grid=kern.grid, block=kern.block,
-                                                 **kern.extra))
-                    self.t[tid] = c + api_ns + 3_000
+        on_kernel = {k: v for k, v in coll.items() if k not in ("Rank", "Is asynchronized op")}
+        on_kernel["Seq"] = self.coll_seq
+        with self.op("c10d::allreduce_", tid=tid), self.op("record_param_comms", tid=tid, **coll):
+            c = self.t[tid] + 4_000
+            if not self.amd:
+                self._rec(c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500,
+                                            tid=tid))
+                c += 2_500
+            self.t[tid] = c
+            with self.annotation("nccl:all_reduce", tid=tid, late=True):
+                c = self.t[tid] + 6_000
+                api_ns = w.launch_ns + 4_000
+                # waits for the gradients it reduces: everything launched on the compute stream
+                arrival = max(c + api_ns + LAUNCH_LATENCY_NS, self.free[self.comm] + KERNEL_GAP_NS,
+                              self.free[self.compute])
+                n = w.world_size
+                dur = COMM_LATENCY_NS + round(nbytes * 2 * (n - 1) / n / w.comm_bandwidth * 1e9)
+                end = yield (arrival, dur)
+                self.free[self.comm] = end
+                heapq.heappush(self.pending, end)
+                self.step_gpu[1] = max(self.step_gpu[1], end)
+                self._rec(c, api_ns, partial(
+                    self.b.launch, self.names["nccl"], cpu_start=c, gpu_start=arrival,
+                    gpu_dur=end - arrival, cpu_dur=api_ns, stream=self.comm,
+                    api="hipExtLaunchKernel" if self.amd else "cudaLaunchKernelExC", tid=tid,
+                    grid=[32, 1, 1], block=[512 if self.amd else 640, 1, 1], **on_kernel))
+                self.t[tid] = c + api_ns + 3_000
 
     def _backward(self) -> Generator[tuple[int, int], int, None]:
-        w, T, H, dt, tid = self.w, self.w.tokens, self.w.hidden, self.dt, self.bwd
-        B, S = w.batch, w.seq
-        ds = self.ds
-        _, bwd_names = _attention_kernels(w, self.hd)
-        grad_key: int | None = None
+        """Replays the forward tape in reverse on the autograd thread."""
+        grad: list[int | None] = [None]  # the live incoming gradient (an allocation key)
         tape = self.tape
         for idx in range(len(tape) - 1, -1, -1):
             nd = tape[idx]
-            # a DDP bucket becomes ready once the next tape entry (backward order) is a bucket marker
-            hook = tape[idx - 1].info["bytes"] if idx > 0 and tape[idx - 1].kind == "bucket" else 0
-            info = nd.info
             if nd.kind == "bucket":
                 continue
-            saved = info.get("saved")
-            if nd.kind == "addmm":
-                k, n = info["k"], info["n"]
-                with self.node("AddmmBackward0", nd.seq, nd.fwd_start):
-                    new = self.malloc(self.t[tid], tid, T * k * ds)
-                    self.leaf("aten::t", tid=tid, dims=[[k, n]], types=[dt])
-                    self.leaf("aten::mm", [self.gemm(T, k, n, "nn")], tid=tid, dims=[[T, n], [n, k]], types=[dt, dt])
-                    self.leaf("aten::t", tid=tid, dims=[[T, n]], types=[dt])
-                    self.leaf("aten::mm", [self.gemm(n, k, T, "nt")], tid=tid, dims=[[n, T], [T, k]], types=[dt, dt])
-                    self.leaf("aten::sum", [self.mem_kernel("sum", T * n * ds, T * n)], tid=tid,
-                              dims=[[T, n], [], [], []], types=[dt, "ScalarList", "Scalar", ""])
-                    self.mfree(self.t[tid], tid, saved)
-                    self.mfree(self.t[tid], tid, grad_key)
-                    grad_key = new
-                yield from self._accumulate([n])
-            elif nd.kind == "t":
-                with self.node("TBackward0", nd.seq, nd.fwd_start):
-                    self.leaf("aten::t", tid=tid, dims=[[info["k"], info["n"]]], types=[dt])
-                yield from self._accumulate([info["n"], info["k"]])
-            elif nd.kind == "ln":
-                with self.node("NativeLayerNormBackward0", nd.seq, nd.fwd_start):
-                    new = self.malloc(self.t[tid], tid, T * H * ds)
-                    self.leaf("aten::native_layer_norm_backward",
-                              [self.mem_kernel("ln_bwd_input", 3 * T * H * ds, T * H),
-                               self.mem_kernel("ln_bwd_gamma", 2 * T * H * ds, T * H)], tid=tid,
-                              dims=[[B, S, H], [B, S, H], [], [B, S, 1], [B, S, 1], [H], [H], []],
-                              types=[dt, dt, "", "float", "float", dt, dt, "ScalarList"])
-                    self.mfree(self.t[tid], tid, saved)
-                    self.mfree(self.t[tid], tid, grad_key)
-                    grad_key = new
-                yield from self._accumulate([H])
-                yield from self._accumulate([H], hook)
+            # a DDP bucket is complete once the tape entry before this one is a bucket marker
+            prev = tape[idx - 1] if idx > 0 else None
+            hook = prev.info["bytes"] if prev is not None and prev.kind == "bucket" else 0
+            yield from self._backward_node(nd, grad, hook)
+        self.mfree(self.t[self.bwd], self.bwd, grad[0])
+        if self.w.world_size > 1 and self.w.comm_bytes and not self.amd:
+            c = self.t[self.bwd]  # DDP: the compute stream waits for the all-reduce
+            self._rec(c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500,
+                                        tid=self.bwd))
+            self.t[self.bwd] = c + 2_500
+
+    def _backward_node(self, nd: _Node, grad: list[int | None],
+                       hook: int) -> Generator[tuple[int, int], int, None]:
+        w, T, H, dt, tid, ds = self.w, self.w.tokens, self.w.hidden, self.dt, self.bwd, self.ds
+        B, S, F = w.batch, w.seq, 4 * w.hidden
+        info = nd.info
+        saved = info.get("saved")
+
+        def swap(size: int) -> tuple[int | None, int | None]:
+            """(new grad key, old grad key): the node's output gradient replaces the old one."""
+            new = self.malloc(self.t[tid], tid, size) if size else None
+            old = grad[0] if new is not None else None
+            if new is not None:
+                grad[0] = new
+            return new, old
+
+        def release(old: int | None) -> None:
+            self.mfree(self.t[tid], tid, saved)
+            self.mfree(self.t[tid], tid, old)
+
+        if nd.kind == "addmm":
+            k, n = info["k"], info["n"]
+            with self.node("AddmmBackward0", nd.seq, nd.fwd_start):
+                _, old = swap(T * k * ds)
+                self.leaf("aten::t", tid=tid, dims=[[k, n]], types=[dt])
+                self.leaf("aten::mm", [self.gemm(T, k, n, "nn")], tid=tid, dims=[[T, n], [n, k]],
+                          types=[dt, dt])
+                self.leaf("aten::t", tid=tid, dims=[[T, n]], types=[dt])
+                self.leaf("aten::mm", [self.gemm(n, k, T, "nt")], tid=tid, dims=[[n, T], [T, k]],
+                          types=[dt, dt])
+                self.leaf("aten::sum", [self.mem_kernel("sum", T * n * ds, T * n)], tid=tid,
+                          dims=[[T, n], [], [], []], types=[dt, "ScalarList", "Scalar", ""])
+                release(old)
+            yield from self._accumulate([n])
+        elif nd.kind == "t":
+            with self.node("TBackward0", nd.seq, nd.fwd_start):
+                self.leaf("aten::t", tid=tid, dims=[[info["k"], info["n"]]], types=[dt])
+            yield from self._accumulate([info["n"], info["k"]])
+        elif nd.kind == "ln":
+            with self.node("NativeLayerNormBackward0", nd.seq, nd.fwd_start):
+                _, old = swap(T * H * ds)
+                kerns = [self.mem_kernel("ln_bwd_input", 3 * T * H * ds, T * H),
+                         self.mem_kernel("ln_bwd_gamma", 2 * T * H * ds, T * H)]
+                self.leaf("aten::native_layer_norm_backward", kerns, tid=tid,
+                          dims=[[B, S, H], [B, S, H], [], [B, S, 1], [B, S, 1], [H], [H], []],
+                          types=[dt, dt, "", "float", "float", dt, dt, "ScalarList"])
+                release(old)
+            yield from self._accumulate([H])
+            yield from self._accumulate([H], hook)
+            hook = 0
+        elif nd.kind == "sdpa":
+            self._attention_backward(nd, swap, release)
+        else:
+            if nd.kind == "gelu":
+                name, op, size = "GeluBackward0", "aten::gelu_backward", T * F * ds
+                kerns = [self.mem_kernel("gelu_bwd", 3 * T * F * ds, T * F)]
+                dims, types = [[B, S, F], [B, S, F], []], [dt, dt, ""]
+            elif nd.kind == "mul":
+                nb = info["bytes"]
+                name, op, size = "MulBackward0", "aten::mul", round(nb / 3)
+                kerns = [self.mem_kernel("mul", nb, T * F), self.mem_kernel("mul", nb, T * F)]
+                dims, types = [[B, S, F], [B, S, F]], [dt, dt]
+            elif nd.kind == "add":
+                name, op, size, kerns, dims, types = "AddBackward0", "", 0, [], [], []
+            elif nd.kind == "mse":
+                name, op, size = "MseLossBackward0", "aten::mse_loss_backward", T * H * ds
+                kerns = [self.mem_kernel("mse_bwd", 3 * T * H * ds, T * H)]
+                dims, types = [[], [B, S, H], [B, S, H], []], [dt, dt, dt, "Scalar"]
+            elif nd.kind == "embedding":
+                name, op = "EmbeddingBackward0", "aten::embedding_dense_backward"
+                size = VOCAB * H * ds
+                kerns = [self.mem_kernel("fill", VOCAB * H * ds, VOCAB * H),
+                         self.mem_kernel("embedding_bwd", 2 * T * H * ds, T * H)]
+                dims = [[B, S, H], [B, S], [], [], []]
+                types = [dt, "long int", "Scalar", "Scalar", "Scalar"]
+            else:
+                raise AssertionError(nd.kind)
+            with self.node(name, nd.seq, nd.fwd_start):
+                _, old = swap(size)
+                if op:
+                    self.leaf(op, kerns, tid=tid, dims=dims, types=types)
+                release(old)
+            if nd.kind == "embedding":
+                yield from self._accumulate([VOCAB, H], hook)
                 hook = 0
-            elif nd.kind == "sdpa":
-                impl = _attention_impl(w)
-                qkv = [B, self.heads, S, self.hd]
-                main = self._gpu_ns(2.5 * info["flops"] / (self.peak * w.gemm_efficiency * 0.75))
-                kerns = [_Kernel(bwd_names[0], main, grid=[math.ceil(S / 64), self.heads, B], block=[256, 1, 1],
-                                 api="hipLaunchKernel" if self.amd else None)]
-                if len(bwd_names) > 1:
-                    kerns.insert(0, _Kernel(bwd_names[1], self._gpu_ns(2 * T * H * ds / (self.bw * w.memory_efficiency)),
-                                            grid=[math.ceil(S / 128), self.heads, B], block=[256, 1, 1]))
-                    kerns.append(_Kernel(bwd_names[2], self._gpu_ns(T * H * (4 + ds) / (self.bw * w.memory_efficiency)),
-                                         grid=[math.ceil(S / 128), self.heads, B], block=[256, 1, 1]))
-                if impl == "efficient":
-                    name, outer, inner = ("ScaledDotProductEfficientAttentionBackward0",
-                                          "aten::_scaled_dot_product_efficient_attention_backward",
-                                          "aten::_efficient_attention_backward")
-                else:
-                    name, outer, inner = ("ScaledDotProductFlashAttentionBackward0",
-                                          "aten::_scaled_dot_product_flash_attention_backward",
-                                          "aten::_flash_attention_backward")
-                with self.node(name, nd.seq, nd.fwd_start):
-                    new = self.malloc(self.t[tid], tid, 3 * T * H * ds)
-                    with self.op(outer, tid=tid, dims=[qkv, qkv, qkv, qkv, [B, self.heads, S]],
-                                 types=[dt, dt, dt, dt, "float"]):
-                        self.leaf(inner, kerns, tid=tid, dims=[qkv, qkv, qkv, qkv, [B, self.heads, S]],
-                                  types=[dt, dt, dt, dt, "float"])
-                    self.mfree(self.t[tid], tid, saved)
-                    self.mfree(self.t[tid], tid, grad_key)
-                    grad_key = new
-            elif nd.kind in ("gelu", "mul", "add", "mse", "embedding"):
-                if nd.kind == "gelu":
-                    F = 4 * H
-                    name, leaf = "GeluBackward0", ("aten::gelu_backward",
-                                                   [self.mem_kernel("gelu_bwd", 3 * T * F * ds, T * F)],
-                                                   [[B, S, F], [B, S, F], []], [dt, dt, ""])
-                    size = T * F * ds
-                elif nd.kind == "mul":
-                    nb = info["bytes"]
-                    name, leaf = "MulBackward0", ("aten::mul", [self.mem_kernel("mul", nb, 4 * T * H),
-                                                                self.mem_kernel("mul", nb, 4 * T * H)],
-                                                  [[B, S, 4 * H], [B, S, 4 * H]], [dt, dt])
-                    size = round(nb / 3)
-                elif nd.kind == "add":
-                    name, leaf, size = "AddBackward0", None, 0
-                elif nd.kind == "mse":
-                    name, leaf = "MseLossBackward0", ("aten::mse_loss_backward",
-                                                      [self.mem_kernel("mse_bwd", 3 * T * H * ds, T * H)],
-                                                      [[], [B, S, H], [B, S, H], []], [dt, dt, dt, "Scalar"])
-                    size = T * H * ds
-                else:
-                    name, leaf = "EmbeddingBackward0", ("aten::embedding_dense_backward",
-                                                        [self.mem_kernel("fill", VOCAB * H * ds, VOCAB * H),
-                                                         self.mem_kernel("embedding_bwd", 2 * T * H * ds, T * H)],
-                                                        [[B, S, H], [B, S], [], [], []],
-                                                        [dt, "long int", "Scalar", "Scalar", "Scalar"])
-                    size = VOCAB * H * ds
-                with self.node(name, nd.seq, nd.fwd_start):
-                    new = self.malloc(self.t[tid], tid, size) if size else None
-                    if leaf is not None:
-                        self.leaf(leaf[0], leaf[1], tid=tid, dims=leaf[2], types=leaf[3])
-                    self.mfree(self.t[tid], tid, saved)
-                    if new is not None:
-                        self.mfree(self.t[tid], tid, grad_key)
-                        grad_key = new
-                if nd.kind == "embedding":
-                    yield from self._accumulate([VOCAB, H], hook)
-                    hook = 0
-            if hook:  # a bucket boundary without parameters right here (not reached by construction)
-                yield from self._allreduce(hook)
-        self.mfree(self.t[tid], tid, grad_key)
-        if w.world_size > 1 and w.comm_bytes and not self.amd:
-            c = self.t[tid]
-            self._rec(c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500, tid=tid))
-            self.t[tid] = c + 2_500
+        if hook:  # a bucket boundary on a node without parameters (not built by _forward)
+            yield from self._allreduce(hook)
+
+    def _attention_backward(self, nd: _Node, swap: Callable[[int], tuple[int | None, int | None]],
+                            release: Callable[[int | None], None]) -> None:
+        w, T, H, dt, tid, ds = self.w, self.w.tokens, self.w.hidden, self.dt, self.bwd, self.ds
+        B, S = w.batch, w.seq
+        _, names = _attention_kernels(w, self.hd)
+        qkv = [B, self.heads, S, self.hd]
+        grid = [math.ceil(S / 128), self.heads, B]
+        main = self._gpu_ns(2.5 * nd.info["flops"] / (self.peak * w.gemm_efficiency * 0.75))
+        kerns = [_Kernel(names[0], main, grid=[math.ceil(S / 64), self.heads, B], block=[256, 1, 1],
+                         api="hipLaunchKernel" if self.amd else None)]
+        if len(names) > 1:  # flash / ck: dO·O before, dQ conversion after
+            bw = self.bw * w.memory_efficiency
+            kerns.insert(0, _Kernel(names[1], self._gpu_ns(2 * T * H * ds / bw), grid=grid,
+                                    block=[256, 1, 1]))
+            kerns.append(_Kernel(names[2], self._gpu_ns(T * H * (4 + ds) / bw), grid=grid,
+                                 block=[256, 1, 1]))
+        kind = "Efficient" if _attention_impl(w) == "efficient" else "Flash"
+        low = kind.lower()
+        with self.node(f"ScaledDotProduct{kind}AttentionBackward0", nd.seq, nd.fwd_start):
+            _, old = swap(3 * T * H * ds)
+            dims, types = [qkv, qkv, qkv, qkv, [B, self.heads, S]], [dt, dt, dt, dt, "float"]
+            with self.op(f"aten::_scaled_dot_product_{low}_attention_backward", tid=tid, dims=dims,
+                         types=types):
+                self.leaf(f"aten::_{low}_attention_backward", kerns, tid=tid, dims=dims,
+                          types=types)
+            release(old)
 
     def _adamw(self) -> None:
+        """``aten::_fused_adamw_``: multi_tensor_apply chunks over all parameters (memory-bound)."""
         w = self.w
         P = w.params
         n_launch = max(1, min(64, math.ceil(P / ADAM_CHUNK_ELEMS)))
@@ -1006,8 +1055,7 @@ class _Rank:
         kerns = [self.mem_kernel("adam", per, P // n_launch) for _ in range(n_launch)]
         for k in kerns:
             k.grid, k.block = [320, 1, 1], [512, 1, 1]
-        self.leaf("aten::_fused_adamw_", kerns, dims=[[tensors], [tensors], [tensors], [tensors], [tensors], [],
-                                                     [], [], [], [], [], [], [], [], []],
+        self.leaf("aten::_fused_adamw_", kerns, dims=[[tensors]] * 5 + [[]] * 10,
                   types=["TensorList"] * 5 + ["Scalar"] * 10)
 
     # --- output ---------------------------------------------------------------------------------
@@ -1106,7 +1154,9 @@ class _Rank:
                     ev["cat"] = "cuda_driver"
                     args["cbid"] = 307
         ts0 = _us(0, b.style, b.base_ns)
-        names = [(b.pid, self.bwd, f"thread {self.bwd} (pt_autograd_0)")] if self.bwd != self.main else []
+        names = []
+        if self.bwd != self.main:
+            names.append((b.pid, self.bwd, f"thread {self.bwd} (pt_autograd_0)"))
         names += [(0, s, f"stream {s} ") for s in sorted(self.free) if self._stream_used(s)]
         for pid, tid, name in names:
             b.events.append({"name": "thread_name", "ph": "M", "ts": ts0, "pid": pid, "tid": tid,
@@ -1117,7 +1167,8 @@ class _Rank:
 
 
 def _simulate(w: Workload, ranks: list[int]) -> list[_Rank]:
-    """Runs ``ranks`` in lockstep: a collective ends when its last rank arrives plus its duration."""
+    """Runs ``ranks`` in lockstep: a collective ends when its last rank arrives plus its
+    duration."""
     sims = [_Rank(w, r) for r in ranks]
     gens = [s.run() for s in sims]
     pending: list[tuple[int, int] | None] = []
@@ -1154,7 +1205,7 @@ def build_ranks(w: Workload) -> list[KinetoTraceBuilder]:
 
 # --- named scenarios ------------------------------------------------------------------------
 
-_SMALL = dict(hidden=2048, seq=1024, batch=4)
+_SMALL: dict[str, Any] = {"hidden": 2048, "seq": 1024, "batch": 4}
 
 PRESETS: dict[str, Workload] = {
     # H100 bf16, big GEMMs at a realistic efficiency, host far ahead: GPU busy ~99%
@@ -1167,7 +1218,8 @@ PRESETS: dict[str, Workload] = {
     # 16 .item() syncs per step drain the GPU queue again and again
     "host_sync": Workload(hidden=1024, seq=1024, batch=2, syncs_per_step=16),
     # small GEMMs, 6x the elementwise traffic at 30% of peak bandwidth
-    "memory_bound": Workload(hidden=1024, seq=2048, batch=8, elementwise_scale=6.0, memory_efficiency=0.3),
+    "memory_bound": Workload(hidden=1024, seq=2048, batch=8, elementwise_scale=6.0,
+                             memory_efficiency=0.3),
     # large GEMMs at 85% of peak
     "compute_bound": Workload(hidden=8192, seq=2048, batch=8, gemm_efficiency=0.85),
     # fp32 training on H100: SIMT GEMMs at 67 TFLOP/s

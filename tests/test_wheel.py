@@ -1,0 +1,60 @@
+"""The built wheel ships rules/ and templates/ and works from a clean install."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+from traceinsight.synth import KinetoTraceBuilder
+
+
+def run(args: list, **kw) -> subprocess.CompletedProcess:
+    res = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
+    assert res.returncode == 0, f"{args}\nstdout:\n{res.stdout}\nstderr:\n{res.stderr}"
+    return res
+
+
+@pytest.mark.slow
+def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
+    pytest.importorskip("hatchling", reason="hatchling (the build backend, extra [dev]) is needed")
+    # GIVEN a wheel built from this checkout, installed into an empty target dir
+    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", tmp_path / "dist",
+         REPO])
+    wheel = next((tmp_path / "dist").glob("*.whl"))
+    assert wheel.name.startswith("traceinsight_doctor-")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    rules = {n for n in names if n.startswith("traceinsight/_data/rules/")}
+    templates = {n for n in names if n.startswith("traceinsight/_data/templates/")}
+    assert "traceinsight/_data/rules/comm-bound.yaml" in rules
+    assert len(rules) == len(list((REPO / "rules").glob("*.yaml")))
+    assert "traceinsight/_data/templates/report.html" in templates
+    assert "traceinsight/data/devices.yaml" in names
+    assert not [n for n in names if n.endswith((".swp", "~", ".pyc"))]
+    run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
+         tmp_path / "site", wheel])
+    b = KinetoTraceBuilder(rank=0)
+    with b.step(1, 0, 1_000_000):
+        with b.cpu_op("aten::mm", 10_000, 50_000):
+            b.launch("gemm", cpu_start=20_000, gpu_start=30_000, gpu_dur=100_000)
+    trace = b.write(tmp_path / "t.json")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"),
+           "TRACEINSIGHT_CACHE_DIR": str(tmp_path / "cache")}
+    # WHEN the installed copy runs (cwd and PYTHONPATH keep the checkout off sys.path)
+    listing = run([sys.executable, "-m", "traceinsight", "rules", "--explain", "comm-bound"],
+                  cwd=tmp_path, env=env).stdout
+    assert "file: comm-bound.yaml" in listing
+    where = run([sys.executable, "-c", "import traceinsight.resources as r; "
+                 "print(r.data_dir('rules')); print(r.data_dir('templates'))"],
+                cwd=tmp_path, env=env).stdout
+    # THEN the rules and templates come from the installed wheel, not the checkout
+    assert str(tmp_path / "site") in where and str(REPO) not in where
+    run([sys.executable, "-m", "traceinsight", "diagnose", trace, "--html", tmp_path / "r.html",
+         "--json", tmp_path / "r.json"], cwd=tmp_path, env=env)
+    html = (tmp_path / "r.html").read_text()
+    assert "<html" in html and "traceinsight" in html
