@@ -82,9 +82,10 @@ def headline(findings: list[Finding], m: dict[str, Any], an: Analysis) -> str:
     if major:
         top = major[0]
         text = top.headline or f"{top.rule}: {top.title.lower()}"
+        text = text[:1].upper() + text[1:]
         more = [f.rule for f in major[1:3]]
         tail = f"; also {', '.join(more)}" if more else ""
-        return f"This run is {text} ({ctx}){tail}."
+        return f"{text} ({ctx}){tail}."
     gemm = m.get("gemm_time_pct")
     shape = (f"; {fmt.fmt_pct(gemm, 0)} of kernel time in GEMM/attention/convolution"
              if gemm is not None else "")
@@ -250,7 +251,7 @@ def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
     v = ms.values
     wall = tot["wall_ns"]
     split = {k: (v.get(f"idle_{k}_pct") or 0.0) * wall / 100.0
-             for k in ("launch", "input", "sync", "device_wait")}
+             for k in ("launch", "input", "host", "sync", "device_wait")}
     # exact integer split of idle: rounding remainder goes to device wait
     ints = {k: int(round(x)) for k, x in split.items()}
     ints["device_wait"] += tot["idle_ns"] - sum(ints.values())
@@ -288,21 +289,29 @@ def _timeline(an: Analysis) -> dict[str, Any] | None:
     span = max(1, w.end_ns - w.start_ns)
     lanes = []
     names: dict[str, int] = {}
-    min_len = span // 3000  # merge runs closer than 1/3000 of the window when there are many
+    n_lanes = max(1, g.groupby(["device", "stream"], dropna=False).ngroups)
+    per_lane = TIMELINE_MAX_ITEMS // n_lanes
     for (dev, stream), d in g.sort_values("start_ns").groupby(["device", "stream"], dropna=False):
         s = np.clip(d["start_ns"].to_numpy(np.int64), w.start_ns, w.end_ns) - w.start_ns
         e = np.clip(d["end_ns"].to_numpy(np.int64), w.start_ns, w.end_ns) - w.start_ns
         cls = d["cls"].astype(str).to_numpy()
         nm = d["name"].astype(str).to_numpy()
+        if len(s) > per_lane:
+            # merge runs of same-class kernels closer than a pixel of a wide chart
+            gap_ok = np.concatenate(([False], s[1:] - np.maximum.accumulate(e)[:-1] <= span // 3000))
+            same = np.concatenate(([False], cls[1:] == cls[:-1]))
+            start_group = ~(gap_ok & same)
+            idx = np.flatnonzero(start_group)
+            counts = np.diff(np.append(idx, len(s)))
+            g_s = s[idx]
+            g_e = np.maximum.reduceat(e, idx)
+            s, e, cls, nm = g_s, g_e, cls[idx], nm[idx]
+        else:
+            counts = np.ones(len(s), dtype=np.int64)
         items = []
         for i in range(len(s)):
-            if (items and len(s) > TIMELINE_MAX_ITEMS // max(1, g["stream"].nunique())
-                    and items[-1][2] == cls[i] and s[i] - (items[-1][0] + items[-1][1]) <= min_len):
-                items[-1][1] = int(e[i] - items[-1][0])
-                items[-1][4] += 1
-                continue
-            idx = names.setdefault(nm[i], len(names))
-            items.append([int(s[i]), int(e[i] - s[i]), cls[i], idx, 1])
+            items.append([int(s[i]), int(e[i] - s[i]), cls[i], names.setdefault(nm[i], len(names)),
+                          int(counts[i])])
         lanes.append({"device": None if pd.isna(dev) else int(dev),
                       "stream": None if pd.isna(stream) else int(stream), "items": items})
     return {"rank": rank, "step": w.step, "start_ns": int(w.start_ns), "span_ns": int(span),

@@ -26,6 +26,7 @@ from .errors import ConfigError
 from .metrics import REGISTRY, MetricSet
 from .resources import data_dir
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SEVERITIES = ("high", "medium", "low", "info")
 SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 CATEGORIES = ("compute", "memory", "comm", "host", "input", "precision", "jitter", "data", "gpu")
@@ -198,7 +199,7 @@ def load_rules(extra_dirs: list[Path] | None = None, overrides: list[str] | None
             raise ConfigError("rules folder not found", path=d)
         for f in sorted(d.glob("*.yaml")):
             try:
-                data = yaml.safe_load(f.read_text(encoding="utf-8"))
+                data = yaml.load(f.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
             except yaml.YAMLError as e:
                 raise ConfigError(f"invalid YAML: {str(e).splitlines()[0]}", path=f)
             rule = parse_rule(data, str(f))

@@ -149,6 +149,14 @@ def _syncs(ms: MetricSet, an: Any, p: dict) -> list[dict]:
         ("total_ns", "host time blocked", "ns")])
 
 
+@provider("host_stalls")
+def _stalls(ms: MetricSet, an: Any, p: dict) -> list[dict]:
+    return _records("Long host events that launch nothing (on the launching thread)",
+                    ms.evidence.get("host_stalls"), [
+                        ("event", "host event", "text"), ("count", "count", "count"),
+                        ("total_ns", "total", "ns"), ("max_ns", "longest", "ns")])
+
+
 @provider("dataloader")
 def _dataloader(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     if an is None:

@@ -23,6 +23,7 @@ ROLLUPS = ("kernel", "op", "layer", "annotation", "step")
 class Analysis:
     def __init__(self, store: TraceStore) -> None:
         self.store = store
+        self.cache: dict = {}  #: results shared between metric groups
 
     @cached_property
     def attribution(self) -> Attribution:

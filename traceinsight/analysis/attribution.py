@@ -21,6 +21,7 @@ Every activity records ``method`` in {time, graph, external_id, none}.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -312,8 +313,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         top = np.where(move, p, top)
     top_name = take(names_all, top, UNATTRIBUTED)
     top_name[launch_only] = leaf[launch_only]
-    comm_op_name = np.array([bool(categories.COMM_OP_RE.search(x)) if isinstance(x, str) else False
-                             for x in names_all], dtype=bool) if len(names_all) else np.zeros(0, bool)
+    comm_op_name = name_matches(names_all, categories.COMM_OP_RE)
     comm_launch = _any_ancestor(op_idx, parent_all, comm_op_name)
 
     # --- 3/4. modules, backward link -------------------------------------------------------
@@ -422,6 +422,15 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     return out, steps, has_markers
 
 
+def name_matches(names: np.ndarray, rx: re.Pattern) -> np.ndarray:
+    """Boolean mask of names matching ``rx``, testing each distinct name once."""
+    if not len(names):
+        return np.zeros(0, dtype=bool)
+    codes, uniq = pd.factorize(pd.Series(names, dtype=object))
+    hit = np.array([isinstance(u, str) and bool(rx.search(u)) for u in uniq], dtype=bool)
+    return np.where(codes >= 0, hit[np.clip(codes, 0, None)] if len(hit) else False, False)
+
+
 def _any_ancestor(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
     """Whether ``idx`` or any ancestor has ``flag`` set (idx -1 -> False)."""
     out = np.zeros(len(idx), dtype=bool)
@@ -487,7 +496,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
     # backward node of every op: nearest ancestor-or-self named evaluate_function:
     names = ops_all["name"].to_numpy()
     parent = ops_all["parent"].to_numpy()
-    is_node = np.array([isinstance(x, str) and x.startswith(BWD_PREFIX) for x in names])
+    is_node = name_matches(names, re.compile("^" + re.escape(BWD_PREFIX)))
     idx = ops["op_idx"].to_numpy()
     node = np.full(len(idx), -1, dtype=np.int64)
     cur = idx.copy()

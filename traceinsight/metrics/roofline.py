@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import Analysis
+from ..analysis.attribution import name_matches
 from ..analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
 from . import MetricSet, declare
 from .options import RooflineOptions
@@ -126,7 +127,7 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     ridge = P / bw
     roof = np.minimum(P, ai * bw)
     achieved = F / t
-    eff = np.where(roof > 0, np.minimum(achieved / roof, 1.0), 0.0)
+    eff = np.minimum(np.divide(achieved, roof, out=np.zeros_like(achieved), where=roof > 0), 1.0)
     mem_bound = ai < ridge
     tt = t.sum()
     ms.set("memory_bound_time_pct", 100.0 * t[mem_bound].sum() / tt if tt else None)
@@ -182,8 +183,8 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     has = kern[kern["op_idx"] >= 0]
     agg = has.groupby("op_idx").agg(dev_ns=("dur_ns", "sum"), rank=("rank", "first"),
                                     kname=("name", "first"))
-    tc = has.assign(tc=has["name"].astype(str).map(lambda n: bool(TENSOR_CORE_RE.search(n))
-                                                    and not FP32_GEMM_RE.search(n)))
+    kn = has["name"].astype(object).to_numpy()
+    tc = has.assign(tc=name_matches(kn, TENSOR_CORE_RE) & ~name_matches(kn, FP32_GEMM_RE))
     agg["tensor_core"] = tc.groupby("op_idx")["tc"].any()
     from .. import flops
 

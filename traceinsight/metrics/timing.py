@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..analysis import Analysis
 from ..analysis import intervals as iv
@@ -50,6 +51,8 @@ for _n, _u, _d in (
     ("memset_exposed_pct", "%", "memsets with nothing else running, % of window"),
     ("idle_input_pct", "%", "GPU idle while the host loads input (DataLoader), % of window"),
     ("idle_sync_pct", "%", "GPU idle after a blocking host synchronisation, % of window"),
+    ("idle_host_pct", "%", "GPU idle while the host issues no GPU work for 0.5 ms or more (GC, "
+                           "I/O, CPU compute, unrecorded host time), % of window"),
     ("idle_launch_pct", "%", "GPU idle waiting for the host to launch work, % of window"),
     ("idle_device_wait_pct", "%", "GPU idle with work queued but waiting on a dependency, % of window"),
     ("kernels_per_step", "count", "kernels launched per step (mean over ranks and steps)"),
@@ -86,9 +89,52 @@ SYNC_TOLERANCE_NS = 50_000
 @dataclass
 class IdleSplit:
     input_ns: int = 0
+    host_ns: int = 0
     sync_ns: int = 0
     launch_ns: int = 0
     device_wait_ns: int = 0
+
+
+STALL_MIN_NS = 500_000  #: host events shorter than this are ordinary launch overhead
+
+
+def _host_stalls(an: Analysis, rank: int, rt: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], pd.DataFrame]:
+    """Host stretches in which the rank issued no GPU runtime call for at least 0.5 ms.
+
+    A GPU that idles while the host calls the runtime every few microseconds is launch-bound;
+    one that idles while the host issues nothing at all waits for host-side work (GC, I/O,
+    CPU compute, or time the profiler did not record). The stretches are the spaces between
+    consecutive runtime calls (any thread of the rank) longer than ``STALL_MIN_NS``; the
+    evidence names the long host events inside them.
+    """
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    if not len(rt):
+        return empty, pd.DataFrame()
+    s = rt["start_ns"].to_numpy(np.int64)
+    e = s + rt["dur_ns"].to_numpy(np.int64)
+    busy = iv.union(s, np.maximum(e, s + 1))
+    qs, qe = busy[1][:-1], busy[0][1:]
+    long = (qe - qs) >= STALL_MIN_NS
+    quiet = (qs[long], qe[long])
+    # evidence: host events (>= 0.5 ms) that lie inside a quiet stretch
+    frames = []
+    py = an.store.table("python_frames", ["rank", "name", "start_ns", "dur_ns"])
+    if py.num_rows:
+        frames.append(py.filter(pc.and_(pc.equal(py["rank"], rank),
+                                        pc.greater_equal(py["dur_ns"], STALL_MIN_NS))).to_pandas())
+    ops = an.attribution.ops
+    frames.append(ops[(ops["rank"] == rank) & (ops["dur_ns"] >= STALL_MIN_NS)][["name", "start_ns", "dur_ns"]])
+    df = pd.concat([f[["name", "start_ns", "dur_ns"]].astype({"name": object}) for f in frames],
+                   ignore_index=True)
+    if len(df) and len(quiet[0]):
+        es = df["start_ns"].to_numpy(np.int64)
+        ee = es + df["dur_ns"].to_numpy(np.int64)
+        k = np.searchsorted(quiet[0], es, side="right") - 1
+        inside = (k >= 0) & (ee <= np.where(k >= 0, quiet[1][np.clip(k, 0, None)], 0) + 1_000)
+        df = df[inside]
+    else:
+        df = df.iloc[0:0]
+    return quiet, df
 
 
 def _pct(x: float, total: float) -> float | None:
@@ -97,13 +143,21 @@ def _pct(x: float, total: float) -> float | None:
 
 def _rank_ranges(an: Analysis, rank: int, rx: re.Pattern) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
     """Host intervals (any thread of the rank) of ranges/ops whose names match ``rx``."""
+    key = ("rank_ranges", rank, rx.pattern)
+    if key not in an.cache:
+        an.cache[key] = _rank_ranges_uncached(an, rank, rx)
+    return an.cache[key]
+
+
+def _rank_ranges_uncached(an: Analysis, rank: int, rx: re.Pattern):
     rng = an.store.table("ranges", ["rank", "kind", "name", "start_ns", "dur_ns", "thread"]).to_pandas()
     rng = rng[(rng["rank"] == rank) & rng["kind"].astype(str).isin(["annotation"])]
     ops = an.attribution.ops
     ops = ops[ops["rank"] == rank][["name", "start_ns", "dur_ns", "thread"]]
     df = pd.concat([rng[["name", "start_ns", "dur_ns", "thread"]], ops], ignore_index=True)
     names = df["name"].astype(str)
-    sel = df[names.map(lambda x: bool(rx.search(x)))] if len(df) else df
+    hits = {n for n in pd.unique(names) if rx.search(n)}
+    sel = df[names.isin(hits)] if len(df) else df
     s = sel["start_ns"].to_numpy(np.int64)
     return s, s + sel["dur_ns"].to_numpy(np.int64), sel
 
@@ -121,6 +175,8 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows) -> tuple[IdleS
     sync = rt[rt["name"].astype(str).str.match(SYNC_RE)]
     sync_s = sync["start_ns"].to_numpy(np.int64)
     sync_e = sync_s + sync["dur_ns"].to_numpy(np.int64)
+    ST, stall_events = _host_stalls(an, rank, rt)
+    ST = iv.subtract(ST, DL) if len(DL[0]) else ST
     order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
     gs = g["start_ns"].to_numpy(np.int64)[order]
     gl = g["launch_start_ns"].to_numpy(np.int64)[order]
@@ -150,18 +206,22 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows) -> tuple[IdleS
             synced = (j >= 0) & (cand_end >= cs - SYNC_TOLERANCE_NS)
         else:
             synced = np.zeros(len(cs), dtype=bool)
-        rest = lengths - dl_over
-        inp = np.where(host_wait | (dl_over > 0), dl_over, 0)
+        inp = dl_over
+        stall = (np.where(host_wait, iv.overlap_with_windows(ST, cs, ce), 0) if len(ST[0])
+                 else np.zeros(len(cs), np.int64))
+        rest = lengths - inp - stall
         out.input_ns += int(inp.sum())
+        out.host_ns += int(stall.sum())
         out.sync_ns += int(np.where(host_wait & synced, rest, 0).sum())
         out.launch_ns += int(np.where(host_wait & ~synced, rest, 0).sum())
-        out.device_wait_ns += int(np.where(~host_wait, lengths - inp, 0).sum())
-        for a, b, hw, sy, d in zip(cs, ce, host_wait, synced, dl_over):
-            cause = ("input" if d > (b - a) / 2 else "sync" if hw and sy else
-                     "launch" if hw else "device wait")
+        out.device_wait_ns += int(np.where(~host_wait, rest, 0).sum())
+        for a, b, hw, sy, d, h in zip(cs, ce, host_wait, synced, inp, stall):
+            cause = ("input" if d > (b - a) / 2 else "host stall" if h > (b - a) / 2 else
+                     "sync" if hw and sy else "launch" if hw else "device wait")
             gaps.append({"rank": rank, "step": w.step, "start_ns": int(a), "dur_ns": int(b - a),
                          "cause": cause})
     gaps.sort(key=lambda x: -x["dur_ns"])
+    out.stall_events = stall_events  # type: ignore[attr-defined]
     return out, gaps[:20]
 
 
@@ -217,7 +277,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     if not has_gpu or not ranks:
         for n in ("gpu_busy_pct", "gpu_idle_pct", "compute_pct", "comm_pct", "exposed_comm_pct",
                   "comm_overlap_pct", "memcpy_exposed_pct", "memset_exposed_pct",
-                  "idle_input_pct", "idle_sync_pct", "idle_launch_pct", "idle_device_wait_pct",
+                  "idle_input_pct", "idle_sync_pct", "idle_host_pct", "idle_launch_pct", "idle_device_wait_pct",
                   "kernels_per_step", "small_kernel_pct", "small_kernel_time_pct",
                   "median_kernel_ns", "launch_latency_p50_ns", "gemm_time_pct",
                   "elementwise_time_pct"):
@@ -246,15 +306,26 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             ms.rank_set(r, "compute_ns", float(b.compute_ns))
         split = IdleSplit()
         all_gaps: list[dict] = []
+        stalls: list[pd.DataFrame] = []
         for r in ranks:
             g = g_all[g_all["rank"] == r]
             s, gaps = idle_split(an, r, g, [w for w in attr.steps if w.rank == r])
-            for k in ("input_ns", "sync_ns", "launch_ns", "device_wait_ns"):
+            for k in ("input_ns", "host_ns", "sync_ns", "launch_ns", "device_wait_ns"):
                 setattr(split, k, getattr(split, k) + getattr(s, k))
+            ev = getattr(s, "stall_events", None)
+            if ev is not None and len(ev):
+                stalls.append(ev.assign(rank=r))
             ms.rank_set(r, "idle_launch_pct", _pct(s.launch_ns, bd.ranks[r].wall_ns))
             all_gaps.extend(gaps)
         ms.set("idle_input_pct", _pct(split.input_ns, wall))
         ms.set("idle_sync_pct", _pct(split.sync_ns, wall))
+        ms.set("idle_host_pct", _pct(split.host_ns, wall))
+        if stalls:
+            st = pd.concat(stalls)
+            agg = st.groupby(st["name"].astype(str))["dur_ns"].agg(["size", "sum", "max"]).reset_index()
+            ms.evidence["host_stalls"] = [
+                {"event": r.name, "count": int(r.size), "total_ns": int(r.sum), "max_ns": int(r.max)}
+                for r in agg.sort_values("sum", ascending=False).head(8).itertuples()]
         ms.set("idle_launch_pct", _pct(split.launch_ns, wall))
         ms.set("idle_device_wait_pct", _pct(split.device_wait_ns, wall))
         all_gaps.sort(key=lambda x: -x["dur_ns"])
