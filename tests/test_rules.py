@@ -196,3 +196,9 @@ def test_a_crashing_rule_is_recorded_and_others_still_run(tmp_path_factory: pyte
     ev = evaluate(rules, ms, an)
     assert [e["rule"] for e in ev.errors] == ["gpu-idle"]
     assert "launch-bound" in [f.rule for f in ev.findings]
+
+
+def test_rules_doc_is_current() -> None:
+    from traceinsight.engine import rules_markdown
+
+    assert (REPO / "docs" / "RULES.md").read_text() == rules_markdown(load_rules()) + "\n"

@@ -405,3 +405,40 @@ def explain(rule: Rule) -> str:
     for r in rule.recommendations:
         lines.append(f"  - {r}")
     return "\n".join(lines)
+
+
+def rules_markdown(rules: list[Rule]) -> str:
+    """docs/RULES.md: every shipped rule with its thresholds (generated)."""
+    out = ["# Diagnosis rules", "",
+           "Generated from `rules/*.yaml` (`python -m traceinsight.engine > docs/RULES.md`). "
+           "Each rule is a YAML file: conditions over named metrics (`traceinsight rules --metrics`), "
+           "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
+           "time the fix could recover), evidence tables and recommendations. Override a "
+           "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
+           "", "| rule | category | what it finds |", "|---|---|---|"]
+    for r in sorted(rules, key=lambda r: (r.category, r.id)):
+        out.append(f"| [`{r.id}`](#{r.id}) | {r.category} | {r.summary} |")
+    out.append("")
+    for r in sorted(rules, key=lambda r: r.id):
+        th = r.threshold_values()
+        out += [f"## {r.id}", "", f"**{r.title}.** {r.doc['symptom']}", "",
+                f"*Why it matters:* {r.doc['why']}", "", f"*Fix:* {r.doc['fix']}", ""]
+        if r.applies_if:
+            out.append("Applies when " + " and ".join(f"`{c.text(th)}`" for c in r.applies_if) + ".")
+        out.append("Fires when " + " and ".join(f"`{c.text(th)}`" for c in r.fires_if) + ".")
+        ladder = []
+        for lv, conds in r.severity:
+            ladder.append(f"{lv} if " + " and ".join(f"`{c.text(th)}`" for c in conds) if conds
+                          else f"{lv} otherwise")
+        out.append("Severity: " + "; ".join(ladder) + ".")
+        if r.impact:
+            out.append(f"Impact: `{r.impact['metric']}` x {r.impact.get('factor', 1)}.")
+        out += ["", "| threshold | default | meaning |", "|---|---|---|"]
+        for t in r.thresholds.values():
+            out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
+        out += ["", "Recommendations:", ""] + [f"- {x}" for x in r.recommendations] + [""]
+    return "\n".join(out)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    print(rules_markdown(load_rules()))
