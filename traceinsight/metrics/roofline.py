@@ -116,8 +116,14 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
     m = modelled.copy()
-    m["peak"] = [_peak(spec, d, k, tc) for d, k, tc in zip(m["dtype"], m["kind"], m["tensor_core"])]
+    m["peak"] = [_peak(spec, d, k, tc, r) for d, k, tc, r in
+                 zip(m["dtype"], m["kind"], m["tensor_core"], m["roof"])]
     m = m[m["peak"].notna() & (m["dev_ns"] > 0)]
+    if not spec.mem_bw:
+        for n in names:
+            if n not in ("flops_modelled_pct", "fp32_gemm_time_pct", "low_precision_speedup_ratio"):
+                ms.set(n, None, why_missing="the device's memory bandwidth is unknown (pass --peak-bw)")
+        return
     bw = float(spec.mem_bw)
     t = m["dev_ns"].to_numpy(np.float64) / 1e9
     F = m["flops"].to_numpy(np.float64)
@@ -168,9 +174,13 @@ REG_ROOFLINE = ("flops_modelled_pct", "memory_bound_time_pct", "compute_bound_ti
                 "mfu_pct", "fp32_gemm_time_pct", "low_precision_speedup_ratio")
 
 
-def _peak(spec, dtype: str, kind: str, tensor_core: bool) -> float | None:
-    if dtype == "fp32":
-        if kind in ("gemm", "conv", "attention") and tensor_core:
+def _peak(spec, dtype: str, kind: str, tensor_core: bool, roof: str | None = None) -> float | None:
+    """The roof of one op: the peak of its dtype; fp32 matrix work uses TF32 tensor cores or
+    AMD's fp32 matrix units when its kernels show them."""
+    if dtype == "fp32" and kind in ("gemm", "conv", "attention"):
+        if roof == "fp32_matrix":
+            return spec.peak("fp32_matrix") or spec.peak("fp32")
+        if roof == "tf32" or tensor_core:
             return spec.peak("tf32") or spec.peak("fp32")
         return spec.peak("fp32")
     if dtype in ("bf16", "fp16", "fp8", "int8", "fp64", "tf32"):
@@ -208,6 +218,7 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     agg["dtype"] = [c.dtype if c else None for c in costs]
     agg["kind"] = [c.kind if c else None for c in costs]
     agg["exact"] = [c.exact if c else None for c in costs]
+    agg["roof"] = [flops.roof_dtype(c, [k]) if c else None for c, k in zip(costs, agg["kname"].astype(str))]
     return agg.reset_index()
 
 
