@@ -1,22 +1,31 @@
-# Quick start:   make demo   (set up, diagnose the bundled sample, write report.html)
-#                make test   (set up, run the whole test suite)
+# Quick start:   make demo   (set up, diagnose the bundled 4-rank sample, write report.html)
+#                make test   (set up with the test extras, run the whole test suite)
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 TI     := $(VENV)/bin/traceinsight
-SAMPLE ?= sample_traces/cpu_transformer_train.pt.trace.json.gz
+SAMPLE ?= sample_traces/synthetic_straggler_4rank
 
-.PHONY: demo test setup browser bench clean
+.PHONY: demo test setup browser bench docs clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[dev,torch,hta]'
+
+# the core: what `diagnose` needs (no torch, no HTA)
+$(VENV)/.base: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e .
 	touch $@
 
-setup: $(VENV)/.installed
+# tests: pytest, build, playwright; torch (CPU wheel, pinned) and HTA (the parity oracle)
+$(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[dev,torch,hta]'
+	touch $@ $(VENV)/.base
 
-demo: $(VENV)/.installed
-	$(TI) summary $(SAMPLE)
+setup: $(VENV)/.dev
+
+demo: $(VENV)/.base
+	$(TI) diagnose $(SAMPLE) --html report.html --markdown report.md --json result.json
+	@echo "open report.html in a browser; report.md is the ticket body, result.json the CI contract"
 
 # Headless Chromium for the report's browser test (Debian package; needs root or sudo).
 browser:
@@ -25,11 +34,15 @@ browser:
 	  elif command -v sudo >/dev/null 2>&1; then sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
 	  else echo "chromium not installed and no root: the browser test will be skipped"; fi ) || true
 
-test: $(VENV)/.installed browser
+test: $(VENV)/.dev browser
 	$(PY) -m pytest -q
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.dev
 	$(PY) bench/bench_ingest.py
+
+docs: $(VENV)/.base
+	$(PY) -m traceinsight.schema > docs/STORE.md
+	$(PY) -m traceinsight.engine > docs/RULES.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache report.html report.md result.json
