@@ -136,14 +136,21 @@ def write_store(path: Path, meta: dict[str, Any], tables: dict[str, pa.Table], *
         raise StoreError("already exists", path=path, hint="pass --force to replace it")
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-", dir=parent))
     try:
-        counts = {}
-        for name, table in tables.items():
-            table = schema.conform(name, {c: table[c].combine_chunks() for c in table.column_names}) \
-                if not table.schema.equals(schema.TABLES[name].arrow_schema) else table
+        def write(item: tuple[str, pa.Table]) -> tuple[str, int]:
+            name, table = item
+            if not table.schema.equals(schema.TABLES[name].arrow_schema):
+                table = schema.conform(name, {c: table[c].combine_chunks() for c in table.column_names})
             pq.write_table(table, tmp / f"{name}.parquet", compression="zstd",
                            compression_level=1, use_dictionary=True, write_statistics=True,
                            row_group_size=1_000_000)
-            counts[name] = table.num_rows
+            return name, table.num_rows
+
+        # parquet encoding releases the GIL: the tables are written two at a time
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            counts = dict(pool.map(write, sorted(tables.items(), key=lambda kv: -kv[1].num_rows)))
+        counts = {name: counts[name] for name in tables}
         full = {"format": STORE_FORMAT, "schema_version": schema.SCHEMA_VERSION, **meta,
                 "tables": counts}
         (tmp / META_FILE).write_text(json.dumps(full, indent=1, sort_keys=False, default=str))

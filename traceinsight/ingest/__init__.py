@@ -29,6 +29,7 @@ from .source import (
     cache_key_for,
     list_trace_files,
     rank_from_filename,
+    read_raw,
     read_trace_bytes,
 )
 
@@ -144,30 +145,39 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
             if not force:
                 raise InputError("exists and is not a trace store", path=out_path,
                                  hint="choose another output path or pass --force")
-        elif meta is not None and _same_stat(meta, inputs.files, options) and is_valid_store(out_path):
+        elif (meta is not None and not force and _same_stat(meta, inputs.files, options)
+              and is_valid_store(out_path)):
             return TraceStore.open(out_path)
 
-    # 2. reuse after hashing: a store made from the same contents (any path or mtime)
-    digests = [_file_digest(p) for p in inputs.files]
-    key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, digests)],
-                       options)
-    target = out_path if out_path is not None else cache_root() / "stores" / key
-    if target.exists():
-        meta = read_meta(target)
-        if meta is not None and meta.get("content_key") == key and is_valid_store(target):
-            if out_path is None:
-                _write_index(quick, key)
-            return TraceStore.open(target)
-        if out_path is not None and not force:
-            raise InputError("already exists and holds other traces", path=target,
-                             hint="pass --force to replace it, or choose another -o path")
+    # 2. reuse after hashing (only when a store exists at the target: hash before parsing)
+    target_known = out_path if out_path is not None else None
+    digests: list[str | None] = [None] * len(inputs.files)
+    if target_known is not None and read_meta(target_known) is not None and not force:
+        digests = [_file_digest(p) for p in inputs.files]
+        key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, digests)],
+                           options)
+        meta = read_meta(target_known)
+        if meta is not None and meta.get("content_key") == key and is_valid_store(target_known):
+            return TraceStore.open(target_known)
+        raise InputError("already exists and holds other traces", path=target_known,
+                         hint="pass --force to replace it, or choose another -o path")
+    if target_known is None and use_cache:
+        # the cache is keyed by content: a copy of a trace seen before needs no parsing
+        digests = [_file_digest(p) for p in inputs.files]
+        key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, digests)],
+                           options)
+        cached = cache_root() / "stores" / key
+        if not force and read_meta(cached) is not None and is_valid_store(cached):
+            _write_index(quick, key)
+            return TraceStore.open(cached)
 
     prog = progress or Progress("ingest", quiet=quiet)
     total = sum(p.stat().st_size for p in inputs.files) or 1
+    warm = _warm_up_arrow()  # while the first file is read
     done = 0
     reads: list[tuple[Path, str, KinetoRead]] = []
     skipped = DiagnosticLog()
-    for p, digest in zip(inputs.files, digests):
+    for i, p in enumerate(inputs.files):
         size = p.stat().st_size
         base = done
 
@@ -175,11 +185,16 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
             prog.update(stage, (_b + frac * _s) / total)
 
         step("read", 0.0)
+        raw = read_raw(p)
+        warm.join()  # before the parser forks: no thread may run then
+        # hash the file in a thread while it is parsed (hashlib releases the GIL); the parser
+        # starts it once it has forked its helper process
+        hasher = _Hasher(raw) if digests[i] is None else None
         try:
-            data = read_trace_bytes(p)
+            data = read_trace_bytes(p, raw)
             rank_hint = rank_from_filename(p.name)
             r = read_kineto(data, source=p.name, rank_hint=rank_hint, salvage=salvage,
-                            progress=step)
+                            progress=step, background=hasher.start if hasher else None)
             del data
         except TraceFormatError as e:
             if inputs.from_directory is not None and len(inputs.files) > 1:
@@ -188,12 +203,24 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
                 done += size
                 continue
             raise
-        reads.append((p, digest, r))
+        finally:
+            del raw
+        digests[i] = hasher.result() if hasher else digests[i]
+        reads.append((p, digests[i], r))
         done += size
 
     if not reads:
         raise TraceFormatError("no Kineto trace found among the files", path=inputs.display,
                                hint="; ".join(d.message for d in skipped.items)[:300] or None)
+    all_digests = [d if d is not None else _file_digest(p) for p, d in zip(inputs.files, digests)]
+    key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, all_digests)],
+                       options)
+    target = out_path if out_path is not None else cache_root() / "stores" / key
+    if out_path is None and target.exists() and not force:
+        meta = read_meta(target)
+        if meta is not None and meta.get("content_key") == key and is_valid_store(target):
+            _write_index(quick, key)
+            return TraceStore.open(target)
 
     _assign_ranks(reads, inputs)
     prog.update("write", 1.0)
@@ -204,6 +231,51 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
     prog.done(f"{sum(r.tables['gpu_activities'].num_rows for _, _, r in reads):,} GPU activities, "
               f"{len(reads)} rank(s) -> {target}")
     return store
+
+
+def _warm_up_arrow():
+    """Arrow imports pandas on its first Python-list conversion (~0.45 s). Do it in a thread
+    while the trace file is read, so the parser (and the helper it forks) start warm."""
+    import threading
+
+    def run() -> None:
+        import pyarrow as pa
+
+        pa.array([0])
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t
+
+
+class _Hasher:
+    """sha256 of a byte string, computed in a background thread once ``start`` is called
+    (``result`` computes it in place if it never was)."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data: bytes | None = data
+        self._digest: str | None = None
+        self._thread = None
+
+    def start(self) -> None:
+        import threading
+
+        if self._thread is None and self._digest is None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        assert self._data is not None
+        self._digest = hashlib.sha256(self._data).hexdigest()
+        self._data = None
+
+    def result(self) -> str:
+        if self._thread is not None:
+            self._thread.join()
+        elif self._digest is None:
+            self._run()
+        assert self._digest is not None
+        return self._digest
 
 
 def _file_digest(path: Path) -> str:

@@ -19,7 +19,10 @@ Everything about the Kineto format lives here; the store schema knows nothing of
 from __future__ import annotations
 
 import gc
+import itertools
+import operator
 import os
+import sys
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -41,8 +44,8 @@ from .timeconv import ConversionStats, NeedExactText, us_to_ns
 _NULL = msgspec.Raw(b"null")
 
 #: Above this many bytes of JSON, events are decoded in batches to bound memory.
-BATCH_BYTES = int(os.environ.get("TRACEINSIGHT_BATCH_BYTES", str(512 * 2**20)))
-BATCH_EVENTS = 400_000
+BATCH_BYTES = int(os.environ.get("TRACEINSIGHT_BATCH_BYTES", str(48 * 2**20)))
+BATCH_EVENTS = 200_000
 
 
 class _Ev(msgspec.Struct, gc=False):
@@ -142,6 +145,12 @@ class _OpArgs(msgspec.Struct, gc=False):
     input_types: msgspec.Raw = msgspec.field(default=_NULL, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=_NULL, name="Concrete Inputs")
     flops: Any = None
+    collective_name: Any = _f("Collective name")  # decoded in full by _CommArgs when present
+
+
+class _CommArgs(msgspec.Struct, gc=False):
+    """Collective keys of c10d ops (record_param_comms); decoded only for those ops."""
+
     collective_name: Any = _f("Collective name")
     in_nelems: Any = _f("In msg nelems")
     out_nelems: Any = _f("Out msg nelems")
@@ -177,7 +186,7 @@ def _decode_args(events: list[_Ev], typ: type, dec_cache: dict) -> list:
     dec = dec_cache.get(typ)
     if dec is None:
         dec = dec_cache[typ] = msgspec.json.Decoder(list[typ | None])
-    buf = b"[" + b",".join([e.args for e in events]) + b"]"
+    buf = b"[" + b",".join(list(map(_ARGS, events))) + b"]"
     try:
         return dec.decode(buf)
     except msgspec.DecodeError:
@@ -241,10 +250,17 @@ class KinetoRead:
 class _Columns:
     """Accumulates Arrow columns of one table over batches (columns may differ per batch)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bad: Counter | None = None) -> None:
         self.batches: list[dict[str, pa.Array]] = []
+        self.bad = bad if bad is not None else Counter()
 
     def add(self, cols: dict[str, pa.Array]) -> None:
+        # events without a usable time are invalid rows: counted, not stored
+        t = cols.get("start_ns", cols.get("ts_ns"))
+        if t is not None and t.null_count:
+            keep = pc.is_valid(t)
+            self.bad["events without a valid ts"] += t.null_count
+            cols = {k: pc.filter(v, keep) for k, v in cols.items()}
         self.batches.append(cols)
 
     def table(self, name: str) -> pa.Table:
@@ -252,35 +268,35 @@ class _Columns:
             return schema.empty_table(name)
         spec = schema.TABLES[name]
         names = {k for b in self.batches for k in b}
-        cols = {}
+        arrays, fields = [], []
         for col in spec.columns:
-            if col.name not in names:
-                continue
-            typ = pa.string() if pa.types.is_dictionary(col.type) else col.type
             chunks = []
             for b in self.batches:
                 n = len(next(iter(b.values())))
-                arr = b.get(col.name)
+                arr = b.get(col.name) if col.name in names else None
                 if arr is None:
-                    arr = pa.nulls(n, typ)
-                elif not arr.type.equals(typ):
-                    arr = arr.cast(typ)
+                    arr = pa.nulls(n, col.type)
+                elif not arr.type.equals(col.type):
+                    if pa.types.is_dictionary(col.type) and not pa.types.is_dictionary(arr.type):
+                        arr = arr.cast(pa.string()).dictionary_encode()
+                    arr = arr.cast(col.type)
                 chunks.append(arr)
-            cols[col.name] = pa.concat_arrays(chunks)
-        return schema.conform(name, cols)
+            arrays.append(pa.chunked_array(chunks, type=col.type))
+            fields.append(pa.field(col.name, col.type, nullable=col.nullable))
+        table = pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        return table.unify_dictionaries().combine_chunks() if len(self.batches) > 1 else table
 
 
 # --- column helpers ------------------------------------------------------------------------
 
 def _int_col(values: list, stats: Counter | None = None, key: str = "") -> pa.Array:
     """int64 column from Python values; non-integers (text, floats, out of range) -> null."""
-    kinds = set(map(type, values))
-    kinds.discard(type(None))
-    if kinds <= {int}:
-        try:
-            return pa.array(values, type=pa.int64())
-        except (pa.ArrowInvalid, OverflowError):
-            pass
+    try:
+        arr = pa.array(values)  # infers: int64 when every value is an int (or None)
+        if pa.types.is_integer(arr.type) or pa.types.is_null(arr.type):
+            return arr.cast(pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
     out = []
     bad = 0
     for v in values:
@@ -303,10 +319,12 @@ def _int_col(values: list, stats: Counter | None = None, key: str = "") -> pa.Ar
 
 
 def _float_col(values: list) -> pa.Array:
-    kinds = set(map(type, values))
-    kinds.discard(type(None))
-    if kinds <= {int, float}:
-        return pa.array(values, type=pa.float64())
+    try:
+        arr = pa.array(values)
+        if pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type) or pa.types.is_null(arr.type):
+            return arr.cast(pa.float64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        pass
     out = []
     for v in values:
         try:
@@ -316,26 +334,57 @@ def _float_col(values: list) -> pa.Array:
     return pa.array(out, type=pa.float64())
 
 
+def _dictionary(codes: Any, vals: list[str], null_codes: list[int] = ()) -> pa.Array:
+    """A dictionary array from codes into ``vals``; duplicate strings in ``vals`` are merged
+    (pandas needs unique categories) and ``null_codes`` become null entries."""
+    idx = np.asarray(codes, dtype=np.int32)
+    if len(set(vals)) != len(vals):
+        first: dict[str, int] = {}
+        remap = np.array([first.setdefault(v, len(first)) for v in vals], dtype=np.int32)
+        vals = list(first)
+        mask = np.isin(idx, np.asarray(null_codes, dtype=np.int32)) if len(null_codes) else None
+        idx = remap[idx] if len(idx) else idx
+    else:
+        mask = np.isin(idx, np.asarray(null_codes, dtype=np.int32)) if len(null_codes) else None
+    arr = pa.array(idx, type=pa.int32(), mask=mask if mask is not None and mask.any() else None)
+    return pa.DictionaryArray.from_arrays(arr, pa.array(vals, type=pa.string()))
+
+
+def _dict_col(values: list) -> pa.Array:
+    """Dictionary-encoded string column. Distinct values are found with a Python dict (one
+    hash per value), so each distinct string is converted and copied once."""
+    n = len(values)
+    if values.count(None) == n:
+        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+    d: dict = {}
+    sd = d.setdefault
+    codes = [sd(v, len(d)) for v in values]
+    vals = ["" if k is None else (k if k.__class__ is str else str(k)) for k in d]
+    return _dictionary(codes, vals, [d[None]] if None in d else [])
+
+
 def _str_col(values: list) -> pa.Array:
     """Dictionary-encoded strings; non-strings are converted with str()."""
-    try:
-        arr = pa.array(values, type=pa.string())
-    except (pa.ArrowTypeError, pa.ArrowInvalid):
-        arr = pa.array([v if v is None or v.__class__ is str else str(v) for v in values],
-                       type=pa.string())
-    return arr.dictionary_encode()
+    return _dict_col(values)
 
 
 def _id_str_col(values: list) -> pa.Array:
-    """pid / tid as strings (producers mix ints and names)."""
+    """pid / tid as strings (producers mix ints and names); all-integer columns are encoded
+    in C and only their distinct values become strings."""
     try:
         arr = pa.array(values)
-    except (pa.ArrowTypeError, pa.ArrowInvalid, OverflowError):
-        arr = pa.array([v if v is None or v.__class__ is str else str(v) for v in values],
-                       type=pa.string())
-    if not pa.types.is_string(arr.type):
-        arr = arr.cast(pa.string()) if not pa.types.is_null(arr.type) else pa.nulls(len(arr), pa.string())
-    return arr.dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return _dict_col(values)
+    if pa.types.is_integer(arr.type):
+        enc = arr.dictionary_encode()
+        return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()),
+                                              enc.dictionary.cast(pa.string()))
+    return _dict_col(values)
+
+
+def _const_col(value: str | None, n: int) -> pa.Array:
+    return pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, dtype=np.int32)),
+                                          pa.array([value], type=pa.string()))
 
 
 def _stream_of(tid: Any) -> int | None:
@@ -409,15 +458,22 @@ class _State:
     negative_durations: int = 0
 
 
+_TS = operator.attrgetter("ts")
+_PH = operator.attrgetter("ph")
+_DUR = operator.attrgetter("dur")
+_NAME = operator.attrgetter("name")
+_PID = operator.attrgetter("pid")
+_TID = operator.attrgetter("tid")
+_ARGS = operator.attrgetter("args")
+
+
 def _times(st: _State, evs: list[_Ev], *, with_dur: bool = True) -> tuple[pa.Array, pa.Array | None]:
-    ts = us_to_ns([e.ts for e in evs], st.tstats)
+    ts = us_to_ns(list(map(_TS, evs)), st.tstats)
     if st.base_ns:
         ts = pc.add(ts, st.base_ns)
-    if ts.null_count:
-        st.bad["ts"] += ts.null_count
     dur = None
     if with_dur:
-        dur = us_to_ns([e.dur for e in evs], st.tstats)
+        dur = us_to_ns(list(map(_DUR, evs)), st.tstats)
         if dur.null_count:
             dur = pc.fill_null(dur, 0)
         neg = int(pc.sum(pc.less(dur, 0)).as_py() or 0)
@@ -434,11 +490,14 @@ def read_kineto(
     rank_hint: int | None = None,
     salvage: bool = False,
     progress: Callable[[str, float], None] | None = None,
+    background: Callable[[], None] | None = None,
 ) -> KinetoRead:
     """Parse the JSON bytes of one Kineto trace into store tables.
 
     ``source`` names the file in messages. Raises :class:`TraceFormatError` for input that is
-    not a Kineto trace and :class:`EmptyTraceError` for a trace without events.
+    not a Kineto trace and :class:`EmptyTraceError` for a trace without events. ``background``
+    starts work that may run in a thread (hashing the file); it is called once no process fork
+    is pending.
     """
     diags = DiagnosticLog()
     was_enabled = gc.isenabled()
@@ -446,13 +505,13 @@ def read_kineto(
     try:
         try:
             return _read(data, source, rank_hint, diags, exact_text=False, salvage=salvage,
-                         progress=progress)
+                         progress=progress, background=background)
         except NeedExactText:
             diags.add("timestamps-exact-path",
                       "fractional timestamps beyond 2**43 µs (float64 cannot hold them to the "
                       "nanosecond): numbers re-read as text for exact values", severity="info", source=source)
             return _read(data, source, rank_hint, diags, exact_text=True, salvage=salvage,
-                         progress=progress)
+                         progress=progress, background=background)
     finally:
         if was_enabled:
             gc.enable()
@@ -488,34 +547,292 @@ def _decode_top(data: bytes, source: str, diags: DiagnosticLog, *, exact_text: b
             raise repair.explain_decode_error(data, str(e2), source)
 
 
-def _read(data: bytes, source: str, rank_hint: int | None, diags: DiagnosticLog, *,
-          exact_text: bool, salvage: bool,
-          progress: Callable[[str, float], None] | None) -> KinetoRead:
-    batched = len(data) > BATCH_BYTES
-    top = _decode_top(data, source, diags, exact_text=exact_text, batched=batched,
-                      salvage=salvage)
-    if isinstance(top, list):
-        events = top
-        header: dict[str, Any] = {}
-        layout = "array"
-    else:
-        events = top.traceEvents
-        if events is None:
-            what = ("a PyTorch Execution Trace (nodes), not a profiler trace"
-                    if top.nodes is not _NULL or top.schema is not None
-                    else "JSON without a 'traceEvents' list")
-            raise TraceFormatError(f"is {what}", path=source,
-                                   hint="pass the Kineto trace written by torch.profiler "
-                                        "(export_chrome_trace / tensorboard_trace_handler)")
-        header = {k: getattr(top, k) for k in _TOP_FIELDS if k not in ("nodes", "schema")}
-        layout = "object"
-    del top
-    n_events = len(events)
-    if n_events == 0:
-        raise EmptyTraceError("trace holds no events", path=source,
-                              hint="the profiler window may have been empty: check the schedule "
-                                   "(wait/warmup/active) and that prof.step() is called")
+_EVENT_SEP = re.compile(rb"\}\s*,\s*\{")
+_TOP_DEC = msgspec.json.Decoder(_TopEvents)
+#: bytes of JSON decoded at a time when a file is split into chunks
+CHUNK_BYTES = int(os.environ.get("TRACEINSIGHT_CHUNK_BYTES", str(24 * 2**20)))
 
+
+class _SplitFailed(Exception):
+    """A chunk boundary fell inside a string: use the exact (raw-list) path instead."""
+
+
+@dataclass
+class _Split:
+    header: Any
+    layout: str
+    bounds: list[tuple[int, int]]
+
+
+def _fast_split(data: bytes, chunk_bytes: int) -> _Split | None:
+    """Cut the event list into byte ranges of whole events without parsing it.
+
+    The header (everything but the event list) is decoded on its own; chunk boundaries are the
+    first ``},{`` after each ``chunk_bytes`` mark. A boundary inside a string (or anything odd)
+    makes a chunk fail to decode, and the caller falls back to splitting with the parser.
+    """
+    first = data[:4096].lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
+    if first == b"[":
+        a = data.find(b"[")
+        end = data.rfind(b"]")
+        header, layout = None, "array"
+        if end <= a:
+            return None
+    elif first == b"{":
+        key = data.find(b'"traceEvents"')
+        if key < 0:
+            return None
+        a = data.find(b"[", key)
+        if a < 0 or data[key + len(b'"traceEvents"'):a].strip(b" \t\r\n:") != b"":
+            return None
+        end = len(data)
+        header = None
+        for _ in range(16):  # the event list ends at the last ']' after which the object parses
+            end = data.rfind(b"]", a, end)
+            if end < 0:
+                return None
+            try:
+                header = _TOP_DEC.decode(data[:a] + b"[]" + data[end + 1:])
+                break
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+        if header is None:
+            return None
+        layout = "object"
+    else:
+        return None
+    start = data.find(b"{", a, end)
+    bounds: list[tuple[int, int]] = []
+    if start < 0:
+        return _Split(header, layout, bounds)
+    close = data.rfind(b"}", start, end) + 1
+    pos = start
+    while pos < close:
+        target = pos + chunk_bytes
+        m = _EVENT_SEP.search(data, target, close) if target < close else None
+        if m is None:
+            bounds.append((pos, close))
+            break
+        bounds.append((pos, m.start() + 1))
+        pos = m.end() - 1
+    return _Split(header, layout, bounds)
+
+
+def _run_chunks(data: bytes, bounds: list[tuple[int, int]], st: "_State",
+                collectors: dict[str, "_Columns"],
+                progress: Callable[[str, float], None] | None) -> int:
+    """Decode and process byte ranges of whole events; returns the number of events."""
+    dec = msgspec.json.Decoder(list[_Ev], float_hook=str if st.exact_text else None)
+    n = 0
+    for i, (a, b) in enumerate(bounds):
+        try:
+            batch = dec.decode(b"[" + data[a:b] + b"]")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            raise _SplitFailed()
+        n += len(batch)
+        _process_batch(batch, st, collectors)
+        del batch
+        if progress:
+            progress("parse", (i + 1) / len(bounds))
+    return n
+
+
+def _run_batches(events: list, lo: int, hi: int, st: "_State", collectors: dict[str, "_Columns"],
+                 progress: Callable[[str, float], None] | None) -> None:
+    """Decode and process the raw events ``events[lo:hi]`` batch by batch (bounded memory)."""
+    dec = msgspec.json.Decoder(list[_Ev], float_hook=str if st.exact_text else None)
+    for start in range(lo, hi, BATCH_EVENTS):
+        chunk = events[start:min(start + BATCH_EVENTS, hi)]
+        batch = dec.decode(b"[" + b",".join(chunk) + b"]")
+        del chunk
+        _process_batch(batch, st, collectors)
+        del batch
+        if progress:
+            progress("parse", min(1.0, (start + BATCH_EVENTS - lo) / max(1, hi - lo)))
+
+
+#: files with at least this many events are parsed by two processes (fork, Linux)
+PARALLEL_MIN_EVENTS = 300_000
+
+
+def _workers(n_events: int) -> int:
+    env = os.environ.get("TRACEINSIGHT_WORKERS")
+    if env:
+        return max(1, int(env))
+    if n_events < PARALLEL_MIN_EVENTS or not sys.platform.startswith("linux"):
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+# the raw events and state a forked worker inherits (set just before the pool starts)
+_SHARED: dict[str, Any] = {}
+
+
+def _worker(task: tuple[int, int, int, str]) -> dict[str, Any]:
+    """A forked worker: parse ``events[lo:hi]`` into Arrow IPC files, return its state."""
+    idx, lo, hi, outdir = task
+    events, base = _SHARED["events"], _SHARED["state"]
+    st = _State(source=base.source, rank=base.rank, base_ns=base.base_ns,
+                exact_text=base.exact_text, diags=DiagnosticLog())
+    collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+    try:
+        _run_batches(events, lo, hi, st, collectors, None)
+    except NeedExactText:
+        return {"need_exact": True}
+    files = {}
+    for name, col in collectors.items():
+        t = col.table(name)
+        path = os.path.join(outdir, f"w{idx}_{name}.arrow")
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+        files[name] = path
+    return {"files": files, "counts": st.counts, "bad": st.bad, "tstats": st.tstats,
+            "negative": st.negative_durations, "process_names": st.process_names,
+            "process_labels": st.process_labels, "thread_names": st.thread_names,
+            "diags": st.diags.items}
+
+
+def _chunk_worker(task: tuple[int, int, str]) -> dict[str, Any]:
+    """Forked helper: parse chunks ``lo:hi`` of the shared split into Arrow IPC files."""
+    lo, hi, outdir = task
+    data, bounds, base = _SHARED["data"], _SHARED["bounds"], _SHARED["state"]
+    st = _State(source=base.source, rank=base.rank, base_ns=base.base_ns,
+                exact_text=base.exact_text, diags=DiagnosticLog())
+    collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+    try:
+        n = _run_chunks(data, bounds[lo:hi], st, collectors, None)
+    except NeedExactText:
+        return {"need_exact": True}
+    except _SplitFailed:
+        return {"split_failed": True}
+    files = {}
+    for name, col in collectors.items():
+        t = col.table(name)
+        path = os.path.join(outdir, f"c_{name}.arrow")
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+        files[name] = path
+    return {"files": files, "events": n, "counts": st.counts, "bad": st.bad, "tstats": st.tstats,
+            "negative": st.negative_durations, "process_names": st.process_names,
+            "process_labels": st.process_labels, "thread_names": st.thread_names,
+            "diags": st.diags.items}
+
+
+def _merge_state(st: "_State", r: dict[str, Any]) -> None:
+    st.counts.update(r["counts"])
+    st.bad.update(r["bad"])
+    for k in ("rounded", "invalid", "negative"):
+        setattr(st.tstats, k, getattr(st.tstats, k) + getattr(r["tstats"], k))
+    st.negative_durations += r["negative"]
+    st.process_names.update(r["process_names"])
+    st.process_labels.update(r["process_labels"])
+    st.thread_names.update(r["thread_names"])
+    st.diags.extend(r["diags"])
+
+
+def _chunks_two_processes(data: bytes, bounds: list[tuple[int, int]], st: "_State",
+                          progress: Callable[[str, float], None] | None,
+                          background: Callable[[], None] | None) -> tuple[dict[str, pa.Table], int]:
+    """This process parses the first half of the chunks while a forked helper parses the
+    second half (it inherits ``data`` copy-on-write and returns Arrow IPC files)."""
+    import multiprocessing
+    import tempfile
+
+    k = (len(bounds) + 1) // 2
+    with tempfile.TemporaryDirectory(prefix="traceinsight-parse-") as tmp:
+        _SHARED.update(data=data, bounds=bounds, state=st)
+        ctx = multiprocessing.get_context("fork")
+        pool = ctx.Pool(1)
+        try:
+            _SHARED.clear()
+            pending = pool.apply_async(_chunk_worker, ((k, len(bounds), tmp),))
+            if background:
+                background()  # threads may start once the helper has forked
+            collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+            n = _run_chunks(data, bounds[:k], st, collectors,
+                            (lambda stage, f: progress(stage, 0.5 * f)) if progress else None)
+            mine = {name: col.table(name) for name, col in collectors.items()}
+            del collectors
+            r = pending.get()
+        finally:
+            pool.close()
+            pool.join()
+        if r.get("need_exact"):
+            raise NeedExactText()
+        if r.get("split_failed"):
+            raise _SplitFailed()
+        _merge_state(st, r)
+        tables = {}
+        for name in schema.TABLES:
+            other = pa.ipc.open_file(pa.memory_map(r["files"][name])).read_all()
+            tables[name] = pa.concat_tables([mine[name], other]).unify_dictionaries().combine_chunks()
+            del other
+        if progress:
+            progress("parse", 1.0)
+    return tables, n + r["events"]
+
+
+def _parallel(events: list, st: "_State", workers: int,
+              progress: Callable[[str, float], None] | None) -> dict[str, pa.Table]:
+    """Parse contiguous halves of the event list in forked processes and join their tables.
+
+    The children inherit the decoded raw event slices (copy-on-write) and hand back Arrow IPC
+    files, so nothing large is pickled; the tables are joined in event order.
+    """
+    import multiprocessing
+    import tempfile
+
+    n = len(events)
+    bounds = [n * i // workers for i in range(workers + 1)]
+    with tempfile.TemporaryDirectory(prefix="traceinsight-parse-") as tmp:
+        _SHARED["events"], _SHARED["state"] = events, st
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ctx.Pool(workers) as pool:
+                results = []
+                for i, r in enumerate(pool.imap(_worker, [(i, bounds[i], bounds[i + 1], tmp)
+                                                           for i in range(workers)])):
+                    results.append(r)
+                    if progress:
+                        progress("parse", (i + 1) / workers)
+        finally:
+            _SHARED.clear()
+        if any(r.get("need_exact") for r in results):
+            raise NeedExactText()
+        for r in results:
+            st.counts.update(r["counts"])
+            st.bad.update(r["bad"])
+            for k in ("rounded", "invalid", "negative"):
+                setattr(st.tstats, k, getattr(st.tstats, k) + getattr(r["tstats"], k))
+            st.negative_durations += r["negative"]
+            st.process_names.update(r["process_names"])
+            st.process_labels.update(r["process_labels"])
+            st.thread_names.update(r["thread_names"])
+            st.diags.extend(r["diags"])
+        tables = {}
+        for name in schema.TABLES:
+            parts = [pa.ipc.open_file(pa.memory_map(r["files"][name])).read_all() for r in results]
+            t = pa.concat_tables(parts)
+            tables[name] = t.unify_dictionaries().combine_chunks()
+    return tables
+
+
+def _events_and_header(top: Any, source: str) -> tuple[list, dict[str, Any], str]:
+    if isinstance(top, list):
+        return top, {}, "array"
+    events = top.traceEvents
+    if events is None:
+        what = ("a PyTorch Execution Trace (nodes), not a profiler trace"
+                if top.nodes is not _NULL or top.schema is not None
+                else "JSON without a 'traceEvents' list")
+        raise TraceFormatError(f"is {what}", path=source,
+                               hint="pass the Kineto trace written by torch.profiler "
+                                    "(export_chrome_trace / tensorboard_trace_handler)")
+    return events, {k: getattr(top, k) for k in _TOP_FIELDS if k not in ("nodes", "schema")}, "object"
+
+
+def _state_for(header: dict[str, Any], source: str, rank_hint: int | None, diags: DiagnosticLog,
+               exact_text: bool) -> tuple["_State", dict[str, Any]]:
     base_ns = 0
     base = header.get("baseTimeNanoseconds")
     if base is not None:
@@ -524,30 +841,81 @@ def _read(data: bytes, source: str, rank_hint: int | None, diags: DiagnosticLog,
         except (TypeError, ValueError):
             diags.add("bad-base-time", "baseTimeNanoseconds is not an integer; ignored",
                       source=source)
-
     dist = distributed_info(header.get("distributedInfo"))
     rank = dist.get("rank") if dist.get("rank") is not None else rank_hint
     st = _State(source=source, rank=int(rank) if rank is not None else 0, base_ns=base_ns,
                 exact_text=exact_text, diags=diags)
+    return st, dist
 
-    collectors = {name: _Columns() for name in schema.TABLES}
-    if batched:
-        dec = msgspec.json.Decoder(list[_Ev], float_hook=str if exact_text else None)
-        for lo in range(0, n_events, BATCH_EVENTS):
-            chunk = events[lo:lo + BATCH_EVENTS]
-            batch = dec.decode(b"[" + b",".join(chunk) + b"]")
-            del chunk
-            _process_batch(batch, st, collectors)
-            del batch
-            if progress:
-                progress("parse", min(1.0, (lo + BATCH_EVENTS) / n_events))
+
+def _read_split(data: bytes, split: _Split, source: str, rank_hint: int | None,
+                diags: DiagnosticLog, *, exact_text: bool,
+                progress: Callable[[str, float], None] | None,
+                background: Callable[[], None] | None, salvage: bool) -> KinetoRead:
+    """The fast path for large files: chunks of whole events, two processes when worthwhile."""
+    header = ({} if split.header is None else
+              {k: getattr(split.header, k) for k in _TOP_FIELDS if k not in ("nodes", "schema")})
+    st, dist = _state_for(header, source, rank_hint, diags, exact_text)
+    try:
+        if len(split.bounds) >= 2 and _workers(PARALLEL_MIN_EVENTS) > 1:
+            tables, n_events = _chunks_two_processes(data, split.bounds, st, progress, background)
+        else:
+            if background:
+                background()
+            collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+            n_events = _run_chunks(data, split.bounds, st, collectors, progress)
+            tables = {name: col.table(name) for name, col in collectors.items()}
+    except _SplitFailed:
+        diags.add("split-fallback", "event chunks could not be cut by text; parsed with the "
+                  "slower exact splitter", severity="info", source=source)
+        return _read(data, source, rank_hint, diags, exact_text=exact_text, salvage=salvage,
+                     progress=progress, background=None, force_exact_split=True)
+    return _finish(tables, header, dist, st, split.layout, rank_hint, n_events, source)
+
+
+def _read(data: bytes, source: str, rank_hint: int | None, diags: DiagnosticLog, *,
+          exact_text: bool, salvage: bool,
+          progress: Callable[[str, float], None] | None,
+          background: Callable[[], None] | None = None,
+          force_exact_split: bool = False) -> KinetoRead:
+    batched = len(data) > BATCH_BYTES
+    split = _fast_split(data, CHUNK_BYTES) if batched and not force_exact_split else None
+    if split is not None:
+        return _read_split(data, split, source, rank_hint, diags, exact_text=exact_text,
+                           progress=progress, background=background, salvage=salvage)
+    top = _decode_top(data, source, diags, exact_text=exact_text, batched=batched,
+                      salvage=salvage)
+    events, header, layout = _events_and_header(top, source)
+    del top
+    n_events = len(events)
+    st, dist = _state_for(header, source, rank_hint, diags, exact_text)
+    workers = _workers(n_events) if batched and not force_exact_split else 1
+    if workers > 1:
+        tables = _parallel(events, st, workers, progress)
+        if background:
+            background()  # after the workers: no thread may run while the process forks
     else:
-        _process_batch(events, st, collectors)
-        if progress:
-            progress("parse", 1.0)
+        if background:
+            background()
+        collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+        if batched:
+            _run_batches(events, 0, n_events, st, collectors, progress)
+        else:
+            _process_batch(events, st, collectors)
+            if progress:
+                progress("parse", 1.0)
+        tables = {name: col.table(name) for name, col in collectors.items()}
     del events
+    return _finish(tables, header, dist, st, layout, rank_hint, n_events, source)
 
-    tables = {name: col.table(name) for name, col in collectors.items()}
+
+def _finish(tables: dict[str, pa.Table], header: dict[str, Any], dist: dict[str, Any],
+            st: "_State", layout: str, rank_hint: int | None, n_events: int,
+            source: str) -> KinetoRead:
+    if n_events == 0:
+        raise EmptyTraceError("trace holds no events", path=source,
+                              hint="the profiler window may have been empty: check the schedule "
+                                   "(wait/warmup/active) and that prof.step() is called")
     if st.counts.get("invalid") == n_events:
         raise TraceFormatError("is JSON but holds no trace events (no 'ph' field)", path=source,
                                hint="pass the Kineto trace written by torch.profiler")
@@ -558,56 +926,109 @@ def _read(data: bytes, source: str, rank_hint: int | None, diags: DiagnosticLog,
     _diagnose_ingest(st, tables)
     rank_meta = _rank_meta(header, dist, st, tables, layout, rank_hint)
     return KinetoRead(source=source, tables=tables, rank_meta=rank_meta,
-                      counts=dict(st.counts), diagnostics=diags)
+                      counts=dict(st.counts), diagnostics=st.diags)
+
+
+def _family_of(ph: Any, c: Any) -> str:
+    if ph == "X":
+        f = None
+        if c.__class__ is str:
+            f = _X_FAMILY.get(c) or _X_FAMILY.get(c.lower())
+        return f or "other"
+    if ph == "i" or ph == "I":
+        return "instant"
+    if ph == "s" or ph == "f" or ph == "t":
+        return "flow"
+    if ph == "M":
+        return "meta"
+    if ph is None:
+        return "invalid"
+    return "other"
+
+
+class _Runs(list):
+    """A family's events, concatenated from its (ph, cat) groups; ``cat_runs`` remembers the
+    category of each run so the category column needs no per-event work."""
+
+    cat_runs: list
+
+
+def _family(parts: list[tuple[Any, list]]) -> _Runs:
+    out = _Runs(itertools.chain.from_iterable(lst for _, lst in parts))
+    out.cat_runs = [(key, len(lst)) for key, lst in parts]
+    return out
+
+
+def _run_col(evs: list[_Ev], pick: Callable[[tuple], Any], fallback: Callable[[_Ev], Any]) -> pa.Array:
+    """A dictionary column that is constant within each (ph, cat) run of a family."""
+    runs = getattr(evs, "cat_runs", None)
+    if runs is None:
+        return _dict_col([fallback(e) for e in evs])
+    vals = [pick(k) for k, _ in runs]
+    if any(v is None for v in vals):
+        return _dict_col([fallback(e) for e in evs])
+    vals = [v if v.__class__ is str else str(v) for v in vals]
+    idx = np.repeat(np.arange(len(runs), dtype=np.int32), [n for _, n in runs])
+    return _dictionary(idx, vals)
+
+
+def _split_steps(evs: _Runs) -> tuple[list, list]:
+    """ProfilerStep#N events out of a family (they become ranges)."""
+    names = set(map(_NAME, evs))
+    if not any(n.__class__ is str and n.startswith("ProfilerStep#") for n in names):
+        return evs, []
+    keep, steps = [], []
+    for e in evs:
+        (steps if e.name.__class__ is str and e.name.startswith("ProfilerStep#") else keep).append(e)
+    return keep, steps
 
 
 def _process_batch(events: list[_Ev], st: _State, out: dict[str, _Columns]) -> None:
-    fam: dict[str, list[_Ev]] = {k: [] for k in (
-        "op", "annotation", "gpu_annotation", "kernel", "memcpy", "memset", "sync", "runtime",
-        "driver", "python", "memory", "flow", "meta", "other", "invalid")}
-    xfam = _X_FAMILY
-    get = xfam.get
+    # one dict lookup per event: cat -> its group (groups are split by ph afterwards, which
+    # only matters for the few categories shared by several phases); joined per family after
+    by_cat: dict[Any, list] = {}
+    get = by_cat.get
     for e in events:
-        ph = e.ph
-        if ph == "X":
-            c = e.cat
-            f = get(c) if c.__class__ is str else None
-            if f is None and c.__class__ is str:
-                f = get(c.lower(), "other")
-            fam[f or "other"].append(e)
-        elif ph == "i" or ph == "I":
-            if e.name in _MEMORY_NAMES:
-                fam["memory"].append(e)
-            else:
-                fam["other"].append(e)
-        elif ph == "s" or ph == "f" or ph == "t":
-            fam["flow"].append(e)
-        elif ph == "M":
-            fam["meta"].append(e)
-        elif ph is None:
-            fam["invalid"].append(e)
+        c = e.cat
+        lst = get(c)
+        if lst is None:
+            lst = by_cat[c] = []
+        lst.append(e)
+    route: dict[tuple, list] = {}
+    for cat, lst in by_cat.items():
+        phs = set(map(_PH, lst))
+        if len(phs) == 1:
+            route[(phs.pop(), cat)] = lst
+        else:  # e.g. flows: "s" and "f" share a category
+            for ph in phs:
+                route[(ph, cat)] = [e for e in lst if e.ph == ph]
+    del by_cat
+    parts: dict[str, list[tuple[Any, list]]] = {}
+    instants: list[_Ev] = []
+    for (ph, cat), lst in route.items():
+        f = _family_of(ph, cat)
+        if f == "instant":
+            instants.extend(lst)
         else:
-            fam["other"].append(e)
+            parts.setdefault(f, []).append(((ph, cat), lst))
+    del route
+    fam: dict[str, list] = {f: _family(p) for f, p in parts.items()}
+    for e in instants:
+        fam.setdefault("memory" if e.name in _MEMORY_NAMES else "other", []).append(e)
+    for k in ("op", "annotation", "gpu_annotation", "kernel", "memcpy", "memset", "sync",
+              "runtime", "driver", "python", "memory", "flow", "meta", "other", "invalid"):
+        fam.setdefault(k, [])
 
     # ProfilerStep#N is a user annotation (a cpu_op in PyTorch 1.8-1.12): move it to ranges
+    steps: list[_Ev] = []
     for key in ("op", "annotation"):
-        lst = fam[key]
-        steps = [e for e in lst if e.name.__class__ is str and e.name.startswith("ProfilerStep#")]
-        if steps:
-            fam[key] = [e for e in lst if not (e.name.__class__ is str
-                                               and e.name.startswith("ProfilerStep#"))]
-            fam.setdefault("step", []).extend(steps)
-    gsteps = [e for e in fam["gpu_annotation"]
-              if e.name.__class__ is str and e.name.startswith("ProfilerStep#")]
-
-    # events without a usable name or time are invalid rows: counted, not stored
-    for key, lst in list(fam.items()):
-        if key in ("meta", "invalid"):
-            continue
-        ok = [e for e in lst if e.ts is not None and e.ts is not True and e.ts is not False]
-        if len(ok) != len(lst):
-            st.bad["missing ts"] += len(lst) - len(ok)
-            fam[key] = ok
+        keep, found = _split_steps(fam[key])
+        if found:
+            fam[key] = keep
+            steps.extend(found)
+    fam["step"] = steps
+    gsteps = sum(1 for n in map(_NAME, fam["gpu_annotation"])
+                 if n.__class__ is str and n.startswith("ProfilerStep#"))
 
     c = st.counts
     for key, lst in fam.items():
@@ -615,8 +1036,8 @@ def _process_batch(events: list[_Ev], st: _State, out: dict[str, _Columns]) -> N
             c[{"op": "cpu_op", "annotation": "annotation", "step": "step",
                "gpu_annotation": "gpu_annotation", "python": "python_function"}.get(key, key)] += len(lst)
     if gsteps:
-        c["gpu_step"] += len(gsteps)
-        c["gpu_annotation"] -= len(gsteps)
+        c["gpu_step"] += gsteps
+        c["gpu_annotation"] -= gsteps
 
     _gpu(st, fam["kernel"], "kernel", out)
     _gpu(st, fam["memcpy"], "memcpy", out)
@@ -625,7 +1046,7 @@ def _process_batch(events: list[_Ev], st: _State, out: dict[str, _Columns]) -> N
     _runtime(st, fam["runtime"], "runtime", out)
     _runtime(st, fam["driver"], "driver", out)
     _ops(st, fam["op"], out)
-    _ranges(st, fam.get("step", []), fam["annotation"], fam["gpu_annotation"], out)
+    _ranges(st, fam["step"], fam["annotation"], fam["gpu_annotation"], out)
     _python(st, fam["python"], out)
     _memory(st, fam["memory"], out)
     _flows(st, fam["flow"], out)
@@ -635,23 +1056,39 @@ def _process_batch(events: list[_Ev], st: _State, out: dict[str, _Columns]) -> N
         st.bad["events without ph"] += len(fam["invalid"])
 
 
+def _cat_col(evs: list[_Ev]) -> pa.Array:
+    runs = getattr(evs, "cat_runs", None)
+    if runs is None:
+        return _dict_col([e.cat for e in evs])
+    cats = [c for (_, c), _ in runs]
+    idx = np.repeat(np.arange(len(runs), dtype=np.int32), [n for _, n in runs])
+    vals = ["" if c is None else (c if c.__class__ is str else str(c)) for c in cats]
+    return _dictionary(idx, vals, [i for i, c in enumerate(cats) if c is None])
+
+
 def _common(st: _State, evs: list[_Ev], *, thread: bool = True) -> dict[str, pa.Array]:
     ts, dur = _times(st, evs)
+    names = list(map(_NAME, evs))
     cols = {
         "rank": pa.array(np.full(len(evs), st.rank, dtype=np.int32)),
-        "name": _str_col([e.name if e.name is not None else "" for e in evs]),
+        "name": _dict_col(names),
         "start_ns": ts,
         "dur_ns": dur,
-        "cat_raw": _str_col([e.cat for e in evs]),
+        "cat_raw": _cat_col(evs),
     }
+    if cols["name"].null_count:
+        cols["name"] = pc.fill_null(cols["name"].cast(pa.string()), "").dictionary_encode()
     if thread:
-        cols["process"] = _id_str_col([e.pid for e in evs])
-        cols["thread"] = _id_str_col([e.tid for e in evs])
+        cols["process"] = _id_str_col(list(map(_PID, evs)))
+        cols["thread"] = _id_str_col(list(map(_TID, evs)))
     return cols
 
 
 def _ext(a: list) -> pa.Array:
-    return _int_col([_first(x.external_id, x.external_id_legacy) if x else None for x in a])
+    ids = [x.external_id if x else None for x in a]
+    if any(x is not None and x.external_id_legacy is not None for x in a[:64]) or ids.count(None) == len(ids):
+        ids = [_first(x.external_id, x.external_id_legacy) if x else None for x in a]  # legacy key
+    return _int_col(ids)
 
 
 def _gpu(st: _State, evs: list[_Ev], kind: str, out: dict[str, _Columns]) -> None:
@@ -726,18 +1163,33 @@ def _ops(st: _State, evs: list[_Ev], out: dict[str, _Columns]) -> None:
     cols["external_id"] = _ext(a)
     cols["sequence_nr"] = _int_col([x.sequence_nr if x else None for x in a])
     cols["fwd_thread"] = _int_col([x.fwd_thread if x else None for x in a])
-    cols["input_dims"] = _raw_text([
-        (x.input_dims if x.input_dims is not _NULL and bytes(x.input_dims) != b"null"
-         else x.input_dims_legacy) if x else None for x in a])
+    dims = [x.input_dims if x else None for x in a]
+    if any(x is not None and x.input_dims is _NULL and x.input_dims_legacy is not _NULL for x in a[:64]):
+        dims = [(x.input_dims if x.input_dims is not _NULL else x.input_dims_legacy) if x else None
+                for x in a]  # PyTorch <= 1.8 wrote "Input dims"
+    cols["input_dims"] = _raw_text(dims)
     cols["input_types"] = _raw_text([x.input_types if x else None for x in a])
     cols["concrete_inputs"] = _raw_text([x.concrete_inputs if x else None for x in a])
     cols["flops"] = _float_col([x.flops if x else None for x in a])
-    cols["collective_name"] = _str_col([x.collective_name if x else None for x in a])
-    cols["in_msg_nelems"] = _int_col([x.in_nelems if x else None for x in a])
-    cols["out_msg_nelems"] = _int_col([x.out_nelems if x else None for x in a])
-    cols["group_size"] = _int_col([x.group_size if x else None for x in a])
-    cols["dtype"] = _str_col([x.dtype if x else None for x in a])
-    cols["pg_name"] = _str_col([x.pg_name if x else None for x in a])
+    comm = [i for i, x in enumerate(a) if x is not None and x.collective_name is not None]
+    n = len(evs)
+    if comm:
+        ca = _decode_args([evs[i] for i in comm], _CommArgs, st.args_dec)
+        idx = pa.array(comm, type=pa.int64())
+
+        def spread(values: list, typ: pa.DataType) -> pa.Array:
+            full = [None] * n
+            for i, v in zip(comm, values):
+                full[i] = v
+            return _dict_col(full) if pa.types.is_dictionary(typ) else _int_col(full)
+
+        cols["collective_name"] = spread([x.collective_name if x else None for x in ca], schema.DICT)
+        cols["in_msg_nelems"] = spread([x.in_nelems if x else None for x in ca], pa.int64())
+        cols["out_msg_nelems"] = spread([x.out_nelems if x else None for x in ca], pa.int64())
+        cols["group_size"] = spread([x.group_size if x else None for x in ca], pa.int64())
+        cols["dtype"] = spread([x.dtype if x else None for x in ca], schema.DICT)
+        cols["pg_name"] = spread([x.pg_name if x else None for x in ca], schema.DICT)
+        del idx
     out["cpu_ops"].add(cols)
 
 
@@ -768,15 +1220,26 @@ def _ranges(st: _State, steps: list[_Ev], ann: list[_Ev], gann: list[_Ev],
 
 
 def _python(st: _State, evs: list[_Ev], out: dict[str, _Columns]) -> None:
+    """Python frames. Their args (frame ids) are decoded for ``nn.Module`` frames only: the
+    module frames are what attribution needs, and they are a few percent of all frames."""
     if not evs:
         return
-    a = _decode_args(evs, _PyArgs, st.args_dec)
     cols = _common(st, evs)
-    cols["python_id"] = _int_col([x.python_id if x else None for x in a])
-    cols["parent_id"] = _int_col([x.parent_id if x else None for x in a])
-    cols["module_id"] = _int_col([x.module_id if x else None for x in a])
-    cols["is_module"] = pa.array([isinstance(e.name, str) and e.name.startswith("nn.Module: ")
-                                  for e in evs], type=pa.bool_())
+    names = cols["name"]
+    is_mod_dict = pc.starts_with(names.dictionary, "nn.Module: ")
+    is_module = pc.fill_null(pc.take(is_mod_dict, names.indices), False)
+    cols["is_module"] = is_module
+    pos = np.flatnonzero(is_module.to_numpy(zero_copy_only=False))
+    n = len(evs)
+    if len(pos):
+        a = _decode_args([evs[i] for i in pos], _PyArgs, st.args_dec)
+        for col, attr in (("python_id", "python_id"), ("parent_id", "parent_id"),
+                          ("module_id", "module_id")):
+            full = [None] * n
+            for i, x in zip(pos.tolist(), a):
+                if x is not None:
+                    full[i] = getattr(x, attr)
+            cols[col] = _int_col(full)
     out["python_frames"].add(cols)
 
 
@@ -814,8 +1277,8 @@ def _flows(st: _State, evs: list[_Ev], out: dict[str, _Columns]) -> None:
     ts, _ = _times(st, evs, with_dur=False)
     cols = {
         "rank": pa.array(np.full(len(evs), st.rank, dtype=np.int32)),
-        "kind": _str_col([e.cat if e.cat is not None else (e.name or "") for e in evs]),
-        "phase": _str_col([e.ph for e in evs]),
+        "kind": _run_col(evs, lambda k: k[1], lambda e: e.cat if e.cat is not None else (e.name or "")),
+        "phase": _run_col(evs, lambda k: k[0], lambda e: e.ph),
         "flow_id": _int_col([e.id for e in evs], st.bad, "flow id beyond int64"),
         "process": _id_str_col([e.pid for e in evs]),
         "thread": _id_str_col([e.tid for e in evs]),

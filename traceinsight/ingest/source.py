@@ -59,19 +59,24 @@ def sniff(head: bytes) -> str:
     return "unknown"
 
 
-def read_trace_bytes(path: Path) -> bytes:
-    """Return the (decompressed) JSON bytes of a Kineto trace.
-
-    Raises a :class:`TraceFormatError` naming the problem for anything that is not JSON text.
-    """
+def read_raw(path: Path) -> bytes:
+    """The file's bytes as stored (compressed or not)."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise InputError("no such file", path=path, hint="check the path")
     except IsADirectoryError:
         raise InputError("is a directory", path=path, hint="pass the folder itself, not a file in it")
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions")
+
+
+def read_trace_bytes(path: Path, raw: bytes | None = None) -> bytes:
+    """Return the (decompressed) JSON bytes of a Kineto trace (``raw``: the file, if read).
+
+    Raises a :class:`TraceFormatError` naming the problem for anything that is not JSON text.
+    """
+    data = read_raw(path) if raw is None else raw
     kind = sniff(data[:4096])
     if kind == "gzip":
         data = _gunzip(path, data)

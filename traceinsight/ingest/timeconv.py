@@ -64,20 +64,22 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
     stats = stats if stats is not None else ConversionStats()
     if not values:
         return pa.array([], pa.int64())
-    kinds = set(map(type, values))
-    kinds.discard(type(None))
-    if kinds <= {int}:
+    try:
+        arr = pa.array(values)  # infers int64 (all ints), double (ints and floats) or string
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        arr = None
+    if arr is not None and pa.types.is_integer(arr.type):
         try:
-            res = pc.multiply_checked(pa.array(values, type=pa.int64()), 1000)
+            res = pc.multiply_checked(arr.cast(pa.int64()), 1000)
         except (pa.ArrowInvalid, OverflowError):
-            res = None  # beyond int64 µs: let the text path report it
+            res = None  # beyond int64 ns: let the text path report it
         if res is not None:
             stats.negative += int(pc.sum(pc.less(res, 0)).as_py() or 0)
             return res
-    elif kinds <= {int, float}:
-        floats = pa.array(values, type=pa.float64())
+    elif arr is not None and (pa.types.is_floating(arr.type) or pa.types.is_null(arr.type)):
+        floats = arr.cast(pa.float64())
         x = pc.fill_null(floats, 0.0).to_numpy(zero_copy_only=False)
-        if not np.isfinite(x).all() or float(np.max(np.abs(x))) >= EXACT_FLOAT_LIMIT_US:
+        if not np.isfinite(x).all() or (len(x) and float(np.max(np.abs(x))) >= EXACT_FLOAT_LIMIT_US):
             raise NeedExactText()
         whole = np.floor(x)
         ns = whole.astype(np.int64) * 1000 + np.rint((x - whole) * 1000.0).astype(np.int64)
@@ -85,6 +87,8 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
         null = floats.null_count
         mask = None if not null else ~pc.is_valid(floats).to_numpy(zero_copy_only=False)
         return pa.array(ns, type=pa.int64(), mask=mask)
+    elif arr is not None and pa.types.is_string(arr.type):
+        return text_us_to_ns(arr, stats)
     text = pa.array([v if v.__class__ is str or v is None else _to_text(v) for v in values],
                     type=pa.string())
     return text_us_to_ns(text, stats)
