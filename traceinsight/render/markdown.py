@@ -1,0 +1,145 @@
+"""A compact Markdown ticket body of a :class:`DiagnosisResult`.
+
+Headline, findings (severity, title, message, top recommendation, impact), the top layers (or
+operators when the trace has no module hierarchy) and a per-rank summary table. No HTML and no
+links: prose is backslash-escaped (``<``, ``>``, ``*``, ``[``, ``|`` ...), names are code spans, so
+no Markdown renderer turns a kernel or op name into markup.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Sequence
+
+from .. import fmt
+from ..result import DiagnosisResult
+
+SEV_LABEL = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW", "info": "INFO"}
+SEV_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
+TOP_N = 8
+
+_PROSE = re.compile(r"([\\`*\[\]<>|#~])")
+_UNDERSCORE = re.compile(r"(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+
+
+def esc(text: Any) -> str:
+    """Prose for Markdown: one line, the characters that could become markup escaped."""
+    s = " ".join(str(text).split())
+    s = _PROSE.sub(r"\\\1", s)
+    return _UNDERSCORE.sub(r"\\_", s)
+
+
+def code(text: Any, width: int = 90) -> str:
+    """A name as a code span (its content is never markup); ``|`` escaped for GFM tables."""
+    s = fmt.shorten(" ".join(str(text).split()), width)
+    longest = max((len(m) for m in re.findall(r"`+", s)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if s.startswith("`") or s.endswith("`") or not s.strip() else ""
+    return f"{fence}{pad}{s}{pad}{fence}".replace("|", "\\|")
+
+
+def _table(headers: Sequence[str], rows: list[list[str]], align: str) -> list[str]:
+    sep = ["---:" if a == "r" else "---" for a in align]
+    out = ["| " + " | ".join(headers) + " |", "| " + " | ".join(sep) + " |"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def render_markdown(result: DiagnosisResult) -> str:
+    r = result
+    t = r.trace or {}
+    lines: list[str] = [f"### {esc(r.headline)}", ""]
+    srcs = [str(s.get("name", "")) for s in t.get("sources") or []]
+    n = len(t.get("ranks") or [])
+    facts = []
+    if srcs:
+        facts.append(code(srcs[0], 60) + (f" (+{len(srcs) - 1} files)" if len(srcs) > 1 else ""))
+    facts.append(f"{n} rank{'s' if n != 1 else ''}")
+    devs = t.get("devices") or []
+    facts.append(esc(", ".join(map(str, devs))) if devs else "no GPU recorded")
+    steps = (r.metrics.get("values") or {}).get("steps")
+    if steps:
+        facts.append(f"{int(steps)} step{'s' if int(steps) != 1 else ''}")
+    facts.append(f"traceinsight {esc(r.tool.get('version', '?'))}")
+    lines += [" · ".join(facts), ""]
+
+    fs = sorted(r.findings,
+                key=lambda f: (-(f.impact_pct or 0.0), SEV_RANK.get(f.severity, 9), f.rule))
+    if fs:
+        lines += [f"**Findings ({len(fs)})**, by the share of step time they could recover:", ""]
+        for i, f in enumerate(fs, 1):
+            imp = f" — impact ≈ {fmt.fmt_pct(f.impact_pct)} of step time" if f.impact_pct else ""
+            lines.append(f"{i}. **{SEV_LABEL.get(f.severity, esc(f.severity).upper())}** "
+                         f"{code(f.rule)} {esc(f.title)}{imp}")
+            lines.append(f"   {esc(f.message)}")
+            if f.recommendations:
+                lines.append(f"   Fix: {esc(f.recommendations[0])}")
+        lines.append("")
+    else:
+        lines += ["**No findings**: no rule fired.", ""]
+
+    lines += _top(r)
+    lines += _summary(r)
+    skipped = [x for x in r.rules or [] if x.get("status") == "not-evaluated"]
+    if skipped:
+        hints: dict[str, list[str]] = {}
+        for x in skipped:
+            key = str(x.get("hint") or x.get("reason") or "")
+            hints.setdefault(key, []).append(str(x.get("rule")))
+        parts = [f"{', '.join(rules)} ({h})" if h else ", ".join(rules)
+                 for h, rules in hints.items()]
+        lines += ["Not evaluated: " + esc("; ".join(parts)) + ".", ""]
+    errs = [d for d in r.diagnostics or [] if d.get("severity") in ("error", "warning")]
+    if errs:
+        lines += [f"Data quality: {len(errs)} warning{'s' if len(errs) != 1 else ''} "
+                  f"(first: {esc(fmt.shorten(str(errs[0].get('message', '')), 160))}).", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _top(r: DiagnosisResult) -> list[str]:
+    ro = r.rollups or {}
+    more = re.compile(r"^\[[\d,]+ more\]$")
+    layers = [x for x in ro.get("layers") or [] if not more.match(str(x.get("module")))]
+    if ro.get("has_modules") and layers:
+        top = sorted(layers, key=lambda x: -(x.get("total_ns") or 0))
+        # prefer leaves-ish rows: skip a parent whose share equals its only child's is not knowable
+        rows = [[code(x.get("module"), 70), fmt.fmt_ns(x.get("forward_ns")),
+                 fmt.fmt_ns(x.get("backward_ns")), fmt.fmt_ns(x.get("total_ns")),
+                 fmt.fmt_pct(x.get("share_pct"))] for x in top[:TOP_N]]
+        return (["**Top layers** by device time:", ""]
+                + _table(["layer", "forward", "backward", "total", "share"], rows, "lrrrr") + [""])
+    ops = [x for x in ro.get("ops") or [] if not more.match(str(x.get("name")))]
+    if ops:
+        top = sorted(ops, key=lambda x: -(x.get("device_self_ns") or 0))
+        rows = [[code(x.get("name"), 70), fmt.fmt_num(x.get("calls"), 0),
+                 fmt.fmt_ns(x.get("device_self_ns")), fmt.fmt_pct(x.get("share_pct"))]
+                for x in top[:TOP_N] if x.get("device_self_ns")]
+        if rows:
+            return (["**Top operators** by device time (no module hierarchy recorded):", ""]
+                    + _table(["operator", "calls", "device self", "share"], rows, "lrrr") + [""])
+    return []
+
+
+def _summary(r: DiagnosisResult) -> list[str]:
+    ranks = (r.summary or {}).get("ranks") or []
+    if not ranks:
+        return []
+    rows = []
+    for s in ranks[:32]:
+        win = s.get("window_ns")
+        busy = 100.0 * s["gpu_busy_ns"] / win if win and s.get("gpu_busy_ns") is not None else None
+        idle = 100.0 * s["gpu_idle_ns"] / win if win and s.get("gpu_idle_ns") is not None else None
+        q = s.get("step_time_ns") or {}
+        peak = s.get("peak_reserved_bytes")
+        rows.append([str(s.get("rank")), fmt.fmt_ns(s.get("kernel_time_ns")),
+                     f"{fmt.fmt_pct(busy, 0)} / {fmt.fmt_pct(idle, 0)}",
+                     str(s.get("steps") if s.get("steps") is not None else "–"),
+                     fmt.fmt_ns(q.get("p50")),
+                     fmt.fmt_bytes(peak) if peak is not None else "–"])
+    out = ["**Summary** per rank:", ""] + _table(
+        ["rank", "kernel time", "busy / idle", "steps", "step p50", "peak memory (reserved)"],
+        rows, "rrrrrr")
+    if len(ranks) > 32:
+        out.append("")
+        out.append(f"(+{len(ranks) - 32} more ranks in the HTML report)")
+    return out + [""]
