@@ -65,6 +65,21 @@ ta = TraceAnalysis(trace_dir=sys.argv[1], trace_files={0: sys.argv[2]})
 df = ta.t.get_trace(0)
 print(json.dumps({"rows": int(len(df)), "columns": int(df.shape[1])}))
 """
+ANALYSIS_SNIPPET = """\
+import sys, time, json
+t0 = time.perf_counter()
+from traceinsight.store import TraceStore
+from traceinsight.analysis import Analysis
+an = Analysis(TraceStore.open(sys.argv[1]))
+t1 = time.perf_counter()
+a = an.attribution
+t2 = time.perf_counter()
+b = an.breakdown
+t3 = time.perf_counter()
+cov = a.coverage()
+print(json.dumps({"open_s": t1 - t0, "attribution_s": t2 - t1, "breakdown_s": t3 - t2,
+                  "coverage_pct": cov["coverage_pct"], "kernels": cov["kernels"]}))
+"""
 HTA_PROBE = """\
 import json, importlib.metadata as m, pandas, numpy
 import hta.trace_analysis
@@ -343,7 +358,8 @@ def run(a: argparse.Namespace) -> dict:
     res["warm_read_s"] = round(warm(trace), 3)
     runs = res["runs"]
     try:
-        def step(key: str, label: str, cmd: list[str], repeat: int = 1, **kw) -> None:
+        def step(key: str, label: str, cmd: list[str], repeat: int = 1,
+                 env: dict[str, str] = env, **kw) -> None:
             tries = []
             for i in range(repeat):
                 print(f"  {label}{f' ({i + 1}/{repeat})' if repeat > 1 else ''} ...",
@@ -384,6 +400,24 @@ def run(a: argparse.Namespace) -> dict:
              ingest_cmd, repeat=a.repeat)
         runs["ingest"]["command"] = "traceinsight --quiet ingest TRACE -o STORE --force"
 
+        # issue 3: attribution + breakdown from the store, against the ingest itself
+        store0 = scratch / "store-0.tistore"
+        if not store0.exists():
+            subprocess.run(ingest_cmd(0), env=env, check=True, capture_output=True)
+        step("analysis", "attribution + breakdown (from the store)",
+             [py, "-c", ANALYSIS_SNIPPET, str(store0)])
+        try:
+            runs["analysis"]["inner"] = json.loads(runs["analysis"]["stdout_tail"].splitlines()[-1])
+        except (ValueError, IndexError):
+            pass
+        # a first diagnose (ingest + analysis + rules) and a second one that reuses the store
+        diag_cache = scratch / "diag-cache"
+        denv = dict(env, TRACEINSIGHT_CACHE_DIR=str(diag_cache))
+        diag = [py, "-m", "traceinsight", "--quiet", "diagnose", str(trace), "--json",
+                str(scratch / "result.json")]
+        step("diagnose_first", "diagnose, first run (ingest + analysis)", diag, env=denv)
+        step("diagnose_again", "diagnose again (store reused)", diag, env=denv)
+
         if hta_py is not None:
             v = hta_info.get("hta", "?") if isinstance(hta_info, dict) else "?"
             step("hta", f"HTA {v} TraceAnalysis load",
@@ -412,6 +446,16 @@ def run(a: argparse.Namespace) -> dict:
         res["target"] = {"time_ratio_min": TARGET_TIME_RATIO, "rss_ratio_max": TARGET_RSS_RATIO,
                          "time_met": tr >= TARGET_TIME_RATIO, "rss_met": rr <= TARGET_RSS_RATIO}
         res["target"]["met"] = res["target"]["time_met"] and res["target"]["rss_met"]
+    an = runs.get("analysis", {}).get("inner")
+    if an and ing:
+        res["analysis"] = {"attribution_plus_breakdown_s": round(an["attribution_s"] + an["breakdown_s"], 3),
+                           "ingest_s": ing["wall_s"],
+                           "faster_than_ingest": an["attribution_s"] + an["breakdown_s"] < ing["wall_s"],
+                           "coverage_pct": an["coverage_pct"]}
+    d1, d2 = runs.get("diagnose_first"), runs.get("diagnose_again")
+    if d1 and d2 and d1["exit_code"] == 0 and d2["exit_code"] == 0:
+        res["rediagnosis"] = {"first_s": d1["wall_s"], "again_s": d2["wall_s"],
+                              "fraction": round(d2["wall_s"] / d1["wall_s"], 3)}
     return res
 
 
@@ -456,6 +500,15 @@ def render(res: dict) -> str:
                      "(user + sys: less sensitive to other load than wall time)")
     elif res.get("hta_skipped"):
         lines.append(f"HTA: {res['hta_skipped']}")
+    if res.get("analysis"):
+        x = res["analysis"]
+        lines.append(f"attribution + breakdown from the store: {x['attribution_plus_breakdown_s']:.2f} s "
+                     f"(ingest {x['ingest_s']:.2f} s: {'less' if x['faster_than_ingest'] else 'NOT less'}); "
+                     f"kernels linked {x['coverage_pct']:.1f}%")
+    if res.get("rediagnosis"):
+        x = res["rediagnosis"]
+        lines.append(f"diagnose again from the store: {x['again_s']:.2f} s = "
+                     f"{100 * x['fraction']:.0f}% of the first run ({x['first_s']:.2f} s)")
     return "\n".join(lines)
 
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from . import __version__, fmt
-from .analysis import Analysis
+from .analysis import Analysis, with_plain_strings
 from .analysis.rollups import NO_MODULE
 from .engine import SEVERITY_RANK, evaluate, load_rules
 from .metrics import REGISTRY, compute_metrics
@@ -24,6 +24,7 @@ MAX_ROWS = 500
 TIMELINE_MAX_ITEMS = 6000
 
 
+@with_plain_strings
 def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
              rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
              command: Sequence[str] | None = None) -> DiagnosisResult:

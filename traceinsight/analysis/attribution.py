@@ -159,30 +159,47 @@ def _group_codes(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
     return df.groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
 
 
+def thread_keys(proc: np.ndarray, thr: np.ndarray, table: dict) -> np.ndarray:
+    """Integer ids of (process, thread) pairs, shared through ``table`` between calls.
+
+    Each column is factorised on its own (few distinct values, hashed in C), so only the
+    distinct pairs are looked up in Python.
+    """
+    if not len(proc):
+        return np.empty(0, dtype=np.int64)
+    cp, up = pd.factorize(pd.Series(proc, dtype=object), use_na_sentinel=False)
+    ct, ut = pd.factorize(pd.Series(thr, dtype=object), use_na_sentinel=False)
+    width = len(ut) + 1
+    pair = cp.astype(np.int64) * width + ct
+    upair, inv = np.unique(pair, return_inverse=True)
+    ids = np.array([table.setdefault((up[u // width], ut[u % width]), len(table)) for u in upair],
+                   dtype=np.int64)
+    return ids[inv.reshape(-1)]
+
+
 def _nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.ndarray,
                     q_proc: np.ndarray, q_thread: np.ndarray) -> tuple[np.ndarray, dict]:
     """Innermost interval (row position in ``intervals``) enclosing each query on its thread.
 
-    Returns (positions or -1, {thread key: (positions array, Nesting)}).
+    Returns (positions or -1, {thread key id: (positions array, Nesting)}).
     """
     out = np.full(len(q_time), -1, dtype=np.int64)
-    nests: dict[tuple, tuple[np.ndarray, Nesting]] = {}
+    nests: dict[int, tuple[np.ndarray, Nesting]] = {}
     if not len(intervals):
         return out, nests
-    proc = intervals["process"].to_numpy()
-    thr = intervals["thread"].to_numpy()
-    keys = pd.MultiIndex.from_arrays([proc, thr])
-    codes, uniq = pd.factorize(keys)
+    table: dict = {}
+    codes = thread_keys(intervals["process"].to_numpy(), intervals["thread"].to_numpy(), table)
+    n_keys = len(table)
     starts = intervals["start_ns"].to_numpy(np.int64)
     ends = starts + intervals["dur_ns"].to_numpy(np.int64)
     order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
-    qkeys = pd.MultiIndex.from_arrays([q_proc, q_thread])
-    qcodes = uniq.get_indexer(qkeys) if len(q_time) else np.empty(0, np.int64)
-    for k in range(len(uniq)):
+    bounds = np.searchsorted(codes[order], np.arange(n_keys + 1))
+    qcodes = thread_keys(np.asarray(q_proc, dtype=object), np.asarray(q_thread, dtype=object), table) \
+        if len(q_time) else np.empty(0, np.int64)
+    for k in range(n_keys):
         pos = order[bounds[k]:bounds[k + 1]]
         nest = Nesting.build(starts[pos], ends[pos])
-        nests[uniq[k]] = (pos, nest)
+        nests[k] = (pos, nest)
         sel = np.flatnonzero(qcodes == k)
         if len(sel):
             local = nest.enclosing(q_time[sel])

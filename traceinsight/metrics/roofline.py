@@ -116,8 +116,10 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
     m = modelled.copy()
-    m["peak"] = [_peak(spec, d, k, tc, r) for d, k, tc, r in
-                 zip(m["dtype"], m["kind"], m["tensor_core"], m["roof"])]
+    combos = m[["dtype", "kind", "tensor_core", "roof"]].astype(object).drop_duplicates()
+    peak_of = {tuple(c): _peak(spec, *c) for c in combos.itertuples(index=False, name=None)}
+    m["peak"] = [peak_of[c] for c in m[["dtype", "kind", "tensor_core", "roof"]].astype(object)
+                 .itertuples(index=False, name=None)]
     m = m[m["peak"].notna() & (m["dev_ns"] > 0)]
     if not spec.mem_bw:
         for n in names:
