@@ -236,7 +236,7 @@ def test_every_finding_is_shown_by_impact(run: dict) -> None:
         assert f'data-rule="{f.rule}"' in html
         assert f"<code class=\"rule\">{f.rule}</code>" in html
     order = re.findall(r'data-rule="([^"]+)"', html)
-    expected = [f.rule for f in sorted(r.findings, key=lambda f: -f.impact_pct)]
+    expected = [f.rule for f in sorted(r.findings, key=lambda f: -(f.impact_pct or 0.0))]
     assert order == expected
     assert r.headline.replace("'", "&#39;") in html or r.headline in html
 

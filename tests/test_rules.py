@@ -101,7 +101,7 @@ def test_rule_case(rule_id: str, name: str, case: dict[str, Any],
         assert f.message and f.recommendations
         m = f.evidence[0]
         assert m["kind"] == "measurements" and all(r["value"] is not None for r in m["rows"])
-        assert 0 <= f.impact_pct <= 100
+        assert f.impact_pct is None or 0 <= f.impact_pct <= 100
     else:
         assert not ev.findings, [f.message for f in ev.findings]
         (status,) = ev.statuses
@@ -150,7 +150,7 @@ def test_healthy_baselines_trigger_nothing_above_low(preset: str,
 def test_findings_are_ordered_by_impact(tmp_path_factory: pytest.TempPathFactory) -> None:
     an, ms = measured({"preset": "straggler"}, _root(tmp_path_factory))
     ev = evaluate(load_rules(), ms, an)
-    impacts = [f.impact_pct for f in ev.findings]
+    impacts = [f.impact_pct or 0.0 for f in ev.findings]
     assert impacts == sorted(impacts, reverse=True) and len(impacts) >= 2
 
 

@@ -17,10 +17,12 @@ from .analysis.rollups import NO_MODULE
 from .engine import SEVERITY_RANK, evaluate, load_rules
 from .metrics import REGISTRY, compute_metrics
 from .metrics.options import RooflineOptions
+from .ingest.metadata import redact_text
 from .result import DiagnosisResult, Finding, clean
 from .store import TraceStore
 
 MAX_ROWS = 500
+MAX_STEP_ROWS = 4096
 TIMELINE_MAX_ITEMS = 6000
 
 
@@ -46,7 +48,7 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
     summary = _summary(an, ms)
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
-        command=list(command or []),
+        command=[redact_text(str(c)) for c in (command or [])],
         trace=_trace_info(store, an, dev),
         headline=headline(findings, ms.values, an),
         findings=findings,
@@ -57,9 +59,9 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
                  "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()}},
         breakdown=_breakdown(an),
         rollups={**_rollups(an), "step_basis": _step_basis(an, ms)},
-        roofline=ms.evidence.get("roofline"),
+        roofline=ms.evidence.get("roofline") or _roofline_why(ms),
         memory=_memory(ms),
-        timeline=_timeline(an),
+        timeline=_timeline(an, ms),
         diagnostics=diags,
         extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
                "collectives": ms.evidence.get("collectives", []),
@@ -157,12 +159,16 @@ def _summary(an: Analysis, ms) -> dict[str, Any]:
             "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
             "steps": len(steps),
             "step_time_ns": _q([s.wall_ns for s in steps]),
-            "peak_allocated_bytes": pr.get("peak_allocated_bytes"),
-            "peak_reserved_bytes": pr.get("peak_reserved_bytes"),
+            "peak_allocated_bytes": _int(pr.get("peak_allocated_bytes")),
+            "peak_reserved_bytes": _int(pr.get("peak_reserved_bytes")),
             "attributed_pct": cov["coverage_pct"],
             "op_attributed_pct": _op_cov(g, rank),
         })
     return {"ranks": out}
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
 
 
 def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
@@ -180,9 +186,14 @@ def _breakdown(an: Analysis) -> dict[str, Any]:
         d.pop("by_class_ns", None)
         return d
 
+    steps = an.breakdown.steps
+    if len(steps) > MAX_STEP_ROWS:  # keep the slowest windows; per-rank totals stay complete
+        steps = sorted(sorted(steps, key=lambda w: -w.wall_ns)[:MAX_STEP_ROWS],
+                       key=lambda w: (w.rank, w.start_ns))
     return {
         "ranks": [{**row(w), "by_class_ns": w.by_class_ns} for _, w in sorted(an.breakdown.ranks.items())],
-        "steps": [row(w) for w in an.breakdown.steps],
+        "steps": [row(w) for w in steps],
+        "steps_total": len(an.breakdown.steps),
         "definition": "compute + comm_exposed + memcpy_exposed + memset_exposed + idle = wall "
                       "(unions over the rank's streams inside GPU-aware step windows)",
     }
@@ -268,6 +279,15 @@ def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
     }
 
 
+def _roofline_why(ms) -> dict[str, Any]:
+    """An empty roofline that says why there is nothing to plot."""
+    why = (ms.missing.get("memory_bound_time_pct") or ms.missing.get("flops_modelled_pct")
+           or "no op could be modelled")
+    if not ms.values.get("has_gpu"):
+        why = "the trace holds no GPU kernels"
+    return {"bandwidth": None, "peaks": {}, "points": [], "why": why}
+
+
 def _memory(ms) -> dict[str, Any] | None:
     tl = ms.evidence.get("memory_timeline")
     if not tl:
@@ -277,8 +297,9 @@ def _memory(ms) -> dict[str, Any] | None:
             "top_allocators": ms.evidence.get("memory_top_allocators", [])}
 
 
-def _timeline(an: Analysis) -> dict[str, Any] | None:
-    """Kernels of one representative step (median length) of the first rank, by stream."""
+def _timeline(an: Analysis, ms) -> dict[str, Any] | None:
+    """Kernels of one representative step (median length) of the first rank, by stream, and
+    the idle gaps of that step with their cause."""
     steps = an.breakdown.steps
     if not steps:
         return None
@@ -315,6 +336,14 @@ def _timeline(an: Analysis) -> dict[str, Any] | None:
                           int(counts[i])])
         lanes.append({"device": None if pd.isna(dev) else int(dev),
                       "stream": None if pd.isna(stream) else int(stream), "items": items})
-    return {"rank": rank, "step": w.step, "start_ns": int(w.start_ns), "span_ns": int(span),
+    from .metrics.timing import idle_split
+
+    window = [x for x in an.attribution.steps if x.rank == rank and x.step == w.step
+              and x.start_ns == w.start_ns] or [w]
+    _, gaps = idle_split(an, rank, an.attribution.gpu[an.attribution.gpu["rank"] == rank],
+                         window[:1], top=None)
+    idle = sorted([[int(x["start_ns"] - w.start_ns), int(x["dur_ns"]), x["cause"]] for x in gaps])
+    return {"rank": rank, "step": w.step, "window": "step" if w.step is not None else "trace",
+            "start_ns": int(w.start_ns), "span_ns": int(span), "idle": idle,
             "names": [n for n, _ in sorted(names.items(), key=lambda kv: kv[1])], "lanes": lanes,
             "item_format": ["start_ns", "dur_ns", "cls", "name_index", "merged_count"]}

@@ -291,7 +291,7 @@ class Finding:
     title: str
     category: str
     message: str
-    impact_pct: float
+    impact_pct: float | None
     value: float | None
     headline: str | None
     evidence: list[dict[str, Any]]
@@ -346,11 +346,11 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                     f"(fires at {c.op} {format_value(c.metric, c.limit(th))})" for c in rule.fires_if)))
                 continue
             level = next(lv for lv, conds in rule.severity if all(c.holds(values, th) for c in conds))
-            impact = 0.0
+            impact = None  # rules about memory (not step time) estimate no time impact
             if rule.impact:
                 v = values.get(rule.impact["metric"]) or 0.0
-                impact = max(0.0, min(float(rule.impact.get("max", 100.0)),
-                                      v * float(rule.impact.get("factor", 1.0))))
+                impact = round(max(0.0, min(float(rule.impact.get("max", 100.0)),
+                                            v * float(rule.impact.get("factor", 1.0)))), 2)
             measured = [{"metric": c.metric, "value": values.get(c.metric),
                          "display": format_value(c.metric, values.get(c.metric)),
                          "op": c.op, "threshold": c.limit(th),
@@ -362,7 +362,7 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
             findings.append(Finding(
                 rule=rule.id, severity=level, title=rule.title, category=rule.category,
                 message=render_text(rule.message, values, th, rule),
-                impact_pct=round(impact, 2),
+                impact_pct=impact,
                 value=values.get(rule.value) if rule.value else None,
                 headline=render_text(rule.headline, values, th, rule) if rule.headline else None,
                 evidence=evidence,
@@ -370,7 +370,7 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
         except Exception as e:  # noqa: BLE001 - a crashing rule is recorded, others still run
             errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc(limit=5)})
-    findings.sort(key=lambda f: (-f.impact_pct, SEVERITY_RANK[f.severity], f.rule))
+    findings.sort(key=lambda f: (-(f.impact_pct or 0.0), SEVERITY_RANK[f.severity], f.rule))
     return Evaluation(findings, statuses, errors)
 
 

@@ -77,9 +77,9 @@ def _top_kernels(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     rows = [[r.name, str(r.cls), int(r.calls), int(r.total_ns), float(r.mean_ns), float(r.share_pct),
              r.top_op] for r in df.itertuples()]
     title = "Top kernels" + (f" ({', '.join(cls)})" if cls else "")
-    return [table(title, [("kernel", "text"), ("class", "text"), ("calls", "count"),
+    return [table(title, [("kernel", "kernel"), ("class", "class"), ("calls", "count"),
                           ("total", "ns"), ("mean", "ns"), ("share of GPU time", "pct"),
-                          ("launched by", "text")], rows)]
+                          ("launched by", "op")], rows)]
 
 
 @provider("top_ops")
@@ -89,7 +89,7 @@ def _top_ops(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     df = an.rollup("op").head(int(p.get("n", 5)))
     rows = [[r.name, int(r.calls), int(r.device_self_ns), int(r.host_ns), float(r.share_pct)]
             for r in df.itertuples()]
-    return [table("Top operators by device time", [("operator", "text"), ("calls", "count"),
+    return [table("Top operators by device time", [("operator", "op"), ("calls", "count"),
                                                    ("device self", "ns"), ("host", "ns"),
                                                    ("share", "pct")], rows)]
 
@@ -188,7 +188,7 @@ def _mem_peak(ms: MetricSet, an: Any, p: dict) -> list[dict]:
                      [[pk["rank"], pk["device"], pk["reserved_at_peak"], pk["allocated_at_peak"],
                        pk["gap_at_peak_bytes"], pk["capacity_bytes"]]]))
     out += _records("Ops allocating most in the peak step", ms.evidence.get("memory_top_allocators"),
-                    [("op", "op", "text"), ("bytes", "allocated", "bytes"),
+                    [("op", "op", "op"), ("bytes", "allocated", "bytes"),
                      ("allocations", "allocations", "count")])
     return out
 
@@ -228,14 +228,14 @@ def _ranks(ms: MetricSet, an: Any, p: dict) -> list[dict]:
 @provider("fp32_gemms")
 def _fp32(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     return _records("fp32 matrix ops without tensor cores", ms.evidence.get("fp32_gemms"), [
-        ("op", "op", "text"), ("input_dims", "shapes", "text"), ("calls", "calls", "count"),
-        ("device_ns", "device time", "ns"), ("kernel", "kernel", "text")])
+        ("op", "op", "op"), ("input_dims", "shapes", "dims"), ("calls", "calls", "count"),
+        ("device_ns", "device time", "ns"), ("kernel", "kernel", "kernel")])
 
 
 def _bound(title: str, key: str) -> Provider:
     def fn(ms: MetricSet, an: Any, p: dict) -> list[dict]:
         return _records(title, ms.evidence.get(key), [
-            ("op", "op", "text"), ("input_dims", "shapes", "text"), ("dtype", "dtype", "text"),
+            ("op", "op", "op"), ("input_dims", "shapes", "dims"), ("dtype", "dtype", "text"),
             ("device_ns", "device time", "ns"), ("arithmetic_intensity", "FLOP/byte", "ratio"),
             ("achieved_flops_per_s", "achieved", "rate_flops"),
             ("achieved_bytes_per_s", "bandwidth", "rate_bytes")])

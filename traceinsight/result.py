@@ -25,7 +25,7 @@ class Finding:
     title: str
     category: str
     message: str
-    impact_pct: float
+    impact_pct: float | None  #: share of step time the fix could recover; None: not estimated
     evidence: list[dict[str, Any]]
     recommendations: list[str]
     value: float | None = None
@@ -35,7 +35,8 @@ class Finding:
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
         return cls(rule=d.get("rule", "?"), severity=d.get("severity", "info"),
                    title=d.get("title", ""), category=d.get("category", ""),
-                   message=d.get("message", ""), impact_pct=float(d.get("impact_pct") or 0.0),
+                   message=d.get("message", ""),
+                   impact_pct=None if d.get("impact_pct") is None else float(d["impact_pct"]),
                    evidence=list(d.get("evidence", [])),
                    recommendations=list(d.get("recommendations", [])), value=d.get("value"),
                    headline=d.get("headline"))

@@ -410,6 +410,10 @@ def _raw_text(raws: list) -> pa.Array:
         text = blob.decode("utf-8")
     except UnicodeDecodeError:
         text = blob.decode("utf-8", "replace")
+    if "\n" in text:
+        # pretty-printed files: literal newlines only occur between JSON tokens (inside strings
+        # they are escaped), so the indentation around them can go
+        text = re.sub(r"[ \t\r]*\n[ \t\r]*", "", text)
     parts = pc.list_flatten(pc.split_pattern(pa.array([text], pa.string()), "\x00"))
     if len(parts) != len(raws):  # pragma: no cover - NUL inside JSON text is invalid JSON
         return pa.array([None if r is None or bytes(r) == b"null" else bytes(r).decode("utf-8", "replace")

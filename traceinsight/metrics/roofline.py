@@ -253,9 +253,13 @@ def _points(m: pd.DataFrame, spec, bw: float) -> dict:
     for r in grp.itertuples():
         t = r.dev_ns / 1e9
         ai = float(r.flops) / max(float(r.bytes), 1.0)
+        roof = min(float(r.peak), ai * bw)
         pts.append({"op": r.op, "dims": r.input_dims if isinstance(r.input_dims, str) else None,
                     "dtype": r.dtype, "calls": int(r.calls), "device_ns": int(r.dev_ns),
+                    "flops": float(r.flops), "bytes": float(r.bytes),
                     "ai": ai, "flops_per_s": float(r.flops) / t if t else 0.0,
+                    "peak_flops_per_s": float(r.peak), "roof_flops_per_s": roof,
+                    "pct_of_roof": 100.0 * (float(r.flops) / t) / roof if t and roof else None,
                     "bound": "memory" if ai < float(r.peak) / bw else "compute"})
     roofs = {k: v for k, v in spec.peak_flops.items() if v}
     return {"bandwidth": bw, "peaks": roofs, "points": pts}

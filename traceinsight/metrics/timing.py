@@ -162,8 +162,10 @@ def _rank_ranges_uncached(an: Analysis, rank: int, rx: re.Pattern):
     return s, s + sel["dur_ns"].to_numpy(np.int64), sel
 
 
-def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows) -> tuple[IdleSplit, list[dict]]:
-    """Classify the idle gaps of one rank's step windows; returns totals and the largest gaps."""
+def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
+               top: int | None = 20) -> tuple[IdleSplit, list[dict]]:
+    """Classify the idle gaps of one rank's step windows; returns totals and the largest
+    ``top`` gaps (all of them with ``top=None``)."""
     out = IdleSplit()
     if not len(g):
         return out, []
@@ -222,7 +224,7 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows) -> tuple[IdleS
                          "cause": cause})
     gaps.sort(key=lambda x: -x["dur_ns"])
     out.stall_events = stall_events  # type: ignore[attr-defined]
-    return out, gaps[:20]
+    return out, gaps if top is None else gaps[:top]
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:

@@ -372,7 +372,8 @@ def _finding(f, i: int) -> dict[str, Any]:
     imp = f.impact_pct or 0.0
     return {"rule": f.rule, "severity": f.severity if f.severity in SEV_RANK else "info",
             "title": f.title, "category": f.category, "message": f.message,
-            "impact": fmt.fmt_pct(imp) if imp else "", "impact_w": round(min(100.0, imp), 1),
+            "impact": fmt.fmt_pct(imp) if f.impact_pct is not None else "",
+            "impact_w": round(min(100.0, imp), 1),
             "measurements": measurements, "tables": tables,
             "recommendations": [str(x) for x in f.recommendations]}
 

@@ -41,11 +41,12 @@ def render_table(t: dict[str, Any], indent: str = "", max_rows: int = 5, width: 
         cells = []
         for c, v in zip(cols, r):
             s = format_cell(v, c["format"])
-            if c["name"] == "kernel":
+            if c["format"] == "kernel" or c["name"] == "kernel":
                 s = fmt.short_kernel_name(s)
             cells.append(s)
         rows.append(cells)
-    align = "".join("l" if c["format"] == "text" else "r" for c in cols)
+    align = "".join("l" if c["format"] in ("text", "kernel", "op", "dims", "class") else "r"
+                    for c in cols)
     text = fmt.table(rows, [c["name"] for c in cols], align=align,
                      max_width=(width or fmt.terminal_width()) - len(indent), flex=0)
     out = [indent + t["title"]] + [indent + line for line in text.splitlines()]
@@ -89,7 +90,8 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
         for f in fs:
             label, colour = SEV_STYLE.get(f.severity, (f.severity.upper(), "white"))
             head = f"[{label}] {f.rule} — {f.title}"
-            imp = f"impact {f.impact_pct:.1f}%" if f.impact_pct else "impact –"
+            imp = (f"impact {f.impact_pct:.1f}%" if f.impact_pct is not None
+                   else "impact not estimated")
             pad = max(2, width - len(head) - len(imp) - 1)
             lines.append(st(f"[{label}]", fg=colour, bold=True) + head[len(label) + 2:] + " " * pad + imp)
             lines.append(_wrap(f.message, "       ", width))
