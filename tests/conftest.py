@@ -68,3 +68,8 @@ def invoke(args: list[str], *, exit_code: int | None = 0, stderr_contains: str |
     if stderr_contains is not None:
         assert stderr_contains in out.stderr, out.stderr
     return out
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/*.json from the current diagnoses")
