@@ -47,7 +47,7 @@ def test_truncated_json(tmp_path: Path) -> None:
 def test_truncated_json_salvaged(tmp_path: Path) -> None:
     # GIVEN a trace cut after its GPU kernel event
     text = small_trace()
-    cut = text.index('"cat":"ac2g","name":"ac2g","bp":"e"')
+    cut = text.index('"cat": "ac2g", "name": "ac2g", "bp": "e"')
     p = tmp_path / "crashed.json"
     p.write_text(text[:cut])
     # WHEN ingested with --salvage THEN the complete events are kept, with a diagnostic
@@ -166,7 +166,8 @@ def test_repairable_json_ingests_with_a_diagnostic(tmp_path: Path, bad: bytes, r
     b = KinetoTraceBuilder(rank=0)
     with b.cpu_op("aten::mm", 0, 50_000):
         b.launch("gemm", cpu_start=10_000, gpu_start=20_000, gpu_dur=10_000)
-    text = b.dumps().encode().replace(bad.replace(b": ", b":"), repair.replace(b": ", b":"), 1)
+    text = b.dumps().encode().replace(bad, repair, 1)
+    assert repair in text
     p = tmp_path / "t.json"
     p.write_bytes(text)
     invoke(["ingest", p, "-o", tmp_path / "s"])

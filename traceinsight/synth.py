@@ -75,7 +75,16 @@ def _dumps(obj: Any) -> str:
             return [conv(v) for v in o]
         return o
 
-    text = json.dumps(conv(obj), separators=(",", ":"))
+    # Kineto's layout: one top-level key per line, one event per line, ", " and ": " separators
+    # (other tools find the rank with a regex that expects the space after the colon)
+    parts = []
+    for k, v in obj.items():
+        if k == "traceEvents" and isinstance(v, list):
+            body = ",\n  ".join(json.dumps(conv(e)) for e in v)
+            parts.append(f'  "traceEvents": [\n  {body}\n  ]' if v else '  "traceEvents": []')
+        else:
+            parts.append(f"  {json.dumps(k)}: {json.dumps(conv(v))}")
+    text = "{\n" + ",\n".join(parts) + "\n}"
     return text.replace('"\\u0000', "").replace('\\u0000"', "")
 
 
