@@ -207,19 +207,24 @@ def screenshot(trace: str, out: str, height: int = 2000) -> None:
     from traceinsight.ingest import load
     from traceinsight.render.html import render_html
 
+    result = diagnose(load([trace], quiet=True), command=["traceinsight", "report", trace])
+    screenshot_html(render_html(result), out, height)
+    print(f"wrote {out}")
+
+
+def screenshot_html(html: str, out: str, height: int) -> None:
+    """Save a 1400-px-wide PNG of the top ``height`` px of an HTML page."""
     import tempfile
 
-    result = diagnose(load([trace], quiet=True), command=["traceinsight", "report", trace])
     with tempfile.TemporaryDirectory() as d:
-        f = Path(d) / "report.html"
-        f.write_text(render_html(result), encoding="utf-8")
+        f = Path(d) / "page.html"
+        f.write_text(html, encoding="utf-8")
         with sync_playwright() as p:
             b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             pg = b.new_page(viewport={"width": 1400, "height": height})
             pg.goto(f.as_uri())
             pg.screenshot(path=out, full_page=False)
             b.close()
-    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

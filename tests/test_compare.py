@@ -18,12 +18,14 @@ US = 1_000
 
 
 def layered(tmp: Path, name: str, durations: dict[str, int], *, comm: int = 0,
-            comm_exposed: bool = False) -> Path:
+            comm_exposed: bool = False, kernels: dict[str, str] | None = None) -> Path:
     """Steps of back-to-back kernels, one per layer (module Model/Layer_k > aten::mm).
 
     The host runs ahead, so each GPU-aware step window is exactly the kernels' time: the step
     time is sum(durations) (+ comm when it runs after the compute on its own stream).
+    ``kernels`` renames the kernel of a layer (default ``gemm_<layer>``).
     """
+    kernels = kernels or {}
     b = KinetoTraceBuilder(rank=0)
     gpu_t = 100 * US
     host_t = 0
@@ -36,8 +38,8 @@ def layered(tmp: Path, name: str, durations: dict[str, int], *, comm: int = 0,
                 for layer, d in durations.items():
                     with b.module(layer, t, 8 * US, instance=0):
                         with b.cpu_op("aten::mm", t + US, 6 * US):
-                            b.launch(f"gemm_{layer}", cpu_start=t + 2 * US, cpu_dur=2 * US,
-                                     gpu_start=gpu_t, gpu_dur=d)
+                            b.launch(kernels.get(layer, f"gemm_{layer}"), cpu_start=t + 2 * US,
+                                     cpu_dur=2 * US, gpu_start=gpu_t, gpu_dur=d)
                     gpu_t += d
                     t += 10 * US
             if comm:

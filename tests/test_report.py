@@ -155,8 +155,8 @@ def test_charts_have_drawn_elements(run: dict) -> None:
     assert [s["step"] for s in view["steps"]["slow"]] == ["12"]
 
 
-def test_nothing_is_loaded_from_the_network(run: dict) -> None:
-    html = run["html"]
+def assert_self_contained(html: str) -> None:
+    """Nothing loads from the network, no inline event handlers, a strict CSP."""
     tags = parse(html).tags
     for tag, attrs in tags:
         for k in ("src", "href", "action", "formaction", "poster", "data", "xlink:href"):
@@ -165,10 +165,15 @@ def test_nothing_is_loaded_from_the_network(run: dict) -> None:
             if k == "href" and k in attrs:
                 assert v.startswith("#"), (tag, v)  # only in-page anchors
         assert tag not in ("link", "iframe", "object", "embed", "img", "base", "form"), tag
+        assert not [k for k in attrs if k.startswith("on")], (tag, attrs)
     assert "http://" not in html and "https://" not in html
-    assert "@import" not in html and "url(" not in html
+    assert "@import" not in html and "url(" not in html and "javascript:" not in html.lower()
     csp = next(a["content"] for t, a in tags if t == "meta" and a.get("http-equiv"))
     assert "default-src 'none'" in csp
+
+
+def test_nothing_is_loaded_from_the_network(run: dict) -> None:
+    assert_self_contained(run["html"])
 
 
 def test_scripts_are_ours_and_the_data_is_embedded_once(run: dict) -> None:

@@ -50,7 +50,7 @@ SEGMENTS = (("compute_ns", "compute", "compute"), ("comm_exposed_ns", "comm expo
             ("memset_exposed_ns", "memset exposed", "memset"), ("idle_ns", "idle", "idle"))
 CAPTURE_FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_modules", "with_flops")
 NUMERIC_FORMATS = {"ns", "bytes", "pct", "count", "ratio", "rate_flops", "rate_bytes", "share",
-                   "num"}
+                   "num", "dns", "dpct", "spct"}
 _MORE_ROW = re.compile(r"^\[[\d,]+ more\]$")
 _VERSION_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 _SECRET_VALUE = re.compile(
@@ -137,6 +137,10 @@ def format_cell(v: Any, kind: str) -> str:
             return fmt.fmt_rate(v, "FLOP/s")
         if kind == "rate_bytes":
             return fmt.fmt_rate(v, "B/s")
+        if kind == "dns":
+            return signed_ns(v)
+        if kind in ("dpct", "spct"):
+            return signed_pct(v)
     except (TypeError, ValueError):
         pass
     if kind == "kernel":
@@ -170,6 +174,8 @@ def _cell(v: Any, kind: str) -> dict[str, Any]:
         c["v"] = _num(x, 6)
         if kind == "share":
             c["bar"] = round(max(0.0, min(100.0, x)), 1)
+        elif kind in ("dns", "dpct") and x:  # a change of time: more is worse
+            c["cls"] = "d-worse" if x > 0 else "d-better"
         return c
     s = str(v)
     c["v"] = s.lower()
@@ -180,6 +186,9 @@ def _cell(v: Any, kind: str) -> dict[str, Any]:
     elif kind == "class":
         c["kind"] = "class"
         c["cls"] = _css_ident(s)
+    elif kind in ("status", "tag"):  # compare: new/gone/same, contributor kind
+        c["kind"] = kind
+        c["cls"] = _TAG_CLASS.get(s, "other")
     elif kind == "module":
         parts = s.split("/")
         c["kind"] = "module"
@@ -1161,3 +1170,545 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
             ("ProfilerStep markers", "yes" if t.get("has_step_markers") else "no")]
     return {"rows": rows, "flags": flag_rows, "versions": versions, "sources": sources,
             "more_sources": max(0, len(t.get("sources") or []) - 64), "options": opts}
+
+
+# --- the compare report -----------------------------------------------------------------------
+#
+# ``render_compare_html(c)`` draws the dict of :func:`traceinsight.compare.compare` with the same
+# machinery: a plain view (``build_compare_view``), ``templates/compare.html`` on ``base.html``,
+# inline SVG from :class:`Svg`, the report's CSS/JS and CSP. Changes of time are signed (+ is
+# slower, coloured as worse; − is faster).
+
+#: contributors drawn one bar each in the waterfall; the rest are summed into one "others" bar
+WATERFALL_TOP = 15
+#: name lists (new / gone kernels and ops) longer than this start collapsed
+LIST_OPEN = 12
+#: css class per contributor kind and per row status (``tag`` / ``status`` cells)
+_TAG_CLASS = {"layer": "k-layer", "op": "k-op", "class": "k-class", "concurrency": "k-concurrency",
+              "comm": "k-comm", "memcpy": "k-memcpy", "memset": "k-memset", "idle": "k-idle",
+              "new": "st-new", "gone": "st-gone", "same": "st-same"}
+#: breakdown parts of a compare (``part`` -> label, css segment class)
+COMPARE_PARTS = (("compute", "compute", "compute"), ("comm exposed", "comm exposed", "comm"),
+                 ("memcpy exposed", "memcpy exposed", "memcpy"),
+                 ("memset exposed", "memset exposed", "memset"), ("idle", "idle", "idle"))
+COMPARE_NAV = [("step-time", "Step time"), ("breakdown", "GPU time"), ("waterfall", "Waterfall"),
+               ("contributors", "Contributors"), ("layers", "Layers"), ("ops", "Operators"),
+               ("classes", "Kernel classes"), ("kernels", "New / gone"), ("findings", "Findings"),
+               ("diagnostics", "Data quality"), ("metadata", "Runs")]
+
+
+def render_compare_html(c: dict[str, Any]) -> str:
+    """The compare report (the dict of ``traceinsight.compare.compare``) as one HTML document."""
+    from .markdown import render_compare_markdown
+
+    view = build_compare_view(c)
+    js = _asset("report.js")
+    payload = {"schema": "traceinsight.compare-report", "version": 1, "tool": view["tool"],
+               "markdown": render_compare_markdown(c)}
+    csp = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+           "form-action 'none'; script-src 'sha256-" + _sha256_b64(js) + "'")
+    return _env().get_template("compare.html").render(view=view, payload=payload, csp=csp)
+
+
+def signed_ns(v: Any) -> str:
+    """A change of time with its sign: ``+1.20 ms``, ``−350 µs``, ``0``."""
+    if v is None:
+        return "–"
+    x = float(v)
+    if not math.isfinite(x):
+        return "–"
+    if x == 0:
+        return "0"
+    return ("+" if x > 0 else "−") + fmt.fmt_ns(abs(x))
+
+
+def signed_pct(p: Any, digits: int = 1) -> str:
+    if p is None:
+        return "–"
+    x = float(p)
+    if not math.isfinite(x):
+        return "–"
+    return f"{x:+.{digits}f}%".replace("-", "−")
+
+
+def _tone(delta: Any, pct: Any = None, *, more_is_better: bool = False,
+          ndigits: float = 1.0) -> str:
+    """``bad`` / ``good`` / "" for a change (a change under ``ndigits`` % is no change)."""
+    if delta is None or not float(delta):
+        return ""
+    if pct is not None and abs(float(pct)) < ndigits:
+        return ""
+    worse = float(delta) > 0
+    if more_is_better:
+        worse = not worse
+    return "bad" if worse else "good"
+
+
+def build_compare_view(c: dict[str, Any]) -> dict[str, Any]:
+    """Everything the compare template shows, as plain data."""
+    c = dict(c or {})
+    for key in ("contributors", "breakdown", "layers", "ops", "kernel_classes", "new_kernels",
+                "gone_kernels", "new_ops", "gone_ops", "diagnostics"):
+        c[key] = list(c.get(key) or [])
+    c.setdefault("before", {})
+    c.setdefault("after", {})
+    c.setdefault("step_time", {})
+    tool = c.get("tool") or {}
+    verdict, word = _compare_verdict(c)
+    sides = [_compare_side(c.get(k) or {}, k) for k in ("before", "after")]
+    return {
+        "title": f"{sides[0]['label']} → {sides[1]['label']}",
+        "tool": {"name": str(tool.get("name") or "traceinsight"),
+                 "version": str(tool.get("version") or "?"),
+                 "result_version": c.get("version")},
+        "headline": str(c.get("headline") or ""),
+        "verdict": verdict, "word": word,
+        "sides": sides,
+        "explained_by": str(c.get("explained_by") or "?"),
+        "bignums": _compare_bignums(c),
+        "nav": COMPARE_NAV,
+        "step_time": _compare_steps(c),
+        "breakdown": _compare_breakdown(c),
+        "waterfall": _waterfall(c),
+        "contributors": _contributors(c),
+        "layers": _aligned(c, "layers", "tbl-cmp-layers", "module",
+                           "No nn.Module hierarchy on either side: record with with_stack=True "
+                           "(and with_modules=True) to align layers by module path."),
+        "ops": _aligned(c, "ops", "tbl-cmp-ops", "kernel",
+                        "No operators with device time on either side."),
+        "classes": _aligned(c, "kernel_classes", "tbl-cmp-classes", "class",
+                            "No GPU kernels on either side: nothing to split by kernel class."),
+        "kernels": _new_gone(c),
+        "findings": _compare_findings(c),
+        "diagnostics": [{"severity": str(d.get("severity") or "info"),
+                         "message": _redact(d.get("message") or "")}
+                        for d in sorted(c["diagnostics"], key=lambda d: {"error": 0, "warning": 1}
+                                        .get(str(d.get("severity")), 2))],
+        "metadata": _compare_metadata(c, sides),
+    }
+
+
+def _ref(st: dict[str, Any]) -> str:
+    """The step-time statistic a compare leads with: p50, else the mean."""
+    return "p50" if st.get("p50_delta_pct") is not None else "mean"
+
+
+def _compare_verdict(c: dict[str, Any]) -> tuple[str, str]:
+    st = c["step_time"]
+    pct = st.get("p50_delta_pct") if _ref(st) == "p50" else st.get("mean_delta_pct")
+    if pct is None:
+        return "info", "NOT COMPARABLE"
+    if pct >= 5:
+        return "high", "SLOWER"
+    if pct >= 1:
+        return "medium", "SLOWER"
+    if pct <= -1:
+        return "ok", "FASTER"
+    return "info", "UNCHANGED"
+
+
+def _compare_side(s: dict[str, Any], tag: str) -> dict[str, Any]:
+    devs = [str(d) for d in s.get("devices") or []]
+    n = s.get("ranks") or 0
+    ws = s.get("world_size")
+    ranks = f"{n} rank{'s' if n != 1 else ''}" + (f" of {ws}" if ws and ws != n else "")
+    return {"tag": tag, "label": _redact(s.get("label") or tag),
+            "devices": ", ".join(dict.fromkeys(devs)) or "no GPU recorded",
+            "device": str(s.get("device") or ""), "vendor": str(s.get("vendor") or ""),
+            "ranks": ranks, "headline": str(s.get("headline") or ""),
+            "sources": [_redact(x) for x in (s.get("sources") or [])[:64]],
+            "more_sources": max(0, len(s.get("sources") or []) - 64)}
+
+
+def _compare_bignums(c: dict[str, Any]) -> list[dict[str, str]]:
+    st = c["step_time"]
+    ref = _ref(st)
+    a, b = (st.get("before") or {}).get(ref), (st.get("after") or {}).get(ref)
+    out = []
+    if a is not None and b is not None:
+        d = st.get(f"{ref}_delta_ns")
+        pct = st.get(f"{ref}_delta_pct")
+        out.append({"label": f"Step time {ref}", "before": fmt.fmt_ns(a), "after": fmt.fmt_ns(b),
+                    "delta": signed_ns(d), "pct": signed_pct(pct), "tone": _tone(d, pct),
+                    "sub": ""})
+    t = c.get("throughput")
+    if t:
+        out.append({"label": "Throughput (steps/s)", "before": f"{t['before_steps_per_s']:.3g}",
+                    "after": f"{t['after_steps_per_s']:.3g}", "delta": f"×{t['ratio']:.3f}",
+                    "pct": signed_pct(t.get("delta_pct")),
+                    "tone": _tone(t.get("delta_pct"), t.get("delta_pct"), more_is_better=True),
+                    "sub": ""})
+    a0, b0 = c.get("before_step_ns"), c.get("after_step_ns")
+    if a0 and b0:
+        d = c.get("total_delta_ns")
+        pct = 100.0 * d / a0 if d is not None else None
+        n = sum(1 for x in c["contributors"] if x.get("delta_ns"))
+        out.append({"label": "Mean step (explained)", "before": fmt.fmt_ns(a0),
+                    "after": fmt.fmt_ns(b0), "delta": signed_ns(d), "pct": signed_pct(pct),
+                    "tone": _tone(d, pct),
+                    "sub": f"{n} contributor{'s' if n != 1 else ''} changed"})
+    return out
+
+
+def _compare_steps(c: dict[str, Any]) -> dict[str, Any]:
+    st = c["step_time"]
+    sa, sb = st.get("before") or {}, st.get("after") or {}
+    if all(sa.get(q) is None and sb.get(q) is None for q in ("p50", "mean")):
+        return {"empty": "Neither side has GPU step windows: there are no step times to compare "
+                         "(see Data quality)."}
+    rows = []
+    for q, label in (("p50", "step time p50"), ("p90", "p90"), ("p99", "p99"), ("max", "max"),
+                     ("mean", "mean")):
+        va, vb = sa.get(q), sb.get(q)
+        d = None if va is None or vb is None else vb - va
+        pct = 100.0 * d / va if d is not None and va else None
+        rows.append({"label": label, "before": fmt.fmt_ns(va), "after": fmt.fmt_ns(vb),
+                     "delta": signed_ns(d), "pct": signed_pct(pct),
+                     "tone": _tone(d, pct, ndigits=0.05), "lead": q == _ref(st)})
+    na, nb = sa.get("steps"), sb.get("steps")
+    rows.append({"label": "steps measured", "before": fmt.fmt_num(na, 0) if na else "–",
+                 "after": fmt.fmt_num(nb, 0) if nb else "–", "delta": "", "pct": "", "tone": "",
+                 "lead": False})
+    ca, cb = sa.get("cv_pct"), sb.get("cv_pct")
+    if ca is not None or cb is not None:
+        rows.append({"label": "step-to-step variation (CV)", "before": fmt.fmt_pct(ca),
+                     "after": fmt.fmt_pct(cb), "delta": "", "pct": "", "tone": "",
+                     "lead": False})
+    t = c.get("throughput")
+    thr = None
+    if t:
+        thr = {"label": "throughput (steps/s)", "before": f"{t['before_steps_per_s']:.4g}",
+               "after": f"{t['after_steps_per_s']:.4g}", "delta": f"×{t['ratio']:.3f}",
+               "pct": signed_pct(t.get("delta_pct")),
+               "tone": _tone(t.get("delta_pct"), t.get("delta_pct"), more_is_better=True,
+                             ndigits=0.05)}
+    note = ""
+    if (na or 0) <= 1 or (nb or 0) <= 1:
+        note = ("One ProfilerStep (or none) on a side: p50, p90, p99, max and mean are the same "
+                "window there.")
+    return {"empty": "", "rows": rows, "throughput": thr, "ref": _ref(st), "note": note,
+            "missing": "" if sa.get("mean") is not None and sb.get("mean") is not None else
+            "One side has no GPU step windows: its step times are missing (see Data quality)."}
+
+
+def _compare_breakdown(c: dict[str, Any]) -> dict[str, Any]:
+    rows = {str(r.get("part")): r for r in c["breakdown"]}
+    have = [rows[p] for p, _, _ in COMPARE_PARTS if p in rows]
+    if not have or any(r.get("before_ns") is None or r.get("after_ns") is None for r in have):
+        return {"empty": "One side has no GPU step windows: there is no per-step breakdown to "
+                         "compare."}
+    tot = {"before": sum(float(r["before_ns"] or 0) for r in have),
+           "after": sum(float(r["after_ns"] or 0) for r in have)}
+    vmax = max(tot.values()) or 1.0
+    W, L, R, T = 960, 150, 190, 26
+    bar_h, gap = 34, 16
+    pw = W - L - R
+    H = T + 2 * bar_h + gap + 30
+    svg = Svg(W, H, "Mean step per side, stacked by what the GPU did: before above, after below")
+
+    def X(v: float) -> float:
+        return L + pw * v / vmax
+
+    for v in _ticks(vmax, 6):
+        svg.line(X(v), T - 6, X(v), T + 2 * bar_h + gap + 4, "grid")
+        svg.text(X(v), T - 10, fmt.fmt_ns(v) if v else "0", "axis", "middle")
+    sides = {"before": c.get("before") or {}, "after": c.get("after") or {}}
+    for i, side in enumerate(("before", "after")):
+        y = T + i * (bar_h + gap)
+        total = tot[side] or 1.0
+        dev = ", ".join(dict.fromkeys(str(d) for d in sides[side].get("devices") or []))
+        svg.text(L - 10, y + bar_h / 2, side, "axis side-lbl", "end")
+        svg.text(L - 10, y + bar_h / 2 + 14, fmt.shorten(dev or "no GPU recorded", 24), "axis",
+                 "end")
+        x = float(L)
+        for part, lab, cls in COMPARE_PARTS:
+            v = float((rows.get(part) or {}).get(f"{side}_ns") or 0)
+            if v <= 0:
+                continue
+            ww = pw * v / vmax
+            svg.rect(x, y, ww, bar_h, f"seg-{cls}",
+                     f"{side}: {lab} {fmt.fmt_ns(v)} per step ({fmt.fmt_pct(100 * v / total)})")
+            lbl = fmt.fmt_ns(v)
+            if ww > 16 + 6.5 * len(lbl):
+                svg.text(x + 6, y + bar_h / 2 + 4, lbl, f"seg-lbl seg-lbl-{cls}")
+            x += ww
+        svg.text(X(tot[side]) + 8, y + bar_h / 2 + 4, fmt.fmt_ns(tot[side]), "axis bd-total")
+    d = tot["after"] - tot["before"]
+    pct = 100.0 * d / tot["before"] if tot["before"] else None
+    yb = T + bar_h + gap + bar_h / 2 + 4
+    svg.text(W - 4, yb, f"{signed_ns(d)} ({signed_pct(pct)})",
+             f"axis bd-delta tone-{_tone(d, pct) or 'none'}", "end")
+    table_rows = []
+    ta, tb = tot["before"], tot["after"]
+    for part, lab, cls in COMPARE_PARTS:
+        r = rows.get(part)
+        if not r:
+            continue
+        va, vb = float(r["before_ns"] or 0), float(r["after_ns"] or 0)
+        dd = r.get("delta_ns")
+        table_rows.append({"part": lab, "cls": cls, "before": fmt.fmt_ns(va),
+                           "after": fmt.fmt_ns(vb),
+                           "before_pct": fmt.fmt_pct(100 * va / ta) if ta else "–",
+                           "after_pct": fmt.fmt_pct(100 * vb / tb) if tb else "–",
+                           "delta": signed_ns(dd),
+                           "pct": signed_pct(100.0 * dd / va) if dd is not None and va else
+                           ("new" if dd else "–"),
+                           "tone": _tone(dd, None)})
+    return {"empty": "", "chart": svg.to_dict(), "rows": table_rows,
+            "total": {"before": fmt.fmt_ns(tot["before"]), "after": fmt.fmt_ns(tot["after"]),
+                      "delta": signed_ns(d), "pct": signed_pct(pct), "tone": _tone(d, pct)},
+            "legend": [(lab, cls) for part, lab, cls in COMPARE_PARTS
+                       if part in ("compute", "idle") or any(
+                           (rows.get(part) or {}).get(k) for k in ("before_ns", "after_ns"))]}
+
+
+def _ticks_between(lo: float, hi: float, n: int = 6) -> list[float]:
+    step = _nice_step(hi - lo, n)
+    v = math.ceil(lo / step - 1e-9) * step
+    out = []
+    while v <= hi * 1.0000001 + 1e-9:
+        out.append(v)
+        v += step
+    return out
+
+
+def waterfall_rows(c: dict[str, Any], top: int = WATERFALL_TOP) -> list[dict[str, Any]]:
+    """The waterfall's bars in order: ``start`` (before step), one ``contrib`` per top changed
+    contributor (by |delta|), ``others`` (the sum of the rest, when more than one is left), ``end``
+    (after step). Each has ``from``/``to`` levels; the deltas add up to ``total_delta_ns``."""
+    a0 = int(c.get("before_step_ns") or 0)
+    b0 = int(c.get("after_step_ns") or 0)
+    changed = [x for x in c.get("contributors") or [] if x.get("delta_ns")]
+    changed.sort(key=lambda x: (-abs(x["delta_ns"]), str(x.get("kind")), str(x.get("name"))))
+    shown, rest = changed[:top], changed[top:]
+    if len(rest) == 1:
+        shown, rest = changed, []
+    rows: list[dict[str, Any]] = [{"role": "start", "kind": "", "name": "before: mean step",
+                                   "from": 0, "to": a0, "delta": a0}]
+    level = a0
+    for x in shown:
+        d = int(x["delta_ns"])
+        rows.append({"role": "contrib", "kind": str(x.get("kind") or ""),
+                     "name": str(x.get("name") or ""), "from": level, "to": level + d,
+                     "delta": d, "before": x.get("before_ns"), "after": x.get("after_ns")})
+        level += d
+    if rest:
+        d = sum(int(x["delta_ns"]) for x in rest)
+        rows.append({"role": "others", "kind": "", "name": f"{len(rest)} others",
+                     "from": level, "to": level + d, "delta": d, "count": len(rest),
+                     "before": sum(int(x.get("before_ns") or 0) for x in rest),
+                     "after": sum(int(x.get("after_ns") or 0) for x in rest)})
+        level += d
+    rows.append({"role": "end", "kind": "", "name": "after: mean step", "from": 0, "to": b0,
+                 "delta": b0})
+    return rows
+
+
+def _waterfall(c: dict[str, Any]) -> dict[str, Any]:
+    a0 = int(c.get("before_step_ns") or 0)
+    b0 = int(c.get("after_step_ns") or 0)
+    total = int(c.get("total_delta_ns") or 0)
+    if not c["contributors"] or not a0 or not b0:
+        return {"empty": "One side has no GPU step windows: there is no step time to decompose "
+                         "into contributors."}
+    if not any(x.get("delta_ns") for x in c["contributors"]):
+        return {"empty": f"Nothing to explain: every contributor takes the same time per step on "
+                         f"both sides (mean step {fmt.fmt_ns(a0)})."}
+    rows = waterfall_rows(c)
+    levels = [a0, b0] + [r["to"] for r in rows if r["role"] in ("contrib", "others")]
+    hi, lo = float(max(levels)), float(min(levels))
+    span = (hi - lo) or max(hi * 0.01, 1.0)
+    x0 = lo - 0.12 * span
+    zoom = x0 > 0.25 * hi
+    if zoom:
+        x0 = math.floor(x0 / _nice_step(span * 1.3, 6)) * _nice_step(span * 1.3, 6)
+        x1 = hi + 0.06 * span
+    else:
+        x0, x1 = 0.0, hi * 1.03
+    W, L, R, T, K = 960, 380, 96, 30, 84
+    row_h, gap = 20, 8
+    pw = W - L - R
+    H = T + len(rows) * (row_h + gap) + 6
+    svg = Svg(W, H, f"Waterfall from the before step ({fmt.fmt_ns(a0)}) to the after step "
+                    f"({fmt.fmt_ns(b0)}): one bar per contributor's change per step")
+
+    def X(v: float) -> float:
+        return L + pw * (min(max(v, x0), x1) - x0) / (x1 - x0)
+
+    for v in _ticks_between(x0, x1, 6):
+        svg.line(X(v), T - 6, X(v), H - 4, "grid")
+        svg.text(X(v), T - 10, fmt.fmt_ns(v) if v else "0", "axis", "middle")
+    name_chars = int((L - K - 14) / 6.3)
+    for i, r in enumerate(rows):
+        y = T + i * (row_h + gap)
+        role = r["role"]
+        ty = y + row_h / 2 + 4
+        if role in ("start", "end"):
+            cls = "wf-total"
+            val = fmt.fmt_ns(r["to"])
+            title = (f"{r['name']}: {fmt.fmt_ns(r['to'])} per step (rank and step window mean)"
+                     + (f"; the axis starts at {fmt.fmt_ns(x0)}" if zoom else ""))
+            svg.text(L - 8, ty, r["name"], "wf-name wf-total-lbl", "end")
+        else:
+            up = r["delta"] > 0
+            cls = ("wf-others-" if role == "others" else "wf-") + ("up" if up else "down")
+            val = signed_ns(r["delta"])
+            share = f"{100.0 * r['delta'] / total:.0f}% of the change" if total else ""
+            if role == "others":
+                title = (f"{r['count']} other contributors, summed: {signed_ns(r['delta'])} per "
+                         f"step ({fmt.fmt_ns(r['before'])} → {fmt.fmt_ns(r['after'])})"
+                         + (f"; {share}" if share else ""))
+                svg.text(L - 8, ty, f"[{r['name']}]", "wf-name wf-others-lbl", "end")
+            else:
+                title = (f"{r['kind']}: {r['name']}\n{fmt.fmt_ns(r['before'])} → "
+                         f"{fmt.fmt_ns(r['after'])} per step: {signed_ns(r['delta'])}"
+                         + (f" ({share})" if share else "")
+                         + f"\nrunning: {fmt.fmt_ns(r['from'])} → {fmt.fmt_ns(r['to'])}")
+                svg.text(4, ty, r["kind"], "axis wf-kind")
+                short = (_tail_path(r["name"], name_chars) if r["kind"] == "layer"
+                         else fmt.shorten(r["name"], name_chars))
+                svg.text(L - 8, ty, short, "wf-name", "end")
+        xa, xb = X(min(r["from"], r["to"])), X(max(r["from"], r["to"]))
+        if role in ("start", "end"):
+            xa = X(x0)
+        w = max(xb - xa, 1.5)
+        if role not in ("start", "end") and xb - xa < 1.5:
+            xa -= (1.5 - (xb - xa)) / 2
+        svg.rect(xa, y, w, row_h, f"wf-bar {cls}", title, data_role=role,
+                 data_delta=str(r["delta"]))
+        if zoom and role in ("start", "end"):
+            zig = f"l-5 {_num(row_h + 2)}"
+            svg.path(f"M{_num(L + 9)} {_num(y - 1)}{zig}M{_num(L + 14)} {_num(y - 1)}{zig}",
+                     "wf-break")
+        svg.text(W - 4, ty, val, f"wf-val {cls}-val", "end")
+        if i + 1 < len(rows):
+            xc = X(r["to"])
+            svg.line(xc, y + row_h, xc, y + row_h + gap, "wf-conn")
+    n_changed = sum(1 for x in c["contributors"] if x.get("delta_ns"))
+    n_bars = sum(1 for r in rows if r["role"] == "contrib")
+    others = next((r for r in rows if r["role"] == "others"), None)
+    return {"empty": "", "chart": svg.to_dict(), "zoom": fmt.fmt_ns(x0) if zoom else "",
+            "before": fmt.fmt_ns(a0), "after": fmt.fmt_ns(b0), "delta": signed_ns(total),
+            "pct": signed_pct(100.0 * total / a0), "tone": _tone(total, 100.0 * total / a0),
+            "bars": n_bars, "changed": n_changed, "others": others["count"] if others else 0,
+            "others_delta": signed_ns(others["delta"]) if others else "",
+            "explained_by": str(c.get("explained_by") or "?")}
+
+
+def _tail_path(name: str, width: int) -> str:
+    """A module path cut from the left (``…/Block_3/Attention_3``): the tail tells layers apart."""
+    name = " ".join(str(name).split())
+    if len(name) <= width:
+        return name
+    parts = name.split("/")
+    out = parts[-1]
+    for p in reversed(parts[:-1]):
+        if len(out) + len(p) + 3 > width:
+            break
+        out = p + "/" + out
+    return "…/" + out if len(out) + 2 <= width else fmt.shorten(parts[-1], width)
+
+
+def _contributors(c: dict[str, Any]) -> dict[str, Any]:
+    rows = c["contributors"]
+    if not rows:
+        return {"empty": "No contributors: one side has no GPU step windows."}
+    total = c.get("total_delta_ns") or 0
+    data = [[x.get("kind"), x.get("name"), x.get("before_ns"), x.get("after_ns"), x.get("delta_ns"),
+             100.0 * x["delta_ns"] / x["before_ns"] if x.get("before_ns") else None,
+             100.0 * x["delta_ns"] / total if total else None] for x in rows]
+    t = table("tbl-contributors", [("kind", "tag"), ("name", "kernel"), ("before / step", "ns"),
+                                   ("after / step", "ns"), ("delta", "dns"), ("delta %", "dpct"),
+                                   {"name": "share of change", "format": "spct",
+                                    "title": "delta / total change (negative: it offsets it)"}],
+              data, filterable=True)
+    return {"empty": "", "table": t, "count": len(rows),
+            "changed": sum(1 for x in rows if x.get("delta_ns")),
+            "total": signed_ns(total), "explained_by": str(c.get("explained_by") or "?")}
+
+
+def _aligned(c: dict[str, Any], key: str, tid: str, name_fmt: str, why: str) -> dict[str, Any]:
+    rows = c.get(key) or []
+    if not rows:
+        return {"empty": why}
+    data = [[x.get("name"), x.get("status"), x.get("before_ns"), x.get("after_ns"),
+             x.get("delta_ns"), x.get("delta_pct")] for x in rows]
+    label = {"module": "module path", "kernel": "operator", "class": "kernel class"}[name_fmt]
+    t = table(tid, [(label, name_fmt), ("status", "status"), ("before / step", "ns"),
+                    ("after / step", "ns"), ("delta", "dns"), ("delta %", "dpct")], data,
+              filterable=True)
+    if name_fmt == "module":
+        for cells in t["rows"]:
+            cells[0]["depth"] = 0
+    return {"empty": "", "table": t, "count": len(rows),
+            "new": sum(1 for x in rows if x.get("status") == "new"),
+            "gone": sum(1 for x in rows if x.get("status") == "gone")}
+
+
+def _new_gone(c: dict[str, Any]) -> dict[str, Any]:
+    lists = []
+    for key, label, kernel in (("new_kernels", "New kernels", True),
+                               ("gone_kernels", "Gone kernels", True),
+                               ("new_ops", "New operators", False),
+                               ("gone_ops", "Gone operators", False)):
+        names = [str(x) for x in c.get(key) or []]
+        items = []
+        for n in names:
+            short = fmt.short_kernel_name(n) if kernel else " ".join(n.split())
+            items.append({"t": short, "title": n if short != n else ""})
+        lists.append({"id": key.replace("_", "-"), "label": label, "items": items,
+                      "open": len(items) <= LIST_OPEN,
+                      "capped": len(items) >= 200,
+                      "status": "new" if key.startswith("new") else "gone"})
+    empty = "" if any(x["items"] for x in lists) else (
+        "The same kernels and operators ran on both sides: none is new or gone.")
+    return {"empty": empty, "lists": lists}
+
+
+def _compare_findings(c: dict[str, Any]) -> dict[str, Any]:
+    f = c.get("findings") or {}
+
+    def sev(s: Any) -> str:
+        return str(s) if s in SEV_RANK else "info"
+
+    def brief(x: dict[str, Any]) -> dict[str, Any]:
+        return {"rule": str(x.get("rule")), "severity": sev(x.get("severity")),
+                "title": str(x.get("title") or ""), "message": str(x.get("message") or ""),
+                "impact": fmt.fmt_pct(x["impact_pct"]) if x.get("impact_pct") is not None else ""}
+
+    appeared = [brief(x) for x in f.get("appeared") or []]
+    gone = [brief(x) for x in f.get("disappeared") or []]
+    changed = [{"rule": str(x.get("rule")), "title": str(x.get("title") or ""),
+                "before": sev(x.get("before")), "after": sev(x.get("after")),
+                "direction": "worse" if x.get("direction") == "worse" else "better",
+                "impact_before": fmt.fmt_pct(x.get("impact_before_pct")),
+                "impact_after": fmt.fmt_pct(x.get("impact_after_pct"))}
+               for x in f.get("changed") or []]
+    same = [{"rule": str(x.get("rule")), "severity": sev(x.get("severity")),
+             "impact_before": fmt.fmt_pct(x.get("impact_before_pct")),
+             "impact_after": fmt.fmt_pct(x.get("impact_after_pct"))}
+            for x in f.get("unchanged") or []]
+    empty = ""
+    if not (appeared or gone or changed or same):
+        empty = "No rule fired on either side."
+    return {"empty": empty, "appeared": appeared, "disappeared": gone, "changed": changed,
+            "unchanged": same,
+            "summary": (f"{len(appeared)} appeared, {len(gone)} disappeared, {len(changed)} "
+                        f"changed severity, {len(same)} unchanged")}
+
+
+def _compare_metadata(c: dict[str, Any], sides: list[dict[str, Any]]) -> dict[str, Any]:
+    st = c["step_time"]
+    out = []
+    for s in sides:
+        q = st.get(s["tag"]) or {}
+        rows = [("Label", s["label"]), ("Devices", s["devices"]),
+                ("Roofline device", s["device"] or "unknown"), ("Vendor", s["vendor"] or "–"),
+                ("Ranks", s["ranks"]),
+                ("Steps", fmt.fmt_num(q.get("steps"), 0) if q.get("steps") else "–"),
+                ("Diagnosis", s["headline"] or "–")]
+        out.append({"tag": s["tag"], "rows": rows, "sources": s["sources"],
+                    "more_sources": s["more_sources"]})
+    return {"sides": out, "explained_by": str(c.get("explained_by") or "?"),
+            "schema": f"{c.get('schema') or 'traceinsight.compare'} v{c.get('version') or '?'}"}
+

@@ -143,3 +143,118 @@ def _summary(r: DiagnosisResult) -> list[str]:
         out.append("")
         out.append(f"(+{len(ranks) - 32} more ranks in the HTML report)")
     return out + [""]
+
+
+# --- compare ----------------------------------------------------------------------------------
+
+COMPARE_TOP_N = 10
+
+
+def _sns(v: Any) -> str:
+    """A change of time with its sign (``+1.20 ms``, ``−350 µs``)."""
+    if v is None:
+        return "–"
+    x = float(v)
+    if x == 0:
+        return "0"
+    return ("+" if x > 0 else "−") + fmt.fmt_ns(abs(x))
+
+
+def _spct(p: Any) -> str:
+    return "–" if p is None else f"{float(p):+.1f}%".replace("-", "−")
+
+
+def render_compare_markdown(c: dict[str, Any]) -> str:
+    """A compact ticket body of a compare (the dict of ``traceinsight.compare.compare``): the
+    headline, step time before / after, the top contributors with signed deltas, findings that
+    changed and new / gone counts. No HTML and no links; names are code spans."""
+    a, b = c.get("before") or {}, c.get("after") or {}
+    lines: list[str] = [f"### {esc(c.get('headline') or 'compare')}", ""]
+
+    def side(s: dict[str, Any], tag: str) -> str:
+        srcs = [str(x) for x in s.get("sources") or []]
+        name = code(srcs[0] if srcs else s.get("label") or tag, 60)
+        if len(srcs) > 1:
+            name += f" (+{len(srcs) - 1} files)"
+        devs = ", ".join(dict.fromkeys(str(d) for d in s.get("devices") or []))
+        n = s.get("ranks") or 0
+        return (f"{tag} {name} ({esc(devs) if devs else 'no GPU recorded'}, "
+                f"{n} rank{'s' if n != 1 else ''})")
+
+    tool = c.get("tool") or {}
+    lines += [f"{side(a, 'before')} → {side(b, 'after')} · compute split by "
+              f"{esc(c.get('explained_by') or '?')} · traceinsight {esc(tool.get('version', '?'))}",
+              ""]
+
+    st = c.get("step_time") or {}
+    sa, sb = st.get("before") or {}, st.get("after") or {}
+    rows = []
+    for q in ("p50", "p90", "max", "mean"):
+        va, vb = sa.get(q), sb.get(q)
+        if va is None and vb is None:
+            continue
+        d = None if va is None or vb is None else vb - va
+        rows.append([f"step time {q}", fmt.fmt_ns(va), fmt.fmt_ns(vb), _sns(d),
+                     _spct(100.0 * d / va) if d is not None and va else "–"])
+    t = c.get("throughput")
+    if t:
+        rows.append(["steps / s", f"{t['before_steps_per_s']:.4g}", f"{t['after_steps_per_s']:.4g}",
+                     f"×{t['ratio']:.3f}", _spct(t.get("delta_pct"))])
+    if rows:
+        lines += _table(["", "before", "after", "delta", "%"], rows, "lrrrr") + [""]
+    else:
+        lines += ["No GPU step windows on one side: step times cannot be compared.", ""]
+
+    contrib = [x for x in c.get("contributors") or [] if x.get("delta_ns")]
+    if contrib:
+        total = c.get("total_delta_ns") or 0
+        lines += [f"**Top contributors** to the change of the mean step "
+                  f"({fmt.fmt_ns(c.get('before_step_ns'))} → {fmt.fmt_ns(c.get('after_step_ns'))}, "
+                  f"{_sns(total)}; they add up exactly), per step:", ""]
+        top, rest = contrib[:COMPARE_TOP_N], contrib[COMPARE_TOP_N:]
+        rows = [[esc(x.get("kind")), code(x.get("name"), 70), fmt.fmt_ns(x.get("before_ns")),
+                 fmt.fmt_ns(x.get("after_ns")), _sns(x.get("delta_ns"))] for x in top]
+        if rest:
+            rows.append(["", f"{len(rest)} others", "", "",
+                         _sns(sum(x["delta_ns"] for x in rest))])
+        lines += _table(["kind", "name", "before", "after", "delta"], rows, "llrrr") + [""]
+    elif c.get("contributors"):
+        lines += ["No contributor changed: both sides spend the same time per step on each.", ""]
+
+    f = c.get("findings") or {}
+    items = []
+    for x in f.get("appeared") or []:
+        sev = SEV_LABEL.get(x.get("severity"), esc(str(x.get("severity"))).upper())
+        imp = (f" (impact ≈ {fmt.fmt_pct(x['impact_pct'])})"
+               if x.get("impact_pct") is not None else "")
+        items.append(f"- appeared: **{sev}** {code(x.get('rule'))} "
+                     f"{esc(x.get('title') or '')}{imp}")
+    for x in f.get("disappeared") or []:
+        sev = SEV_LABEL.get(x.get("severity"), esc(str(x.get("severity"))).upper())
+        items.append(f"- disappeared: {code(x.get('rule'))} {esc(x.get('title') or '')} "
+                     f"(was {sev})")
+    for x in f.get("changed") or []:
+        before = SEV_LABEL.get(x.get("before"), "?")
+        after = SEV_LABEL.get(x.get("after"), "?")
+        items.append(f"- changed: {code(x.get('rule'))} {before} → {after} "
+                     f"({esc(x.get('direction') or '')})")
+    same = len(f.get("unchanged") or [])
+    if items:
+        lines += ["**Findings** that changed:", ""] + items
+        if same:
+            lines.append(f"- unchanged: {same}")
+        lines.append("")
+    else:
+        lines += [f"**Findings**: no change ({same} rule{'s' if same != 1 else ''} fired on both "
+                  "sides alike)." if same else "**Findings**: no rule fired on either side.", ""]
+
+    counts = [f"{label} {len(c.get(key) or [])}{'+' if len(c.get(key) or []) >= 200 else ''}"
+              for key, label in (("new_kernels", "new kernels"), ("gone_kernels", "gone kernels"),
+                                 ("new_ops", "new ops"), ("gone_ops", "gone ops"))]
+    lines += ["By name: " + " · ".join(counts) + ".", ""]
+    diags = [d for d in c.get("diagnostics") or [] if d.get("severity") in ("error", "warning")]
+    for d in diags[:3]:
+        lines.append(f"Note: {esc(fmt.shorten(str(d.get('message', '')), 160))}")
+    if diags:
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
