@@ -64,28 +64,38 @@ class _Encoder(json.JSONEncoder):
     pass
 
 
-def _dumps(obj: Any) -> str:
+def _conv(o: Any) -> Any:
     # json can't emit raw numbers from strings: mark them and strip the quotes afterwards
-    def conv(o: Any) -> Any:
-        if isinstance(o, _Dec):
-            return "\u0000" + str(o) + "\u0000"
-        if isinstance(o, dict):
-            return {k: conv(v) for k, v in o.items()}
-        if isinstance(o, list):
-            return [conv(v) for v in o]
-        return o
+    if isinstance(o, _Dec):
+        return "\u0000" + str(o) + "\u0000"
+    if isinstance(o, dict):
+        return {k: _conv(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_conv(v) for v in o]
+    return o
 
-    # Kineto's layout: one top-level key per line, one event per line, ", " and ": " separators
-    # (other tools find the rank with a regex that expects the space after the colon)
+
+def _unmark(text: str) -> str:
+    return text.replace('"\\u0000', "").replace('\\u0000"', "")
+
+
+def _dumps(obj: Any) -> str:
+    """Compact JSON of any value (exact-number text kept as written)."""
+    return _unmark(json.dumps(_conv(obj), separators=(",", ":")))
+
+
+def _dumps_trace(doc: dict[str, Any]) -> str:
+    """A whole trace in Kineto's layout: one top-level key per line, one event per line, with
+    ``", "`` and ``": "`` separators (other tools find the rank with a regex that expects the
+    space after the colon)."""
     parts = []
-    for k, v in obj.items():
+    for k, v in doc.items():
         if k == "traceEvents" and isinstance(v, list):
-            body = ",\n  ".join(json.dumps(conv(e)) for e in v)
+            body = ",\n  ".join(json.dumps(_conv(e)) for e in v)
             parts.append(f'  "traceEvents": [\n  {body}\n  ]' if v else '  "traceEvents": []')
         else:
-            parts.append(f"  {json.dumps(k)}: {json.dumps(conv(v))}")
-    text = "{\n" + ",\n".join(parts) + "\n}"
-    return text.replace('"\\u0000', "").replace('\\u0000"', "")
+            parts.append(f"  {json.dumps(k)}: {json.dumps(_conv(v))}")
+    return _unmark("{\n" + ",\n".join(parts) + "\n}")
 
 
 @dataclass
@@ -368,7 +378,7 @@ class KinetoTraceBuilder:
         return d
 
     def dumps(self) -> str:
-        return _dumps(self.to_dict())
+        return _dumps_trace(self.to_dict())
 
     def write(self, path: str | Path, *, compress: bool | None = None) -> Path:
         path = Path(path)
