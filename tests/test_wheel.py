@@ -33,7 +33,8 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     templates = {n for n in names if n.startswith("traceinsight/_data/templates/")}
     assert "traceinsight/_data/rules/comm-bound.yaml" in rules
     assert len(rules) == len(list((REPO / "rules").glob("*.yaml")))
-    assert "traceinsight/_data/templates/report.html" in templates
+    assert {f"traceinsight/_data/templates/{t}" for t in ("report.html", "compare.html", "base.html",
+                                                           "_macros.html")} <= templates
     assert "traceinsight/data/devices.yaml" in names
     assert not [n for n in names if n.endswith((".swp", "~", ".pyc"))]
     run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
@@ -58,3 +59,6 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
          "--json", tmp_path / "r.json"], cwd=tmp_path, env=env)
     html = (tmp_path / "r.html").read_text()
     assert "<html" in html and "traceinsight" in html
+    run([sys.executable, "-m", "traceinsight", "compare", trace, tmp_path / "r.json",
+         "--html", tmp_path / "c.html"], cwd=tmp_path, env=env)
+    assert 'id="waterfall"' in (tmp_path / "c.html").read_text()

@@ -378,6 +378,7 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
     Examples:
       traceinsight compare before.json.gz after.json.gz
       traceinsight compare base/ new/ --json delta.json --fail-if-slower 5
+      traceinsight compare h100.json.gz mi300x.json.gz --html compare.html --markdown compare.md
     """
     from .compare import compare as run_compare
     from .compare import render_compare

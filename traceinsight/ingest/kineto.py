@@ -624,8 +624,10 @@ def _fast_split(data: bytes, chunk_bytes: int) -> _Split | None:
 
 def _run_chunks(data: bytes, bounds: list[tuple[int, int]], st: "_State",
                 collectors: dict[str, "_Columns"],
-                progress: Callable[[str, float], None] | None) -> int:
-    """Decode and process byte ranges of whole events; returns the number of events."""
+                progress: Callable[[str, float], None] | None,
+                done: Callable[[int, int], None] | None = None) -> int:
+    """Decode and process byte ranges of whole events; returns the number of events.
+    ``done(a, b)`` is told each range once it has been read."""
     dec = msgspec.json.Decoder(list[_Ev], float_hook=str if st.exact_text else None)
     n = 0
     for i, (a, b) in enumerate(bounds):
@@ -633,12 +635,49 @@ def _run_chunks(data: bytes, bounds: list[tuple[int, int]], st: "_State",
             batch = dec.decode(b"[" + data[a:b] + b"]")
         except (msgspec.DecodeError, msgspec.ValidationError):
             raise _SplitFailed()
+        if done:
+            done(a, b)
         n += len(batch)
         _process_batch(batch, st, collectors)
         del batch
         if progress:
             progress("parse", (i + 1) / len(bounds))
     return n
+
+
+def _madvise() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _release_pages(data: bytes, a: int, b: int) -> None:
+    """In a forked helper only: give back the pages of ``data[a:b]`` it will not read again.
+
+    After ``fork`` the helper maps every page the parent had, so the 300 MB of JSON would count
+    twice in the memory of the process tree. ``MADV_DONTNEED`` drops the helper's private
+    copy-on-write view of whole pages inside the range (they would read as zeros here; the
+    parent's pages are untouched). A no-op off Linux."""
+    fn = _madvise()
+    if fn is None or b <= a:
+        return
+    import ctypes
+    import mmap
+
+    base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+    page = mmap.PAGESIZE
+    start = -(-(base + a) // page) * page
+    end = ((base + b) // page) * page
+    if end > start:
+        fn(start, end - start, 4)  # MADV_DONTNEED
 
 
 def _run_batches(events: list, lo: int, hi: int, st: "_State", collectors: dict[str, "_Columns"],
@@ -703,8 +742,10 @@ def _chunk_worker(task: tuple[int, int, str]) -> dict[str, Any]:
     st = _State(source=base.source, rank=base.rank, base_ns=base.base_ns,
                 exact_text=base.exact_text, diags=DiagnosticLog())
     collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+    _release_pages(data, 0, bounds[lo][0])  # the parent's half
     try:
-        n = _run_chunks(data, bounds[lo:hi], st, collectors, None)
+        n = _run_chunks(data, bounds[lo:hi], st, collectors, None,
+                        lambda a, b: _release_pages(data, a, b))
     except NeedExactText:
         return {"need_exact": True}
     except _SplitFailed:
@@ -767,9 +808,9 @@ def _chunks_two_processes(data: bytes, bounds: list[tuple[int, int]], st: "_Stat
             raise _SplitFailed()
         _merge_state(st, r)
         tables = {}
-        for name in schema.TABLES:
+        for name in schema.TABLES:  # one table at a time: free each half once joined
             other = pa.ipc.open_file(pa.memory_map(r["files"][name])).read_all()
-            tables[name] = pa.concat_tables([mine[name], other]).unify_dictionaries().combine_chunks()
+            tables[name] = pa.concat_tables([mine.pop(name), other]).unify_dictionaries().combine_chunks()
             del other
         if progress:
             progress("parse", 1.0)

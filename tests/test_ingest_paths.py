@@ -1,0 +1,86 @@
+"""The reader's fast paths give the same tables as the plain one.
+
+Large files are cut into chunks of whole events by text and, on Linux, parsed by two processes
+(a forked helper takes the second half and hands its pages of the first half back). Here the
+thresholds are lowered so a small trace takes each path; every table must hold the same rows as
+the plain decode's (chunks group events per chunk, so only the order may differ), with no
+fallback diagnostic.
+"""
+
+from __future__ import annotations
+
+import sys
+import pyarrow as pa
+import pytest
+
+from traceinsight.ingest import kineto
+from traceinsight.workloads import Workload, build
+
+
+def _plain(t: pa.Table) -> list[str]:
+    """The rows as sorted text: chunks group events by family per chunk, so row order differs."""
+    cols = {}
+    for name in t.column_names:
+        c = t.column(name)
+        if pa.types.is_dictionary(c.type):
+            c = c.cast(c.type.value_type)
+        cols[name] = c
+    return sorted(repr(sorted(r.items())) for r in pa.table(cols).to_pylist())
+
+
+@pytest.fixture(scope="module")
+def data() -> bytes:
+    return build(Workload(layers=2, steps=3, world_size=2, comm_bytes=1 << 20)).dumps().encode()
+
+
+def _read(data: bytes):
+    return kineto.read_kineto(data, source="t.json")
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_chunked_and_two_process_paths_equal_the_plain_decode(data: bytes, workers: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    if workers == "2" and not sys.platform.startswith("linux"):
+        pytest.skip("the two-process path forks (Linux only)")
+    plain = _read(data)
+    monkeypatch.setattr(kineto, "BATCH_BYTES", 1)
+    monkeypatch.setattr(kineto, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
+    calls = []
+    two = kineto._chunks_two_processes
+    monkeypatch.setattr(kineto, "_chunks_two_processes", lambda *a, **k: calls.append(1) or two(*a, **k))
+    fast = _read(data)
+    assert len(calls) == (1 if workers == "2" else 0)
+    assert len(data) > 8 * kineto.CHUNK_BYTES  # several chunks on each side
+    assert fast.counts == plain.counts and sum(plain.counts.values()) > 1000
+    codes = {d.code for d in fast.diagnostics.items}
+    assert "split-fallback" not in codes, codes
+    assert set(fast.tables) == set(plain.tables)
+    for name, t in plain.tables.items():
+        assert fast.tables[name].num_rows == t.num_rows, name
+        assert _plain(fast.tables[name]) == _plain(t), name
+    assert fast.rank_meta == plain.rank_meta
+
+
+def test_released_pages_read_as_zero_only_in_the_helper() -> None:
+    if not sys.platform.startswith("linux"):
+        pytest.skip("MADV_DONTNEED is Linux only")
+    import os
+
+    data = bytes(range(256)) * (64 * 1024)  # 16 MiB
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the helper: give back the middle, then look at it
+        try:
+            kineto._release_pages(data, 4 << 20, 12 << 20)
+            mid = data[8 << 20: (8 << 20) + 4096]
+            edge = data[:4096] + data[-4096:]
+            ok = mid == bytes(4096) and edge == (bytes(range(256)) * 16) * 2
+            os.write(w, b"1" if ok else b"0")
+        finally:
+            os._exit(0)
+    os.close(w)
+    got = os.read(r, 1)
+    os.waitpid(pid, 0)
+    assert got == b"1"
+    assert data[8 << 20: (8 << 20) + 256] == bytes(range(256))  # the parent's copy is intact
