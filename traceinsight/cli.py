@@ -224,13 +224,16 @@ def _rule_options(f):
               help="6·N (train) or 2·N (infer) FLOPs per token; default: train if backward kernels exist.")
 @click.option("-v", "--verbose", is_flag=True, help="All evidence tables and recommendations.")
 @click.option("--color/--no-color", default=None, help="Colour the terminal output (default: on a TTY).")
+@click.option("--recompute", is_flag=True,
+              help="Recompute the analysis even when the store already holds the result of the "
+                   "same code, rules, thresholds and options (it is cached there by default).")
 @click.pass_context
 def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None,
              md_out: Path | None, html_out: Path | None, fail_on: str,
              rules_dirs: tuple[Path, ...], overrides: tuple[str, ...], device: str | None,
              peak_tflops: float | None, peak_bw: float | None, params: float | None,
              tokens_per_step: float | None, mode: str | None, verbose: bool,
-             color: bool | None) -> None:
+             color: bool | None, recompute: bool) -> None:
     """Why was this run slow? Findings with evidence and advice, ordered by impact.
 
     INPUTS is a trace file, the per-rank files of one run, a folder of them, or a store.
@@ -253,7 +256,8 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
     opts = RooflineOptions(device=device, peak_tflops=peak_tflops, peak_bw_gbs=peak_bw,
                            params=params, tokens_per_step=tokens_per_step, mode=mode)
     result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
-                          command=["traceinsight", *sys.argv[1:]] if sys.argv else [])
+                          command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
+                          cache=not recompute)
     outputs = {}
     if json_out is not None and str(json_out) != "-":
         outputs[json_out] = result.to_json()

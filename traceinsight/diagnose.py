@@ -5,6 +5,10 @@ The library entry point behind the CLI; nothing here prints or writes files.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import os
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -18,6 +22,8 @@ from .engine import SEVERITY_RANK, evaluate, load_rules
 from .metrics import REGISTRY, compute_metrics
 from .metrics.options import RooflineOptions
 from .ingest.metadata import redact_text
+from .devices import ENV_VAR as DEVICES_ENV
+from .resources import code_digest
 from .result import DiagnosisResult, Finding, clean
 from .store import TraceStore
 
@@ -26,11 +32,56 @@ MAX_STEP_ROWS = 4096
 TIMELINE_MAX_ITEMS = 6000
 
 
-@with_plain_strings
 def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
              rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
-             command: Sequence[str] | None = None) -> DiagnosisResult:
+             command: Sequence[str] | None = None, cache: bool = True) -> DiagnosisResult:
+    """Diagnose a store. With ``cache`` a result computed before from the same store by the
+    same code, rules, thresholds and options is read back from the store's ``derived/``
+    folder instead of recomputed (only ``command`` differs); a new result is saved there."""
     rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
+    cmd = [redact_text(str(c)) for c in (command or [])]
+    key = result_key(store, rules, options) if cache else None
+    if key:
+        text = store.read_derived(f"diagnosis-{key}.json")
+        if text:
+            try:
+                return dataclasses.replace(DiagnosisResult.from_dict(json.loads(text)), command=cmd)
+            except Exception:  # a damaged cache file: recompute and overwrite it
+                pass
+    result = _diagnose(store, rules, options, cmd)
+    if key:
+        store.write_derived(f"diagnosis-{key}.json", result.to_json(indent=None))
+    return result
+
+
+def result_key(store: TraceStore, rules: list[Any], options: RooflineOptions | None) -> str | None:
+    """What a diagnosis depends on, hashed: the store's sources, the code, the rules with their
+    thresholds, the options and a user device table. None for a store that is not on disk."""
+    if not store.path.is_dir():
+        return None
+    dev_file = os.environ.get(DEVICES_ENV)
+    dev = ""
+    if dev_file:
+        try:
+            dev = hashlib.sha256(Path(dev_file).read_bytes()).hexdigest()
+        except OSError:
+            dev = "unreadable:" + dev_file
+    parts = {
+        "schema": store.meta.get("schema_version"),
+        "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
+        "tables": store.meta.get("tables"),
+        "code": code_digest(),
+        "rules": [dataclasses.asdict(r) for r in rules],
+        "options": (options or RooflineOptions()).__dict__,
+        "devices": dev,
+    }
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@with_plain_strings
+def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
+              cmd: list[str]) -> DiagnosisResult:
     an = Analysis(store)
     ms = compute_metrics(an, options)
     ev = evaluate(rules, ms, an)
@@ -48,7 +99,7 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
     summary = _summary(an, ms)
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
-        command=[redact_text(str(c)) for c in (command or [])],
+        command=cmd,
         trace=_trace_info(store, an, dev),
         headline=headline(findings, ms.values, an),
         findings=findings,

@@ -25,6 +25,9 @@ from .diagnostics import Diagnostic
 from .errors import StoreError
 
 META_FILE = "meta.json"
+#: sub-folder of cached analysis results (``diagnose`` keys them by code, rules and options)
+DERIVED_DIR = "derived"
+DERIVED_KEEP = 8
 STORE_FORMAT = "traceinsight-store"
 
 
@@ -89,6 +92,37 @@ class TraceStore:
     @property
     def row_counts(self) -> dict[str, int]:
         return dict(self.meta.get("tables", {}))
+
+    # --- derived results (a cache next to the tables; never needed to read the store) -----
+    def read_derived(self, name: str) -> str | None:
+        """The text of ``derived/NAME`` when this store on disk holds it."""
+        f = self.path / DERIVED_DIR / name
+        try:
+            return f.read_text(encoding="utf-8") if self.path.is_dir() else None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def write_derived(self, name: str, text: str) -> bool:
+        """Save ``derived/NAME`` atomically, keeping the newest :data:`DERIVED_KEEP` files.
+
+        Best effort: a read-only or in-memory store just isn't cached (returns False)."""
+        if not (self.path / META_FILE).is_file():
+            return False
+        d = self.path / DERIVED_DIR
+        try:
+            d.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=d)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
+            os.replace(tmp, d / name)
+            old = sorted((p for p in d.iterdir() if not p.name.startswith(".")),
+                         key=lambda p: p.stat().st_mtime, reverse=True)[DERIVED_KEEP:]
+            for p in old:
+                p.unlink(missing_ok=True)
+            return True
+        except OSError:
+            return False
 
 
 def _restore_schema(name: str, t: pa.Table) -> pa.Table:
