@@ -289,7 +289,10 @@ def markdown() -> str:
         "",
         "A store is a directory: one zstd-compressed parquet file per table below plus "
         "`meta.json` (schema version, source file hashes, per-rank trace metadata after the "
-        "allow-list, event counts, ingest diagnostics).",
+        "allow-list, event counts, ingest diagnostics). `diagnose` may add a `derived/` folder "
+        "with cached results (`diagnosis-KEY.json`, the newest 8; KEY hashes the sources, the "
+        "code, the rules and thresholds and the options): a cache, never needed to read the store, "
+        "bypassed with `diagnose --recompute`.",
         "",
     ]
     for t in TABLES.values():
