@@ -37,20 +37,26 @@ def _read(data: bytes):
     return kineto.read_kineto(data, source="t.json")
 
 
-@pytest.mark.parametrize("workers", ["1", "2"])
-def test_chunked_and_two_process_paths_equal_the_plain_decode(data: bytes, workers: str,
+@pytest.mark.parametrize("workers,text_split", [("1", True), ("2", True), ("1", False), ("2", False)])
+def test_chunked_and_two_process_paths_equal_the_plain_decode(data: bytes, workers: str, text_split: bool,
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     if workers == "2" and not sys.platform.startswith("linux"):
         pytest.skip("the two-process path forks (Linux only)")
     plain = _read(data)
     monkeypatch.setattr(kineto, "BATCH_BYTES", 1)
     monkeypatch.setattr(kineto, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(kineto, "BATCH_EVENTS", 500)
+    monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 1)
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
+    if not text_split:  # a layout the text cutter refuses: the raw-event-list path
+        monkeypatch.setattr(kineto, "_fast_split", lambda data, chunk_bytes: None)
     calls = []
-    two = kineto._chunks_two_processes
-    monkeypatch.setattr(kineto, "_chunks_two_processes", lambda *a, **k: calls.append(1) or two(*a, **k))
+    for fn in ("_chunks_two_processes", "_parallel"):
+        real = getattr(kineto, fn)
+        monkeypatch.setattr(kineto, fn, lambda *a, _f=real, _n=fn, **k: calls.append(_n) or _f(*a, **k))
     fast = _read(data)
-    assert len(calls) == (1 if workers == "2" else 0)
+    want = [] if workers == "1" else ["_chunks_two_processes" if text_split else "_parallel"]
+    assert calls == want
     assert len(data) > 8 * kineto.CHUNK_BYTES  # several chunks on each side
     assert fast.counts == plain.counts and sum(plain.counts.values()) > 1000
     codes = {d.code for d in fast.diagnostics.items}

@@ -714,18 +714,28 @@ _SHARED: dict[str, Any] = {}
 def _worker(task: tuple[int, int, int, str]) -> dict[str, Any]:
     """A forked worker: parse ``events[lo:hi]`` into Arrow IPC files, return its state."""
     idx, lo, hi, outdir = task
-    events, base = _SHARED["events"], _SHARED["state"]
-    st = _State(source=base.source, rank=base.rank, base_ns=base.base_ns,
-                exact_text=base.exact_text, diags=DiagnosticLog())
-    collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+    events = _SHARED["events"]
+    st, collectors = _worker_state(_SHARED["state"])
     try:
         _run_batches(events, lo, hi, st, collectors, None)
     except NeedExactText:
         return {"need_exact": True}
+    return _hand_back(st, collectors, outdir, f"w{idx}")
+
+
+def _worker_state(base: "_State") -> tuple["_State", dict[str, "_Columns"]]:
+    st = _State(source=base.source, rank=base.rank, base_ns=base.base_ns,
+                exact_text=base.exact_text, diags=DiagnosticLog())
+    return st, {name: _Columns(st.bad) for name in schema.TABLES}
+
+
+def _hand_back(st: "_State", collectors: dict[str, "_Columns"], outdir: str,
+               prefix: str) -> dict[str, Any]:
+    """A worker's tables as Arrow IPC files in ``outdir`` and its state, for the parent."""
     files = {}
     for name, col in collectors.items():
         t = col.table(name)
-        path = os.path.join(outdir, f"w{idx}_{name}.arrow")
+        path = os.path.join(outdir, f"{prefix}_{name}.arrow")
         with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
             w.write_table(t)
         files[name] = path
@@ -738,10 +748,8 @@ def _worker(task: tuple[int, int, int, str]) -> dict[str, Any]:
 def _chunk_worker(task: tuple[int, int, str]) -> dict[str, Any]:
     """Forked helper: parse chunks ``lo:hi`` of the shared split into Arrow IPC files."""
     lo, hi, outdir = task
-    data, bounds, base = _SHARED["data"], _SHARED["bounds"], _SHARED["state"]
-    st = _State(source=base.source, rank=base.rank, base_ns=base.base_ns,
-                exact_text=base.exact_text, diags=DiagnosticLog())
-    collectors = {name: _Columns(st.bad) for name in schema.TABLES}
+    data, bounds = _SHARED["data"], _SHARED["bounds"]
+    st, collectors = _worker_state(_SHARED["state"])
     _release_pages(data, 0, bounds[lo][0])  # the parent's half
     try:
         n = _run_chunks(data, bounds[lo:hi], st, collectors, None,
@@ -750,17 +758,7 @@ def _chunk_worker(task: tuple[int, int, str]) -> dict[str, Any]:
         return {"need_exact": True}
     except _SplitFailed:
         return {"split_failed": True}
-    files = {}
-    for name, col in collectors.items():
-        t = col.table(name)
-        path = os.path.join(outdir, f"c_{name}.arrow")
-        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
-            w.write_table(t)
-        files[name] = path
-    return {"files": files, "events": n, "counts": st.counts, "bad": st.bad, "tstats": st.tstats,
-            "negative": st.negative_durations, "process_names": st.process_names,
-            "process_labels": st.process_labels, "thread_names": st.thread_names,
-            "diags": st.diags.items}
+    return {**_hand_back(st, collectors, outdir, "c"), "events": n}
 
 
 def _merge_state(st: "_State", r: dict[str, Any]) -> None:
