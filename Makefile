@@ -38,7 +38,7 @@ test: $(VENV)/.dev browser
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.dev
-	$(PY) bench/bench_ingest.py
+	$(PY) bench/bench_ingest.py --repeat 3 --hta-repeat 2
 
 docs: $(VENV)/.base
 	$(PY) -m traceinsight.schema > docs/STORE.md
