@@ -843,15 +843,7 @@ def _parallel(events: list, st: "_State", workers: int,
         if any(r.get("need_exact") for r in results):
             raise NeedExactText()
         for r in results:
-            st.counts.update(r["counts"])
-            st.bad.update(r["bad"])
-            for k in ("rounded", "invalid", "negative"):
-                setattr(st.tstats, k, getattr(st.tstats, k) + getattr(r["tstats"], k))
-            st.negative_durations += r["negative"]
-            st.process_names.update(r["process_names"])
-            st.process_labels.update(r["process_labels"])
-            st.thread_names.update(r["thread_names"])
-            st.diags.extend(r["diags"])
+            _merge_state(st, r)
         tables = {}
         for name in schema.TABLES:
             parts = [pa.ipc.open_file(pa.memory_map(r["files"][name])).read_all() for r in results]
