@@ -11,7 +11,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import click
 
@@ -258,27 +258,43 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
     result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
                           command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
                           cache=not recompute)
-    outputs = {}
-    if json_out is not None and str(json_out) != "-":
-        outputs[json_out] = result.to_json()
-    if md_out is not None:
+    use_color = sys.stdout.isatty() if color is None else color
+
+    def md() -> str:
         from .render.markdown import render_markdown
 
-        outputs[md_out] = render_markdown(result)
-    if html_out is not None:
+        return render_markdown(result)
+
+    def html() -> str:
         from .render.html import render_html
 
-        outputs[html_out] = render_html(result)
+        return render_html(result)
+
+    _emit(json_out, md_out, html_out, as_json=result.to_json, as_md=md, as_html=html,
+          as_text=lambda: render(result, color=use_color, verbose=verbose))
+    _exit_on(ctx, result, fail_on)
+
+
+def _emit(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
+          as_json: Callable[[], str], as_md: Callable[[], str], as_html: Callable[[], str],
+          as_text: Callable[[], str]) -> None:
+    """Write the requested files atomically, then print the terminal view (or the JSON, for
+    ``--json -``) and name the files written on stderr."""
+    outputs = {}
+    if json_out is not None and str(json_out) != "-":
+        outputs[json_out] = as_json()
+    if md_out is not None:
+        outputs[md_out] = as_md()
+    if html_out is not None:
+        outputs[html_out] = as_html()
     for path, text in outputs.items():
         write_atomic(path, text)
     if json_out is not None and str(json_out) == "-":
-        click.echo(result.to_json())
+        click.echo(as_json())
     else:
-        use_color = sys.stdout.isatty() if color is None else color
-        click.echo(render(result, color=use_color, verbose=verbose), nl=False)
+        click.echo(as_text(), nl=False)
         for path in outputs:
             click.echo(f"wrote {path}", err=True)
-    _exit_on(ctx, result, fail_on)
 
 
 def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
@@ -392,25 +408,19 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
     a = _result_of(ctx, before, rules_dirs, overrides, opts)
     b = _result_of(ctx, after, rules_dirs, overrides, opts)
     c = run_compare(a, b, by=by, labels=(before.name, after.name))
-    outputs = {}
-    if json_out is not None and str(json_out) != "-":
-        outputs[json_out] = json.dumps(c, indent=2, default=str)
-    if md_out is not None:
+
+    def md() -> str:
         from .render.markdown import render_compare_markdown
 
-        outputs[md_out] = render_compare_markdown(c)
-    if html_out is not None:
+        return render_compare_markdown(c)
+
+    def html() -> str:
         from .render.html import render_compare_html
 
-        outputs[html_out] = render_compare_html(c)
-    for path, text in outputs.items():
-        write_atomic(path, text)
-    if json_out is not None and str(json_out) == "-":
-        click.echo(json.dumps(c, indent=2, default=str))
-    else:
-        click.echo(render_compare(c, n=top_n), nl=False)
-        for path in outputs:
-            click.echo(f"wrote {path}", err=True)
+        return render_compare_html(c)
+
+    _emit(json_out, md_out, html_out, as_json=lambda: json.dumps(c, indent=2, default=str),
+          as_md=md, as_html=html, as_text=lambda: render_compare(c, n=top_n))
     if fail_if_slower is not None:
         pct = c["step_time"]["p50_delta_pct"]
         if pct is None:
