@@ -85,7 +85,7 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
     an = Analysis(store)
     ms = compute_metrics(an, options)
     ev = evaluate(rules, ms, an)
-    findings = [Finding(**f.to_dict()) for f in ev.findings]
+    findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
     dev = ms.evidence.get("device") or {}
     if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):

@@ -25,6 +25,7 @@ from . import fmt
 from .errors import ConfigError
 from .metrics import REGISTRY, MetricSet
 from .resources import data_dir
+from .result import Finding
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 SEVERITIES = ("high", "medium", "low", "info")
@@ -282,23 +283,6 @@ def _threshold_text(v: float, unit: str) -> str:
     if unit == "ns":
         return fmt.fmt_ns(v)
     return f"{v:g}"
-
-
-@dataclass
-class Finding:
-    rule: str
-    severity: str
-    title: str
-    category: str
-    message: str
-    impact_pct: float | None
-    value: float | None
-    headline: str | None
-    evidence: list[dict[str, Any]]
-    recommendations: list[str]
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
 
 
 @dataclass
