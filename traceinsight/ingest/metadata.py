@@ -12,6 +12,7 @@ from pathlib import PurePath
 from typing import Any
 
 from ..diagnostics import DiagnosticLog
+from ..redact import SECRET_KEY_RE, SECRET_VALUE_RE
 
 DEVICE_KEYS = (
     "id", "name", "totalGlobalMem", "computeMajor", "computeMinor", "numSms", "warpSize",
@@ -26,13 +27,6 @@ VERSION_KEYS = (
 )
 PG_KEYS = ("pg_name", "pg_desc", "backend_config", "pg_size", "ranks")
 
-SECRET_KEY_RE = re.compile(r"(?i)(token|secret|passw|key|auth|cookie|credential)")
-SECRET_VALUE_RE = re.compile(
-    r"(hf_[A-Za-z0-9]{20,}|ghp_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|gh[ousr]_[A-Za-z0-9]{20,}"
-    r"|sk-[A-Za-z0-9_-]{16,}|AKIA[0-9A-Z]{16}|xox[bpars]-[A-Za-z0-9-]{10,}"
-    r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
-    r"|(?<![A-Za-z0-9])[A-Fa-f0-9]{40,}(?![A-Za-z0-9])|(?<![A-Za-z0-9+/])[A-Za-z0-9+/]{48,}={0,2})"
-)
 _HOME_RE = re.compile(r"(/home/|/Users/|/root/|C:\\Users\\)[^/\\\s\"']+")
 REDACTED = "[redacted]"
 _RECORD_COUNTS_RE = re.compile(r"Record counts:.*")

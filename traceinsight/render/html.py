@@ -26,6 +26,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from .. import fmt
+from ..redact import SECRET_KEY_RE, TOKEN_RE
 from ..resources import data_dir
 from ..result import DiagnosisResult
 
@@ -53,11 +54,6 @@ NUMERIC_FORMATS = {"ns", "bytes", "pct", "count", "ratio", "rate_flops", "rate_b
                    "num", "dns", "dpct", "spct"}
 _MORE_ROW = re.compile(r"^\[[\d,]+ more\]$")
 _VERSION_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_SECRET_VALUE = re.compile(
-    r"(hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}|"
-    r"sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{8,}|"
-    r"eyJ[\w\-]{8,}\.[\w\-]{8,}\.[\w\-]{8,})")
-_SECRET_KEY = re.compile(r"(?i)(token|secret|passw(or)?d|api[_-]?key|auth|credential)")
 
 
 # --- public API -------------------------------------------------------------------------------
@@ -316,15 +312,15 @@ def _subtitle(r: DiagnosisResult) -> str:
 
 def _redact(text: Any) -> str:
     """Free text that might quote trace content, with token-looking strings replaced."""
-    return _SECRET_VALUE.sub("***", str(text))
+    return TOKEN_RE.sub("***", str(text))
 
 
 def _command_line(cmd: Sequence[str]) -> str:
     """The command as typed, with anything that looks like a secret replaced by ***."""
     out = []
     for a in cmd or []:
-        a = _SECRET_VALUE.sub("***", str(a))
-        if "=" in a and _SECRET_KEY.search(a.split("=", 1)[0]):
+        a = TOKEN_RE.sub("***", str(a))
+        if "=" in a and SECRET_KEY_RE.search(a.split("=", 1)[0]):
             a = a.split("=", 1)[0] + "=***"
         out.append(a)
     return shlex.join(out) if out else ""
@@ -1151,7 +1147,7 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
     versions = [(str(k), str(v)) for k, v in sorted((t.get("versions") or {}).items())
                 if isinstance(k, str) and _VERSION_KEY.match(k) and not isinstance(v, bool)
                 and isinstance(v, (int, float, str)) and len(str(v)) <= 64
-                and not _SECRET_VALUE.search(str(v))]
+                and not TOKEN_RE.search(str(v))]
     ranks = [int(x) for x in t.get("ranks") or [] if isinstance(x, (int, float))]
     rank_txt = ", ".join(map(str, ranks[:32]))
     if len(ranks) > 32:
