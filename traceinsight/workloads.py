@@ -457,6 +457,10 @@ class _Rank:
         yield start
         end = self.t[tid] - OP_GAP_NS + WRAP_POST_NS
         self.t[tid] = end + OP_GAP_NS
+        self._record_op(name, start, end, tid, dims, types, seq, extra)
+
+    def _record_op(self, name: str, start: int, end: int, tid: int, dims: list | None,
+                   types: list | None, seq: int | None, extra: dict[str, Any]) -> None:
         kw = self._shapes(dims, types)
         if seq is not None:
             kw.update(seq=seq, fwd_tid=int(self.in_backward))
@@ -509,11 +513,7 @@ class _Rank:
             c = self.launch(k, c, tid)
         end = c + (OP_TAIL_NS if kernels else 0)
         self.t[tid] = end + OP_GAP_NS
-        kw = self._shapes(dims, types)
-        if seq is not None:
-            kw.update(seq=seq, fwd_tid=int(self.in_backward))
-        self._rec(start, end - start,
-                  partial(self.b.op, name, start, end - start, tid=tid, **kw, **extra))
+        self._record_op(name, start, end, tid, dims, types, seq, extra)
         return start, key
 
     def cpu(self, ns: int, tid: int | None = None) -> None:
