@@ -18,6 +18,7 @@ Everything about the Kineto format lives here; the store schema knows nothing of
 
 from __future__ import annotations
 
+import functools
 import gc
 import itertools
 import operator
@@ -645,7 +646,9 @@ def _run_chunks(data: bytes, bounds: list[tuple[int, int]], st: "_State",
     return n
 
 
+@functools.cache
 def _madvise() -> Callable[..., int] | None:
+    """libc's madvise, looked up once (None off Linux)."""
     if not sys.platform.startswith("linux"):
         return None
     try:
