@@ -259,8 +259,7 @@ def compare_headline(c: dict[str, Any]) -> str:
         lead = f"After is {abs(pct):.1f}% {word} per step ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)})"
     tops = [x for x in c["contributors"] if x["delta_ns"] != 0][:3]
     if tops:
-        parts = [f"{x['name']} {'+' if x['delta_ns'] > 0 else '−'}{fmt.fmt_ns(abs(x['delta_ns']))}"
-                 for x in tops]
+        parts = [f"{x['name']} {fmt.signed_ns(x['delta_ns'])}" for x in tops]
         lead += "; largest changes per step: " + ", ".join(parts)
     return lead + "."
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import shutil
 from typing import Any, Sequence
 
@@ -126,3 +127,24 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
 
     sep = "  ".join("─" * w for w in widths)
     return "\n".join([line(headers), sep] + [line(r) for r in cells])
+
+
+def signed_ns(v: Any) -> str:
+    """A change of time with its sign: ``+1.20 ms``, ``−350 µs``, ``0``."""
+    if v is None:
+        return "–"
+    x = float(v)
+    if not math.isfinite(x):
+        return "–"
+    if x == 0:
+        return "0"
+    return ("+" if x > 0 else "−") + fmt_ns(abs(x))
+
+
+def signed_pct(p: Any, digits: int = 1) -> str:
+    if p is None:
+        return "–"
+    x = float(p)
+    if not math.isfinite(x):
+        return "–"
+    return f"{x:+.{digits}f}%".replace("-", "−")

@@ -26,6 +26,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
 from .. import fmt
+from ..fmt import signed_ns, signed_pct
 from ..redact import SECRET_KEY_RE, TOKEN_RE
 from ..resources import data_dir
 from ..result import DiagnosisResult
@@ -1204,27 +1205,6 @@ def render_compare_html(c: dict[str, Any]) -> str:
     csp = ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
            "form-action 'none'; script-src 'sha256-" + _sha256_b64(js) + "'")
     return _env().get_template("compare.html").render(view=view, payload=payload, csp=csp)
-
-
-def signed_ns(v: Any) -> str:
-    """A change of time with its sign: ``+1.20 ms``, ``−350 µs``, ``0``."""
-    if v is None:
-        return "–"
-    x = float(v)
-    if not math.isfinite(x):
-        return "–"
-    if x == 0:
-        return "0"
-    return ("+" if x > 0 else "−") + fmt.fmt_ns(abs(x))
-
-
-def signed_pct(p: Any, digits: int = 1) -> str:
-    if p is None:
-        return "–"
-    x = float(p)
-    if not math.isfinite(x):
-        return "–"
-    return f"{x:+.{digits}f}%".replace("-", "−")
 
 
 def _tone(delta: Any, pct: Any = None, *, more_is_better: bool = False,

@@ -150,20 +150,6 @@ def _summary(r: DiagnosisResult) -> list[str]:
 COMPARE_TOP_N = 10
 
 
-def _sns(v: Any) -> str:
-    """A change of time with its sign (``+1.20 ms``, ``−350 µs``)."""
-    if v is None:
-        return "–"
-    x = float(v)
-    if x == 0:
-        return "0"
-    return ("+" if x > 0 else "−") + fmt.fmt_ns(abs(x))
-
-
-def _spct(p: Any) -> str:
-    return "–" if p is None else f"{float(p):+.1f}%".replace("-", "−")
-
-
 def render_compare_markdown(c: dict[str, Any]) -> str:
     """A compact ticket body of a compare (the dict of ``traceinsight.compare.compare``): the
     headline, step time before / after, the top contributors with signed deltas, findings that
@@ -194,12 +180,12 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         if va is None and vb is None:
             continue
         d = None if va is None or vb is None else vb - va
-        rows.append([f"step time {q}", fmt.fmt_ns(va), fmt.fmt_ns(vb), _sns(d),
-                     _spct(100.0 * d / va) if d is not None and va else "–"])
+        rows.append([f"step time {q}", fmt.fmt_ns(va), fmt.fmt_ns(vb), fmt.signed_ns(d),
+                     fmt.signed_pct(100.0 * d / va) if d is not None and va else "–"])
     t = c.get("throughput")
     if t:
         rows.append(["steps / s", f"{t['before_steps_per_s']:.4g}", f"{t['after_steps_per_s']:.4g}",
-                     f"×{t['ratio']:.3f}", _spct(t.get("delta_pct"))])
+                     f"×{t['ratio']:.3f}", fmt.signed_pct(t.get("delta_pct"))])
     if rows:
         lines += _table(["", "before", "after", "delta", "%"], rows, "lrrrr") + [""]
     else:
@@ -210,13 +196,13 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         total = c.get("total_delta_ns") or 0
         lines += [f"**Top contributors** to the change of the mean step "
                   f"({fmt.fmt_ns(c.get('before_step_ns'))} → {fmt.fmt_ns(c.get('after_step_ns'))}, "
-                  f"{_sns(total)}; they add up exactly), per step:", ""]
+                  f"{fmt.signed_ns(total)}; they add up exactly), per step:", ""]
         top, rest = contrib[:COMPARE_TOP_N], contrib[COMPARE_TOP_N:]
         rows = [[esc(x.get("kind")), code(x.get("name"), 70), fmt.fmt_ns(x.get("before_ns")),
-                 fmt.fmt_ns(x.get("after_ns")), _sns(x.get("delta_ns"))] for x in top]
+                 fmt.fmt_ns(x.get("after_ns")), fmt.signed_ns(x.get("delta_ns"))] for x in top]
         if rest:
             rows.append(["", f"{len(rest)} others", "", "",
-                         _sns(sum(x["delta_ns"] for x in rest))])
+                         fmt.signed_ns(sum(x["delta_ns"] for x in rest))])
         lines += _table(["kind", "name", "before", "after", "delta"], rows, "llrrr") + [""]
     elif c.get("contributors"):
         lines += ["No contributor changed: both sides spend the same time per step on each.", ""]
