@@ -18,7 +18,7 @@ records, not hundreds of tiny ones) and holds, like a real trace of that kind:
 * the AdamW step (``_foreach_*`` ops and ``multi_tensor_apply`` kernels) and a final
   ``aten::item`` that copies the loss to the host and synchronises.
 
-Every event is made by the project's own builder, ``traceinsight.synth.KinetoTraceBuilder``,
+Every event is made by the project's own builder, ``tracegen.synth.KinetoTraceBuilder``,
 and written out one step at a time (the builder's event list is flushed and cleared after each
 step), so memory stays flat whatever ``--size-mb`` is. The builder's op stack is kept to the
 currently open ops, so its enclosing-op look-up stays O(depth).
@@ -40,7 +40,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the checkout's traceinsight, also when not installed
 
-from traceinsight.synth import KinetoTraceBuilder, _dumps, _dur, _us  # noqa: E402
+from tracegen.synth import KinetoTraceBuilder, _dumps, _dur, _us  # noqa: E402
 
 MAIN_TID = 2_381_447
 BWD_TID = 2_381_702

@@ -1,6 +1,6 @@
 """Write the bundled synthetic GPU-shaped sample traces (deterministic bytes).
 
-Every file comes from a named scenario in :mod:`traceinsight.workloads` (``PRESETS``); the
+Every file comes from a named scenario in :mod:`tracegen.workloads` (``PRESETS``); the
 bottleneck of each is known by construction. Run from a checkout::
 
     python sample_traces/make_samples.py            # (re)write the samples next to this script
@@ -23,7 +23,7 @@ REPO = HERE.parent
 if str(REPO) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
-from traceinsight.workloads import PRESETS, build, build_ranks
+from tracegen.workloads import PRESETS, build, build_ranks
 
 MAX_BYTES = 2 * 1024 * 1024
 

@@ -12,7 +12,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.attribution import UNATTRIBUTED
 from traceinsight.ingest import ingest, load
 from traceinsight.render.top import render_top
-from traceinsight.synth import KinetoTraceBuilder
+from tracegen.synth import KinetoTraceBuilder
 
 BWD_TID = 4300
 

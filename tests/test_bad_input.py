@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import KINETO, invoke, requires_corpus
-from traceinsight.synth import KinetoTraceBuilder
+from tracegen.synth import KinetoTraceBuilder
 
 
 def small_trace() -> str:

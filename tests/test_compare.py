@@ -11,7 +11,7 @@ from conftest import KINETO, invoke, requires_corpus
 from traceinsight.compare import compare
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest, load
-from traceinsight.synth import KinetoTraceBuilder
+from tracegen.synth import KinetoTraceBuilder
 
 STEPS = 4
 US = 1_000

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from conftest import KINETO, requires_corpus
-from traceinsight.flops import (
+from traceinsight.metrics.flops import (
     COMPOSITE_OPS, PEAK_DTYPE_FOR, OpCost, bytes_per_element, dtype_of, is_composite,
     is_modelled, modelled_ops, op_cost, roof_dtype,
 )

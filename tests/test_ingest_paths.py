@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 from traceinsight.ingest import kineto
-from traceinsight.workloads import Workload, build
+from tracegen.workloads import Workload, build
 
 
 def _plain(t: pa.Table) -> list[str]:

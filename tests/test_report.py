@@ -25,7 +25,7 @@ from traceinsight.ingest import ingest
 from traceinsight.render.html import build_view, render_html
 from traceinsight.render.markdown import esc, render_markdown
 from traceinsight.result import DiagnosisResult
-from traceinsight.synth import KinetoTraceBuilder
+from tracegen.synth import KinetoTraceBuilder
 
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_OP = "<img src=x onerror=alert(1)>"

@@ -1,6 +1,6 @@
 """Rules against synthetic traces with known bottlenecks (tests/rules/cases/<rule>.yaml).
 
-Each case names a trace (a `traceinsight.workloads` preset with knob overrides, or a builder
+Each case names a trace (a `tracegen.workloads` preset with knob overrides, or a builder
 below), optional `set:` threshold overrides, and what must happen: whether the rule fires, its
 severity, its status when it does not fire, and measured metric values. Traces are built,
 ingested and measured once per session; each case re-evaluates the rules only.
@@ -18,12 +18,13 @@ import pytest
 import yaml
 
 from conftest import REPO
-from traceinsight import workloads
+from tracegen import workloads
 from traceinsight.analysis import Analysis
-from traceinsight.engine import SEVERITY_RANK, evaluate, load_rules
+from traceinsight.engine import evaluate, load_rules
+from traceinsight.result import SEVERITY_RANK
 from traceinsight.ingest import ingest
 from traceinsight.metrics import compute_metrics
-from traceinsight.synth import KinetoTraceBuilder
+from tracegen.synth import KinetoTraceBuilder
 
 CASES_DIR = Path(__file__).parent / "rules" / "cases"
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,

@@ -13,7 +13,7 @@ from traceinsight import schema
 from traceinsight.errors import StoreError
 from traceinsight.ingest import ingest, load
 from traceinsight.store import TraceStore
-from traceinsight.synth import KinetoTraceBuilder
+from tracegen.synth import KinetoTraceBuilder
 
 FAKE_TOKEN = "hf_FAKEtokenFAKEtokenFAKEtoken1234"
 

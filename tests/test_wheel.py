@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO
-from traceinsight.synth import KinetoTraceBuilder
+from tracegen.synth import KinetoTraceBuilder
 
 
 def run(args: list, **kw) -> subprocess.CompletedProcess:

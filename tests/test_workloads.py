@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from traceinsight.synth import DEVICE_PRESETS
-from traceinsight.workloads import PRESETS, GiB, Workload, build, build_ranks
+from tracegen.synth import DEVICE_PRESETS
+from tracegen.workloads import PRESETS, GiB, Workload, build, build_ranks
 
 Trace = dict[str, Any]
 Event = dict[str, Any]
@@ -251,7 +251,7 @@ def test_other_workloads_are_well_formed(name: str) -> None:
 
 def test_full_launch_queue_blocks_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a queue of 48 launches (CUDA's is ~1024; a short trace never fills that)
-    monkeypatch.setattr("traceinsight.workloads.LAUNCH_QUEUE_DEPTH", 48)
+    monkeypatch.setattr("tracegen.workloads.LAUNCH_QUEUE_DEPTH", 48)
     w = Workload(steps=4, layers=1, slow_step_every=4, slow_step_extra_ns=2_000_000)
     d = _load(build(w))
     assert_well_formed(d, w)

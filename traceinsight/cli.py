@@ -300,7 +300,7 @@ def _emit(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
 def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
     if fail_on == "never":
         return
-    from .engine import SEVERITY_RANK
+    from .result import SEVERITY_RANK
 
     limit = SEVERITY_RANK[fail_on]
     hit = [f for f in result.findings if SEVERITY_RANK.get(f.severity, 9) <= limit]

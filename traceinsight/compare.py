@@ -19,9 +19,8 @@ from fractions import Fraction
 from typing import Any
 
 from . import __version__, fmt
-from .analysis.rollups import NO_MODULE
-from .engine import SEVERITY_RANK
-from .result import DiagnosisResult
+from .result import SEVERITY_RANK, DiagnosisResult
+from .vocab import NO_MODULE
 
 COMPARE_SCHEMA = "traceinsight.compare"
 COMPARE_VERSION = 1

@@ -17,15 +17,15 @@ import pandas as pd
 
 from . import __version__, fmt
 from .analysis import Analysis, with_plain_strings
-from .analysis.rollups import NO_MODULE
-from .engine import SEVERITY_RANK, evaluate, load_rules
+from .engine import evaluate, load_rules
 from .metrics import REGISTRY, compute_metrics
 from .metrics.options import RooflineOptions
 from .ingest.metadata import redact_text
 from .devices import ENV_VAR as DEVICES_ENV
 from .resources import code_digest
-from .result import DiagnosisResult, Finding, clean
+from .result import SEVERITY_RANK, DiagnosisResult, Finding, clean
 from .store import TraceStore
+from .vocab import NO_MODULE
 
 MAX_ROWS = 500
 MAX_STEP_ROWS = 4096

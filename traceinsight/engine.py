@@ -25,11 +25,9 @@ from . import fmt
 from .errors import ConfigError
 from .metrics import REGISTRY, MetricSet
 from .resources import data_dir
-from .result import Finding
+from .result import SEVERITIES, SEVERITY_RANK, Finding, finding_sort_key
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-SEVERITIES = ("high", "medium", "low", "info")
-SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
 CATEGORIES = ("compute", "memory", "comm", "host", "input", "precision", "jitter", "data", "gpu")
 OPS: dict[str, Callable[[float, float], bool]] = {
     ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
@@ -354,7 +352,7 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
         except Exception as e:  # noqa: BLE001 - a crashing rule is recorded, others still run
             errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc(limit=5)})
-    findings.sort(key=lambda f: (-(f.impact_pct or 0.0), SEVERITY_RANK[f.severity], f.rule))
+    findings.sort(key=finding_sort_key)
     return Evaluation(findings, statuses, errors)
 
 

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import pandas as pd
 
 from .metrics import MetricSet
+from .vocab import NO_MODULE
 
 Provider = Callable[[MetricSet, Any, dict[str, Any]], list[dict[str, Any]]]
 PROVIDERS: dict[str, Provider] = {}
@@ -99,7 +100,7 @@ def _top_layers(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     if an is None:
         return []
     df = an.rollup("layer")
-    df = df[df["module"] != "[no module]"].head(int(p.get("n", 5)))
+    df = df[df["module"] != NO_MODULE].head(int(p.get("n", 5)))
     rows = [[r.module, int(r.forward_ns), int(r.backward_ns), int(r.total_ns), float(r.share_pct)]
             for r in df.itertuples()]
     return [table("Top layers", [("module", "text"), ("forward", "ns"), ("backward", "ns"),

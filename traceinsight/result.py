@@ -17,6 +17,20 @@ from .errors import InputError
 RESULT_SCHEMA = "traceinsight.diagnosis"
 RESULT_VERSION = 1
 
+#: finding severities, most severe first
+SEVERITIES = ("high", "medium", "low", "info")
+SEVERITY_RANK = {s: i for i, s in enumerate(SEVERITIES)}
+
+
+def severity_rank(severity: str) -> int:
+    """0 for high .. 3 for info; an unknown severity sorts after info."""
+    return SEVERITY_RANK.get(severity, len(SEVERITIES))
+
+
+def finding_sort_key(f: "Finding") -> tuple[float, int, str]:
+    """The one finding order: estimated impact first, then severity, then rule id."""
+    return (-(f.impact_pct or 0.0), severity_rank(f.severity), f.rule)
+
 
 @dataclass
 class Finding:

@@ -11,7 +11,8 @@ from functools import cached_property, wraps
 import pandas as pd
 
 from ..store import TraceStore
-from .attribution import UNATTRIBUTED, Attribution, StepWindow, attribute
+from ..vocab import UNATTRIBUTED
+from .attribution import Attribution, StepWindow, attribute
 from .breakdown import Breakdown, WindowBreakdown, breakdown
 from . import rollups
 

@@ -31,10 +31,9 @@ import pandas as pd
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
 from . import categories
+from ..vocab import NO_MODULE, UNATTRIBUTED
 from .intervals import Nesting, take
 
-UNATTRIBUTED = "[unattributed]"
-NO_MODULE = "[no module]"
 GRAPH_REPLAY = "[graph replay]"
 BWD_PREFIX = "autograd::engine::evaluate_function:"
 GRAPH_LAUNCH_NAMES = ("GraphLaunch",)

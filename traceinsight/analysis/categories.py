@@ -12,9 +12,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-#: the kernel classes, in display order
-CLASSES = ("gemm", "attention", "convolution", "elementwise", "reduction", "communication",
-           "memory", "other")
+from ..vocab import CLASSES
+
 
 #: (class, pattern) pairs; order matters (first match wins)
 KERNEL_PATTERNS: tuple[tuple[str, str], ...] = (

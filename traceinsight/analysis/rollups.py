@@ -12,10 +12,10 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from .attribution import UNATTRIBUTED, Attribution
+from ..vocab import NO_MODULE, UNATTRIBUTED
+from .attribution import Attribution
 from .breakdown import Breakdown
 
-NO_MODULE = "[no module]"
 NO_ANNOTATION = "[no annotation]"
 
 

@@ -1,6 +1,6 @@
 """Roofline, MFU and precision metrics from per-op FLOPs and bytes (shapes and dtypes).
 
-For every op instance that launched kernels, :func:`traceinsight.flops.op_cost` models FLOPs and
+For every op instance that launched kernels, :func:`traceinsight.metrics.flops.op_cost` models FLOPs and
 ideal bytes from ``Input Dims``/``Input type``; its device time is the sum of its kernels. Against
 the device's roofs (peak FLOP/s of the op's dtype, memory bandwidth): arithmetic intensity
 AI = FLOPs / bytes; ridge = peak / bandwidth; roof = min(peak, AI x bandwidth); achieved =
@@ -198,7 +198,7 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     kn = has["name"].astype(object).to_numpy()
     tc = has.assign(tc=name_matches(kn, TENSOR_CORE_RE) & ~name_matches(kn, FP32_GEMM_RE))
     agg["tensor_core"] = tc.groupby("op_idx")["tc"].any()
-    from .. import flops
+    from . import flops
 
     ops = an.attribution.ops.loc[agg.index]
     key = ops[["name", "input_dims", "input_types", "concrete_inputs", "flops"]].astype(object)

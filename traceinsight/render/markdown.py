@@ -12,10 +12,9 @@ import re
 from typing import Any, Sequence
 
 from .. import fmt
-from ..result import DiagnosisResult
+from ..result import DiagnosisResult, finding_sort_key
 
 SEV_LABEL = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW", "info": "INFO"}
-SEV_RANK = {"high": 0, "medium": 1, "low": 2, "info": 3}
 TOP_N = 8
 
 _PROSE = re.compile(r"([\\`*\[\]<>|#~])")
@@ -64,7 +63,7 @@ def render_markdown(result: DiagnosisResult) -> str:
     lines += [" · ".join(facts), ""]
 
     fs = sorted(r.findings,
-                key=lambda f: (-(f.impact_pct or 0.0), SEV_RANK.get(f.severity, 9), f.rule))
+                key=finding_sort_key)
     if fs:
         lines += [f"**Findings ({len(fs)})**, by the share of step time they could recover:", ""]
         for i, f in enumerate(fs, 1):

@@ -2,7 +2,7 @@
 
 A :class:`Workload` describes a transformer training loop (model size, dtype, device, host
 behaviour, communication, memory); :func:`build` simulates it and writes the Kineto events a
-profiler would have recorded, through :class:`~traceinsight.synth.KinetoTraceBuilder`.
+profiler would have recorded, through :class:`~tracegen.synth.KinetoTraceBuilder`.
 Nothing is drawn from the clock or an unseeded generator: the same ``Workload`` always gives the
 same bytes.
 
@@ -42,7 +42,7 @@ metadata for the autograd thread and the streams, sets real CUPTI ``cbid`` value
 
 Use::
 
-    from traceinsight.workloads import PRESETS, Workload, build, build_ranks
+    from tracegen.workloads import PRESETS, Workload, build, build_ranks
     build(PRESETS["launch_bound"]).write("t.json.gz")
     for r, b in enumerate(build_ranks(PRESETS["straggler"])):
         b.write(f"rank-{r}.json.gz")
@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from traceinsight.synth import DEVICE_PRESETS, KinetoTraceBuilder, _us
+from tracegen.synth import DEVICE_PRESETS, KinetoTraceBuilder, _us
 
 MiB = 1 << 20
 GiB = 1 << 30
