@@ -18,7 +18,8 @@ import pandas as pd
 from . import __version__, fmt
 from .analysis import Analysis, with_plain_strings
 from .engine import evaluate, load_rules
-from .metrics import REGISTRY, compute_metrics
+from .metrics import REGISTRY, compute_metrics, coverage_table
+from .metrics.mode import mode_of
 from .metrics.options import RooflineOptions
 from .ingest.metadata import redact_text
 from .devices import ENV_VAR as DEVICES_ENV
@@ -100,14 +101,15 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
-        trace=_trace_info(store, an, dev),
+        trace={**_trace_info(store, an, dev), "mode": mode_of(ms.values)},
         headline=headline(findings, ms.values, an),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],
         rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
         summary=summary,
         metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
-                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()}},
+                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()},
+                 "coverage": coverage_table(ms.values)},
         breakdown=_breakdown(an),
         rollups={**_rollups(an), "step_basis": _step_basis(an, ms)},
         roofline=ms.evidence.get("roofline") or _roofline_why(ms),

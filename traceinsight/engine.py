@@ -7,6 +7,13 @@ validated on load: unknown keys, undeclared metrics, thresholds without help or 
 fields that do not exist are errors naming the file. A rule whose metrics are missing is not
 evaluated and says which capture option would enable it; a rule that crashes is recorded and
 the others still run.
+
+Advice and wording can depend on the run: a recommendation (or a part of the message) is a
+string or ``{text: "...", if: [conditions]}``, given only when all its conditions hold (a
+condition on a metric that was not measured does not hold), so training-only advice can
+require ``is_training == 1``. A rule whose evidence rests on modelled work declares
+``confidence: {metric, min_for_high, min_for_medium}``: below those coverages its severity is
+capped and the message says on how much of the run it rests.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import yaml
 
 from . import fmt
 from .errors import ConfigError
-from .metrics import REGISTRY, MetricSet
+from .metrics import LOWER_BOUND_BELOW_PCT, REGISTRY, MetricSet
 from .resources import data_dir
 from .result import SEVERITIES, SEVERITY_RANK, Finding, finding_sort_key
 
@@ -35,7 +42,8 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 }
 RULE_KEYS = {"id", "title", "category", "summary", "applies_if", "fires_if", "severity",
              "thresholds", "impact", "value", "message", "headline", "evidence",
-             "recommendations", "doc"}
+             "recommendations", "confidence", "doc"}
+CONFIDENCE_KEYS = {"metric", "min_for_high", "min_for_medium"}
 REQUIRED = {"id", "title", "category", "fires_if", "thresholds", "message", "recommendations", "doc"}
 _ID_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 
@@ -59,6 +67,52 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class Text:
+    """A recommendation or message part, given only when all of ``when`` hold."""
+
+    text: str
+    when: tuple[Condition, ...] = ()
+
+    def applies(self, values: dict[str, float | None], thresholds: dict[str, float]) -> bool:
+        return all(c.holds(values, thresholds) for c in self.when)
+
+    def describe(self, thresholds: dict[str, float]) -> str:
+        if not self.when:
+            return self.text
+        return self.text + " (when " + " and ".join(c.text(thresholds) for c in self.when) + ")"
+
+
+@dataclass(frozen=True)
+class Confidence:
+    """The coverage a rule's evidence rests on, and the coverage each severity needs."""
+
+    metric: str
+    min_for_high: float | str  #: a number or a threshold name
+    min_for_medium: float | str
+
+    def limits(self, thresholds: dict[str, float]) -> tuple[float, float]:
+        def get(x: float | str) -> float:
+            return thresholds[x] if isinstance(x, str) else float(x)
+        return get(self.min_for_high), get(self.min_for_medium)
+
+    def cap(self, level: str, values: dict[str, float | None],
+            thresholds: dict[str, float]) -> tuple[str, str | None]:
+        """The severity after the cap, and the reason when it was lowered."""
+        cov = values.get(self.metric)
+        hi, med = self.limits(thresholds)
+        allowed = "high" if cov is not None and cov >= hi else \
+            "medium" if cov is not None and cov >= med else "low"
+        if SEVERITY_RANK[level] >= SEVERITY_RANK[allowed]:
+            return level, None
+        need = hi if allowed == "medium" else med
+        shown = "an unknown share" if cov is None else format_value(self.metric, cov)
+        doc = REGISTRY[self.metric].doc
+        return allowed, (f"Severity capped at {allowed} (would be {level}): the finding rests on "
+                         f"{shown} ({self.metric}: {doc}), below the {fmt.fmt_pct(need, 0)} "
+                         f"needed for {'high' if allowed == 'medium' else 'medium'}.")
+
+
+@dataclass(frozen=True)
 class Threshold:
     name: str
     default: float
@@ -78,12 +132,13 @@ class Rule:
     thresholds: dict[str, Threshold]
     impact: dict[str, Any] | None
     value: str | None
-    message: str
+    message: list[Text]
     headline: str | None
     evidence: list[Any]
-    recommendations: list[str]
+    recommendations: list[Text]
     doc: dict[str, str]
     source: str
+    confidence: Confidence | None = None
     overrides: dict[str, float] = field(default_factory=dict)
 
     def threshold_values(self) -> dict[str, float]:
@@ -95,6 +150,10 @@ class Rule:
             names += [c.metric for c in conds]
         if self.impact:
             names.append(self.impact["metric"])
+        if self.confidence:
+            names.append(self.confidence.metric)
+        for t in self.message + self.recommendations:
+            names += [c.metric for c in t.when]
         return list(dict.fromkeys(names))
 
 
@@ -116,6 +175,46 @@ def _cond(raw: Any, where: str, thresholds: dict[str, Any]) -> Condition:
     if "value" in raw and not isinstance(raw["value"], (int, float)):
         raise ConfigError(f"{where}: value must be a number")
     return Condition(m, op, raw.get("threshold"), float(raw["value"]) if "value" in raw else None)
+
+
+def _texts(raw: Any, what: str, source: str, thresholds: dict[str, Any]) -> list[Text]:
+    """``recommendations`` / ``message``: a string, or a list of strings and
+    ``{text: ..., if: [conditions]}`` entries."""
+    items = [raw] if isinstance(raw, str) and what == "message" else raw
+    if not isinstance(items, list) or not items:
+        raise ConfigError(f"{what} must be a non-empty list of strings or {{text, if}} entries",
+                          path=source)
+    out = []
+    for item in items:
+        if isinstance(item, str):
+            out.append(Text(item))
+            continue
+        if not isinstance(item, dict) or set(item) - {"text", "if"} or \
+                not isinstance(item.get("text"), str) or not isinstance(item.get("if"), list) \
+                or not item["if"]:
+            raise ConfigError(f"{what}: an entry is a string or {{text: \"...\", if: [conditions]}}"
+                              f", got {item!r}", path=source)
+        out.append(Text(item["text"], tuple(_cond(c, f"{source}: {what}", thresholds)
+                                            for c in item["if"])))
+    return out
+
+
+def _confidence(raw: Any, source: str, thresholds: dict[str, Any]) -> Confidence | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != CONFIDENCE_KEYS:
+        raise ConfigError("confidence is {metric: <coverage metric, %>, min_for_high: N, "
+                          "min_for_medium: N} (numbers or threshold names)", path=source)
+    if raw["metric"] not in REGISTRY or REGISTRY[raw["metric"]].unit != "%":
+        raise ConfigError(f"confidence.metric must be a declared % metric, got {raw['metric']!r}",
+                          path=source)
+    for k in ("min_for_high", "min_for_medium"):
+        v = raw[k]
+        if isinstance(v, str) and v not in thresholds or not isinstance(v, (str, int, float)):
+            raise ConfigError(f"confidence.{k} must be a number or a threshold name, got {v!r}",
+                              path=source)
+    return Confidence(raw["metric"], *(x if isinstance(x, str) else float(x) for x in
+                                       (raw["min_for_high"], raw["min_for_medium"])))
 
 
 def parse_rule(data: Any, source: str) -> Rule:
@@ -167,14 +266,16 @@ def parse_rule(data: Any, source: str) -> Rule:
         id=rid, title=str(data["title"]), category=data["category"],
         summary=str(data.get("summary") or data["title"]), applies_if=applies, fires_if=fires,
         severity=ladder, thresholds=thresholds, impact=impact, value=value,
-        message=str(data["message"]), headline=data.get("headline"),
+        message=_texts(data["message"], "message", source, th_raw), headline=data.get("headline"),
         evidence=list(data.get("evidence") or []),
-        recommendations=[str(r) for r in data["recommendations"]],
-        doc={k: str(v) for k, v in (data.get("doc") or {}).items()}, source=source)
+        recommendations=_texts(data["recommendations"], "recommendations", source, th_raw),
+        doc={k: str(v) for k, v in (data.get("doc") or {}).items()}, source=source,
+        confidence=_confidence(data.get("confidence"), source, th_raw))
     for k in ("symptom", "why", "fix"):
         if not rule.doc.get(k):
             raise ConfigError(f"doc.{k} is missing", path=source)
-    for text in [rule.message, rule.headline or ""] + rule.recommendations:
+    texts = [t.text for t in rule.message + rule.recommendations]
+    for text in [rule.headline or ""] + texts:
         for _, fname, _, _ in string.Formatter().parse(text):
             if fname and fname not in REGISTRY and fname not in thresholds:
                 raise ConfigError(f"text field {{{fname}}} is neither a metric nor a threshold",
@@ -246,10 +347,21 @@ def format_value(metric: str, v: float | None) -> str:
     return f"{v:.3g}"
 
 
+def lower_bound_prefix(metric: str, values: dict[str, float | None]) -> str:
+    """"≥ " for a metric that only grows with its coverage (MFU, achieved FLOP/s) when that
+    coverage is below :data:`LOWER_BOUND_BELOW_PCT`: the value shown is a lower bound."""
+    info = REGISTRY.get(metric)
+    if info is None or not info.lower_bound or not info.coverage:
+        return ""
+    cov = values.get(info.coverage)
+    return "≥ " if cov is None or cov < LOWER_BOUND_BELOW_PCT else ""
+
+
 def render_text(text: str, values: dict[str, float | None], thresholds: dict[str, float],
                 rule: Rule) -> str:
     """Fill ``{metric}`` / ``{threshold}`` fields: plain fields are formatted by unit, fields with
-    a format spec (``{x:.1f}``) use it on the raw number."""
+    a format spec (``{x:.1f}``) use it on the raw number. A lower-bound metric resting on too
+    little modelled work is shown as ``≥ value``."""
     out = []
     for literal, fname, spec, _conv in string.Formatter().parse(text):
         out.append(literal)
@@ -266,7 +378,7 @@ def render_text(text: str, values: dict[str, float | None], thresholds: dict[str
         elif spec:
             out.append(format(v, spec))
         elif unit_name:
-            out.append(format_value(unit_name, v))
+            out.append(lower_bound_prefix(unit_name, values) + format_value(unit_name, v))
         else:
             th = rule.thresholds[fname]
             out.append(_threshold_text(v, th.unit))
@@ -328,6 +440,9 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                     f"(fires at {c.op} {format_value(c.metric, c.limit(th))})" for c in rule.fires_if)))
                 continue
             level = next(lv for lv, conds in rule.severity if all(c.holds(values, th) for c in conds))
+            capped = None
+            if rule.confidence:
+                level, capped = rule.confidence.cap(level, values, th)
             impact = None  # rules about memory (not step time) estimate no time impact
             if rule.impact:
                 v = values.get(rule.impact["metric"]) or 0.0
@@ -337,23 +452,47 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                          "display": format_value(c.metric, values.get(c.metric)),
                          "op": c.op, "threshold": c.limit(th),
                          "threshold_display": format_value(c.metric, c.limit(th)),
-                         "threshold_name": c.threshold}
+                         "threshold_name": c.threshold, **_coverage_of(c.metric, values)}
                         for c in rule.fires_if]
             evidence = [{"kind": "measurements", "title": "Measured vs threshold", "rows": measured}]
             evidence += build_evidence(rule.evidence, ms, context)
+            message = " ".join(render_text(t.text, values, th, rule) for t in rule.message
+                               if t.applies(values, th))
+            if capped:
+                message += " " + capped
             findings.append(Finding(
                 rule=rule.id, severity=level, title=rule.title, category=rule.category,
-                message=render_text(rule.message, values, th, rule),
+                message=message,
                 impact_pct=impact,
                 value=values.get(rule.value) if rule.value else None,
                 headline=render_text(rule.headline, values, th, rule) if rule.headline else None,
                 evidence=evidence,
-                recommendations=[render_text(r, values, th, rule) for r in rule.recommendations]))
+                recommendations=[render_text(r.text, values, th, rule)
+                                 for r in rule.recommendations if r.applies(values, th)],
+                confidence=_confidence_of(rule, values, th, capped)))
         except Exception as e:  # noqa: BLE001 - a crashing rule is recorded, others still run
             errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc(limit=5)})
     findings.sort(key=finding_sort_key)
     return Evaluation(findings, statuses, errors)
+
+
+def _coverage_of(metric: str, values: dict[str, float | None]) -> dict[str, Any]:
+    """For a metric resting on modelled work: the metric giving its coverage and its value."""
+    info = REGISTRY.get(metric)
+    if info is None or not info.coverage:
+        return {}
+    return {"coverage_metric": info.coverage, "coverage_pct": values.get(info.coverage),
+            "lower_bound": bool(info.lower_bound and lower_bound_prefix(metric, values))}
+
+
+def _confidence_of(rule: Rule, values: dict[str, float | None], th: dict[str, float],
+                   capped: str | None) -> dict[str, Any] | None:
+    if rule.confidence is None:
+        return None
+    hi, med = rule.confidence.limits(th)
+    return {"metric": rule.confidence.metric, "value": values.get(rule.confidence.metric),
+            "min_for_high": hi, "min_for_medium": med, "capped": capped}
 
 
 def explain(rule: Rule) -> str:
@@ -371,6 +510,10 @@ def explain(rule: Rule) -> str:
     if rule.impact:
         lines.append(f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
                      "(share of step time it could recover)")
+    if rule.confidence:
+        hi, med = rule.confidence.limits(th)
+        lines.append(f"Confidence: high needs {rule.confidence.metric} >= {hi:g}%, medium "
+                     f">= {med:g}%; below, the severity is capped")
     lines.append("")
     lines.append("Thresholds (override with --set " + f"{rule.id}.NAME=VALUE):")
     for t in rule.thresholds.values():
@@ -385,7 +528,7 @@ def explain(rule: Rule) -> str:
     lines.append("")
     lines.append("Recommendations:")
     for r in rule.recommendations:
-        lines.append(f"  - {r}")
+        lines.append(f"  - {r.describe(th)}")
     return "\n".join(lines)
 
 
@@ -415,10 +558,16 @@ def rules_markdown(rules: list[Rule]) -> str:
         out.append("Severity: " + "; ".join(ladder) + ".")
         if r.impact:
             out.append(f"Impact: `{r.impact['metric']}` x {r.impact.get('factor', 1)}.")
+        if r.confidence:
+            hi, med = r.confidence.limits(th)
+            out.append(f"Confidence: high needs `{r.confidence.metric} >= {hi:g}`, medium "
+                       f"`>= {med:g}`; below, the severity is capped and the message says why.")
         out += ["", "| threshold | default | meaning |", "|---|---|---|"]
         for t in r.thresholds.values():
             out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
-        out += ["", "Recommendations:", ""] + [f"- {x}" for x in r.recommendations] + [""]
+        recs = [f"- {x.text}" + (" *(when " + " and ".join(f"`{c.text(th)}`" for c in x.when)
+                                 + ")*" if x.when else "") for x in r.recommendations]
+        out += ["", "Recommendations:", ""] + recs + [""]
     return "\n".join(out)
 
 

@@ -44,6 +44,9 @@ class Finding:
     recommendations: list[str]
     value: float | None = None
     headline: str | None = None
+    #: for a rule resting on modelled work: coverage metric, its value, the minimum for high and
+    #: medium, and why the severity was capped (None when it was not)
+    confidence: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "Finding":
@@ -53,7 +56,7 @@ class Finding:
                    impact_pct=None if d.get("impact_pct") is None else float(d["impact_pct"]),
                    evidence=list(d.get("evidence", [])),
                    recommendations=list(d.get("recommendations", [])), value=d.get("value"),
-                   headline=d.get("headline"))
+                   headline=d.get("headline"), confidence=d.get("confidence"))
 
 
 @dataclass

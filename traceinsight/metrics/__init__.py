@@ -22,16 +22,36 @@ class MetricInfo:
     doc: str
     needs: str | None = None  #: what the trace must contain (shown when the metric is missing)
     hint: str | None = None  #: how to record a trace that has it
+    coverage: str | None = None  #: the % metric saying how much of the run this value rests on
+    lower_bound: bool = False  #: the value only grows as coverage rises (modelled FLOPs, MFU)
 
 
 REGISTRY: dict[str, MetricInfo] = {}
+#: a lower-bound metric whose coverage is below this is shown as "≥ value"
+LOWER_BOUND_BELOW_PCT = 50.0
 
 
 def declare(name: str, unit: str, doc: str, *, needs: str | None = None,
-            hint: str | None = None) -> None:
+            hint: str | None = None, coverage: str | None = None,
+            lower_bound: bool = False) -> None:
     if name in REGISTRY:  # pragma: no cover - a programming error
         raise ValueError(f"metric {name} declared twice")
-    REGISTRY[name] = MetricInfo(name, unit, doc, needs, hint)
+    REGISTRY[name] = MetricInfo(name, unit, doc, needs, hint, coverage, lower_bound)
+
+
+def coverage_table(values: dict[str, float | None]) -> dict[str, dict]:
+    """For every measured metric resting on modelled work: its coverage metric and value, and
+    whether the value is shown as a lower bound (the result's ``metrics.coverage``)."""
+    out = {}
+    for name, v in values.items():
+        info = REGISTRY.get(name)
+        if v is None or info is None or not info.coverage:
+            continue
+        cov = values.get(info.coverage)
+        out[name] = {"metric": info.coverage, "coverage_pct": cov,
+                     "lower_bound": bool(info.lower_bound
+                                         and (cov is None or cov < LOWER_BOUND_BELOW_PCT))}
+    return out
 
 
 @dataclass
@@ -65,7 +85,8 @@ class MetricSet:
 
 
 # the metric groups declare their metrics on import
-from . import comm, memory, roofline, timing  # noqa: E402,F401
+from . import comm, memory, mode, roofline, timing  # noqa: E402,F401
 from .compute import compute_metrics  # noqa: E402
 
-__all__ = ["REGISTRY", "MetricInfo", "MetricSet", "compute_metrics", "declare"]
+__all__ = ["LOWER_BOUND_BELOW_PCT", "REGISTRY", "MetricInfo", "MetricSet", "compute_metrics",
+           "coverage_table", "declare"]

@@ -10,7 +10,7 @@ from .options import RooflineOptions
 
 
 def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> MetricSet:
-    from . import comm, memory, roofline, timing
+    from . import comm, memory, mode, roofline, timing
 
     ms = MetricSet()
 
@@ -18,6 +18,7 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         roofline.compute(an, ms, options or RooflineOptions())
 
     groups = (
+        ("mode", lambda: mode.compute(an, ms, options)),
         ("timing", lambda: timing.compute(an, ms)),
         ("memory", lambda: memory.compute(an, ms)),
         ("communication", lambda: comm.compute(an, ms)),

@@ -22,17 +22,23 @@ from .options import RooflineOptions
 NEEDS = "input shapes (record_shapes=True) and a known device"
 HINT = "record with record_shapes=True; for an unknown GPU pass --device NAME or --peak-tflops/--peak-bw"
 
+COVERAGE = "flops_modelled_pct"
+declare(COVERAGE, "%", "kernel time of ops whose FLOPs/bytes could be modelled (the coverage of "
+        "every roofline metric)", needs=NEEDS, hint=HINT)
+#: name, unit, meaning, lower bound (only grows as more of the run is modelled)
+for _n, _u, _d, _lb in (
+    ("memory_bound_time_pct", "%", "modelled kernel time in memory-bound ops (AI below the ridge)", False),
+    ("compute_bound_time_pct", "%", "modelled kernel time in compute-bound ops", False),
+    ("roof_efficiency_pct", "%", "time-weighted achieved / roof over modelled ops", False),
+    ("memory_bound_efficiency_pct", "%", "time-weighted achieved bandwidth / peak over memory-bound ops", False),
+    ("compute_bound_efficiency_pct", "%", "time-weighted achieved FLOP/s / peak over compute-bound ops", False),
+    ("memory_bound_recoverable_pct", "%", "time above the bandwidth roof in memory-bound ops, % of step time", True),
+    ("compute_bound_recoverable_pct", "%", "time above the compute roof in compute-bound ops, % of step time", True),
+    ("achieved_tflops", "TFLOP/s", "modelled FLOPs per second of step time, per GPU", True),
+    ("mfu_pct", "%", "model FLOPs utilisation: modelled FLOPs / (step time x peak of the main dtype)", True),
+):
+    declare(_n, _u, _d, needs=NEEDS, hint=HINT, coverage=COVERAGE, lower_bound=_lb)
 for _n, _u, _d in (
-    ("flops_modelled_pct", "%", "kernel time of ops whose FLOPs/bytes could be modelled"),
-    ("memory_bound_time_pct", "%", "modelled kernel time in memory-bound ops (AI below the ridge)"),
-    ("compute_bound_time_pct", "%", "modelled kernel time in compute-bound ops"),
-    ("roof_efficiency_pct", "%", "time-weighted achieved / roof over modelled ops"),
-    ("memory_bound_efficiency_pct", "%", "time-weighted achieved bandwidth / peak over memory-bound ops"),
-    ("compute_bound_efficiency_pct", "%", "time-weighted achieved FLOP/s / peak over compute-bound ops"),
-    ("memory_bound_recoverable_pct", "%", "time above the bandwidth roof in memory-bound ops, % of step time"),
-    ("compute_bound_recoverable_pct", "%", "time above the compute roof in compute-bound ops, % of step time"),
-    ("achieved_tflops", "TFLOP/s", "modelled FLOPs per second of step time, per GPU"),
-    ("mfu_pct", "%", "model FLOPs utilisation: modelled FLOPs / (step time x peak of the main dtype)"),
     ("fp32_gemm_time_pct", "%", "GEMM/conv/attention time in fp32 without tensor cores, % of kernel time"),
     ("low_precision_speedup_ratio", "ratio", "peak bf16 (or fp16) / peak fp32 of the device"),
 ):
@@ -164,7 +170,8 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
            if wall_s and dom_peak else None)
     m = m.assign(ai=ai, achieved=achieved, roof=roof, eff=eff, bound=np.where(mem_bound, "memory", "compute"),
                  over_ns=np.where(mem_bound, over_mem, over_cmp) * 1e9)
-    ms.evidence["roofline"] = _points(m, spec, bw)
+    ms.evidence["roofline"] = {**_points(m, spec, bw), "coverage_pct": ms.get(COVERAGE),
+                               "coverage_metric": COVERAGE}
     ms.evidence["memory_bound_ops"] = _top_rows(m[m["bound"] == "memory"], 8, roofline=True)
     ms.evidence["compute_bound_ops"] = _top_rows(m[m["bound"] == "compute"], 8, roofline=True)
     _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
@@ -278,7 +285,7 @@ def _mfu_estimate(an: Analysis, ms: MetricSet, opts: RooflineOptions, spec, wall
         return
     mode = opts.mode
     if mode is None:
-        mode = "train" if (an.attribution.gpu["phase"] == "backward").any() else "infer"
+        mode = "train" if ms.get("is_training") == 1 else "infer"
     per_token = 6.0 if mode == "train" else 2.0
     step_s = float(np.median([w.dur_ns for w in steps])) / 1e9
     world = max(int(ms.get("world_size") or n_ranks), 1)

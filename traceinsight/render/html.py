@@ -303,6 +303,8 @@ def _subtitle(r: DiagnosisResult) -> str:
                                                       and t["world_size"] != n else "")]
     devs = t.get("devices") or []
     parts.append(", ".join(map(str, devs)) if devs else "no GPU recorded")
+    if t.get("mode") in ("training", "inference"):
+        parts.append(str(t["mode"]))
     steps = r.metrics.get("values", {}).get("steps")
     if steps:
         parts.append(f"{int(steps)} step{'s' if steps != 1 else ''}")
@@ -347,7 +349,11 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
             "bad" if e >= 20 else ("warn" if e >= 10 else ""))
     mfu = mv.get("mfu_pct") if mv.get("mfu_pct") is not None else mv.get("mfu_estimate_pct")
     if mfu is not None:
-        add("MFU", fmt.fmt_pct(mfu), "modelled FLOPs / peak")
+        c = (r.metrics.get("coverage") or {}).get("mfu_pct") or {} if mv.get("mfu_pct") is not None \
+            else {}
+        add("MFU", ("≥ " if c.get("lower_bound") else "") + fmt.fmt_pct(mfu),
+            f"modelled FLOPs / peak; {fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time modelled"
+            if c.get("coverage_pct") is not None else "modelled FLOPs / peak")
     if mv.get("peak_reserved_bytes") is not None:
         cap = mv.get("device_memory_bytes")
         add("Peak memory", fmt.fmt_bytes(mv["peak_reserved_bytes"]),

@@ -56,6 +56,8 @@ def render_markdown(result: DiagnosisResult) -> str:
     facts.append(f"{n} rank{'s' if n != 1 else ''}")
     devs = t.get("devices") or []
     facts.append(esc(", ".join(map(str, devs))) if devs else "no GPU recorded")
+    if t.get("mode") in ("training", "inference"):
+        facts.append(str(t["mode"]))
     steps = (r.metrics.get("values") or {}).get("steps")
     if steps:
         facts.append(f"{int(steps)} step{'s' if int(steps) != 1 else ''}")

@@ -81,7 +81,7 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     if len(t.get("sources", [])) > 3:
         srcs += f" (+{len(t['sources']) - 3})"
     lines = [st(f"traceinsight diagnose — {srcs}", bold=True),
-             f"{n} rank{'s' if n != 1 else ''} · {devs}", ""]
+             f"{n} rank{'s' if n != 1 else ''} · {devs} · {t.get('mode') or 'unknown'} run", ""]
     lines.append(_wrap(st(result.headline, bold=True), "", width))
     lines.append("")
     fs = result.findings
@@ -169,7 +169,10 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     mv = result.metrics.get("values", {})
     extra = []
     if mv.get("mfu_pct") is not None:
-        extra.append(f"MFU {fmt.fmt_pct(mv['mfu_pct'])}")
+        c = (result.metrics.get("coverage") or {}).get("mfu_pct") or {}
+        extra.append(f"MFU {'≥ ' if c.get('lower_bound') else ''}{fmt.fmt_pct(mv['mfu_pct'])}"
+                     + (f" ({fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time modelled)"
+                        if c.get("coverage_pct") is not None else ""))
     if mv.get("peak_reserved_bytes") is not None:
         extra.append(f"peak memory {fmt.fmt_bytes(mv['peak_reserved_bytes'])} reserved / "
                      f"{fmt.fmt_bytes(mv.get('peak_allocated_bytes'))} allocated")

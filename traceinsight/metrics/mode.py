@@ -1,0 +1,75 @@
+"""Run mode: training (backward or optimizer work recorded) or inference (forward only).
+
+Training-only advice (optimizers, GradScaler, gradient synchronisation and accumulation,
+FSDP/ZeRO, activation checkpointing) is conditional on ``is_training == 1`` in the rules, so a
+forward-only run never receives it.
+
+Evidence of training, in any CPU op or annotation of any rank:
+
+* autograd backward work: ops named ``*Backward*`` (``MmBackward0``, legacy ``AddmmBackward``),
+  ``autograd::engine::evaluate_function: ...``, ``torch::autograd::AccumulateGrad``;
+* optimizer work: ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` ranges (and the
+  lower-case ``optimizer.step`` ranges some frameworks record).
+
+``aten::_foreach_*`` alone is not evidence: inference code uses it too; after a backward pass it
+is already counted as training by the backward ops. A trace without CPU ops (a GPU-only
+capture) has no mode: ``is_training`` is missing, so training-only advice is not given either.
+``--mode train|infer`` overrides the detection.
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pandas as pd
+
+from ..analysis import Analysis
+from . import MetricSet, declare
+from .options import RooflineOptions
+
+BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function|AccumulateGrad")
+OPTIMIZER_RE = re.compile(r"^(?:Optimizer|optimizer)\.(?:step|zero_grad)")
+MODES = {1.0: "training", 0.0: "inference"}
+
+declare("is_training", "bool",
+        "1 when backward (autograd) or optimizer work is recorded, 0 for a forward-only run",
+        needs="CPU ops in the trace", hint="record with ProfilerActivity.CPU, or pass --mode")
+
+
+def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) -> None:
+    if opts is not None and opts.mode in ("train", "infer"):
+        flag = 1.0 if opts.mode == "train" else 0.0
+        ms.set("is_training", flag)
+        ms.evidence["run_mode"] = {"mode": MODES[flag], "how": f"--mode {opts.mode}"}
+        return
+    ops = an.attribution.ops
+    names = _names(ops["name"] if len(ops) else pd.Series([], dtype=object))
+    rng = an.store.table("ranges", ["name"]).to_pandas()
+    rnames = _names(rng["name"])
+    if not len(names) and not len(rnames):
+        ms.set("is_training", None, why_missing="no CPU ops recorded (a GPU-only capture)")
+        ms.evidence["run_mode"] = {"mode": "unknown", "how": "no CPU ops recorded"}
+        return
+    bwd = _count(names, BACKWARD_RE)
+    opt = _count(names, OPTIMIZER_RE) + _count(rnames, OPTIMIZER_RE)
+    flag = 1.0 if bwd or opt else 0.0
+    ms.set("is_training", flag)
+    ms.evidence["run_mode"] = {
+        "mode": MODES[flag], "backward_op_names": bwd, "optimizer_range_names": opt,
+        "how": "backward or optimizer ops recorded" if flag else
+               "no backward or optimizer ops in the trace (forward only)"}
+
+
+def _names(s: pd.Series) -> np.ndarray:
+    return s.dropna().astype(str).unique()
+
+
+def _count(names: np.ndarray, rx: re.Pattern[str]) -> int:
+    return int(sum(1 for n in names if rx.search(n)))
+
+
+def mode_of(values: dict[str, float | None]) -> str:
+    """training | inference | unknown, for the result's ``trace.mode``."""
+    v = values.get("is_training")
+    return MODES.get(float(v), "unknown") if v is not None else "unknown"
