@@ -49,6 +49,14 @@ declare("device_peak_tflops", "TFLOP/s", "dense bf16/fp16 peak of the device", n
         hint="pass --device NAME (see `traceinsight devices`) or --peak-tflops")
 declare("device_bandwidth_gbs", "GB/s", "peak memory bandwidth of the device", needs="a known device",
         hint="pass --device NAME or --peak-bw")
+#: per-dtype dense peaks of the device table: 0 when the part has no such unit (bf16 and TF32
+#: on V100, fp8 before Hopper/MI300), missing when the device is unknown. Advice about a dtype
+#: is conditional on its peak.
+DTYPE_PEAKS = ("bf16", "fp16", "tf32", "fp8")
+for _d in DTYPE_PEAKS:
+    declare(f"device_{_d}_tflops", "TFLOP/s",
+            f"dense {_d} peak of the device (0: the part has no {_d} unit)", needs="a known device",
+            hint="pass --device NAME (see `traceinsight devices`)")
 
 
 def resolve_device(an: Analysis, opts: RooflineOptions):
@@ -83,12 +91,15 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     n_ranks = max(1, len({w.rank for w in windows}))
     if spec is None:
         why = res.message or "unknown device"
-        for n in ("device_peak_tflops", "device_bandwidth_gbs"):
+        for n in ("device_peak_tflops", "device_bandwidth_gbs") + tuple(
+                f"device_{d}_tflops" for d in DTYPE_PEAKS):
             ms.set(n, None, why_missing=why)
     else:
         main = spec.peak("bf16") or spec.peak("fp16")
         ms.set("device_peak_tflops", main / 1e12 if main else None)
         ms.set("device_bandwidth_gbs", spec.mem_bw / 1e9 if spec.mem_bw else None)
+        for d in DTYPE_PEAKS:  # the table's own value: tf32 does not fall back to fp32 here
+            ms.set(f"device_{d}_tflops", (spec.peak_flops.get(d) or 0.0) / 1e12)
     names = [n for n in REG_ROOFLINE]
     if not len(kern):
         for n in names:
