@@ -183,11 +183,15 @@ def _mem_peak(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     pk = ms.evidence.get("memory_peak")
     out = []
     if pk:
-        out.append(table("Allocator at the reserved peak", [("rank", "text"), ("device", "text"),
-                     ("reserved", "bytes"), ("allocated", "bytes"), ("reserved − allocated", "bytes"),
-                     ("capacity", "bytes")],
-                     [[pk["rank"], pk["device"], pk["reserved_at_peak"], pk["allocated_at_peak"],
-                       pk["gap_at_peak_bytes"], pk["capacity_bytes"]]]))
+        out.append(table("Allocator peaks", [("rank", "text"), ("device", "text"),
+                     ("peak reserved", "bytes"), ("peak allocated", "bytes"),
+                     ("peak reserved − peak allocated", "bytes"),
+                     ("reserved at the allocated peak", "bytes"), ("capacity", "bytes"),
+                     ("reserved, % of capacity", "pct")],
+                     [[pk["rank"], pk["device"], pk["peak_reserved_bytes"],
+                       pk["peak_allocated_bytes"], pk["gap_at_peak_bytes"],
+                       pk["reserved_at_allocated_peak"], pk["capacity_bytes"],
+                       pk.get("capacity_pct")]]))
     out += _records("Ops allocating most in the peak step", ms.evidence.get("memory_top_allocators"),
                     [("op", "op", "op"), ("bytes", "allocated", "bytes"),
                      ("allocations", "allocations", "count")])

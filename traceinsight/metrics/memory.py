@@ -3,8 +3,16 @@
 Each event carries the allocator-wide ``Total Allocated`` and ``Total Reserved`` bytes of its
 device after the event. Reserved minus allocated is memory the caching allocator holds but
 no tensor uses: cached for reuse, or fragmented (free blocks too small or split to serve the
-next request). Without a snapshot, its size at the reserved peak and the reserved/allocated
-ratio there are the evidence (FORMATS.md 2.1/2.3).
+next request). Without a snapshot, the evidence is the peak reserved against the peak
+allocated (FORMATS.md 2.1/2.3): what the allocator needed to serve the run against the most
+that tensors ever used at once. Reserved minus allocated at an arbitrary moment is not
+fragmentation: after tensors are freed the cache keeps their blocks for the next step, and a
+trace that starts mid-run shows the cache full while few tensors are live.
+
+An inference engine pre-allocates on purpose (weights plus a KV cache sized to a fraction of the
+GPU): reserved reaches its peak at or near the start and allocated memory stays flat.
+``memory_preallocated`` marks that footprint in a forward-only run, so that a full GPU is not
+reported as memory pressure.
 """
 
 from __future__ import annotations
@@ -19,14 +27,21 @@ NEEDS = "[memory] events"
 HINT = "record with profile_memory=True"
 GPU_DEVICE_TYPES = (1, 6, 12, 19, 20)  # CUDA, HIP, XPU, MTIA, PrivateUse1
 GIB = 2**30
+#: pre-allocation: reserved reaches 95% of its peak within the first EARLY_FRACTION of the
+#: [memory] event span, and allocated never falls below STATIC_MIN_PCT of its peak after that
+EARLY_FRACTION = 0.2
+STATIC_MIN_PCT = 90.0
 
 for _n, _u, _d in (
     ("peak_allocated_bytes", "bytes", "peak allocator-wide allocated bytes on one GPU"),
     ("peak_reserved_bytes", "bytes", "peak reserved (cached) bytes on one GPU"),
-    ("reserved_over_allocated_ratio", "ratio", "reserved / allocated at the reserved peak"),
-    ("reserved_gap_bytes", "bytes", "reserved minus allocated at the reserved peak"),
-    ("max_reserved_gap_bytes", "bytes", "largest reserved minus allocated over the trace"),
-    ("reserved_gap_pct", "%", "reserved minus allocated at the reserved peak, % of reserved"),
+    ("reserved_over_allocated_ratio", "ratio", "peak reserved / peak allocated (same device)"),
+    ("reserved_gap_bytes", "bytes", "peak reserved minus peak allocated (same device)"),
+    ("max_reserved_gap_bytes", "bytes", "largest reserved minus allocated at any moment (cache "
+     "after frees included: not fragmentation by itself)"),
+    ("reserved_gap_pct", "%", "peak reserved minus peak allocated, % of peak reserved"),
+    ("allocated_static_pct", "%", "lowest allocated after reserved reached 95% of its peak, % of "
+     "peak allocated (100: a footprint that never shrinks)"),
     ("allocated_growth_bytes_per_step", "bytes", "growth of allocated bytes per step (slope at step ends)"),
     ("allocated_growth_steps_pct", "%", "share of step-to-step changes that grew allocated memory"),
     ("oom_events", "count", "[OutOfMemory] events"),
@@ -36,6 +51,9 @@ declare("device_memory_bytes", "bytes", "GPU memory capacity (deviceProperties t
         needs="deviceProperties in the trace header")
 declare("peak_reserved_capacity_pct", "%", "peak reserved bytes, % of the GPU's capacity",
         needs="[memory] events and deviceProperties", hint=HINT)
+declare("memory_preallocated", "bool", "1 for an inference engine's deliberate pre-allocation: a "
+        "forward-only run whose reserved memory peaks early and whose allocated memory stays at "
+        f"{STATIC_MIN_PCT:g}%+ of its peak", needs=NEEDS, hint=HINT)
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
@@ -56,7 +74,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         for n in ("peak_allocated_bytes", "peak_reserved_bytes", "reserved_over_allocated_ratio",
                   "reserved_gap_bytes", "max_reserved_gap_bytes", "reserved_gap_pct",
                   "allocated_growth_bytes_per_step", "allocated_growth_steps_pct",
-                  "peak_reserved_capacity_pct"):
+                  "peak_reserved_capacity_pct", "allocated_static_pct", "memory_preallocated"):
             ms.set(n, None, why_missing=why)
         return
     gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
@@ -67,15 +85,15 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         alloc = d["total_allocated_bytes"].to_numpy(np.int64)
         res = d["total_reserved_bytes"].fillna(0).to_numpy(np.int64)
         ts = d["ts_ns"].to_numpy(np.int64)
-        i = int(np.argmax(res))
-        gap = int(res[i] - alloc[i])
+        ia, ir = int(np.argmax(alloc)), int(np.argmax(res))
         row = {
             "rank": int(rank), "device": int(dev),
-            "peak_allocated_bytes": int(alloc.max()), "peak_reserved_bytes": int(res.max()),
-            "reserved_at_peak": int(res[i]), "allocated_at_peak": int(alloc[i]),
-            "gap_at_peak_bytes": gap, "max_gap_bytes": int((res - alloc).max()),
+            "peak_allocated_bytes": int(alloc[ia]), "peak_reserved_bytes": int(res[ir]),
+            "reserved_at_allocated_peak": int(res[ia]),
+            "allocated_at_reserved_peak": int(alloc[ir]),
+            "gap_at_peak_bytes": int(res[ir] - alloc[ia]), "max_gap_bytes": int((res - alloc).max()),
             "capacity_bytes": caps.get((int(rank), int(dev))) or caps.get((int(rank), None)),
-            "peak_ts_ns": int(ts[i]),
+            "peak_ts_ns": int(ts[ia]), "static_pct": _static_pct(ts, alloc, res),
         }
         ms.rank_set(int(rank), "peak_reserved_bytes", float(row["peak_reserved_bytes"]))
         ms.rank_set(int(rank), "peak_allocated_bytes", float(row["peak_allocated_bytes"]))
@@ -88,15 +106,23 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     assert worst is not None
     ms.set("peak_allocated_bytes", float(worst["peak_allocated_bytes"]))
     ms.set("peak_reserved_bytes", float(worst["peak_reserved_bytes"]))
-    ms.set("reserved_over_allocated_ratio",
-           worst["reserved_at_peak"] / worst["allocated_at_peak"] if worst["allocated_at_peak"] else None)
+    pa, pr = worst["peak_allocated_bytes"], worst["peak_reserved_bytes"]
+    ms.set("reserved_over_allocated_ratio", pr / pa if pa else None,
+           why_missing="nothing was allocated")
     ms.set("reserved_gap_bytes", float(worst["gap_at_peak_bytes"]))
     ms.set("max_reserved_gap_bytes", float(max(t["max_gap"] for t in timelines)))
-    ms.set("reserved_gap_pct", 100.0 * worst["gap_at_peak_bytes"] / worst["reserved_at_peak"]
-           if worst["reserved_at_peak"] else None)
+    ms.set("reserved_gap_pct", 100.0 * worst["gap_at_peak_bytes"] / pr if pr else None)
     cap = worst["capacity_bytes"]
-    ms.set("peak_reserved_capacity_pct", 100.0 * worst["peak_reserved_bytes"] / cap if cap else None,
+    ms.set("peak_reserved_capacity_pct", 100.0 * pr / cap if cap else None,
            why_missing="the GPU's capacity is unknown (no deviceProperties)")
+    ms.set("allocated_static_pct", worst["static_pct"],
+           why_missing="reserved memory grew during the trace (no early pre-allocation)")
+    # a forward-only run only: a training run holding a static footprint near capacity is under
+    # real pressure (the next batch size does not fit)
+    pre = ms.get("is_training") == 0 and (worst["static_pct"] or 0.0) >= STATIC_MIN_PCT
+    ms.set("memory_preallocated", 1.0 if pre else 0.0)
+    worst["capacity_pct"] = 100.0 * pr / cap if cap else None
+    worst["preallocated"] = bool(pre)
     if growth:
         g = max(growth, key=lambda x: x["slope"])
         ms.set("allocated_growth_bytes_per_step", float(g["slope"]))
@@ -108,6 +134,18 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     ms.evidence["memory_peak"] = worst
     ms.evidence["memory_timeline"] = timelines
     ms.evidence["memory_top_allocators"] = _top_allocators(an, gpu, worst)
+
+
+def _static_pct(ts: np.ndarray, alloc: np.ndarray, res: np.ndarray) -> float | None:
+    """Lowest allocated after reserved first reached 95% of its peak, % of peak allocated; None
+    when that happens late in the trace (reserved grew during the run: no pre-allocation)."""
+    if not len(ts) or alloc.max() <= 0:
+        return None
+    k = int(np.argmax(res >= 0.95 * res.max()))
+    span = int(ts[-1] - ts[0])
+    if span > 0 and ts[k] - ts[0] > EARLY_FRACTION * span:
+        return None
+    return 100.0 * float(alloc[k:].min()) / float(alloc.max())
 
 
 def _capacities(an: Analysis) -> dict:
