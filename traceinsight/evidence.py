@@ -198,6 +198,14 @@ def _mem_peak(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     return out
 
 
+@provider("copy_kinds")
+def _copy_kinds(ms: MetricSet, an: Any, p: dict) -> list[dict]:
+    return _records("Copies by kind", ms.evidence.get("copy_kinds"), [
+        ("kind", "kind", "text"), ("direction", "direction", "text"), ("copies", "copies", "count"),
+        ("total_ns", "total", "ns"), ("exposed_pct", "alone on the GPU, % of step time", "pct"),
+        ("bytes", "bytes", "bytes"), ("bytes_per_s", "achieved", "rate_bytes")])
+
+
 @provider("memory_growth")
 def _mem_growth(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     g = ms.evidence.get("memory_growth")

@@ -10,7 +10,7 @@ from .options import RooflineOptions
 
 
 def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> MetricSet:
-    from . import comm, memory, mode, roofline, timing
+    from . import comm, copies, memory, mode, roofline, timing
 
     ms = MetricSet()
 
@@ -21,6 +21,7 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         ("mode", lambda: mode.compute(an, ms, options)),
         ("timing", lambda: timing.compute(an, ms)),
         ("memory", lambda: memory.compute(an, ms)),
+        ("copies", lambda: copies.compute(an, ms)),
         ("communication", lambda: comm.compute(an, ms)),
         ("roofline", _roofline),
     )
