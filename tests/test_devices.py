@@ -177,8 +177,10 @@ def test_table_invariants() -> None:
         for d in ("tf32", "bf16", "fp16", "fp8"):
             if p[d]:
                 assert p[d] >= p["fp32"], (s.key, d)
-        # no sparse numbers slipped in: nothing beyond 5.1 PFLOP/s dense fp8
-        assert max(v for v in p.values() if v) <= 5.1e15, s.key
+        # no sparse numbers slipped in: nothing beyond 5.1 PFLOP/s dense fp8, 10.1 dense fp4
+        assert max(v for d, v in p.items() if v and d != "fp4") <= 5.1e15, s.key
+        if p["fp4"]:
+            assert p["fp8"] and p["fp8"] < p["fp4"] <= 10.1e15, s.key
     per_gcd = {s.key for s in table if s.per_gcd}
     assert per_gcd == {"mi250x-gcd", "mi250-gcd"}
 
@@ -324,7 +326,7 @@ def test_env_var_names_a_user_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     ("devices:\n  - key: new-gpu\n    name: X\n    vendor: nvidia\n    match: ['X']\n"
      "    tflops: {bf16: 10}\n    mem_gib: 8\n", "missing mem_bw_gbs"),
     ("devices:\n  - key: h100-sxm\n    tflops: {bf16: fast}\n", "tflops.bf16"),
-    ("devices:\n  - key: h100-sxm\n    tflops: {fp4: 10}\n", "unknown dtype"),
+    ("devices:\n  - key: h100-sxm\n    tflops: {fp2: 10}\n", "unknown dtype"),
     ("devices:\n  - key: h100-sxm\n    mem_bw_gbs: 0\n", "mem_bw_gbs"),
     ("devices:\n  - key: h100-sxm\n    match: ['H100(']\n", "bad match regex"),
     ("devices:\n  - key: x\n    name: X\n    vendor: acme\n", "vendor"),
@@ -356,3 +358,35 @@ def test_device_spec_is_hashable_and_frozen() -> None:
     assert isinstance(s, DeviceSpec) and hash(s) == hash(lookup("h100-sxm"))
     with pytest.raises(AttributeError):
         s.key = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("key, fast, not_fast", [
+    ("v100-sxm2-32gb", {"fp16"}, {"bf16", "tf32", "fp8", "fp4", "int8", "fp32_matrix"}),
+    ("t4", {"fp16", "int8"}, {"bf16", "tf32", "fp8"}),
+    ("a100-sxm4-80gb", {"tf32", "bf16", "fp16", "int8"}, {"fp8", "fp4", "fp32_matrix"}),
+    ("h100-sxm", {"tf32", "bf16", "fp16", "fp8", "int8"}, {"fp4"}),
+    ("h200-sxm", {"tf32", "bf16", "fp16", "fp8"}, {"fp4"}),
+    ("h800-sxm", {"tf32", "bf16", "fp16", "fp8"}, {"fp4"}),
+    ("b200", {"tf32", "bf16", "fp16", "fp8", "fp4"}, set()),
+    ("gb200", {"tf32", "bf16", "fp16", "fp8", "fp4"}, set()),
+    ("mi100", {"fp32_matrix", "bf16", "fp16"}, {"tf32", "fp8", "fp4"}),
+    ("mi250x-gcd", {"fp32_matrix", "bf16", "fp16"}, {"tf32", "fp8", "fp4"}),
+    ("mi300x", {"tf32", "bf16", "fp16", "fp8"}, {"fp4", "fp32_matrix"}),
+    ("mi355x", {"bf16", "fp16", "fp8", "fp4"}, {"tf32"}),
+])
+def test_accelerated_dtypes_per_part(key: str, fast: set, not_fast: set) -> None:
+    """The table records which matrix dtypes each part runs faster than fp32: precision advice
+    (bf16 / fp16 + GradScaler / TF32 / fp8) is drawn from it."""
+    from traceinsight.devices import MATRIX_DTYPES
+
+    spec = lookup(key)
+    got = {d for d in MATRIX_DTYPES if spec.accelerates(d)}
+    assert fast <= got, (key, got)
+    assert not (not_fast & got), (key, got)
+    assert spec.speedup("fp32") == pytest.approx(1.0)
+    if "bf16" not in got:
+        assert spec.speedup("bf16") is None
+    v100 = lookup("v100-sxm2-32gb")
+    assert v100.speedup("fp16") == pytest.approx(125 / 15.7)
+    assert lookup("mi250x-gcd").speedup("bf16", over="fp32_matrix") == pytest.approx(4.0, rel=1e-3)
+    assert lookup("b200").peak("nvfp4") == pytest.approx(9000e12)

@@ -29,16 +29,20 @@ import yaml
 from .errors import ConfigError
 
 __all__ = [
-    "DTYPES", "DeviceSpec", "Resolution", "builtin_table_path", "load_table", "list_devices",
-    "lookup", "resolve", "ENV_VAR",
+    "DTYPES", "MATRIX_DTYPES", "DeviceSpec", "Resolution", "builtin_table_path", "load_table",
+    "list_devices", "lookup", "resolve", "ENV_VAR",
 ]
 
 #: environment variable naming a user device file (same schema as the built-in table)
 ENV_VAR = "TRACEINSIGHT_DEVICES"
 
 #: peak dtypes a table entry may give. ``fp32`` is the CUDA-core / vector rate; ``fp32_matrix``
-#: is AMD's MFMA FP32 rate (FP32 GEMMs on MI100..MI355X), null on NVIDIA.
-DTYPES = ("fp64", "fp32", "fp32_matrix", "tf32", "bf16", "fp16", "fp8", "int8")
+#: is AMD's MFMA FP32 rate (FP32 GEMMs on MI100..MI355X), null on NVIDIA; ``fp4`` is the
+#: block-scaled 4-bit rate (NVFP4 / MXFP4 on Blackwell and MI350-series).
+DTYPES = ("fp64", "fp32", "fp32_matrix", "tf32", "bf16", "fp16", "fp8", "fp4", "int8")
+#: matrix dtypes a recommendation can move fp32 work to, fastest first (see
+#: :meth:`DeviceSpec.accelerates`)
+MATRIX_DTYPES = ("fp4", "fp8", "int8", "bf16", "fp16", "tf32", "fp32_matrix")
 
 #: when a dtype has no unit of its own, where its work runs instead: FP32 GEMMs without TF32 /
 #: matrix FP32 run on the FP32 ALUs. Low-precision dtypes have no fallback: a part without BF16
@@ -52,7 +56,7 @@ _ALIASES = {
     "half": "fp16", "float16": "fp16", "f16": "fp16",
     "bfloat16": "bf16",
     "float8": "fp8", "f8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "e4m3": "fp8",
-    "e5m2": "fp8",
+    "e5m2": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "e2m1": "fp4",
     "xf32": "tf32", "tensorfloat32": "tf32",
 }
 
@@ -113,6 +117,21 @@ class DeviceSpec:
     def supports(self, dtype: str) -> bool:
         """True when the part has a native unit for ``dtype`` (a table value, no fallback)."""
         return self.peak_flops.get(_canon_dtype(dtype)) is not None
+
+    def accelerates(self, dtype: str) -> bool:
+        """True when the part runs ``dtype`` matrix math faster than fp32 on its vector units
+        (tensor cores / MFMA; V100: fp16 only; A100: tf32, bf16, fp16, int8; H100: + fp8;
+        B200: + fp4; MI250: fp32_matrix, bf16, fp16, int8; MI300X: + tf32 (xf32), fp8).
+        Every dtype recommendation is drawn from this."""
+        v, base = self.peak_flops.get(_canon_dtype(dtype)), self.peak_flops.get("fp32")
+        return v is not None and (base is None or v > base)
+
+    def speedup(self, dtype: str, over: str = "fp32") -> float | None:
+        """Peak of ``dtype`` over the peak of ``over`` (None when the part lacks either)."""
+        if not self.accelerates(dtype) and dtype != over:
+            return None
+        a, b = self.peak(dtype), self.peak(over)
+        return a / b if a and b else None
 
     def ridge(self, dtype: str) -> float | None:
         """Arithmetic intensity (FLOP/byte) where ``dtype`` compute and memory roofs meet."""

@@ -240,9 +240,11 @@ def _ranks(ms: MetricSet, an: Any, p: dict) -> list[dict]:
 
 @provider("fp32_gemms")
 def _fp32(ms: MetricSet, an: Any, p: dict) -> list[dict]:
-    return _records("fp32 matrix ops without tensor cores", ms.evidence.get("fp32_gemms"), [
-        ("op", "op", "op"), ("input_dims", "shapes", "dims"), ("calls", "calls", "count"),
-        ("device_ns", "device time", "ns"), ("kernel", "kernel", "kernel")])
+    return _records("fp32 matrix kernels (CUDA cores / AMD fp32 matrix units)",
+                    ms.evidence.get("fp32_matrix_kernels"), [
+        ("kernel", "kernel", "kernel"), ("op", "launched by", "op"), ("dtype", "dtype", "text"),
+        ("how", "dtype from", "text"), ("calls", "calls", "count"), ("total_ns", "total", "ns"),
+        ("share_pct", "of kernel time", "pct")])
 
 
 def _bound(title: str, key: str) -> Provider:

@@ -139,8 +139,10 @@ def attribute(store: TraceStore) -> Attribution:
         has_steps[rank] = res[2]
 
     gpu = pd.concat(gpu_parts, ignore_index=True) if gpu_parts else _empty_gpu()
+    gpu["cls"], gpu["cls_how"] = categories.classify(gpu, ops_all)
+    categories.check_communication(store, gpu, ops_all, diags)
     syncs = pd.concat(sync_parts, ignore_index=True) if sync_parts else gpu_all.iloc[0:0]
-    for c in ("kind", "cls", "method", "phase"):
+    for c in ("kind", "cls", "cls_how", "method", "phase"):
         if c in gpu.columns:
             gpu[c] = gpu[c].astype("category")
     return Attribution(gpu, ops_all, steps, has_steps, syncs, rt_all, diags)
@@ -329,8 +331,6 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         top = np.where(move, p, top)
     top_name = take(names_all, top, UNATTRIBUTED)
     top_name[launch_only] = leaf[launch_only]
-    comm_op_name = name_matches(names_all, categories.COMM_OP_RE)
-    comm_launch = _any_ancestor(op_idx, parent_all, comm_op_name)
 
     # --- 3/4. modules, backward link -------------------------------------------------------
     _modules_and_backward(rank, ops_all, mods, flows, diags)
@@ -385,9 +385,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     phase[~has_op] = "unknown"
 
     kind = g["kind"].to_numpy()
-    cls = np.array(categories.classify_names(list(g["name"].to_numpy())), dtype=object)
-    cls[comm_launch & (kind == "kernel")] = "communication"
-    cls[kind != "kernel"] = "memory"
+    cls = np.full(n, "other", dtype=object)  # decided for all ranks at once (categories.classify)
 
     out = pd.DataFrame({
         "rank": g["rank"].to_numpy(),

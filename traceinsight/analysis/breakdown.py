@@ -5,7 +5,8 @@ unions of intervals merged across the rank's streams:
 
 - busy = |kernels ∪ memcpy ∪ memset|; idle = |W| - busy
 - compute = |C| where C = non-communication kernels
-- comm = |M| (communication kernels); comm_hidden = |M ∩ C|; comm_exposed = |M - C|
+- comm = |M| (communication kernels); comm_hidden = |M ∩ C|; comm_exposed = |M - C|;
+  comm_overlap_pct = comm_hidden / comm (0 without communication), stated in every row
 - memcpy_exposed = |Y - C - M|; memset_exposed = |S - C - M - Y|
 
 so that compute + comm_exposed + memcpy_exposed + memset_exposed + idle = |W| exactly (the
@@ -50,8 +51,13 @@ class WindowBreakdown:
     host_ns: int | None = None  #: the host-side ProfilerStep duration
     by_class_ns: dict[str, int] = field(default_factory=dict)  #: union per kernel class
 
+    @property
+    def comm_overlap_pct(self) -> float:
+        """Share of communication time hidden under compute (0 without communication)."""
+        return 100.0 * self.comm_hidden_ns / self.comm_ns if self.comm_ns else 0.0
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "comm_overlap_pct": self.comm_overlap_pct}
 
     def pct(self, part: str) -> float:
         return 100.0 * getattr(self, f"{part}_ns") / self.wall_ns if self.wall_ns else 0.0

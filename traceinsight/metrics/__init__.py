@@ -85,7 +85,7 @@ class MetricSet:
 
 
 # the metric groups declare their metrics on import
-from . import comm, copies, memory, mode, roofline, timing  # noqa: E402,F401
+from . import comm, copies, memory, mode, precision, roofline, timing  # noqa: E402,F401
 from .compute import compute_metrics  # noqa: E402
 
 __all__ = ["LOWER_BOUND_BELOW_PCT", "REGISTRY", "MetricInfo", "MetricSet", "compute_metrics",

@@ -21,6 +21,10 @@ from . import MetricSet, declare
 
 declare("collectives_per_step", "count", "communication kernels per step",
         needs="communication kernels")
+declare("comm_all_to_all_pct", "%", "all-to-all and send/recv (expert-parallel dispatch/combine, "
+        "embedding exchange) share of communication kernel time", needs="communication kernels")
+declare("comm_all_reduce_pct", "%", "all-reduce (gradient synchronisation, tensor-parallel "
+        "reductions) share of communication kernel time", needs="communication kernels")
 declare("straggler_excess_pct", "%", "slowest rank's per-step compute time over the median "
         "rank's, % of the median", needs="traces of 2 or more ranks with ProfilerSteps",
         hint="pass the folder with every rank's trace")
@@ -37,9 +41,12 @@ declare("last_arrival_share_pct", "%", "share of collectives where the straggler
 DTYPE_BYTES = {"float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8,
                "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "int8": 1,
                "uint8": 1, "char": 1, "byte": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
-_COLL_RE = re.compile(r"(all_?reduce|allreduce|all_?gather|allgather|reduce_?scatter|"
-                      r"reducescatter|all_?to_?all|alltoall|broadcast|sendrecv|send|recv|reduce)",
-                      re.IGNORECASE)
+_COLL_RE = re.compile(r"(all_?reduce|allreduce|cross_device_reduce|all_?gather|allgather|"
+                      r"reduce_?scatter|reducescatter|all_?to_?all|alltoall|all2all|dispatch|"
+                      r"combine|broadcast|sendrecv|send|recv|reduce)", re.IGNORECASE)
+#: collective kinds of expert-parallel / embedding exchanges (all-to-all and its point-to-point
+#: form): their overlap levers differ from gradient all-reduce
+ALL_TO_ALL = ("all_to_all", "sendrecv", "send", "recv")
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -58,8 +65,9 @@ def collective_kind(name: str) -> str:
     if not m:
         return "other"
     k = m.group(1).lower().replace("_", "")
-    return {"allreduce": "all_reduce", "allgather": "all_gather", "reducescatter": "reduce_scatter",
-            "alltoall": "all_to_all"}.get(k, k)
+    return {"allreduce": "all_reduce", "crossdevicereduce": "all_reduce",
+            "allgather": "all_gather", "reducescatter": "reduce_scatter", "alltoall": "all_to_all",
+            "all2all": "all_to_all", "dispatch": "all_to_all", "combine": "all_to_all"}.get(k, k)
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
@@ -68,7 +76,18 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     n_windows = max(1, len(an.attribution.steps))
     ms.set("collectives_per_step", float(len(comm)) / n_windows if len(g) else None,
            why_missing="no GPU activity")
-    ms.evidence["collectives"] = _collectives(an, comm)
+    ms.evidence["collectives"] = colls = _collectives(an, comm)
+    tot = sum(c["total_ns"] for c in colls)
+    why = "no communication kernels"
+    ms.set("comm_all_to_all_pct", 100.0 * sum(c["total_ns"] for c in colls
+                                              if c["collective"] in ALL_TO_ALL) / tot
+           if tot else None, why_missing=why)
+    ms.set("comm_all_reduce_pct", 100.0 * sum(c["total_ns"] for c in colls
+                                              if c["collective"] == "all_reduce") / tot
+           if tot else None, why_missing=why)
+    if ms.get("comm_pct") == 0.0 and ms.get("comm_overlap_pct") is None:
+        # the overlap is always stated: a run without communication hides none
+        ms.set("comm_overlap_pct", 0.0)
     _stragglers(an, ms, comm)
 
 

@@ -10,7 +10,7 @@ from .options import RooflineOptions
 
 
 def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> MetricSet:
-    from . import comm, copies, memory, mode, roofline, timing
+    from . import comm, copies, memory, mode, precision, roofline, timing
 
     ms = MetricSet()
 
@@ -24,6 +24,7 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         ("copies", lambda: copies.compute(an, ms)),
         ("communication", lambda: comm.compute(an, ms)),
         ("roofline", _roofline),
+        ("precision", lambda: precision.compute(an, ms, options)),
     )
     errors = []
     for name, fn in groups:

@@ -179,19 +179,20 @@ PEAK_DTYPE_FOR: dict[str, str | None] = {
     "fp8": "fp8", "int8": "int8", "other": None,
 }
 
-_TF32_KERNEL = re.compile(r"tf32|xf32", re.I)
-_MATRIX_FP32_KERNEL = re.compile(r"_MI\d+x\d+x\d+|mfma", re.I)
-
-
 def roof_dtype(cost: OpCost, kernel_names: Iterable[str] = ()) -> str | None:
-    """The device dtype whose peak bounds ``cost``, refining fp32 matrix work by kernel name."""
+    """The device dtype whose peak bounds ``cost``, refining fp32 matrix work by kernel name
+    (:func:`traceinsight.analysis.categories.kernel_dtype`): TF32 tensor-core kernels
+    (``*tf32*``, ``*xf32*``, ``*s1688gemm*``, or a tensor-core kernel fed fp32 inputs) run at the
+    TF32 peak, AMD fp32 MFMA kernels (``Cijk_..._S.._MI16x16x1``) at the fp32 matrix peak."""
+    from ..analysis.categories import kernel_dtype
+
     base = PEAK_DTYPE_FOR.get(cost.dtype)
     if base != "fp32" or cost.kind not in ("gemm", "conv", "attention"):
         return base
-    names = [k for k in kernel_names if isinstance(k, str)]
-    if any(_TF32_KERNEL.search(k) for k in names):
+    found = {kernel_dtype(k) for k in kernel_names if isinstance(k, str)}
+    if found & {"tf32", "tensor"}:
         return "tf32"
-    if any(_MATRIX_FP32_KERNEL.search(k) for k in names):
+    if "fp32_matrix" in found:
         return "fp32_matrix"
     return "fp32"
 

@@ -1,4 +1,5 @@
-"""Roofline, MFU and precision metrics from per-op FLOPs and bytes (shapes and dtypes).
+"""Roofline and MFU metrics from per-op FLOPs and bytes (shapes and dtypes); precision metrics
+are in :mod:`traceinsight.metrics.precision`.
 
 For every op instance that launched kernels, :func:`traceinsight.metrics.flops.op_cost` models FLOPs and
 ideal bytes from ``Input Dims``/``Input type``; its device time is the sum of its kernels. Against
@@ -38,11 +39,6 @@ for _n, _u, _d, _lb in (
     ("mfu_pct", "%", "model FLOPs utilisation: modelled FLOPs / (step time x peak of the main dtype)", True),
 ):
     declare(_n, _u, _d, needs=NEEDS, hint=HINT, coverage=COVERAGE, lower_bound=_lb)
-for _n, _u, _d in (
-    ("fp32_gemm_time_pct", "%", "GEMM/conv/attention time in fp32 without tensor cores, % of kernel time"),
-    ("low_precision_speedup_ratio", "ratio", "peak bf16 (or fp16) / peak fp32 of the device"),
-):
-    declare(_n, _u, _d, needs=NEEDS, hint=HINT)
 declare("mfu_estimate_pct", "%", "MFU from 6·N·tokens (training) or 2·N·tokens (inference) per step",
         needs="--params and --tokens-per-step", hint="pass --params N --tokens-per-step T")
 declare("device_peak_tflops", "TFLOP/s", "dense bf16/fp16 peak of the device", needs="a known device",
@@ -110,25 +106,16 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     total_k = float(kern["dur_ns"].sum())
     modelled = inst[inst["flops"].notna()]
     ms.set("flops_modelled_pct", 100.0 * float(modelled["dev_ns"].sum()) / total_k if total_k else None)
-    # fp32 GEMMs without tensor cores
-    gemmish = inst[inst["kind"].isin(["gemm", "conv", "attention"]) & (inst["dtype"] == "fp32")]
-    fp32_no_tc = gemmish[~gemmish["tensor_core"]]
-    ms.set("fp32_gemm_time_pct", 100.0 * float(fp32_no_tc["dev_ns"].sum()) / total_k
-           if len(inst) else None, why_missing="no input types (record_shapes=True)")
-    ms.evidence["fp32_gemms"] = _top_rows(fp32_no_tc, 8)
     if spec is None:
         for n in names:
-            if n not in ("flops_modelled_pct", "fp32_gemm_time_pct"):
+            if n != "flops_modelled_pct":
                 ms.set(n, None, why_missing=res.message or "unknown device")
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
     lp = spec.peak("bf16") or spec.peak("fp16")
-    fp32 = spec.peak("fp32")
-    ms.set("low_precision_speedup_ratio", lp / fp32 if lp and fp32 else None,
-           why_missing="the device table has no bf16/fp32 peak for this GPU")
     if not len(modelled):
         for n in names:
-            if n not in ("flops_modelled_pct", "fp32_gemm_time_pct", "low_precision_speedup_ratio"):
+            if n != "flops_modelled_pct":
                 ms.set(n, None, why_missing="no op could be modelled (record_shapes=True needed)")
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
@@ -140,7 +127,7 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     m = m[m["peak"].notna() & (m["dev_ns"] > 0)]
     if not spec.mem_bw:
         for n in names:
-            if n not in ("flops_modelled_pct", "fp32_gemm_time_pct", "low_precision_speedup_ratio"):
+            if n != "flops_modelled_pct":
                 ms.set(n, None, why_missing="the device's memory bandwidth is unknown (pass --peak-bw)")
         return
     bw = float(spec.mem_bw)
@@ -191,7 +178,7 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
 REG_ROOFLINE = ("flops_modelled_pct", "memory_bound_time_pct", "compute_bound_time_pct",
                 "roof_efficiency_pct", "memory_bound_efficiency_pct", "compute_bound_efficiency_pct",
                 "memory_bound_recoverable_pct", "compute_bound_recoverable_pct", "achieved_tflops",
-                "mfu_pct", "fp32_gemm_time_pct", "low_precision_speedup_ratio")
+                "mfu_pct")
 
 
 def _peak(spec, dtype: str, kind: str, tensor_core: bool, roof: str | None = None) -> float | None:
