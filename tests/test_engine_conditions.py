@@ -278,3 +278,33 @@ def test_rules_load_with_yaml_round_trip(tmp_path: Path) -> None:
         _rule(recommendations=["Always this.", TRAIN_ONLY], confidence=CONF)))
     rules = {r.id: r for r in load_rules([tmp_path])}
     assert rules["idle-test"].recommendations[1].when[0].metric == "is_training"
+
+
+@requires_corpus
+@pytest.mark.corpus
+def test_reports_state_mfu_as_a_lower_bound_with_its_coverage() -> None:
+    """xDiT Flux capture on MI300X: FLOPs are modelled for ~44% of kernel time, so MFU is shown
+    as a lower bound with its coverage in the terminal and HTML reports."""
+    from traceinsight.render.html import render_html
+    from traceinsight.render.terminal import render
+
+    rel = "tracelens/traces/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz"
+    res = diagnose(ingest([KINETO / rel], quiet=True), cache=False)
+    cov = res.metrics["coverage"]["mfu_pct"]
+    assert cov["lower_bound"] and cov["coverage_pct"] == pytest.approx(43.7, abs=0.5)
+    assert res.roofline["coverage_pct"] == pytest.approx(43.7, abs=0.5)
+    assert re.search(r"MFU ≥ [\d.]+% \(44% of kernel time modelled\)", render(res, width=120))
+    html = render_html(res)
+    assert "the model covers 43.7% of kernel time" in html and "≥ " in html
+
+
+def test_fully_modelled_mfu_is_not_a_lower_bound(tmp_path: Path) -> None:
+    """Near miss: FLOPs are modelled for ~90% of the synthetic transformer's kernel time: no ≥."""
+    from traceinsight.render.terminal import render
+
+    store = ingest([workloads.build(workloads.PRESETS["healthy"]).write(tmp_path / "t.json")],
+                   tmp_path / "s", quiet=True)
+    res = diagnose(store, cache=False)
+    assert res.metrics["values"]["flops_modelled_pct"] > 80
+    assert not res.metrics["coverage"]["mfu_pct"]["lower_bound"]
+    assert "MFU ≥" not in render(res, width=120) and "MFU " in render(res, width=120)

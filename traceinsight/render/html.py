@@ -981,6 +981,8 @@ def _roofline(r: DiagnosisResult) -> dict[str, Any]:
             "device": str((r.extra.get("device") or {}).get("resolved")
                           or r.trace.get("device") or ""),
             "memory_pct": fmt.fmt_pct(mem_pct), "compute_pct": fmt.fmt_pct(cmp_pct),
+            "coverage": fmt.fmt_pct(mv["flops_modelled_pct"])
+            if mv.get("flops_modelled_pct") is not None else "",
             "eff": fmt.fmt_pct(mv.get("roof_efficiency_pct")) if mv.get("roof_efficiency_pct")
             is not None else "",
             "table": table("tbl-roofline", [("operator", "text"), ("input dims", "dims"),
