@@ -11,7 +11,9 @@ the others still run.
 Advice and wording can depend on the run: a recommendation (or a part of the message) is a
 string or ``{text: "...", if: [conditions]}``, given only when all its conditions hold (a
 condition on a metric that was not measured does not hold), so training-only advice can
-require ``is_training == 1``. A rule whose evidence rests on modelled work declares
+require ``is_training == 1``. A high finding decided by a metric resting on modelled work (MFU,
+the roofline split) whose coverage is below 50% is capped at medium. A rule whose evidence
+rests on modelled work can instead declare its own limits,
 ``confidence: {metric, min_for_high, min_for_medium}``: below those coverages its severity is
 capped and the message says on how much of the run it rests.
 """
@@ -439,10 +441,14 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                     f"{c.metric} = {format_value(c.metric, values.get(c.metric))} "
                     f"(fires at {c.op} {format_value(c.metric, c.limit(th))})" for c in rule.fires_if)))
                 continue
-            level = next(lv for lv, conds in rule.severity if all(c.holds(values, th) for c in conds))
+            level, step = next((lv, conds) for lv, conds in rule.severity
+                               if all(c.holds(values, th) for c in conds))
             capped = None
             if rule.confidence:
                 level, capped = rule.confidence.cap(level, values, th)
+            if level == "high" and rule.confidence is None:  # a stated confidence rules
+                capped = _modelled_cap(rule.fires_if + step, values)
+                level = "medium" if capped else level
             impact = None  # rules about memory (not step time) estimate no time impact
             if rule.impact:
                 v = values.get(rule.impact["metric"]) or 0.0
@@ -477,6 +483,23 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
     return Evaluation(findings, statuses, errors)
 
 
+def _modelled_cap(conds: list[Condition], values: dict[str, float | None]) -> str | None:
+    """Why a high finding is capped at medium: a condition that decided it (firing or severity)
+    is a metric resting on modelled work whose coverage is below LOWER_BOUND_BELOW_PCT (an MFU
+    from a third of the FLOPs cannot make a finding high), or None."""
+    for c in conds:
+        info = REGISTRY.get(c.metric)
+        if info is None or not info.coverage:
+            continue
+        cov = values.get(info.coverage)
+        if cov is None or cov < LOWER_BOUND_BELOW_PCT:
+            shown = "an unknown share" if cov is None else format_value(info.coverage, cov)
+            return (f"Severity capped at medium (would be high): {c.metric} rests on {shown} "
+                    f"modelled ({info.coverage}), below the {fmt.fmt_pct(LOWER_BOUND_BELOW_PCT, 0)} "
+                    "a high finding needs.")
+    return None
+
+
 def _coverage_of(metric: str, values: dict[str, float | None]) -> dict[str, Any]:
     """For a metric resting on modelled work: the metric giving its coverage and its value."""
     info = REGISTRY.get(metric)
@@ -489,7 +512,7 @@ def _coverage_of(metric: str, values: dict[str, float | None]) -> dict[str, Any]
 def _confidence_of(rule: Rule, values: dict[str, float | None], th: dict[str, float],
                    capped: str | None) -> dict[str, Any] | None:
     if rule.confidence is None:
-        return None
+        return {"capped": capped} if capped else None
     hi, med = rule.confidence.limits(th)
     return {"metric": rule.confidence.metric, "value": values.get(rule.confidence.metric),
             "min_for_high": hi, "min_for_medium": med, "capped": capped}
