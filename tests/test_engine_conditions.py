@@ -185,7 +185,8 @@ def test_memory_bound_resting_on_37_pct_modelled_is_demoted_and_says_why() -> No
     low = evaluate([rule], _ms(flops_modelled_pct=37.0, **base)).findings[0]
     assert low.severity == "low"
     assert ("Severity capped at low (would be high): the finding rests on 37.0% "
-            "(flops_modelled_pct") in low.message and "below the 40% needed for medium" in low.message
+            "(flops_modelled_pct") in low.message
+    assert "below the 40% needed for medium" in low.message
     assert "The FLOPs/bytes model covers 37.0% of kernel time." in low.message
     mid = evaluate([rule], _ms(flops_modelled_pct=45.0, **base)).findings[0]
     assert mid.severity == "medium" and "below the 50% needed for high" in mid.message
@@ -290,7 +291,8 @@ INFERENCE_TRACES = [
 
 @requires_corpus
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel", INFERENCE_TRACES, ids=[p.split("/")[-1][:40] for p in INFERENCE_TRACES])
+@pytest.mark.parametrize("rel", INFERENCE_TRACES,
+                         ids=[p.split("/")[-1][:40] for p in INFERENCE_TRACES])
 def test_real_inference_traces_get_no_training_advice(rel: str) -> None:
     res = json.loads(diagnose(ingest([KINETO / rel], quiet=True), cache=False).to_json())
     assert res["trace"]["mode"] == "inference"

@@ -110,7 +110,8 @@ def test_fragmentation_severity_follows_memory_pressure(tmp_path: Path, device: 
 def test_real_traces_quote_the_measured_ratio_and_no_medium_fragmentation(
         rel: str, fires: bool, ratio: float) -> None:
     res = json.loads(diagnose(ingest([KINETO / rel], quiet=True), cache=False).to_json())
-    assert res["metrics"]["values"]["reserved_over_allocated_ratio"] == pytest.approx(ratio, abs=0.01)
+    got = res["metrics"]["values"]["reserved_over_allocated_ratio"]
+    assert got == pytest.approx(ratio, abs=0.01)
     frag = [f for f in res["findings"] if f["rule"] == "fragmentation"]
     assert bool(frag) == fires
     for f in frag:

@@ -35,6 +35,7 @@ from .errors import ConfigError
 from .metrics import LOWER_BOUND_BELOW_PCT, REGISTRY, MetricSet
 from .resources import data_dir
 from .result import SEVERITIES, SEVERITY_RANK, Finding, finding_sort_key
+from .rules_doc import explain, rules_markdown  # noqa: F401 - the CLI and make docs use them
 
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 CATEGORIES = ("compute", "memory", "comm", "host", "input", "precision", "jitter", "data", "gpu")
@@ -494,9 +495,9 @@ def _modelled_cap(conds: list[Condition], values: dict[str, float | None]) -> st
         cov = values.get(info.coverage)
         if cov is None or cov < LOWER_BOUND_BELOW_PCT:
             shown = "an unknown share" if cov is None else format_value(info.coverage, cov)
+            need = fmt.fmt_pct(LOWER_BOUND_BELOW_PCT, 0)
             return (f"Severity capped at medium (would be high): {c.metric} rests on {shown} "
-                    f"modelled ({info.coverage}), below the {fmt.fmt_pct(LOWER_BOUND_BELOW_PCT, 0)} "
-                    "a high finding needs.")
+                    f"modelled ({info.coverage}), below the {need} a high finding needs.")
     return None
 
 
@@ -516,82 +517,6 @@ def _confidence_of(rule: Rule, values: dict[str, float | None], th: dict[str, fl
     hi, med = rule.confidence.limits(th)
     return {"metric": rule.confidence.metric, "value": values.get(rule.confidence.metric),
             "min_for_high": hi, "min_for_medium": med, "capped": capped}
-
-
-def explain(rule: Rule) -> str:
-    """``traceinsight rules --explain ID``."""
-    th = rule.threshold_values()
-    lines = [f"{rule.id} — {rule.title}", f"category: {rule.category}   file: {Path(rule.source).name}", ""]
-    for k in ("symptom", "why", "fix"):
-        lines.append(f"{k.capitalize()}: {rule.doc[k]}")
-    lines.append("")
-    if rule.applies_if:
-        lines.append("Applies when: " + " and ".join(c.text(th) for c in rule.applies_if))
-    lines.append("Fires when:   " + " and ".join(c.text(th) for c in rule.fires_if))
-    for lv, conds in rule.severity:
-        lines.append(f"  {lv:<6} " + (" and ".join(c.text(th) for c in conds) if conds else "otherwise"))
-    if rule.impact:
-        lines.append(f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
-                     "(share of step time it could recover)")
-    if rule.confidence:
-        hi, med = rule.confidence.limits(th)
-        lines.append(f"Confidence: high needs {rule.confidence.metric} >= {hi:g}%, medium "
-                     f">= {med:g}%; below, the severity is capped")
-    lines.append("")
-    lines.append("Thresholds (override with --set " + f"{rule.id}.NAME=VALUE):")
-    for t in rule.thresholds.values():
-        cur = th[t.name]
-        over = " (overridden)" if t.name in rule.overrides else ""
-        lines.append(f"  {t.name} = {cur:g} {t.unit}{over} — {t.help}")
-    lines.append("")
-    lines.append("Metrics:")
-    for m in rule.metrics():
-        info = REGISTRY[m]
-        lines.append(f"  {m} [{info.unit}] — {info.doc}")
-    lines.append("")
-    lines.append("Recommendations:")
-    for r in rule.recommendations:
-        lines.append(f"  - {r.describe(th)}")
-    return "\n".join(lines)
-
-
-def rules_markdown(rules: list[Rule]) -> str:
-    """docs/RULES.md: every shipped rule with its thresholds (generated)."""
-    out = ["# Diagnosis rules", "",
-           "Generated from `rules/*.yaml` (`python -m traceinsight.engine > docs/RULES.md`). "
-           "Each rule is a YAML file: conditions over named metrics (`traceinsight rules --metrics`), "
-           "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
-           "time the fix could recover), evidence tables and recommendations. Override a "
-           "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
-           "", "| rule | category | what it finds |", "|---|---|---|"]
-    for r in sorted(rules, key=lambda r: (r.category, r.id)):
-        out.append(f"| [`{r.id}`](#{r.id}) | {r.category} | {r.summary} |")
-    out.append("")
-    for r in sorted(rules, key=lambda r: r.id):
-        th = r.threshold_values()
-        out += [f"## {r.id}", "", f"**{r.title}.** {r.doc['symptom']}", "",
-                f"*Why it matters:* {r.doc['why']}", "", f"*Fix:* {r.doc['fix']}", ""]
-        if r.applies_if:
-            out.append("Applies when " + " and ".join(f"`{c.text(th)}`" for c in r.applies_if) + ".")
-        out.append("Fires when " + " and ".join(f"`{c.text(th)}`" for c in r.fires_if) + ".")
-        ladder = []
-        for lv, conds in r.severity:
-            ladder.append(f"{lv} if " + " and ".join(f"`{c.text(th)}`" for c in conds) if conds
-                          else f"{lv} otherwise")
-        out.append("Severity: " + "; ".join(ladder) + ".")
-        if r.impact:
-            out.append(f"Impact: `{r.impact['metric']}` x {r.impact.get('factor', 1)}.")
-        if r.confidence:
-            hi, med = r.confidence.limits(th)
-            out.append(f"Confidence: high needs `{r.confidence.metric} >= {hi:g}`, medium "
-                       f"`>= {med:g}`; below, the severity is capped and the message says why.")
-        out += ["", "| threshold | default | meaning |", "|---|---|---|"]
-        for t in r.thresholds.values():
-            out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
-        recs = [f"- {x.text}" + (" *(when " + " and ".join(f"`{c.text(th)}`" for c in x.when)
-                                 + ")*" if x.when else "") for x in r.recommendations]
-        out += ["", "Recommendations:", ""] + recs + [""]
-    return "\n".join(out)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -91,7 +91,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             "peak_allocated_bytes": int(alloc[ia]), "peak_reserved_bytes": int(res[ir]),
             "reserved_at_allocated_peak": int(res[ia]),
             "allocated_at_reserved_peak": int(alloc[ir]),
-            "gap_at_peak_bytes": int(res[ir] - alloc[ia]), "max_gap_bytes": int((res - alloc).max()),
+            "gap_at_peak_bytes": int(res[ir] - alloc[ia]),
+            "max_gap_bytes": int((res - alloc).max()),
             "capacity_bytes": caps.get((int(rank), int(dev))) or caps.get((int(rank), None)),
             "peak_ts_ns": int(ts[ia]), "static_pct": _static_pct(ts, alloc, res),
         }
