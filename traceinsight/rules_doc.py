@@ -59,6 +59,18 @@ def rules_markdown(rules: list[Rule]) -> str:
            "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
            "time the fix could recover), evidence tables and recommendations. Override a "
            "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
+           "",
+           "A recommendation, or a part of the message, is a string or `{text: \"...\", if: "
+           "[conditions]}`: it is given only when its conditions hold (a condition on a metric "
+           "that was not measured does not hold). Training-only advice (optimizers, GradScaler, "
+           "gradient synchronisation and accumulation, FSDP/ZeRO, activation checkpointing) "
+           "requires `is_training == 1`, so a forward-only run never receives it; precision "
+           "advice requires the device's peak for that dtype (`device_bf16_tflops > 0`). A rule "
+           "resting on modelled work states `confidence: {metric, min_for_high, "
+           "min_for_medium}`: below those coverages its severity is capped and the message says "
+           "on how much of the run it rests. Without one, a high finding decided by a metric "
+           "resting on modelled work (MFU, the roofline split) with under 50% coverage is capped "
+           "at medium.",
            "", "| rule | category | what it finds |", "|---|---|---|"]
     for r in sorted(rules, key=lambda r: (r.category, r.id)):
         out.append(f"| [`{r.id}`](#{r.id}) | {r.category} | {r.summary} |")
