@@ -139,6 +139,7 @@ class Workload:
     jitter: float = 0.0  #: per-step relative variation of GPU and host time (seeded)
     slow_step_every: int = 0  #: every k-th step gets a host stall ...
     slow_step_extra_ns: int = 0  #: ... of this length
+    cold_start_ns: int = 0  #: the first kernel launch blocks this long (lazy module loading)
     # memory
     memory: bool = True  #: [memory] events (profile_memory)
     reserved_overhead: float = 1.1  #: Total Reserved / Total Allocated at the peak
@@ -170,7 +171,8 @@ class Workload:
             raise ValueError("efficiencies, bandwidths, scales and fractions must be > 0")
         if min(self.cpu_op_overhead_ns, self.launch_ns, self.dataloader_ns, self.syncs_per_step,
                self.tiny_kernels_per_layer, self.comm_bytes, self.slow_step_every,
-               self.slow_step_extra_ns, self.leak_bytes_per_step) < 0 or self.jitter < 0:
+               self.slow_step_extra_ns, self.leak_bytes_per_step, self.cold_start_ns) < 0 \
+                or self.jitter < 0:
             raise ValueError("counts, times and byte sizes must be >= 0")
 
     @property
@@ -408,6 +410,7 @@ class _Rank:
         self.mem_size: dict[int, int] = {}
         self.mem_leak: set[int] = set()
         self.pending: list[int] = []  # heap of GPU end times (launch queue)
+        self.launched = False
         self.seq = 4000
         self.coll_seq = 0
         self.names = _kernel_names(w)
@@ -525,6 +528,9 @@ class _Rank:
         """Launches ``k`` at CPU time ``c``; returns the CPU time after the launch call."""
         stream = self.compute if k.stream is None else k.stream
         api_ns = self.w.launch_ns
+        if not self.launched and k.kind == "kernel":  # lazy module loading at the first kernel
+            api_ns += self.w.cold_start_ns
+            self.launched = True
         while self.pending and self.pending[0] <= c:
             heapq.heappop(self.pending)
         if len(self.pending) >= LAUNCH_QUEUE_DEPTH:  # the launch blocks until a slot frees up
@@ -1230,6 +1236,8 @@ PRESETS: dict[str, Workload] = {
     # 4 ranks, rank 2's GPU 1.5x slower; the others wait inside NCCL
     "straggler": Workload(hidden=2048, seq=2048, batch=2, world_size=4, comm_bytes=256 * MiB,
                           comm_overlap=0.5, straggler_rank=2, straggler_slowdown=1.5),
+    # start-up: the first launch loads modules for 2 s, then 2 ordinary steps (not steady state)
+    "cold_start": Workload(**_SMALL, steps=3, syncs_per_step=1, cold_start_ns=2_000_000_000),
     # every 2nd step stalls the host for 30 ms (GC / checkpoint), plus 5% noise
     "jitter": Workload(**_SMALL, syncs_per_step=1, jitter=0.05, slow_step_every=2,
                        slow_step_extra_ns=30_000_000),

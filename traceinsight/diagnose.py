@@ -298,7 +298,8 @@ def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
 
     wall = compute + comm_exposed + memcpy_exposed + memset_exposed + idle, where compute (a
     union) = compute kernel time (a sum, split by layer / op / class) - concurrency, and idle =
-    launch + input + sync + device-wait gaps. ``compare`` divides by ``windows``.
+    the sum over its causes (launch, input, sync, copy, host, alloc, device wait, start-up,
+    capture, compile, unknown). ``compare`` divides by ``windows``.
     """
     bd = an.breakdown
     if not bd.steps:
@@ -313,13 +314,10 @@ def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
     by_layer = comp.groupby(mods.to_numpy())["dur_ns"].sum()
     by_op = comp.groupby(comp["top_op"].astype(str).to_numpy())["dur_ns"].sum()
     by_class = comp.groupby(comp["cls"].astype(str).to_numpy())["dur_ns"].sum()
-    v = ms.values
-    wall = tot["wall_ns"]
-    split = {k: (v.get(f"idle_{k}_pct") or 0.0) * wall / 100.0
-             for k in ("launch", "input", "host", "sync", "device_wait")}
-    # exact integer split of idle: rounding remainder goes to device wait
-    ints = {k: int(round(x)) for k, x in split.items()}
-    ints["device_wait"] += tot["idle_ns"] - sum(ints.values())
+    # the idle split by cause (metrics.idle), exact integers; "dependency" keeps its old name
+    split = ms.evidence.get("idle_split_ns") or {}
+    ints = {("device_wait" if k == "dependency" else k): int(x) for k, x in split.items()}
+    ints["device_wait"] = ints.get("device_wait", 0) + tot["idle_ns"] - sum(ints.values())
     return {
         "windows": len(bd.steps),
         "ranks": len(bd.ranks),

@@ -15,7 +15,9 @@ require ``is_training == 1``. A high finding decided by a metric resting on mode
 the roofline split) whose coverage is below 50% is capped at medium. A rule whose evidence
 rests on modelled work can instead declare its own limits,
 ``confidence: {metric, min_for_high, min_for_medium}``: below those coverages its severity is
-capped and the message says on how much of the run it rests.
+capped and the message says on how much of the run it rests. Text fields may also name text
+facts (metrics declared with unit ``text``, their strings in ``MetricSet.evidence["text"]``),
+such as the calls behind a stall.
 """
 
 from __future__ import annotations
@@ -283,6 +285,7 @@ def parse_rule(data: Any, source: str) -> Rule:
             if fname and fname not in REGISTRY and fname not in thresholds:
                 raise ConfigError(f"text field {{{fname}}} is neither a metric nor a threshold",
                                   path=source)
+    from . import evidence_idle  # noqa: F401 - registers the idle-cause providers
     from .evidence import PROVIDERS
 
     for ev in rule.evidence:
@@ -378,6 +381,8 @@ def render_text(text: str, values: dict[str, float | None], thresholds: dict[str
             unit_name = None
         if v is None:
             out.append("–")
+        elif isinstance(v, str):  # a text fact (unit "text"), e.g. the calls behind a stall
+            out.append(v)
         elif spec:
             out.append(format(v, spec))
         elif unit_name:
@@ -421,6 +426,8 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
 
     findings, statuses, errors = [], [], []
     values = dict(ms.values)
+    #: what messages show: the values and the text facts (metrics of unit "text")
+    shown: dict[str, Any] = {**values, **(ms.evidence.get("text") or {})}
     for rule in rules:
         try:
             th = rule.threshold_values()
@@ -463,7 +470,7 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                         for c in rule.fires_if]
             evidence = [{"kind": "measurements", "title": "Measured vs threshold", "rows": measured}]
             evidence += build_evidence(rule.evidence, ms, context)
-            message = " ".join(render_text(t.text, values, th, rule) for t in rule.message
+            message = " ".join(render_text(t.text, shown, th, rule) for t in rule.message
                                if t.applies(values, th))
             if capped:
                 message += " " + capped
@@ -472,9 +479,9 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                 message=message,
                 impact_pct=impact,
                 value=values.get(rule.value) if rule.value else None,
-                headline=render_text(rule.headline, values, th, rule) if rule.headline else None,
+                headline=render_text(rule.headline, shown, th, rule) if rule.headline else None,
                 evidence=evidence,
-                recommendations=[render_text(r.text, values, th, rule)
+                recommendations=[render_text(r.text, shown, th, rule)
                                  for r in rule.recommendations if r.applies(values, th)],
                 confidence=_confidence_of(rule, values, th, capped)))
         except Exception as e:  # noqa: BLE001 - a crashing rule is recorded, others still run

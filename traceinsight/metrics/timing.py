@@ -1,25 +1,18 @@
-"""Time metrics: step time and jitter, the GPU time breakdown, and why the GPU was idle.
+"""Time metrics: step time and jitter, the GPU time breakdown, host syncs and data loading.
 
-Idle gaps (complement of the GPU busy union inside the step windows) are explained by what the
-host was doing: a gap is a *host wait* when the activity that ends it was launched after the
-GPU went idle (the GPU waited for the CPU); else a *device wait* (work was queued but waited on
-a dependency: an event, another stream, a peer). Host waits are split by cause: input loading
-(a DataLoader range overlaps the gap), a blocking synchronisation (a sync call was returning
-when the GPU drained) and launch overhead (the rest: the CPU was busy issuing work).
+Why the GPU was idle (every idle gap classified by what the launching host thread was doing)
+lives in :mod:`.idle`; its metrics are computed from here, over the same step windows.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 
 from ..analysis import Analysis
 from ..analysis import intervals as iv
-from . import MetricSet, declare
+from . import MetricSet, declare, idle_metrics
+from .idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
@@ -49,12 +42,6 @@ for _n, _u, _d in (
     ("comm_overlap_pct", "%", "share of communication time hidden under compute"),
     ("memcpy_exposed_pct", "%", "copies with no kernel running, % of window"),
     ("memset_exposed_pct", "%", "memsets with nothing else running, % of window"),
-    ("idle_input_pct", "%", "GPU idle while the host loads input (DataLoader), % of window"),
-    ("idle_sync_pct", "%", "GPU idle after a blocking host synchronisation, % of window"),
-    ("idle_host_pct", "%", "GPU idle while the host issues no GPU work for 0.5 ms or more (GC, "
-                           "I/O, CPU compute, unrecorded host time), % of window"),
-    ("idle_launch_pct", "%", "GPU idle waiting for the host to launch work, % of window"),
-    ("idle_device_wait_pct", "%", "GPU idle with work queued but waiting on a dependency, % of window"),
     ("kernels_per_step", "count", "kernels launched per step (mean over ranks and steps)"),
     ("small_kernel_pct", "%", "kernels shorter than 10 µs, % of kernels"),
     ("small_kernel_time_pct", "%", "time in kernels shorter than 10 µs, % of kernel time"),
@@ -75,156 +62,13 @@ declare("world_size", "count", "number of ranks in the job (from distributedInfo
 declare("ranks_analysed", "count", "number of ranks whose traces were read")
 declare("has_gpu", "bool", "1 if the trace holds GPU activity")
 
-SYNC_RE = re.compile(
-    r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|Memcpy|MemcpyDtoH|"
-    r"Memcpy2D|MemcpyFromSymbol)(_v\d+)?$|^cu(CtxSynchronize|StreamSynchronize|EventSynchronize|"
-    r"MemcpyDtoH|MemcpyHtoD|Memcpy)(_v\d+)?$")
-DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"
-                           r"\[pl\]\[profile\].*(?:next|train_dataloader)|_next_data|get_batch",
-                           re.IGNORECASE)
 SMALL_KERNEL_NS = 10_000
-SYNC_TOLERANCE_NS = 50_000
-
-
-@dataclass
-class IdleSplit:
-    input_ns: int = 0
-    host_ns: int = 0
-    sync_ns: int = 0
-    launch_ns: int = 0
-    device_wait_ns: int = 0
-
-
-STALL_MIN_NS = 500_000  #: host events shorter than this are ordinary launch overhead
-
-
-def _host_stalls(an: Analysis, rank: int, rt: pd.DataFrame) -> tuple[tuple[np.ndarray, np.ndarray], pd.DataFrame]:
-    """Host stretches in which the rank issued no GPU runtime call for at least 0.5 ms.
-
-    A GPU that idles while the host calls the runtime every few microseconds is launch-bound;
-    one that idles while the host issues nothing at all waits for host-side work (GC, I/O,
-    CPU compute, or time the profiler did not record). The stretches are the spaces between
-    consecutive runtime calls (any thread of the rank) longer than ``STALL_MIN_NS``; the
-    evidence names the long host events inside them.
-    """
-    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
-    if not len(rt):
-        return empty, pd.DataFrame()
-    s = rt["start_ns"].to_numpy(np.int64)
-    e = s + rt["dur_ns"].to_numpy(np.int64)
-    busy = iv.union(s, np.maximum(e, s + 1))
-    qs, qe = busy[1][:-1], busy[0][1:]
-    long = (qe - qs) >= STALL_MIN_NS
-    quiet = (qs[long], qe[long])
-    # evidence: host events (>= 0.5 ms) that lie inside a quiet stretch
-    frames = []
-    py = an.store.table("python_frames", ["rank", "name", "start_ns", "dur_ns"])
-    if py.num_rows:
-        frames.append(py.filter(pc.and_(pc.equal(py["rank"], rank),
-                                        pc.greater_equal(py["dur_ns"], STALL_MIN_NS))).to_pandas())
-    ops = an.attribution.ops
-    frames.append(ops[(ops["rank"] == rank) & (ops["dur_ns"] >= STALL_MIN_NS)][["name", "start_ns", "dur_ns"]])
-    df = pd.concat([f[["name", "start_ns", "dur_ns"]].astype({"name": object}) for f in frames],
-                   ignore_index=True)
-    if len(df) and len(quiet[0]):
-        es = df["start_ns"].to_numpy(np.int64)
-        ee = es + df["dur_ns"].to_numpy(np.int64)
-        k = np.searchsorted(quiet[0], es, side="right") - 1
-        inside = (k >= 0) & (ee <= np.where(k >= 0, quiet[1][np.clip(k, 0, None)], 0) + 1_000)
-        df = df[inside]
-    else:
-        df = df.iloc[0:0]
-    return quiet, df
+#: re-exported for the evidence providers and the report timeline
+_rank_ranges = rank_ranges
 
 
 def _pct(x: float, total: float) -> float | None:
     return 100.0 * x / total if total else None
-
-
-def _rank_ranges(an: Analysis, rank: int, rx: re.Pattern) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
-    """Host intervals (any thread of the rank) of ranges/ops whose names match ``rx``."""
-    key = ("rank_ranges", rank, rx.pattern)
-    if key not in an.cache:
-        an.cache[key] = _rank_ranges_uncached(an, rank, rx)
-    return an.cache[key]
-
-
-def _rank_ranges_uncached(an: Analysis, rank: int, rx: re.Pattern):
-    rng = an.store.table("ranges", ["rank", "kind", "name", "start_ns", "dur_ns", "thread"]).to_pandas()
-    rng = rng[(rng["rank"] == rank) & rng["kind"].astype(str).isin(["annotation"])]
-    ops = an.attribution.ops
-    ops = ops[ops["rank"] == rank][["name", "start_ns", "dur_ns", "thread"]]
-    df = pd.concat([rng[["name", "start_ns", "dur_ns", "thread"]], ops], ignore_index=True)
-    names = df["name"].astype(str)
-    hits = {n for n in pd.unique(names) if rx.search(n)}
-    sel = df[names.isin(hits)] if len(df) else df
-    s = sel["start_ns"].to_numpy(np.int64)
-    return s, s + sel["dur_ns"].to_numpy(np.int64), sel
-
-
-def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
-               top: int | None = 20) -> tuple[IdleSplit, list[dict]]:
-    """Classify the idle gaps of one rank's step windows; returns totals and the largest
-    ``top`` gaps (all of them with ``top=None``)."""
-    out = IdleSplit()
-    if not len(g):
-        return out, []
-    U = iv.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
-    dl_s, dl_e, _ = _rank_ranges(an, rank, DATALOADER_RE)
-    DL = iv.union(dl_s, dl_e)
-    rt = an.attribution.runtime
-    rt = rt[(rt["rank"] == rank)]
-    sync = rt[rt["name"].astype(str).str.match(SYNC_RE)]
-    sync_s = sync["start_ns"].to_numpy(np.int64)
-    sync_e = sync_s + sync["dur_ns"].to_numpy(np.int64)
-    ST, stall_events = _host_stalls(an, rank, rt)
-    ST = iv.subtract(ST, DL) if len(DL[0]) else ST
-    order = np.argsort(g["start_ns"].to_numpy(np.int64), kind="stable")
-    gs = g["start_ns"].to_numpy(np.int64)[order]
-    gl = g["launch_start_ns"].to_numpy(np.int64)[order]
-    gaps = []
-    for w in windows:
-        inner = iv.clip(U, w.start_ns, w.end_ns)
-        # gaps: complement of busy inside the window
-        cs = np.concatenate(([w.start_ns], inner[1]))
-        ce = np.concatenate((inner[0], [w.end_ns]))
-        keep = ce > cs
-        cs, ce = cs[keep], ce[keep]
-        if not len(cs):
-            continue
-        # the activity that ends each gap, and when it was launched
-        k = np.searchsorted(gs, ce, side="left")
-        valid = k < len(gs)
-        nxt_launch = np.where(valid, gl[np.clip(k, 0, len(gs) - 1)], -1)
-        # a gap at the window's end is not ended by an activity of this window
-        nxt_launch = np.where(ce >= w.end_ns, -1, nxt_launch)
-        host_wait = (nxt_launch >= 0) & (nxt_launch >= cs - 1_000)
-        lengths = ce - cs
-        dl_over = iv.overlap_with_windows(DL, cs, ce) if len(DL[0]) else np.zeros(len(cs), np.int64)
-        if len(sync_s):
-            # a sync call returning around the gap start
-            j = np.searchsorted(sync_s, cs + SYNC_TOLERANCE_NS, side="right") - 1
-            cand_end = np.where(j >= 0, np.maximum.accumulate(sync_e)[np.clip(j, 0, None)], -1)
-            synced = (j >= 0) & (cand_end >= cs - SYNC_TOLERANCE_NS)
-        else:
-            synced = np.zeros(len(cs), dtype=bool)
-        inp = dl_over
-        stall = (np.where(host_wait, iv.overlap_with_windows(ST, cs, ce), 0) if len(ST[0])
-                 else np.zeros(len(cs), np.int64))
-        rest = lengths - inp - stall
-        out.input_ns += int(inp.sum())
-        out.host_ns += int(stall.sum())
-        out.sync_ns += int(np.where(host_wait & synced, rest, 0).sum())
-        out.launch_ns += int(np.where(host_wait & ~synced, rest, 0).sum())
-        out.device_wait_ns += int(np.where(~host_wait, rest, 0).sum())
-        for a, b, hw, sy, d, h in zip(cs, ce, host_wait, synced, inp, stall):
-            cause = ("input" if d > (b - a) / 2 else "host stall" if h > (b - a) / 2 else
-                     "sync" if hw and sy else "launch" if hw else "device wait")
-            gaps.append({"rank": rank, "step": w.step, "start_ns": int(a), "dur_ns": int(b - a),
-                         "cause": cause})
-    gaps.sort(key=lambda x: -x["dur_ns"])
-    out.stall_events = stall_events  # type: ignore[attr-defined]
-    return out, gaps if top is None else gaps[:top]
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
@@ -279,11 +123,11 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     if not has_gpu or not ranks:
         for n in ("gpu_busy_pct", "gpu_idle_pct", "compute_pct", "comm_pct", "exposed_comm_pct",
                   "comm_overlap_pct", "memcpy_exposed_pct", "memset_exposed_pct",
-                  "idle_input_pct", "idle_sync_pct", "idle_host_pct", "idle_launch_pct", "idle_device_wait_pct",
                   "kernels_per_step", "small_kernel_pct", "small_kernel_time_pct",
                   "median_kernel_ns", "launch_latency_p50_ns", "gemm_time_pct",
                   "elementwise_time_pct"):
             ms.set(n, None, why_missing="the trace holds no GPU activity")
+        idle_metrics.set_missing(ms, "the trace holds no GPU activity")
     else:
         tot = {k: sum(getattr(bd.ranks[r], k) for r in ranks) for k in (
             "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_exposed_ns",
@@ -306,32 +150,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
                 ms.rank_set(r, n, _pct(v, b.wall_ns))
             ms.rank_set(r, "wall_ns", float(b.wall_ns))
             ms.rank_set(r, "compute_ns", float(b.compute_ns))
-        split = IdleSplit()
-        all_gaps: list[dict] = []
-        stalls: list[pd.DataFrame] = []
-        for r in ranks:
-            g = g_all[g_all["rank"] == r]
-            s, gaps = idle_split(an, r, g, [w for w in attr.steps if w.rank == r])
-            for k in ("input_ns", "host_ns", "sync_ns", "launch_ns", "device_wait_ns"):
-                setattr(split, k, getattr(split, k) + getattr(s, k))
-            ev = getattr(s, "stall_events", None)
-            if ev is not None and len(ev):
-                stalls.append(ev.assign(rank=r))
-            ms.rank_set(r, "idle_launch_pct", _pct(s.launch_ns, bd.ranks[r].wall_ns))
-            all_gaps.extend(gaps)
-        ms.set("idle_input_pct", _pct(split.input_ns, wall))
-        ms.set("idle_sync_pct", _pct(split.sync_ns, wall))
-        ms.set("idle_host_pct", _pct(split.host_ns, wall))
-        if stalls:
-            st = pd.concat(stalls)
-            agg = st.groupby(st["name"].astype(str))["dur_ns"].agg(["size", "sum", "max"]).reset_index()
-            ms.evidence["host_stalls"] = [
-                {"event": r.name, "count": int(r.size), "total_ns": int(r.sum), "max_ns": int(r.max)}
-                for r in agg.sort_values("sum", ascending=False).head(8).itertuples()]
-        ms.set("idle_launch_pct", _pct(split.launch_ns, wall))
-        ms.set("idle_device_wait_pct", _pct(split.device_wait_ns, wall))
-        all_gaps.sort(key=lambda x: -x["dur_ns"])
-        ms.evidence["idle_gaps"] = all_gaps[:10]
+        idle_metrics.compute(an, ms, ranks)
         kern = g_all[g_all["kind"] == "kernel"]
         n_windows = max(1, len([w for w in attr.steps]))
         ms.set("kernels_per_step", float(len(kern)) / n_windows if len(kern) else 0.0)

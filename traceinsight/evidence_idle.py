@@ -1,0 +1,51 @@
+"""Evidence providers for the idle causes (:mod:`.metrics.idle`): the largest gaps with their
+cause, the runtime calls the GPU idled in, and what makes a window not steady state.
+
+They register into :data:`.evidence.PROVIDERS` on import (the engine imports this module
+with the evidence providers).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .evidence import _records, provider
+from .metrics import MetricSet
+
+
+def _causes(p: dict) -> set[str] | None:
+    want = p.get("cause")
+    return None if not want else {want} if isinstance(want, str) else set(want)
+
+
+@provider("idle_gap_causes")
+def _gaps(ms: MetricSet, an: Any, p: dict) -> list[dict]:
+    """The largest idle gaps (of the causes in ``cause``, a name or a list)."""
+    recs = ms.evidence.get("idle_gaps") or []
+    want = _causes(p)
+    if want:
+        recs = [r for r in recs if r["cause"] in want]
+    return _records("Largest GPU idle gaps", recs[: int(p.get("n", 8))], [
+        ("rank", "rank", "text"), ("step", "step", "text"), ("dur_ns", "idle", "ns"),
+        ("cause", "cause", "text"), ("launch_to_start_ns", "launch → start", "ns"),
+        ("next_op", "work after the gap launched by", "op")])
+
+
+@provider("idle_calls")
+def _idle_calls(ms: MetricSet, an: Any, p: dict) -> list[dict]:
+    """Runtime calls behind the idle causes (of the causes in ``cause``)."""
+    recs = ms.evidence.get("idle_calls") or []
+    want = _causes(p)
+    if want:
+        recs = [r for r in recs if r["cause"] in want]
+    return _records("Runtime calls the GPU idled in", recs[: int(p.get("n", 8))], [
+        ("call", "call", "text"), ("cause", "cause", "text"), ("count", "calls", "count"),
+        ("total_ns", "host time", "ns"), ("max_ns", "longest", "ns"),
+        ("window_pct", "of the window", "pct"), ("idle_ns", "GPU idle inside", "ns")])
+
+
+@provider("nonsteady")
+def _nonsteady(ms: MetricSet, an: Any, p: dict) -> list[dict]:
+    return _records("What is not steady state", ms.evidence.get("nonsteady"), [
+        ("kind", "part", "text"), ("idle_ns", "GPU idle", "ns"),
+        ("window_pct", "of the window", "pct")])
