@@ -202,6 +202,38 @@ def test_a_microsecond_sync_while_the_gpu_is_already_idle_drains_nothing(measure
     assert m["idle_sync_pct"] < 0.1 and m["idle_launch_pct"] > 15
 
 
+def _sync_then_slow_host(busy_ns: int) -> KinetoTraceBuilder:
+    """A sync waits while ``busy_ns`` of queued work runs, then the host relaunches slowly:
+    five 5 µs kernels, each launched 100 µs after the previous one ended."""
+    b = KinetoTraceBuilder()
+    with b.step(1, 0, busy_ns + 1 * MS):
+        b.launch("void gemm_kernel", cpu_start=5 * US, cpu_dur=5 * US, gpu_start=15 * US,
+                 gpu_dur=busy_ns)
+        end = 15 * US + busy_ns
+        with b.cpu_op("aten::item", 20 * US, end - 20 * US + 10 * US):
+            b.runtime("cudaStreamSynchronize", 25 * US, end - 25 * US + 2 * US)
+        t = end
+        for i in range(5):
+            b.launch("void add_kernel", cpu_start=t + 92 * US, cpu_dur=5 * US,
+                     gpu_start=t + 100 * US, gpu_dur=5 * US)
+            t += 105 * US
+    return b
+
+
+def test_the_lead_a_sync_cost_is_shared_by_the_gaps_after_it(measure) -> None:
+    m = measure(_sync_then_slow_host(busy_ns=2 * MS))  # the host had been 2 ms ahead
+    split = m.split()
+    # all five relaunch gaps; launch overhead is only the 15 µs before the first kernel
+    assert split["sync"] == 5 * 100 * US and split["launch"] == 15 * US
+
+
+def test_a_sync_owns_no_more_than_the_lead_it_cost(measure) -> None:
+    m = measure(_sync_then_slow_host(busy_ns=150 * US))
+    split = m.split()
+    # it waited 140 µs behind the kernel and ran 2 µs into the gap: 142 µs of the 500 µs
+    assert split["sync"] == 142 * US and split["launch"] == 15 * US + 500 * US - 142 * US
+
+
 # --- host stalls: allocator calls, long CPU ops ------------------------------------------------
 
 def _frees(free_ns: int, n: int = 40) -> KinetoTraceBuilder:

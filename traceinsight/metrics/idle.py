@@ -479,18 +479,31 @@ def _owed_to_drains(rest: np.ndarray, drained: np.ndarray, waited: np.ndarray,
     after it are the call's up to that budget, which adds up over calls until the host is ahead
     again (``ahead``: work queued in the busy stretch before the gap) or the window ends.
     """
-    owed = np.zeros(len(rest), np.int64)
-    kind = np.full(len(rest), "", dtype=object)
-    budget, what, cur = 0, "", -1
-    for i in np.flatnonzero((drained != "") | (rest > 0) | ahead):
-        if win[i] != cur or ahead[i]:
-            budget, cur = 0, win[i]
-        if drained[i]:
-            budget, what = budget + int(waited[i]), drained[i]
-        if budget > 0 and rest[i] > 0:
-            o = min(int(rest[i]), budget)
-            owed[i], kind[i] = o, what
-            budget -= o
+    n = len(rest)
+    owed = np.zeros(n, np.int64)
+    kind = np.full(n, "", dtype=object)
+    budget, what, cur, i = 0, "", -1, 0
+    # walk only the gaps a budget reaches: from each draining call until it is spent
+    for d in [*np.flatnonzero(drained != "").tolist(), n]:
+        while budget > 0 and i < d:
+            if win[i] != cur or ahead[i]:
+                budget = 0
+                break
+            if rest[i] > 0:
+                owed[i] = min(int(rest[i]), budget)
+                kind[i] = what
+                budget -= int(owed[i])
+            i += 1
+        if d == n:
+            break
+        if win[d] != cur or ahead[d]:
+            budget, cur = 0, win[d]
+        budget, what = budget + int(waited[d]), drained[d]
+        if rest[d] > 0:
+            owed[d] = min(int(rest[d]), budget)
+            kind[d] = what
+            budget -= int(owed[d])
+        i = d + 1
     return owed, kind
 
 
