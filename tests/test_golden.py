@@ -1,9 +1,10 @@
 """Golden diagnoses of the real shared traces.
 
 Each Kineto trace of the corpus is diagnosed and the result is reduced to a normalized form:
-the headline, the exact integer per-rank sums, each finding (rule, severity, title, impact,
-measured values to four significant digits, the names leading its evidence tables), every
-rule's status and the diagnostic codes. The form is compared with ``tests/golden/<id>.json``.
+the primary verdict and the headline, the exact integer per-rank sums, the steps left out of
+the step statistics, each finding (rule, severity, title, impact, measured values to four
+significant digits, the names leading its evidence tables), every rule's status and the
+diagnostic codes. The form is compared with ``tests/golden/<id>.json``.
 
 A deliberate change of a rule, a threshold or a definition shows up here as a readable JSON
 diff; accept it with::
@@ -68,6 +69,7 @@ def normalize(d: dict[str, Any]) -> dict[str, Any]:
         st = r.get("step_time_ns") or {}
         row["step_time_ns"] = {k: (None if st.get(k) is None else int(round(st[k])))
                                for k in ("p50", "max")}
+        row["steps_excluded"] = [[x["step"], x["reason"]] for x in r.get("steps_excluded") or []]
         ranks.append(row)
     findings = []
     for f in d["findings"]:
@@ -90,6 +92,7 @@ def normalize(d: dict[str, Any]) -> dict[str, Any]:
         findings.append(item)
     return {
         "headline": d["headline"],
+        "primary": d.get("primary"),
         "ranks": ranks,
         "findings": findings,
         "rules": {r["rule"]: r["status"] for r in d["rules"]},
@@ -118,8 +121,8 @@ def test_corpus_diagnosis_matches_golden(path: Path, request: pytest.FixtureRequ
     assert target.is_file(), f"no golden file {target.name}: run pytest --update-golden"
     want = json.loads(target.read_text(encoding="utf-8"))
     # compare piecewise first so that a failure names the part that moved
-    for key in ("headline", "ranks", "rules", "diagnostics", "rule_errors"):
-        assert got[key] == want[key], key
+    for key in ("primary", "headline", "ranks", "rules", "diagnostics", "rule_errors"):
+        assert got.get(key) == want.get(key), key
     assert [f["rule"] for f in got["findings"]] == [f["rule"] for f in want["findings"]]
     assert got["findings"] == want["findings"]
 

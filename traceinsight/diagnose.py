@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from . import __version__, fmt
+from . import __version__
 from .analysis import Analysis, with_plain_strings
 from .engine import evaluate, load_rules
 from .metrics import REGISTRY, compute_metrics, coverage_table
@@ -24,7 +24,9 @@ from .metrics.options import RooflineOptions
 from .ingest.metadata import redact_text
 from .devices import ENV_VAR as DEVICES_ENV
 from .resources import code_digest
-from .result import SEVERITY_RANK, DiagnosisResult, Finding, clean
+from .headline import headline
+from .metrics.steps import step_stats
+from .result import DiagnosisResult, clean, primary_of
 from .store import TraceStore
 from .vocab import NO_MODULE
 
@@ -103,6 +105,7 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
         command=cmd,
         trace={**_trace_info(store, an, dev), "mode": mode_of(ms.values)},
         headline=headline(findings, ms.values, an),
+        primary=primary_of(findings),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],
         rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
@@ -123,31 +126,6 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
                            if v is not None}},
     )
     return DiagnosisResult.from_dict(clean(result.to_dict()))
-
-
-# --- headline -------------------------------------------------------------------------------
-
-def headline(findings: list[Finding], m: dict[str, Any], an: Analysis) -> str:
-    """What bounds this run, in one sentence."""
-    if not m.get("has_gpu"):
-        return ("No GPU activity in this trace: only CPU events were recorded (a CPU run, or "
-                "the profiler ran without ProfilerActivity.CUDA); GPU rules were not evaluated.")
-    major = [f for f in findings if SEVERITY_RANK[f.severity] <= SEVERITY_RANK["medium"]]
-    busy = m.get("gpu_busy_pct")
-    ctx = f"GPU busy {fmt.fmt_pct(busy, 0)} of step time" if busy is not None else ""
-    if major:
-        top = major[0]
-        text = top.headline or f"{top.rule}: {top.title.lower()}"
-        text = text[:1].upper() + text[1:]
-        more = [f.rule for f in major[1:3]]
-        tail = f"; also {', '.join(more)}" if more else ""
-        return f"{text} ({ctx}){tail}."
-    gemm = m.get("gemm_time_pct")
-    shape = (f"; {fmt.fmt_pct(gemm, 0)} of kernel time in GEMM/attention/convolution"
-             if gemm is not None else "")
-    minor = [f.rule for f in findings if f.severity == "low"]
-    extra = f" Minor: {', '.join(minor)}." if minor else ""
-    return f"No major bottleneck found: {ctx}{shape}.{extra}"
 
 
 # --- result sections ------------------------------------------------------------------------
@@ -195,6 +173,7 @@ def _summary(an: Analysis, ms) -> dict[str, Any]:
         kern = gr[gr["kind"] == "kernel"]
         w = an.breakdown.ranks.get(rank)
         steps = [s for s in an.breakdown.steps if s.rank == rank and s.step is not None]
+        stats = [s for s in step_stats(an) if s.rank == rank]
         pr = ms.per_rank.get(rank, {})
         cov = an.attribution.coverage(rank)
         out.append({
@@ -212,6 +191,9 @@ def _summary(an: Analysis, ms) -> dict[str, Any]:
             "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
             "steps": len(steps),
             "step_time_ns": _q([s.wall_ns for s in steps]),
+            "steps_representative": sum(1 for s in stats if s.excluded is None),
+            "steps_excluded": [{"step": s.step, "reason": s.excluded, "detail": s.why}
+                               for s in stats if s.excluded],
             "peak_allocated_bytes": _int(pr.get("peak_allocated_bytes")),
             "peak_reserved_bytes": _int(pr.get("peak_reserved_bytes")),
             "attributed_pct": cov["coverage_pct"],
@@ -234,9 +216,14 @@ def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
 
 
 def _breakdown(an: Analysis) -> dict[str, Any]:
+    own = {(s.rank, s.step, s.start_ns): s for s in step_stats(an)}
+
     def row(w) -> dict[str, Any]:
         d = w.to_dict()
         d.pop("by_class_ns", None)
+        s = own.get((w.rank, w.step, w.start_ns))
+        if s is not None:  # step windows: the GPU time of the step's own work, and its use
+            d.update(gpu_ns=s.gpu_ns, excluded=s.excluded)
         return d
 
     steps = an.breakdown.steps

@@ -118,18 +118,23 @@ def _records(title: str, recs: list[dict] | None, cols: list[tuple[str, str, str
 def _slow(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     return _records("Slowest steps and what grew", ms.evidence.get("slow_steps"), [
         ("rank", "rank", "text"), ("step", "step", "text"), ("wall_ns", "step time", "ns"),
-        ("over_median_ns", "over median", "ns"), ("cause", "largest change", "text"),
-        ("cause_delta_ns", "by", "ns")])
+        ("gpu_ns", "GPU time of its work", "ns"), ("over_median_ns", "over median", "ns"),
+        ("cause", "largest change", "text"), ("cause_delta_ns", "by", "ns"),
+        ("also", "next change", "text"), ("also_delta_ns", "by", "ns")])
 
 
 @provider("step_times")
 def _steps(ms: MetricSet, an: Any, p: dict) -> list[dict]:
-    if an is None:
-        return []
-    rows = [[w.rank, w.step, w.wall_ns, w.busy_ns, w.idle_ns] for w in an.breakdown.steps
-            if w.step is not None]
+    """Every step: its window, the GPU time of the work launched in its CPU window, and
+    whether the step statistics use it (see metrics.steps)."""
+    recs = ms.evidence.get("steps") or []
+    rows = [[s["rank"], s["step"], s["wall_ns"], s["host_ns"], s["gpu_ns"], s["kernels"],
+             sum(v for k, v in s["parts"].items() if k.startswith("idle_")),
+             s["excluded"] or "representative"] for s in recs]
     return [table("Step times", [("rank", "text"), ("step", "text"), ("step time", "ns"),
-                                 ("GPU busy", "ns"), ("GPU idle", "ns")], rows[:64])]
+                                 ("CPU step", "ns"), ("GPU time of its work", "ns"),
+                                 ("kernels", "count"), ("GPU idle", "ns"), ("used as", "text")],
+                  rows[:64])]
 
 
 @provider("idle_gaps")

@@ -32,6 +32,21 @@ def finding_sort_key(f: "Finding") -> tuple[float, int, str]:
     return (-(f.impact_pct or 0.0), severity_rank(f.severity), f.rule)
 
 
+#: the primary verdict when nothing of medium weight was found
+HEALTHY = "healthy"
+#: the rule saying the window is no steady state; when it fires it is the primary verdict
+NOT_REPRESENTATIVE = "not-representative"
+
+
+def primary_of(findings: list["Finding"]) -> str:
+    """The rule id a diagnosis leads with: ``not-representative`` when that rule fired, else
+    the first finding of medium or high severity in the finding order, else ``healthy``."""
+    major = [f for f in findings if severity_rank(f.severity) <= SEVERITY_RANK["medium"]]
+    if any(f.rule == NOT_REPRESENTATIVE for f in major):
+        return NOT_REPRESENTATIVE
+    return major[0].rule if major else HEALTHY
+
+
 @dataclass
 class Finding:
     rule: str
@@ -78,12 +93,18 @@ class DiagnosisResult:
     diagnostics: list[dict[str, Any]]
     version: int = RESULT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the rule id the headline leads with, ``healthy`` or ``not-representative`` (primary_of)
+    primary: str = HEALTHY
 
     def to_dict(self) -> dict[str, Any]:
-        d = {"schema": RESULT_SCHEMA, "version": self.version}
+        d: dict[str, Any] = {"schema": RESULT_SCHEMA, "version": self.version}
         body = asdict(self)
         body.pop("version")
-        d.update(body)
+        for k, v in body.items():
+            if k != "primary":
+                d[k] = v
+            if k == "headline":
+                d["primary"] = self.primary
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
@@ -99,10 +120,13 @@ class DiagnosisResult:
         if v > RESULT_VERSION:
             raise InputError(f"result version {v} is newer than this traceinsight reads "
                              f"({RESULT_VERSION})", path=source, hint="upgrade traceinsight-doctor")
+        findings = [Finding.from_dict(f) for f in d.get("findings", [])]
         return cls(
             tool=d.get("tool", {}), command=d.get("command", []), trace=d.get("trace", {}),
             headline=d.get("headline", ""),
-            findings=[Finding.from_dict(f) for f in d.get("findings", [])],
+            # files written before the field existed: derived from their findings
+            primary=str(d.get("primary") or primary_of(findings)),
+            findings=findings,
             rules=d.get("rules", []), rule_errors=d.get("rule_errors", []),
             summary=d.get("summary", {"ranks": []}), metrics=d.get("metrics", {}),
             breakdown=d.get("breakdown", {}), rollups=d.get("rollups", {}),

@@ -1,4 +1,5 @@
-"""Time metrics: step time and jitter, the GPU time breakdown, host syncs and data loading.
+"""Time metrics: the GPU time breakdown, host syncs and data loading; step time and jitter
+(representative steps, slow-step causes) live in :mod:`.steps`.
 
 Why the GPU was idle (every idle gap classified by what the launching host thread was doing)
 lives in :mod:`.idle`; its metrics are computed from here, over the same step windows.
@@ -11,27 +12,13 @@ import pandas as pd
 
 from ..analysis import Analysis
 from ..analysis import intervals as iv
-from . import MetricSet, declare, idle_metrics
+from . import MetricSet, declare, idle_metrics, steps
 from .idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
 NEEDS_GPU = "GPU kernels"
 HINT_GPU = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"
-
-for _n, _u, _d in (
-    ("steps", "count", "number of ProfilerStep windows (fewest over ranks)"),
-    ("step_time_p50_ns", "ns", "median step time (GPU-aware step windows, all ranks)"),
-    ("step_time_p90_ns", "ns", "90th percentile step time"),
-    ("step_time_p99_ns", "ns", "99th percentile step time"),
-    ("step_time_max_ns", "ns", "slowest step"),
-    ("step_time_mean_ns", "ns", "mean step time"),
-    ("step_time_cv_pct", "%", "coefficient of variation of step time (std / mean), worst rank"),
-    ("step_time_max_over_p50_ratio", "ratio", "slowest step over the median step"),
-    ("slow_steps", "count", "steps slower than 1.25x the median step"),
-    ("jitter_loss_pct", "%", "time lost to steps slower than the median, % of total step time"),
-):
-    declare(_n, _u, _d, needs=NEEDS_STEPS, hint=HINT_STEPS)
 
 for _n, _u, _d in (
     ("gpu_busy_pct", "%", "GPU busy (union of kernels, copies, memsets over streams), % of window"),
@@ -83,41 +70,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     has_gpu = len(g_all) > 0
     ms.set("has_gpu", 1.0 if has_gpu else 0.0)
 
-    # --- steps and jitter --------------------------------------------------------------
-    step_rows = [w for w in bd.steps if w.step is not None]
-    has_steps = all(attr.has_step_markers.get(r, False) for r in ranks) and bool(step_rows)
-    if has_steps:
-        per_rank_n = [sum(1 for w in step_rows if w.rank == r) for r in ranks]
-        ms.set("steps", float(min(per_rank_n)))
-        times = np.array([w.wall_ns for w in step_rows], dtype=np.float64)
-        ms.set("step_time_p50_ns", float(np.percentile(times, 50)))
-        ms.set("step_time_p90_ns", float(np.percentile(times, 90)))
-        ms.set("step_time_p99_ns", float(np.percentile(times, 99)))
-        ms.set("step_time_max_ns", float(times.max()))
-        ms.set("step_time_mean_ns", float(times.mean()))
-        p50 = float(np.percentile(times, 50))
-        ms.set("step_time_max_over_p50_ratio", float(times.max() / p50) if p50 else None)
-        cvs = []
-        for r in ranks:
-            t = np.array([w.wall_ns for w in step_rows if w.rank == r], dtype=np.float64)
-            if len(t) >= 3 and t.mean() > 0:
-                cvs.append(100.0 * t.std() / t.mean())
-                ms.rank_set(r, "step_time_cv_pct", cvs[-1])
-        ms.set("step_time_cv_pct", max(cvs) if cvs else None,
-               why_missing=None if cvs else "needs at least 3 ProfilerSteps per rank")
-        slow = [w for w in step_rows if w.wall_ns > 1.25 * p50]
-        ms.set("slow_steps", float(len(slow)))
-        loss = float(np.clip(times - p50, 0, None).sum())
-        ms.set("jitter_loss_pct", 100.0 * loss / times.sum() if times.sum() else None)
-        ms.evidence["slow_steps"] = _slow_step_causes(an, step_rows, p50)
-    else:
-        for n in ("steps", "step_time_p50_ns", "step_time_p90_ns", "step_time_p99_ns",
-                  "step_time_max_ns", "step_time_mean_ns", "step_time_cv_pct",
-                  "step_time_max_over_p50_ratio", "slow_steps", "jitter_loss_pct"):
-            ms.set(n, None, why_missing="the trace has no ProfilerStep markers")
-        if not step_rows:
-            ms.values["steps"] = 0.0
-            ms.missing.pop("steps", None)
+    # --- steps and jitter: representative steps, slow steps and their causes (.steps) ------
+    has_steps = steps.compute(an, ms, ranks)
 
     # --- breakdown -------------------------------------------------------------------------
     if not has_gpu or not ranks:
@@ -234,25 +188,3 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     ms.evidence["sync_calls"] = sorted(
         ({"call": k, "count": len(v), "per_step": len(v) / n_steps, "total_ns": sum(v)}
          for k, v in sync_ops.items()), key=lambda x: -x["total_ns"])[:10]
-
-
-def _slow_step_causes(an: Analysis, steps, p50: float) -> list[dict]:
-    """For steps slower than 1.25x the median: which part of the step grew the most."""
-    bd_steps = steps
-    if not bd_steps:
-        return []
-    parts = ("compute_ns", "comm_exposed_ns", "memcpy_exposed_ns", "idle_ns")
-    med = {p: float(np.median([getattr(w, p) for w in bd_steps])) for p in parts}
-    out = []
-    for w in bd_steps:
-        if w.wall_ns <= 1.25 * p50:
-            continue
-        deltas = {p: getattr(w, p) - med[p] for p in parts}
-        cause = max(deltas, key=lambda k: deltas[k])
-        label = {"compute_ns": "more GPU compute", "comm_exposed_ns": "longer exposed communication",
-                 "memcpy_exposed_ns": "longer copies", "idle_ns": "GPU idle (host-side delay)"}[cause]
-        out.append({"rank": w.rank, "step": w.step, "wall_ns": w.wall_ns,
-                    "over_median_ns": int(w.wall_ns - p50), "cause": label,
-                    "cause_delta_ns": int(deltas[cause])})
-    out.sort(key=lambda x: -x["over_median_ns"])
-    return out[:10]

@@ -308,6 +308,7 @@ def _subtitle(r: DiagnosisResult) -> str:
     steps = r.metrics.get("values", {}).get("steps")
     if steps:
         parts.append(f"{int(steps)} step{'s' if steps != 1 else ''}")
+    parts.append(f"primary: {r.primary}")
     if t.get("span_ns"):
         parts.append(f"{fmt.fmt_ns(t['span_ns'])} traced")
     return " · ".join(parts)
@@ -476,10 +477,11 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
         reps.append({"step": k, "rank": worst["rank"], "row": worst,
                      "min": min(s.get("wall_ns") or 0 for s in rs),
                      "max": worst.get("wall_ns") or 0, "n": len(rs)})
-    walls = sorted(x["max"] for x in reps)
-    median = _median(walls)
+    # the median and the slow steps over the representative steps (metrics.steps)
+    kept = [x for x in reps if not x["row"].get("excluded")] or reps
+    median = _median(sorted(x["max"] for x in kept))
     threshold = SLOW_STEP_FACTOR * median
-    slow = [x for x in reps if median and x["max"] > threshold]
+    slow = [x for x in kept if median and x["max"] > threshold]
     slow_ids = {id(x) for x in slow}
     # bucket consecutive steps when there are too many bars to draw
     size = max(1, math.ceil(len(reps) / MAX_STEP_BARS))
@@ -555,9 +557,11 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
     if not multi:
         step_cols.pop(3)
         step_rows = [r[:3] + r[4:] for r in step_rows]
-    step_table = table("tbl-steps", step_cols, step_rows, limit=20,
-                       note=f"the {len(listed)} slowest of {len(reps)} steps"
-                       if len(listed) < len(reps) else "")
+    left = [f"step {x['step']} ({x['row']['excluded']})" for x in reps if x["row"].get("excluded")]
+    note = "; ".join(([f"the {len(listed)} slowest of {len(reps)} steps"]
+                      if len(listed) < len(reps) else [])
+                     + ([f"left out of the step statistics: {', '.join(left[:8])}"] if left else []))
+    step_table = table("tbl-steps", step_cols, step_rows, limit=20, note=note)
     return {
         "empty": "", "chart": svg.to_dict(), "median": fmt.fmt_ns(median),
         "count": len(reps), "multi": multi, "factor": SLOW_STEP_FACTOR, "bucket": size,

@@ -61,8 +61,14 @@ def render_markdown(result: DiagnosisResult) -> str:
     steps = (r.metrics.get("values") or {}).get("steps")
     if steps:
         facts.append(f"{int(steps)} step{'s' if int(steps) != 1 else ''}")
+    facts.append(f"primary: {code(r.primary)}")
     facts.append(f"traceinsight {esc(r.tool.get('version', '?'))}")
     lines += [" · ".join(facts), ""]
+    left = [f"{'rank ' + str(s['rank']) + ' ' if n > 1 else ''}step {x['step']} "
+            f"({esc(str(x['reason']))})" for s in (r.summary or {}).get("ranks") or []
+            for x in s.get("steps_excluded") or []]
+    if left:
+        lines += ["Left out of the step statistics: " + ", ".join(left[:8]) + ".", ""]
 
     fs = sorted(r.findings,
                 key=finding_sort_key)

@@ -164,6 +164,10 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         steps = sum(r["steps"] for r in srs)
         out.append(f"  steps: {steps} (rank {srs[0]['rank']}: p50 {fmt.fmt_ns(q['p50'])}, "
                    f"p90 {fmt.fmt_ns(q['p90'])}, max {fmt.fmt_ns(q['max'])})")
+        left = [f"step {x['step']} ({x['reason']})" for r in srs
+                for x in r.get("steps_excluded") or []]
+        if left:
+            out.append(f"  left out of the step statistics: {', '.join(left[:8])}")
     else:
         out.append("  steps: none marked (the whole GPU span is one window)")
     mv = result.metrics.get("values", {})
