@@ -20,7 +20,7 @@ from .analysis import Analysis, with_plain_strings
 from .engine import evaluate, load_rules
 from .metrics import REGISTRY, compute_metrics
 from .metrics.options import RooflineOptions
-from .ingest.metadata import redact_text
+from .redact import redact_text
 from .devices import ENV_VAR as DEVICES_ENV
 from .resources import code_digest
 from .result import SEVERITY_RANK, DiagnosisResult, Finding, clean
