@@ -162,11 +162,11 @@ def _stalls(ms: MetricSet, an: Any, p: dict) -> list[dict]:
 def _dataloader(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     if an is None:
         return []
-    from .metrics.timing import DATALOADER_RE, _rank_ranges
+    from .metrics.timing import DATALOADER_RE, rank_ranges
 
     frames = []
     for r in sorted(an.breakdown.ranks):
-        _, _, sel = _rank_ranges(an, r, DATALOADER_RE)
+        _, _, sel = rank_ranges(an, r, DATALOADER_RE)
         frames.append(sel)
     df = pd.concat(frames) if frames else pd.DataFrame()
     if not len(df):

@@ -176,8 +176,8 @@ def thread_keys(proc: np.ndarray, thr: np.ndarray, table: dict) -> np.ndarray:
     return ids[inv.reshape(-1)]
 
 
-def _nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.ndarray,
-                    q_proc: np.ndarray, q_thread: np.ndarray) -> tuple[np.ndarray, dict]:
+def nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.ndarray,
+                   q_proc: np.ndarray, q_thread: np.ndarray) -> tuple[np.ndarray, dict]:
     """Innermost interval (row position in ``intervals``) enclosing each query on its thread.
 
     Returns (positions or -1, {thread key id: (positions array, Nesting)}).
@@ -254,8 +254,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
 
     # --- 2. launch -> enclosing cpu op (per thread) ---------------------------------------
     rt_rank = rt_all.loc[rt.index]
-    op_of_rt, op_nests = _nest_by_thread(ops, rt_rank, rt_rank["start_ns"].to_numpy(np.int64),
-                                         rt_rank["process"].to_numpy(), rt_rank["thread"].to_numpy())
+    op_of_rt, op_nests = nest_by_thread(ops, rt_rank, rt_rank["start_ns"].to_numpy(np.int64),
+                                        rt_rank["process"].to_numpy(), rt_rank["thread"].to_numpy())
     # op positions are local to ``ops``: map to global op_idx
     op_global = ops["op_idx"].to_numpy()
     rt_op = take(op_global, op_of_rt, -1)
@@ -342,8 +342,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     if len(mods) and (~has_op & has_launch).any():
         sel = np.flatnonzero(~has_op & has_launch)
         lr = rt_all.iloc[rt_pos[sel]]
-        mpos, _ = _nest_by_thread(mods, lr, lr["start_ns"].to_numpy(np.int64),
-                                  lr["process"].to_numpy(), lr["thread"].to_numpy())
+        mpos, _ = nest_by_thread(mods, lr, lr["start_ns"].to_numpy(np.int64),
+                                 lr["process"].to_numpy(), lr["thread"].to_numpy())
         mod_paths = _module_paths(mods)
         ok = mpos >= 0
         module[sel[ok]] = mod_paths[mpos[ok]]
@@ -358,8 +358,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     if len(ann) and has_launch.any():
         sel = np.flatnonzero(has_launch)
         lr = rt_all.iloc[rt_pos[sel]]
-        apos, anests = _nest_by_thread(ann, lr, lr["start_ns"].to_numpy(np.int64),
-                                       lr["process"].to_numpy(), lr["thread"].to_numpy())
+        apos, anests = nest_by_thread(ann, lr, lr["start_ns"].to_numpy(np.int64),
+                                      lr["process"].to_numpy(), lr["thread"].to_numpy())
         ann_names = ann["name"].to_numpy()
         ok = apos >= 0
         annotation[sel[ok]] = ann_names[apos[ok]]
@@ -490,7 +490,7 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     names = np.array([str(x).removeprefix("nn.Module: ") for x in mods["name"].to_numpy()],
                      dtype=object)
     parent = np.full(len(mods), -1, dtype=np.int64)
-    _, nests = _nest_by_thread(mods, mods.iloc[0:0], np.empty(0, np.int64), np.empty(0), np.empty(0))
+    _, nests = nest_by_thread(mods, mods.iloc[0:0], np.empty(0, np.int64), np.empty(0), np.empty(0))
     for _k, (pos, nest) in nests.items():
         parent[pos] = np.where(nest.parent >= 0, pos[np.clip(nest.parent, 0, None)], -1)
     return _paths(names, parent)
@@ -504,8 +504,8 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
     if len(mods):
-        mpos, _ = _nest_by_thread(mods, ops, ops["start_ns"].to_numpy(np.int64),
-                                  ops["process"].to_numpy(), ops["thread"].to_numpy())
+        mpos, _ = nest_by_thread(mods, ops, ops["start_ns"].to_numpy(np.int64),
+                                 ops["process"].to_numpy(), ops["thread"].to_numpy())
         paths = _module_paths(mods)
         mod = take(paths, mpos, None)
         ops_all.loc[ops.index, "module"] = mod

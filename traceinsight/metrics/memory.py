@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import Analysis
-from . import MetricSet, declare
+from .registry import MetricSet, declare
 
 NEEDS = "[memory] events"
 HINT = "record with profile_memory=True"
@@ -158,7 +158,7 @@ def _growth(an: Analysis, rank: int, ts: np.ndarray, alloc: np.ndarray) -> dict 
 
 def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     """The ops that allocated most in the step (or trace) of the reserved peak."""
-    from ..analysis.attribution import _nest_by_thread  # shared time-nesting helper
+    from ..analysis.attribution import nest_by_thread  # shared time-nesting helper
 
     d = gpu[(gpu["rank"] == worst["rank"]) & (gpu["device"] == worst["device"])
             & (gpu["bytes"].fillna(0) > 0)]
@@ -174,8 +174,8 @@ def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     d = d.copy()
     d["process"] = d["process"].astype(object)
     d["thread"] = d["thread"].astype(object)
-    pos, _ = _nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
-                             d["thread"].to_numpy())
+    pos, _ = nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
+                            d["thread"].to_numpy())
     names = np.where(pos >= 0, ops["name"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None,
                      "[outside ops]")
     mods = np.where(pos >= 0, ops["module"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None, None)

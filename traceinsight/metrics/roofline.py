@@ -16,8 +16,8 @@ import pandas as pd
 from ..analysis import Analysis
 from ..analysis.attribution import name_matches
 from ..analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
-from . import MetricSet, declare
 from .options import RooflineOptions
+from .registry import MetricSet, declare
 
 NEEDS = "input shapes (record_shapes=True) and a known device"
 HINT = "record with record_shapes=True; for an unknown GPU pass --device NAME or --peak-tflops/--peak-bw"

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 
 from ..analysis import Analysis
 from ..analysis import intervals as iv
-from . import MetricSet, declare
+from .registry import MetricSet, declare
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
@@ -141,7 +141,7 @@ def _pct(x: float, total: float) -> float | None:
     return 100.0 * x / total if total else None
 
 
-def _rank_ranges(an: Analysis, rank: int, rx: re.Pattern) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+def rank_ranges(an: Analysis, rank: int, rx: re.Pattern) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
     """Host intervals (any thread of the rank) of ranges/ops whose names match ``rx``."""
     key = ("rank_ranges", rank, rx.pattern)
     if key not in an.cache:
@@ -170,7 +170,7 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
     if not len(g):
         return out, []
     U = iv.union(g["start_ns"].to_numpy(np.int64), g["end_ns"].to_numpy(np.int64))
-    dl_s, dl_e, _ = _rank_ranges(an, rank, DATALOADER_RE)
+    dl_s, dl_e, _ = rank_ranges(an, rank, DATALOADER_RE)
     DL = iv.union(dl_s, dl_e)
     rt = an.attribution.runtime
     rt = rt[(rt["rank"] == rank)]
@@ -389,7 +389,7 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     sync_ops: dict[str, list[int]] = {}
     for r in ranks:
         ws = [w for w in windows if w.rank == r]
-        dl_s, dl_e, _ = _rank_ranges(an, r, DATALOADER_RE)
+        dl_s, dl_e, _ = rank_ranges(an, r, DATALOADER_RE)
         DL = iv.union(dl_s, dl_e)
         dl_total += int(iv.overlap_with_windows(DL, np.array([w.host_start_ns for w in ws]),
                                                 np.array([w.host_end_ns for w in ws])).sum())
