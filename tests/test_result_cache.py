@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLES, invoke
 
 import traceinsight.diagnose as dg
-from conftest import SAMPLES, invoke
 from traceinsight.ingest import ingest
 from traceinsight.metrics.options import RooflineOptions
 

@@ -1,126 +1,25 @@
-"""``diagnose``: store -> analysis -> metrics -> rules -> :class:`DiagnosisResult`.
-
-The library entry point behind the CLI; nothing here prints or writes files.
-"""
+"""The sections of a :class:`DiagnosisResult` built from an :class:`Analysis` and its
+:class:`MetricSet`: the headline, trace info, per-rank summary, breakdown, rollups, the exact
+step basis, roofline (or why it is empty), memory and the representative-step timeline."""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-import os
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import __version__, fmt
-from .analysis import Analysis, with_plain_strings
-from .engine import evaluate, load_rules
-from .metrics import REGISTRY, compute_metrics
-from .metrics.options import RooflineOptions
-from .redact import redact_text
-from .devices import ENV_VAR as DEVICES_ENV
-from .resources import code_digest
-from .result import SEVERITY_RANK, DiagnosisResult, Finding, clean
-from .store import TraceStore
-from .vocab import NO_MODULE
+from .. import fmt
+from ..analysis import Analysis
+from ..metrics import MetricSet
+from ..metrics.timing import idle_split
+from ..result import SEVERITY_RANK, Finding
+from ..store import TraceStore
+from ..vocab import NO_MODULE
 
 MAX_ROWS = 500
 MAX_STEP_ROWS = 4096
 TIMELINE_MAX_ITEMS = 6000
-
-
-def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
-             rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
-             command: Sequence[str] | None = None, cache: bool = True) -> DiagnosisResult:
-    """Diagnose a store. With ``cache`` a result computed before from the same store by the
-    same code, rules, thresholds and options is read back from the store's ``derived/``
-    folder instead of recomputed (only ``command`` differs); a new result is saved there."""
-    rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
-    cmd = [redact_text(str(c)) for c in (command or [])]
-    key = result_key(store, rules, options) if cache else None
-    if key:
-        text = store.read_derived(f"diagnosis-{key}.json")
-        if text:
-            try:
-                return dataclasses.replace(DiagnosisResult.from_dict(json.loads(text)), command=cmd)
-            except Exception:  # a damaged cache file: recompute and overwrite it
-                pass
-    result = _diagnose(store, rules, options, cmd)
-    if key:
-        store.write_derived(f"diagnosis-{key}.json", result.to_json(indent=None))
-    return result
-
-
-def result_key(store: TraceStore, rules: list[Any], options: RooflineOptions | None) -> str | None:
-    """What a diagnosis depends on, hashed: the store's sources, the code, the rules with their
-    thresholds, the options and a user device table. None for a store that is not on disk."""
-    if not store.path.is_dir():
-        return None
-    dev_file = os.environ.get(DEVICES_ENV)
-    dev = ""
-    if dev_file:
-        try:
-            dev = hashlib.sha256(Path(dev_file).read_bytes()).hexdigest()
-        except OSError:
-            dev = "unreadable:" + dev_file
-    parts = {
-        "schema": store.meta.get("schema_version"),
-        "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
-        "tables": store.meta.get("tables"),
-        "code": code_digest(),
-        "rules": [dataclasses.asdict(r) for r in rules],
-        "options": (options or RooflineOptions()).__dict__,
-        "devices": dev,
-    }
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-@with_plain_strings
-def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
-              cmd: list[str]) -> DiagnosisResult:
-    an = Analysis(store)
-    ms = compute_metrics(an, options)
-    ev = evaluate(rules, ms, an)
-    findings = list(ev.findings)
-    diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
-    dev = ms.evidence.get("device") or {}
-    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):
-        diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
-                      "message": dev["message"], "severity": "warning",
-                      "hint": "pass --device NAME (traceinsight devices lists them) or "
-                              "--peak-tflops/--peak-bw"})
-    for err in ms.evidence.get("metric_errors", []):
-        diags.append({"code": "metric-error", "severity": "error",
-                      "message": f"metrics '{err['group']}' failed: {err['error']}"})
-    summary = _summary(an, ms)
-    result = DiagnosisResult(
-        tool={"name": "traceinsight", "version": __version__},
-        command=cmd,
-        trace=_trace_info(store, an, dev),
-        headline=headline(findings, ms.values, an),
-        findings=findings,
-        rules=[s.to_dict() for s in ev.statuses],
-        rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
-        summary=summary,
-        metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
-                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()}},
-        breakdown=_breakdown(an),
-        rollups={**_rollups(an), "step_basis": _step_basis(an, ms)},
-        roofline=ms.evidence.get("roofline") or _roofline_why(ms),
-        memory=_memory(ms),
-        timeline=_timeline(an, ms),
-        diagnostics=diags,
-        extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
-               "collectives": ms.evidence.get("collectives", []),
-               "coverage": an.attribution.coverage(),
-               "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
-                           if v is not None}},
-    )
-    return DiagnosisResult.from_dict(clean(result.to_dict()))
 
 
 # --- headline -------------------------------------------------------------------------------
@@ -150,7 +49,7 @@ def headline(findings: list[Finding], m: dict[str, Any], an: Analysis) -> str:
 
 # --- result sections ------------------------------------------------------------------------
 
-def _trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
+def trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
     ranks = store.ranks
     devices = sorted({d.get("name") for r in ranks for d in r.get("devices", []) if d.get("name")})
     flags: dict[str, Any] = {}
@@ -184,7 +83,7 @@ def _q(values: list[float]) -> dict[str, float] | None:
             "p99": float(np.percentile(a, 99)), "max": float(a.max())}
 
 
-def _summary(an: Analysis, ms) -> dict[str, Any]:
+def summary(an: Analysis, ms: MetricSet) -> dict[str, Any]:
     g = an.attribution.gpu
     out = []
     for r in an.store.ranks:
@@ -202,7 +101,7 @@ def _summary(an: Analysis, ms) -> dict[str, Any]:
             "comm_kernel_time_ns": int(kern.loc[kern["cls"] == "communication", "dur_ns"].sum()),
             "memcpy_time_ns": int(gr.loc[gr["kind"] == "memcpy", "dur_ns"].sum()),
             "memset_time_ns": int(gr.loc[gr["kind"] == "memset", "dur_ns"].sum()),
-            "kernels": int(len(kern)),
+            "kernels": len(kern),
             "window_ns": int(w.wall_ns) if w else None,
             "gpu_busy_ns": int(w.busy_ns) if w else None,
             "gpu_idle_ns": int(w.idle_ns) if w else None,
@@ -231,7 +130,7 @@ def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
     return 100.0 * float(k.loc[real, "dur_ns"].sum()) / tot
 
 
-def _breakdown(an: Analysis) -> dict[str, Any]:
+def breakdown(an: Analysis) -> dict[str, Any]:
     def row(w) -> dict[str, Any]:
         d = w.to_dict()
         d.pop("by_class_ns", None)
@@ -255,18 +154,16 @@ def _df_records(df: pd.DataFrame, cols: list[str], n: int = MAX_ROWS) -> list[di
     rows = df.head(n).to_dict("records")
     if len(df) > n:
         rest = df.iloc[n:]
-        other = {c: None for c in cols}
+        other: dict[str, Any] = {c: None for c in cols}
         other[cols[0]] = f"[{len(rest):,} more]"
         for c in cols[1:]:
-            if pd.api.types.is_numeric_dtype(rest[c]) and not c.endswith("_pct"):
-                other[c] = rest[c].sum()
-            elif c == "share_pct":
+            if pd.api.types.is_numeric_dtype(rest[c]) and not c.endswith("_pct") or c == "share_pct":
                 other[c] = rest[c].sum()
         rows.append(other)
     return rows
 
 
-def _rollups(an: Analysis) -> dict[str, Any]:
+def rollups(an: Analysis) -> dict[str, Any]:
     n_steps = max(1, len([w for w in an.attribution.steps]))
     k = an.rollup("kernel")
     ops = an.rollup("op")
@@ -291,7 +188,7 @@ def _rollups(an: Analysis) -> dict[str, Any]:
     }
 
 
-def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
+def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     """Sums over all step windows of all ranks that decompose the step time exactly:
 
     wall = compute + comm_exposed + memcpy_exposed + memset_exposed + idle, where compute (a
@@ -316,7 +213,7 @@ def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
     split = {k: (v.get(f"idle_{k}_pct") or 0.0) * wall / 100.0
              for k in ("launch", "input", "host", "sync", "device_wait")}
     # exact integer split of idle: rounding remainder goes to device wait
-    ints = {k: int(round(x)) for k, x in split.items()}
+    ints = {k: round(x) for k, x in split.items()}
     ints["device_wait"] += tot["idle_ns"] - sum(ints.values())
     return {
         "windows": len(bd.steps),
@@ -330,7 +227,7 @@ def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
     }
 
 
-def _roofline_why(ms) -> dict[str, Any]:
+def roofline_why(ms: MetricSet) -> dict[str, Any]:
     """An empty roofline that says why there is nothing to plot."""
     why = (ms.missing.get("memory_bound_time_pct") or ms.missing.get("flops_modelled_pct")
            or "no op could be modelled")
@@ -339,7 +236,7 @@ def _roofline_why(ms) -> dict[str, Any]:
     return {"bandwidth": None, "peaks": {}, "points": [], "why": why}
 
 
-def _memory(ms) -> dict[str, Any] | None:
+def memory(ms: MetricSet) -> dict[str, Any] | None:
     tl = ms.evidence.get("memory_timeline")
     if not tl:
         return None
@@ -348,7 +245,7 @@ def _memory(ms) -> dict[str, Any] | None:
             "top_allocators": ms.evidence.get("memory_top_allocators", [])}
 
 
-def _timeline(an: Analysis, ms) -> dict[str, Any] | None:
+def timeline(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     """Kernels of one representative step (median length) of the first rank, by stream, and
     the idle gaps of that step with their cause."""
     steps = an.breakdown.steps
@@ -387,9 +284,7 @@ def _timeline(an: Analysis, ms) -> dict[str, Any] | None:
                           int(counts[i])])
         lanes.append({"device": None if pd.isna(dev) else int(dev),
                       "stream": None if pd.isna(stream) else int(stream), "items": items})
-    from .metrics.timing import idle_split
-
-    window = [x for x in an.attribution.steps if x.rank == rank and x.step == w.step
+    window: list[Any] = [x for x in an.attribution.steps if x.rank == rank and x.step == w.step
               and x.start_ns == w.start_ns] or [w]
     _, gaps = idle_split(an, rank, an.attribution.gpu[an.attribution.gpu["rank"] == rank],
                          window[:1], top=None)

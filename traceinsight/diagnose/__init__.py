@@ -1,0 +1,135 @@
+"""``diagnose``: store -> analysis -> metrics -> rules -> :class:`DiagnosisResult`.
+
+The library entry point behind the CLI; nothing here prints or writes files. This module runs
+the steps and keeps the result cache (the store's ``derived/`` folder); :mod:`.sections`
+builds the result's sections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..analysis import Analysis, with_plain_strings
+from ..devices import ENV_VAR as DEVICES_ENV
+from ..engine import evaluate, load_rules
+from ..metrics import REGISTRY, compute_metrics
+from ..metrics.options import RooflineOptions
+from ..redact import redact_text
+from ..resources import code_digest
+from ..result import DiagnosisResult, clean
+from ..store import TraceStore
+from . import sections
+from .sections import headline
+
+__all__ = ["diagnose", "headline", "result_key"]
+
+
+def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
+             rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
+             command: Sequence[str] | None = None, cache: bool = True) -> DiagnosisResult:
+    """Diagnose a store. With ``cache`` a result computed before from the same store by the
+    same code, rules, thresholds and options is read back from the store's ``derived/``
+    folder instead of recomputed (only ``command`` differs); a new result is saved there."""
+    rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
+    cmd = [redact_text(str(c)) for c in (command or [])]
+    key = result_key(store, rules, options) if cache else None
+    if key:
+        cached = _read_cached(store, key)
+        if cached is not None:
+            return dataclasses.replace(cached, command=cmd)
+    result = _diagnose(store, rules, options, cmd)
+    if key:
+        store.write_derived(_cache_name(key), result.to_json(indent=None))
+    return result
+
+
+def result_key(store: TraceStore, rules: list[Any], options: RooflineOptions | None) -> str | None:
+    """What a diagnosis depends on, hashed: the store's sources, the code, the rules with their
+    thresholds, the options and a user device table. None for a store that is not on disk."""
+    if not store.path.is_dir():
+        return None
+    dev_file = os.environ.get(DEVICES_ENV)
+    dev = ""
+    if dev_file:
+        try:
+            dev = hashlib.sha256(Path(dev_file).read_bytes()).hexdigest()
+        except OSError:
+            dev = "unreadable:" + dev_file
+    parts = {
+        "schema": store.meta.get("schema_version"),
+        "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
+        "tables": store.meta.get("tables"),
+        "code": code_digest(),
+        "rules": [dataclasses.asdict(r) for r in rules],
+        "options": (options or RooflineOptions()).__dict__,
+        "devices": dev,
+    }
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _cache_name(key: str) -> str:
+    return f"diagnosis-{key}.json"
+
+
+def _read_cached(store: TraceStore, key: str) -> DiagnosisResult | None:
+    """The result saved under ``key``; None when there is none or it is damaged (then it is
+    recomputed and overwritten)."""
+    text = store.read_derived(_cache_name(key))
+    if not text:
+        return None
+    try:
+        return DiagnosisResult.from_dict(json.loads(text))
+    except Exception:  # noqa: BLE001 - any damage to the cache file means: recompute
+        return None
+
+
+@with_plain_strings
+def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
+              cmd: list[str]) -> DiagnosisResult:
+    an = Analysis(store)
+    ms = compute_metrics(an, options)
+    ev = evaluate(rules, ms, an)
+    findings = list(ev.findings)
+    diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
+    dev = ms.evidence.get("device") or {}
+    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):
+        diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
+                      "message": dev["message"], "severity": "warning",
+                      "hint": "pass --device NAME (traceinsight devices lists them) or "
+                              "--peak-tflops/--peak-bw"})
+    for err in ms.evidence.get("metric_errors", []):
+        diags.append({"code": "metric-error", "severity": "error",
+                      "message": f"metrics '{err['group']}' failed: {err['error']}"})
+    summary = sections.summary(an, ms)
+    result = DiagnosisResult(
+        tool={"name": "traceinsight", "version": __version__},
+        command=cmd,
+        trace=sections.trace_info(store, an, dev),
+        headline=sections.headline(findings, ms.values, an),
+        findings=findings,
+        rules=[s.to_dict() for s in ev.statuses],
+        rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
+        summary=summary,
+        metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
+                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()}},
+        breakdown=sections.breakdown(an),
+        rollups={**sections.rollups(an), "step_basis": sections.step_basis(an, ms)},
+        roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),
+        memory=sections.memory(ms),
+        timeline=sections.timeline(an, ms),
+        diagnostics=diags,
+        extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
+               "collectives": ms.evidence.get("collectives", []),
+               "coverage": an.attribution.coverage(),
+               "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
+                           if v is not None}},
+    )
+    return DiagnosisResult.from_dict(clean(result.to_dict()))
