@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import KINETO, invoke, requires_corpus
+
+from tracegen.synth import KinetoTraceBuilder
 from traceinsight.compare import compare
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest, load
-from tracegen.synth import KinetoTraceBuilder
 
 STEPS = 4
 US = 1_000
@@ -36,10 +38,10 @@ def layered(tmp: Path, name: str, durations: dict[str, int], *, comm: int = 0,
                 t = host_t + 2 * US
                 gpu_start_step = gpu_t
                 for layer, d in durations.items():
-                    with b.module(layer, t, 8 * US, instance=0):
-                        with b.cpu_op("aten::mm", t + US, 6 * US):
-                            b.launch(kernels.get(layer, f"gemm_{layer}"), cpu_start=t + 2 * US,
-                                     cpu_dur=2 * US, gpu_start=gpu_t, gpu_dur=d)
+                    with b.module(layer, t, 8 * US, instance=0), \
+                            b.cpu_op("aten::mm", t + US, 6 * US):
+                        b.launch(kernels.get(layer, f"gemm_{layer}"), cpu_start=t + 2 * US,
+                                 cpu_dur=2 * US, gpu_start=gpu_t, gpu_dur=d)
                     gpu_t += d
                     t += 10 * US
             if comm:
@@ -139,6 +141,14 @@ def test_cli_gate_and_outputs(tmp_path: Path) -> None:
     out = invoke(["compare", tmp_path / "a.json", b, "--json", "-"]).stdout
     assert json.loads(out)["total_delta_ns"] == 300 * US
 
+
+
+def test_compare_and_a_saved_result_load_without_pandas() -> None:
+    """Comparing or rendering saved results needs no analysis stack."""
+    code = ("import sys; import traceinsight.compare, traceinsight.result, traceinsight.redact; "
+            "import traceinsight.cli; heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
 
 PAIRS = ["Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "gaunernst_bert-small-uncased__1016001.json.gz",
          "Falconsai_nsfw_image_detection__1016002.json.gz"]

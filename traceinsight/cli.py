@@ -10,13 +10,18 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from . import __version__
 from .errors import TraceInsightError
+
+if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
+    from .metrics.options import RooflineOptions
+    from .result import DiagnosisResult
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -45,7 +50,7 @@ class _Group(click.Group):
                        "with more RAM; ingest needs about 2.5x the uncompressed trace size)",
                        err=True)
             ctx.exit(2)
-        except Exception as e:  # noqa: BLE001 - the last line of defence for users
+        except Exception as e:  # the last line of defence for users
             if debug:
                 raise
             click.echo(f"traceinsight: internal error: {type(e).__name__}: {e} "
@@ -122,15 +127,15 @@ def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, fo
 
     store = do_ingest(list(inputs), output, force=force, salvage=salvage,
                       quiet=ctx.obj["quiet"])
-    info = {"store": str(store.path), "tables": store.row_counts,
-            "ranks": [r["rank"] for r in store.ranks],
+    ranks = [r["rank"] for r in store.ranks]
+    info = {"store": str(store.path), "tables": store.row_counts, "ranks": ranks,
             "diagnostics": len(store.meta.get("diagnostics", []))}
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
         rows = ", ".join(f"{k} {v:,}" for k, v in store.row_counts.items() if v)
         click.echo(f"store: {store.path}")
-        click.echo(f"ranks: {', '.join(str(r) for r in info['ranks'])}; rows: {rows}")
+        click.echo(f"ranks: {', '.join(str(r) for r in ranks)}; rows: {rows}")
 
 
 @main.command(context_settings=CONTEXT)
@@ -326,16 +331,9 @@ def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
     (diagnosed first, with the shipped rules plus --rules/--set).
     """
     from .render.html import render_html
-    from .result import DiagnosisResult
 
-    if source.is_file() and source.suffix == ".json" and _is_result(source):
-        result = DiagnosisResult.load(str(source))
-    else:
-        from .diagnose import diagnose as run_diagnose
-        from .ingest import load
-
-        result = run_diagnose(load([source], quiet=ctx.obj["quiet"]), rules_dirs=rules_dirs,
-                              overrides=overrides, command=["traceinsight", *sys.argv[1:]])
+    result = _result_of(ctx, source, rules_dirs, overrides, None,
+                        command=["traceinsight", *sys.argv[1:]])
     write_atomic(output, render_html(result))
     click.echo(f"wrote {output}")
     if md_out is not None:
@@ -346,6 +344,7 @@ def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
 
 
 def _is_result(path: Path) -> bool:
+    """Whether ``path`` starts like a saved diagnosis result (its schema tag)."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -354,8 +353,12 @@ def _is_result(path: Path) -> bool:
     return b'"traceinsight.diagnosis"' in head
 
 
-def _result_of(ctx: click.Context, path: Path, rules_dirs, overrides, opts):
-    """A DiagnosisResult from a result JSON, a store, a trace file or a folder of rank traces."""
+def _result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
+               overrides: Sequence[str], opts: RooflineOptions | None, *,
+               command: list[str] | None = None) -> DiagnosisResult:
+    """A DiagnosisResult from a result JSON (read as is, without loading the analysis), a
+    store, a trace file or a folder of rank traces (diagnosed; ``command`` is recorded, by
+    default ``traceinsight diagnose PATH``)."""
     from .result import DiagnosisResult
 
     if path.is_file() and path.suffix == ".json" and _is_result(path):
@@ -364,7 +367,8 @@ def _result_of(ctx: click.Context, path: Path, rules_dirs, overrides, opts):
     from .ingest import load
 
     return run_diagnose(load([path], quiet=ctx.obj["quiet"]), options=opts, rules_dirs=rules_dirs,
-                        overrides=overrides, command=["traceinsight", "diagnose", str(path)])
+                        overrides=overrides,
+                        command=command or ["traceinsight", "diagnose", str(path)])
 
 
 @main.command(context_settings=CONTEXT)

@@ -33,7 +33,7 @@ def _per_step(parts: dict[tuple[str, str], int], windows: int, total: int) -> di
         return {k: 0 for k in parts}
     exact = {k: Fraction(v, windows) for k, v in parts.items()}
     floors = {k: (v.numerator // v.denominator) for k, v in exact.items()}
-    target = int(round(Fraction(total, windows)))
+    target = round(Fraction(total, windows))
     rest = target - sum(floors.values())
     order = sorted(exact, key=lambda k: exact[k] - floors[k], reverse=True)
     if rest >= 0:
@@ -116,7 +116,7 @@ def _delta(a: float | None, b: float | None) -> dict[str, float | None]:
 
 
 def _table(before: dict[str, float], after: dict[str, float], key: str) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in set(before) | set(after):
         a, b = before.get(name), after.get(name)
         status = "new" if a is None else ("gone" if b is None else "same")
@@ -175,7 +175,7 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
                           "its 'step' is the whole GPU span of the trace"})
     pa, ta = decompose(before, kind)
     pb, tb = decompose(after, kind)
-    contributors = []
+    contributors: list[dict[str, Any]] = []
     for key in sorted(set(pa) | set(pb)):
         a, b = pa.get(key, 0), pb.get(key, 0)
         if a == 0 and b == 0:
@@ -196,10 +196,10 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
                "ratio": ref_a / ref_b, "delta_pct": 100.0 * (ref_a / ref_b - 1.0)}
     bd = []
     for part in ("compute", "comm exposed", "memcpy exposed", "memset exposed", "idle"):
-        key = part.replace(" ", "_") + "_ns"
-        key = "comm_exposed_ns" if part == "comm exposed" else key
-        va = _basis_per_step(before, key)
-        vb = _basis_per_step(after, key)
+        col = part.replace(" ", "_") + "_ns"
+        col = "comm_exposed_ns" if part == "comm exposed" else col
+        va = _basis_per_step(before, col)
+        vb = _basis_per_step(after, col)
         bd.append({"part": part, "before_ns": va, "after_ns": vb,
                    "delta_ns": None if va is None or vb is None else vb - va})
     kern_a = _names(before.rollups.get("kernels", []), "name")

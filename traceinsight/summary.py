@@ -88,7 +88,7 @@ def render_summary(s: dict[str, Any]) -> str:
     out.append("")
     rows = []
     for r in s["ranks"]:
-        devs = sorted(set(d for d in r["devices"] if d)) or ["(not recorded)"]
+        devs = sorted({d for d in r["devices"] if d}) or ["(not recorded)"]
         steps = r["steps"]
         step_txt = (f"{len(steps)} (#{steps[0]}–#{steps[-1]})" if len(steps) > 1
                     else (f"1 (#{steps[0]})" if steps else "none"))
