@@ -2,7 +2,7 @@
 
 One run:
 
-1. builds the benchmark trace if it is not cached (``bench/make_trace.py``, cached under
+1. builds the benchmark trace if it is not cached (:mod:`tracegen.bench`, cached under
    ``bench/.cache/``; the cache name carries the size, the seed and a hash of the generator, so
    a changed generator never reuses a stale trace),
 2. reads the file once so that every measured process starts with a warm page cache,
@@ -271,7 +271,7 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float
 # --- the trace ------------------------------------------------------------------------------------
 def generator_hash() -> str:
     h = hashlib.sha256()
-    for p in (HERE / "make_trace.py", ROOT / "traceinsight" / "synth.py"):
+    for p in sorted((ROOT / "tracegen").glob("*.py")):  # the simulator and its bench writer
         h.update(p.read_bytes())
     return h.hexdigest()[:10]
 
@@ -290,10 +290,9 @@ def ensure_trace(size_mb: float, seed: int, trace: str | None) -> tuple[Path, di
         print(f"trace: cached {p.relative_to(ROOT)}", file=sys.stderr)
         return p, info
     print(f"trace: building {p.relative_to(ROOT)} ({size_mb:g} MB) ...", file=sys.stderr)
-    sys.path.insert(0, str(HERE))
-    from make_trace import make_trace  # noqa: PLC0415 - bench/ is not a package
+    from tracegen.bench import write_trace
 
-    info = make_trace(p, size_mb, seed)
+    info = write_trace(p, size_mb, seed)
     info["generator"] = generator_hash()
     info_path.write_text(json.dumps(info, indent=2))
     info["built"] = True

@@ -29,8 +29,8 @@ import yaml
 from .errors import ConfigError
 
 __all__ = [
-    "DTYPES", "DeviceSpec", "Resolution", "builtin_table_path", "load_table", "list_devices",
-    "lookup", "resolve", "ENV_VAR",
+    "DTYPES", "DeviceSpec", "Resolution", "builtin_table", "builtin_table_path", "load_table",
+    "list_devices", "lookup", "resolve", "ENV_VAR",
 ]
 
 #: environment variable naming a user device file (same schema as the built-in table)
@@ -331,6 +331,11 @@ def load_table(extra: str | Path | None = None) -> list[DeviceSpec]:
             mtime = -1.0
         keyed.append((str(f.resolve() if f.exists() else f), mtime))
     return list(_load_cached(tuple(keyed)))
+
+
+def builtin_table() -> list[DeviceSpec]:
+    """The built-in table alone, in match order (no user file, whatever the environment says)."""
+    return list(_load_cached(()))
 
 
 def list_devices(extra: str | Path | None = None) -> list[DeviceSpec]:
