@@ -38,10 +38,10 @@ def layered(tmp: Path, name: str, durations: dict[str, int], *, comm: int = 0,
                 t = host_t + 2 * US
                 gpu_start_step = gpu_t
                 for layer, d in durations.items():
-                    with b.module(layer, t, 8 * US, instance=0), \
-                            b.cpu_op("aten::mm", t + US, 6 * US):
-                        b.launch(kernels.get(layer, f"gemm_{layer}"), cpu_start=t + 2 * US,
-                                 cpu_dur=2 * US, gpu_start=gpu_t, gpu_dur=d)
+                    with b.module(layer, t, 8 * US, instance=0):
+                        with b.cpu_op("aten::mm", t + US, 6 * US):
+                            b.launch(kernels.get(layer, f"gemm_{layer}"), cpu_start=t + 2 * US,
+                                     cpu_dur=2 * US, gpu_start=gpu_t, gpu_dur=d)
                     gpu_t += d
                     t += 10 * US
             if comm:

@@ -87,7 +87,7 @@ def _read_cached(store: TraceStore, key: str) -> DiagnosisResult | None:
         return None
     try:
         return DiagnosisResult.from_dict(json.loads(text))
-    except Exception:  # noqa: BLE001 - any damage to the cache file means: recompute
+    except Exception:  # any damage to the cache file means: recompute
         return None
 
 

@@ -50,7 +50,10 @@ def headline(findings: list[Finding], m: dict[str, Any], an: Analysis) -> str:
 # --- result sections ------------------------------------------------------------------------
 
 def trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
+    """Sources, ranks, devices, capture flags, versions and span of the trace."""
     ranks = store.ranks
+    dist = [r.get("distributed", {}) for r in ranks]
+    markers = an.attribution.has_step_markers
     devices = sorted({d.get("name") for r in ranks for d in r.get("devices", []) if d.get("name")})
     flags: dict[str, Any] = {}
     for r in ranks:
@@ -62,16 +65,16 @@ def trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
                     for s in store.meta.get("sources", [])],
         "format": "kineto",
         "ranks": [r["rank"] for r in ranks],
-        "world_size": max([r.get("distributed", {}).get("world_size") or 0 for r in ranks] or [0]) or len(ranks),
-        "backend": next((r.get("distributed", {}).get("backend") for r in ranks
-                         if r.get("distributed", {}).get("backend")), None),
+        "world_size": max([d.get("world_size") or 0 for d in dist] or [0]) or len(ranks),
+        "backend": next((d.get("backend") for d in dist if d.get("backend")), None),
         "devices": devices,
         "device": dev.get("resolved"),
         "vendor": ranks[0].get("vendor") if ranks else None,
         "capture_flags": flags,
         "versions": ranks[0].get("versions", {}) if ranks else {},
-        "span_ns": max((r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")), default=None),
-        "has_step_markers": all(an.attribution.has_step_markers.values()) if an.attribution.has_step_markers else False,
+        "span_ns": max((r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")),
+                       default=None),
+        "has_step_markers": all(markers.values()) if markers else False,
     }
 
 
@@ -141,7 +144,8 @@ def breakdown(an: Analysis) -> dict[str, Any]:
         steps = sorted(sorted(steps, key=lambda w: -w.wall_ns)[:MAX_STEP_ROWS],
                        key=lambda w: (w.rank, w.start_ns))
     return {
-        "ranks": [{**row(w), "by_class_ns": w.by_class_ns} for _, w in sorted(an.breakdown.ranks.items())],
+        "ranks": [{**row(w), "by_class_ns": w.by_class_ns}
+                  for _, w in sorted(an.breakdown.ranks.items())],
         "steps": [row(w) for w in steps],
         "steps_total": len(an.breakdown.steps),
         "definition": "compute + comm_exposed + memcpy_exposed + memset_exposed + idle = wall "
@@ -157,7 +161,8 @@ def _df_records(df: pd.DataFrame, cols: list[str], n: int = MAX_ROWS) -> list[di
         other: dict[str, Any] = {c: None for c in cols}
         other[cols[0]] = f"[{len(rest):,} more]"
         for c in cols[1:]:
-            if pd.api.types.is_numeric_dtype(rest[c]) and not c.endswith("_pct") or c == "share_pct":
+            numeric = pd.api.types.is_numeric_dtype(rest[c])
+            if (numeric and not c.endswith("_pct")) or c == "share_pct":
                 other[c] = rest[c].sum()
         rows.append(other)
     return rows
@@ -179,8 +184,8 @@ def rollups(an: Analysis) -> dict[str, Any]:
                                    "max_ns", "share_pct", "top_op"]),
         "ops": _df_records(ops, ["name", "calls", "device_self_ns", "device_total_ns", "kernel_ns",
                                  "host_ns", "share_pct", "input_dims"]),
-        "layers": _df_records(layers, ["module", "forward_ns", "backward_ns", "other_ns", "total_ns",
-                                       "kernels", "share_pct", "depth"], n=2000),
+        "layers": _df_records(layers, ["module", "forward_ns", "backward_ns", "other_ns",
+                                       "total_ns", "kernels", "share_pct", "depth"], n=2000),
         "annotations": _df_records(ann, ["annotation", "device_ns", "kernels", "share_pct"], n=200),
         "classes": [{"cls": r.cls, "total_ns": int(r.sum), "kernels": int(r.size),
                      "share_pct": 100.0 * r.sum / total} for r in classes.itertuples()],
@@ -268,7 +273,8 @@ def timeline(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
         nm = d["name"].astype(str).to_numpy()
         if len(s) > per_lane:
             # merge runs of same-class kernels closer than a pixel of a wide chart
-            gap_ok = np.concatenate(([False], s[1:] - np.maximum.accumulate(e)[:-1] <= span // 3000))
+            gaps = s[1:] - np.maximum.accumulate(e)[:-1]
+            gap_ok = np.concatenate(([False], gaps <= span // 3000))
             same = np.concatenate(([False], cls[1:] == cls[:-1]))
             start_group = ~(gap_ok & same)
             idx = np.flatnonzero(start_group)

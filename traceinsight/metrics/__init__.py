@@ -41,7 +41,7 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
     for name, fn in groups:
         try:
             fn()
-        except Exception as e:  # noqa: BLE001 - one broken group must not hide the others
+        except Exception as e:  # one broken group must not hide the others
             errors.append({"group": name, "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc(limit=6)})
     ms.evidence["metric_errors"] = errors

@@ -50,7 +50,8 @@ class MetricSet:
         self.values[name] = value
         if value is None:
             info = REGISTRY[name]
-            self.missing[name] = why_missing or (f"needs {info.needs}" if info.needs else "not measurable")
+            self.missing[name] = why_missing or (f"needs {info.needs}" if info.needs
+                                                 else "not measurable")
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
