@@ -40,6 +40,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -433,7 +434,8 @@ def run(a: argparse.Namespace) -> dict:
                      [hta_py, "-c", "import hta.trace_analysis"])
             step("read", "read file (bytes)", [py, "-c", READ_SNIPPET, str(trace)])
             step("json_loads", "json.loads", [py, "-c", JSON_SNIPPET, str(trace)])
-            step("json_loads_nogc", "json.loads, gc paused", [py, "-c", JSON_NOGC_SNIPPET, str(trace)])
+            step("json_loads_nogc", "json.loads, gc paused",
+                 [py, "-c", JSON_NOGC_SNIPPET, str(trace)])
             if importlib.util.find_spec("msgspec") is not None:
                 step("msgspec_decode", "msgspec.json.decode (dicts)",
                      [py, "-c", MSGSPEC_SNIPPET, str(trace)])
@@ -456,10 +458,8 @@ def run(a: argparse.Namespace) -> dict:
             subprocess.run(ingest_cmd(0), env=env, check=True, capture_output=True)
         step("analysis", "attribution + breakdown (from the store)",
              [py, "-c", ANALYSIS_SNIPPET, str(store0)])
-        try:
+        with contextlib.suppress(ValueError, IndexError):
             runs["analysis"]["inner"] = json.loads(runs["analysis"]["stdout_tail"].splitlines()[-1])
-        except (ValueError, IndexError):
-            pass
         # a first diagnose (ingest + analysis + rules); a second one that finds the store and
         # the cached result in it; a third with one threshold changed, so the analysis reruns
         # from the store
@@ -470,7 +470,7 @@ def run(a: argparse.Namespace) -> dict:
         step("diagnose_first", "diagnose, first run (ingest + analysis)", diag, env=denv)
         step("diagnose_again", "diagnose again (result cached in the store)", diag, env=denv)
         step("diagnose_reanalyse", "diagnose again, a threshold changed (analysis from the store)",
-             diag + ["--set", "jitter.min_cv_pct=11"], env=denv)
+             [*diag, "--set", "jitter.min_cv_pct=11"], env=denv)
 
         if hta_py is not None:
             v = hta_info.get("hta", "?") if isinstance(hta_info, dict) else "?"
@@ -488,7 +488,8 @@ def run(a: argparse.Namespace) -> dict:
         tr = hta["wall_s"] / ing["wall_s"]
         # memory: the whole process tree (traceinsight forks two parse workers), summed RSS
         # (strict: shared pages counted once per process); PSS shown beside it
-        mem = "tree_peak_rss_mb" if "tree_peak_rss_mb" in ing and "tree_peak_rss_mb" in hta else "peak_rss_mb"
+        tree = "tree_peak_rss_mb"
+        mem = tree if tree in ing and tree in hta else "peak_rss_mb"
         rr = ing[mem] / hta[mem]
         pss = ("tree_peak_pss_mb" in ing and "tree_peak_pss_mb" in hta
                and ing["tree_peak_pss_mb"] / hta["tree_peak_pss_mb"])
@@ -503,9 +504,10 @@ def run(a: argparse.Namespace) -> dict:
         res["target"]["met"] = res["target"]["time_met"] and res["target"]["rss_met"]
     an = runs.get("analysis", {}).get("inner")
     if an and ing:
-        res["analysis"] = {"attribution_plus_breakdown_s": round(an["attribution_s"] + an["breakdown_s"], 3),
+        both = an["attribution_s"] + an["breakdown_s"]
+        res["analysis"] = {"attribution_plus_breakdown_s": round(both, 3),
                            "ingest_s": ing["wall_s"],
-                           "faster_than_ingest": an["attribution_s"] + an["breakdown_s"] < ing["wall_s"],
+                           "faster_than_ingest": both < ing["wall_s"],
                            "coverage_pct": an["coverage_pct"]}
     d1, d2 = runs.get("diagnose_first"), runs.get("diagnose_again")
     d3 = runs.get("diagnose_reanalyse")
@@ -561,8 +563,10 @@ def render(res: dict) -> str:
         lines.append(f"HTA: {res['hta_skipped']}")
     if res.get("analysis"):
         x = res["analysis"]
-        lines.append(f"attribution + breakdown from the store: {x['attribution_plus_breakdown_s']:.2f} s "
-                     f"(ingest {x['ingest_s']:.2f} s: {'less' if x['faster_than_ingest'] else 'NOT less'}); "
+        less = "less" if x["faster_than_ingest"] else "NOT less"
+        lines.append(f"attribution + breakdown from the store: "
+                     f"{x['attribution_plus_breakdown_s']:.2f} s "
+                     f"(ingest {x['ingest_s']:.2f} s: {less}); "
                      f"kernels linked {x['coverage_pct']:.1f}%")
     if res.get("rediagnosis"):
         x = res["rediagnosis"]
@@ -570,7 +574,8 @@ def render(res: dict) -> str:
                      f"{100 * x['fraction']:.0f}% of the first run ({x['first_s']:.2f} s)")
         if "reanalyse_s" in x:
             lines.append(f"diagnose again with a changed threshold (analysis from the store): "
-                         f"{x['reanalyse_s']:.2f} s = {100 * x['reanalyse_fraction']:.0f}% of the first run")
+                         f"{x['reanalyse_s']:.2f} s = {100 * x['reanalyse_fraction']:.0f}% "
+                         "of the first run")
     return "\n".join(lines)
 
 

@@ -30,10 +30,15 @@ for _p in (Path(__file__).resolve().parent, Path(__file__).resolve().parent.pare
 from conftest import invoke  # noqa: E402
 from test_compare import US, layered, result  # noqa: E402
 from test_report import assert_self_contained, parse, strip_code_spans  # noqa: E402
+
 from traceinsight.compare import compare  # noqa: E402
 from traceinsight.diagnose import diagnose  # noqa: E402
-from traceinsight.render.html import (WATERFALL_TOP, build_compare_view,  # noqa: E402
-                                      render_compare_html, waterfall_rows)
+from traceinsight.render.html import (  # noqa: E402
+    WATERFALL_TOP,
+    build_compare_view,
+    render_compare_html,
+    waterfall_rows,
+)
 from traceinsight.render.markdown import esc, render_compare_markdown  # noqa: E402
 
 EVIL_KERNEL = "</script><b>x</b>"
@@ -320,6 +325,7 @@ def test_page_in_chromium(run: dict) -> None:
 def screenshot(before: str, after: str, out: str, height: int = 1800) -> None:
     """Compare two traces, render the report, save a 1400-px-wide PNG of its top ``height`` px."""
     from test_browser import screenshot_html
+
     from traceinsight.ingest import load
 
     def res(p: str):

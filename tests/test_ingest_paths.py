@@ -10,11 +10,12 @@ fallback diagnostic.
 from __future__ import annotations
 
 import sys
+
 import pyarrow as pa
 import pytest
 
-from traceinsight.ingest import kineto
 from tracegen.workloads import Workload, build
+from traceinsight.ingest import kineto
 
 
 def _plain(t: pa.Table) -> list[str]:
@@ -37,9 +38,10 @@ def _read(data: bytes):
     return kineto.read_kineto(data, source="t.json")
 
 
-@pytest.mark.parametrize("workers,text_split", [("1", True), ("2", True), ("1", False), ("2", False)])
-def test_chunked_and_two_process_paths_equal_the_plain_decode(data: bytes, workers: str, text_split: bool,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("workers,text_split",
+                         [("1", True), ("2", True), ("1", False), ("2", False)])
+def test_chunked_and_two_process_paths_equal_the_plain_decode(
+        data: bytes, workers: str, text_split: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if workers == "2" and not sys.platform.startswith("linux"):
         pytest.skip("the two-process path forks (Linux only)")
     plain = _read(data)
@@ -53,7 +55,8 @@ def test_chunked_and_two_process_paths_equal_the_plain_decode(data: bytes, worke
     calls = []
     for fn in ("_chunks_two_processes", "_parallel"):
         real = getattr(kineto, fn)
-        monkeypatch.setattr(kineto, fn, lambda *a, _f=real, _n=fn, **k: calls.append(_n) or _f(*a, **k))
+        monkeypatch.setattr(kineto, fn,
+                            lambda *a, _f=real, _n=fn, **k: calls.append(_n) or _f(*a, **k))
     fast = _read(data)
     want = [] if workers == "1" else ["_chunks_two_processes" if text_split else "_parallel"]
     assert calls == want

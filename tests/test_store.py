@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import invoke
+
+from tracegen.synth import KinetoTraceBuilder
 from traceinsight import schema
 from traceinsight.errors import StoreError
 from traceinsight.ingest import ingest, load
 from traceinsight.store import TraceStore
-from tracegen.synth import KinetoTraceBuilder
 
 FAKE_TOKEN = "hf_FAKEtokenFAKEtokenFAKEtoken1234"
 

@@ -25,7 +25,7 @@ from typing import Any
 from traceinsight import devices as _table
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _spec(key: str) -> _table.DeviceSpec:
     spec = _table.lookup(key, _table.builtin_table())
     if spec is None:

@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tracegen.devices import DEVICE_PROPS
 
@@ -38,7 +39,9 @@ def _us(ns: int, style: str, base_ns: int) -> Any:
     if style == "absolute":
         t = base_ns + ns
         return _Dec(f"{t // 1000}.{t % 1000:03d}")
-    return _Dec(f"{ns // 1000}.{ns % 1000:03d}") if ns >= 0 else _Dec(f"-{(-ns) // 1000}.{(-ns) % 1000:03d}")
+    if ns < 0:
+        return _Dec(f"-{(-ns) // 1000}.{(-ns) % 1000:03d}")
+    return _Dec(f"{ns // 1000}.{ns % 1000:03d}")
 
 
 def _dur(ns: int, style: str) -> Any:
@@ -136,7 +139,8 @@ class KinetoTraceBuilder:
     style: str = "relative"  #: relative | absolute | legacy
     base_ns: int = DEFAULT_BASE_NS
     capture: dict[str, int] = field(default_factory=lambda: {
-        "record_shapes": 1, "profile_memory": 1, "with_stack": 1, "with_flops": 0, "with_modules": 1})
+        "record_shapes": 1, "profile_memory": 1, "with_stack": 1, "with_flops": 0,
+        "with_modules": 1})
     metadata: dict[str, Any] = field(default_factory=dict)
     default_stream: int = 7
     vendor: str = "nvidia"
@@ -173,7 +177,8 @@ class KinetoTraceBuilder:
     def _enclosing_ext(self, t: int, tid: int) -> int | None:
         best = None
         for op in self._ops:
-            if op.tid == tid and op.start <= t <= op.end and (best is None or op.start >= best.start):
+            if op.tid == tid and op.start <= t <= op.end and (
+                    best is None or op.start >= best.start):
                 best = op
         return best.ext if best else None
 
@@ -368,7 +373,8 @@ class KinetoTraceBuilder:
         for i in range(self.num_devices):
             meta.append({"name": "process_name", "ph": "M", "ts": _us(0, self.style, self.base_ns),
                          "pid": i, "tid": 0, "args": {"name": "python3"}})
-            meta.append({"name": "process_labels", "ph": "M", "ts": _us(0, self.style, self.base_ns),
+            meta.append({"name": "process_labels", "ph": "M",
+                         "ts": _us(0, self.style, self.base_ns),
                          "pid": i, "tid": 0, "args": {"labels": f"GPU {i}"}})
         d: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": self._device_props()}
         if self.rank is not None:
