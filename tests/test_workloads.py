@@ -97,7 +97,7 @@ def window(d: Trace) -> tuple[int, int]:
 
 
 def gpu_steps(d: Trace) -> list[int]:
-    """GPU-aware step durations (FORMATS.md 1.9): from max(host start, previous end) to
+    """GPU-aware step durations (docs/FORMATS.md §1.9): from max(host start, previous end) to
     max(host end, end of the GPU work launched in the step = its gpu_user_annotation)."""
     proj = sorted(span(e) for e in xs(d, "gpu_user_annotation") if is_step(e))
     out, prev_end = [], 0
@@ -196,7 +196,7 @@ def assert_well_formed(d: Trace, w: Workload) -> None:
         assert g["args"].get("External id") == r["args"].get("External id")
 
     # AND ops nest properly on every CPU thread, and the External id on each launch is the one of
-    # the innermost enclosing cpu_op (time nesting and External id agree, FORMATS.md 1.8)
+    # the innermost enclosing cpu_op (time nesting and External id agree, docs/FORMATS.md §1.8)
     by_tid: dict[Any, list[Event]] = defaultdict(list)
     for e in xs(d, "cpu_op", "cuda_runtime", "cuda_driver"):
         by_tid[e["tid"]].append(e)

@@ -1,6 +1,6 @@
 """Repairs for the invalid JSON real profilers write, and clear errors for what cannot be fixed.
 
-Seen in the wild (FORMATS.md 1.13): unescaped ``"`` inside names (pytorch/pytorch#146900),
+Seen in the wild (docs/FORMATS.md §1.12): unescaped ``"`` inside names (pytorch/pytorch#146900),
 Windows paths with lone backslashes (pytorch/pytorch#98432), control characters and invalid
 UTF-8 (pytorch/pytorch#130622), bare ``N/A`` values. Each repair is counted and reported as a
 diagnostic; the repaired bytes are decoded by the same fast decoder.
