@@ -18,14 +18,18 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import corpus_id, corpus_kineto_files, requires_corpus
+
+from tracegen.synth import KinetoTraceBuilder
+from traceinsight import fmt
 from traceinsight.diagnose import diagnose
+from traceinsight.engine import format_value
 from traceinsight.ingest import ingest
+from traceinsight.redact import REDACTED
 from traceinsight.render.html import build_view, render_html
 from traceinsight.render.markdown import esc, render_markdown
+from traceinsight.render.terminal import render_table
 from traceinsight.result import DiagnosisResult
-from tracegen.synth import KinetoTraceBuilder
 
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_OP = "<img src=x onerror=alert(1)>"
@@ -230,7 +234,7 @@ def test_command_line_and_tool_version_are_shown_with_secrets_redacted(run: dict
     assert r.tool["version"] in html
     assert "traceinsight report" in html
     assert "launch-bound.min_idle_launch_pct=20" in html
-    assert "--hf-token=***" in html
+    assert f"--hf-token={REDACTED}" in html
 
 
 def test_every_finding_is_shown_by_impact(run: dict) -> None:
@@ -341,6 +345,20 @@ def test_markdown_has_no_html_and_no_links(run: dict) -> None:
         for line in md.splitlines():
             if name in line:
                 assert f"`{name}`" in line
+
+
+def test_one_formatter_for_cells_and_metric_values() -> None:
+    """HTML cells, terminal evidence tables and the engine's values all read through fmt."""
+    assert fmt.format_cell(-1500, "dns") == "−1.50 µs"
+    assert fmt.format_cell(-2.5, "dpct") == "−2.5%"
+    assert fmt.format_cell(float("nan"), "ns") == "–"
+    assert fmt.format_cell("[[8, 512],\n [512, 512]]", "dims") == "[[8,512], [512,512]]"
+    ev = {"title": "t", "columns": [{"name": "op", "format": "op"},
+                                    {"name": "delta", "format": "dns"}],
+          "rows": [["aten::mm", -1500]]}
+    assert "−1.50 µs" in render_table(ev, width=100)
+    assert format_value("gpu_idle_pct", 12.345) == fmt.format_cell(12.345, "pct") == "12.3%"
+    assert format_value("step_time_p50_ns", 2.5e6) == fmt.format_cell(2.5e6, "ns") == "2.50 ms"
 
 
 def test_markdown_escapes_prose() -> None:

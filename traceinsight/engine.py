@@ -228,22 +228,8 @@ def apply_override(rules: dict[str, Rule], item: str) -> None:
 # --- evaluation -----------------------------------------------------------------------------
 
 def format_value(metric: str, v: float | None) -> str:
-    if v is None:
-        return "–"
-    unit = REGISTRY[metric].unit if metric in REGISTRY else ""
-    if unit == "%":
-        return fmt.fmt_pct(v)
-    if unit == "ns":
-        return fmt.fmt_ns(v)
-    if unit == "bytes":
-        return fmt.fmt_bytes(v)
-    if unit == "ratio":
-        return f"{v:.2f}"
-    if unit in ("count", "rank", "bool"):
-        return f"{v:,.0f}" if float(v).is_integer() or abs(v) >= 10 else f"{v:,.1f}"
-    if unit in ("TFLOP/s", "GB/s"):
-        return f"{v:,.1f} {unit}"
-    return f"{v:.3g}"
+    """A metric's value as text by its registry unit (:func:`fmt.format_metric`)."""
+    return fmt.format_metric(v, REGISTRY[metric].unit if metric in REGISTRY else "")
 
 
 def render_text(text: str, values: dict[str, float | None], thresholds: dict[str, float],
@@ -269,18 +255,8 @@ def render_text(text: str, values: dict[str, float | None], thresholds: dict[str
             out.append(format_value(unit_name, v))
         else:
             th = rule.thresholds[fname]
-            out.append(_threshold_text(v, th.unit))
+            out.append(fmt.format_threshold(v, th.unit))
     return "".join(out)
-
-
-def _threshold_text(v: float, unit: str) -> str:
-    if unit == "%":
-        return fmt.fmt_pct(v, 0 if float(v).is_integer() else 1)
-    if unit == "bytes":
-        return fmt.fmt_bytes(v)
-    if unit == "ns":
-        return fmt.fmt_ns(v)
-    return f"{v:g}"
 
 
 @dataclass

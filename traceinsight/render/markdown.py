@@ -9,10 +9,12 @@ no Markdown renderer turns a kernel or op name into markup.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .. import fmt
 from ..result import DiagnosisResult, finding_sort_key
+from ..vocab import is_more_row
 
 SEV_LABEL = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW", "info": "INFO"}
 TOP_N = 8
@@ -62,8 +64,7 @@ def render_markdown(result: DiagnosisResult) -> str:
     facts.append(f"traceinsight {esc(r.tool.get('version', '?'))}")
     lines += [" · ".join(facts), ""]
 
-    fs = sorted(r.findings,
-                key=finding_sort_key)
+    fs = sorted(r.findings, key=finding_sort_key)
     if fs:
         lines += [f"**Findings ({len(fs)})**, by the share of step time they could recover:", ""]
         for i, f in enumerate(fs, 1):
@@ -97,25 +98,24 @@ def render_markdown(result: DiagnosisResult) -> str:
 
 def _top(r: DiagnosisResult) -> list[str]:
     ro = r.rollups or {}
-    more = re.compile(r"^\[[\d,]+ more\]$")
-    layers = [x for x in ro.get("layers") or [] if not more.match(str(x.get("module")))]
+    layers = [x for x in ro.get("layers") or [] if not is_more_row(x.get("module"))]
     if ro.get("has_modules") and layers:
         top = sorted(layers, key=lambda x: -(x.get("total_ns") or 0))
         # prefer leaves-ish rows: skip a parent whose share equals its only child's is not knowable
         rows = [[code(x.get("module"), 70), fmt.fmt_ns(x.get("forward_ns")),
                  fmt.fmt_ns(x.get("backward_ns")), fmt.fmt_ns(x.get("total_ns")),
                  fmt.fmt_pct(x.get("share_pct"))] for x in top[:TOP_N]]
-        return (["**Top layers** by device time:", ""]
-                + _table(["layer", "forward", "backward", "total", "share"], rows, "lrrrr") + [""])
-    ops = [x for x in ro.get("ops") or [] if not more.match(str(x.get("name")))]
+        return ["**Top layers** by device time:", "",
+                *_table(["layer", "forward", "backward", "total", "share"], rows, "lrrrr"), ""]
+    ops = [x for x in ro.get("ops") or [] if not is_more_row(x.get("name"))]
     if ops:
         top = sorted(ops, key=lambda x: -(x.get("device_self_ns") or 0))
         rows = [[code(x.get("name"), 70), fmt.fmt_num(x.get("calls"), 0),
                  fmt.fmt_ns(x.get("device_self_ns")), fmt.fmt_pct(x.get("share_pct"))]
                 for x in top[:TOP_N] if x.get("device_self_ns")]
         if rows:
-            return (["**Top operators** by device time (no module hierarchy recorded):", ""]
-                    + _table(["operator", "calls", "device self", "share"], rows, "lrrr") + [""])
+            return ["**Top operators** by device time (no module hierarchy recorded):", "",
+                    *_table(["operator", "calls", "device self", "share"], rows, "lrrr"), ""]
     return []
 
 
@@ -135,13 +135,13 @@ def _summary(r: DiagnosisResult) -> list[str]:
                      str(s.get("steps") if s.get("steps") is not None else "–"),
                      fmt.fmt_ns(q.get("p50")),
                      fmt.fmt_bytes(peak) if peak is not None else "–"])
-    out = ["**Summary** per rank:", ""] + _table(
+    out = ["**Summary** per rank:", "", *_table(
         ["rank", "kernel time", "busy / idle", "steps", "step p50", "peak memory (reserved)"],
-        rows, "rrrrrr")
+        rows, "rrrrrr")]
     if len(ranks) > 32:
         out.append("")
         out.append(f"(+{len(ranks) - 32} more ranks in the HTML report)")
-    return out + [""]
+    return [*out, ""]
 
 
 # --- compare ----------------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         rows.append(["steps / s", f"{t['before_steps_per_s']:.4g}", f"{t['after_steps_per_s']:.4g}",
                      f"×{t['ratio']:.3f}", fmt.signed_pct(t.get("delta_pct"))])
     if rows:
-        lines += _table(["", "before", "after", "delta", "%"], rows, "lrrrr") + [""]
+        lines += [*_table(["", "before", "after", "delta", "%"], rows, "lrrrr"), ""]
     else:
         lines += ["No GPU step windows on one side: step times cannot be compared.", ""]
 
@@ -202,7 +202,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         if rest:
             rows.append(["", f"{len(rest)} others", "", "",
                          fmt.signed_ns(sum(x["delta_ns"] for x in rest))])
-        lines += _table(["kind", "name", "before", "after", "delta"], rows, "llrrr") + [""]
+        lines += [*_table(["kind", "name", "before", "after", "delta"], rows, "llrrr"), ""]
     elif c.get("contributors"):
         lines += ["No contributor changed: both sides spend the same time per step on each.", ""]
 
@@ -225,7 +225,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
                      f"({esc(x.get('direction') or '')})")
     same = len(f.get("unchanged") or [])
     if items:
-        lines += ["**Findings** that changed:", ""] + items
+        lines += ["**Findings** that changed:", "", *items]
         if same:
             lines.append(f"- unchanged: {same}")
         lines.append("")
