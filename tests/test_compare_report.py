@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from traceinsight.render.html import (  # noqa: E402
     waterfall_rows,
 )
 from traceinsight.render.markdown import esc, render_compare_markdown  # noqa: E402
+from traceinsight.render.terminal import render_compare  # noqa: E402
 
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_LAYER = "<img src=x onerror=alert(1)>"
@@ -263,6 +265,29 @@ def test_markdown_lists_top_10_and_the_rest_as_others(run: dict) -> None:
 
 
 # --- CLI --------------------------------------------------------------------------------------
+
+# --- one formatter ----------------------------------------------------------------------------
+
+def test_every_view_signs_a_faster_change_with_the_true_minus(run: dict) -> None:
+    """Terminal, Markdown and HTML format a change through traceinsight.fmt: − (U+2212), never -."""
+    tmp = run["tmp"]
+    c = compare(result(run["b"], tmp), result(run["a"], tmp))
+    assert c["total_delta_ns"] == -330 * US
+    views = {"terminal": render_compare(c, width=160), "markdown": render_compare_markdown(c),
+             "html": render_compare_html(c)}
+    for name, text in views.items():
+        assert "−300 µs" in text, name
+        assert "-300 µs" not in text and "-330 µs" not in text, name
+
+
+def test_rendering_a_saved_result_needs_no_analysis_stack() -> None:
+    """The report, the ticket body and the terminal views load without pandas, numpy, pyarrow."""
+    code = ("import sys; import traceinsight.render.html, traceinsight.render.markdown, "
+            "traceinsight.render.terminal; "
+            "heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   cwd=Path(__file__).resolve().parent.parent)
+
 
 def test_cli_writes_html_and_markdown(run: dict) -> None:
     tmp = run["tmp"]

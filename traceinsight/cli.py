@@ -188,12 +188,13 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
 
     store = load(list(inputs), quiet=ctx.obj["quiet"])
     an = Analysis(store)
+    df = an.rollup(by, rank)
+    cov = an.attribution.coverage(rank)
     if as_json:
-        df = an.rollup(by, rank)
-        click.echo(json.dumps({"by": by, "rank": rank, "coverage": an.attribution.coverage(rank),
-                               "rows": records(df)}, indent=2, default=str))
+        click.echo(json.dumps({"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
+                              indent=2, default=str))
     else:
-        click.echo(render_top(an, by, top_n, rank))
+        click.echo(render_top(df, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank))
 
 
 SEVERITY_CHOICES = ["high", "medium", "low", "info", "never"]
@@ -405,8 +406,8 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
       traceinsight compare h100.json.gz mi300x.json.gz --html compare.html --markdown compare.md
     """
     from .compare import compare as run_compare
-    from .compare import render_compare
     from .metrics.options import RooflineOptions
+    from .render.terminal import render_compare
 
     opts = RooflineOptions(device=device)
     a = _result_of(ctx, before, rules_dirs, overrides, opts)

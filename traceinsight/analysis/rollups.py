@@ -6,7 +6,6 @@ Every rollup of device time keeps the bracketed buckets (``[unattributed]``, ``[
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 
 import numpy as np
@@ -158,19 +157,6 @@ def by_step(bd: Breakdown, rank: int | None = None) -> pd.DataFrame:
 def _sel(attr: Attribution, rank: int | None) -> pd.DataFrame:
     g = attr.gpu
     return g if rank is None else g[g["rank"] == rank]
-
-
-def shapes_text(dims: str | None, limit: int = 60) -> str:
-    if not isinstance(dims, str) or not dims:
-        return ""
-    try:
-        val = json.loads(dims)
-        text = "; ".join("x".join(str(d) for d in x) if isinstance(x, list) and x and
-                         all(isinstance(d, int) for d in x) else json.dumps(x) for x in val
-                         if x not in ([], "", None))
-    except ValueError:
-        text = dims
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def top_counter(values: list[str], n: int = 3) -> list[tuple[str, int]]:
