@@ -317,6 +317,9 @@ def test_env_var_names_a_user_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     f.write_text("devices:\n  - key: mi300x\n    mem_bw_gbs: 4000\n")
     monkeypatch.setenv(devices.ENV_VAR, str(f))
     assert resolve({"name": "AMD Instinct MI300X"}).spec.mem_bw == pytest.approx(4.0e12)
+    # the built-in table alone (what the trace simulator reads) ignores the user file
+    builtin = devices.lookup("mi300x", devices.builtin_table())
+    assert builtin is not None and builtin.mem_bw == pytest.approx(5.3e12)
 
 
 @pytest.mark.parametrize("text, needle", [
