@@ -18,7 +18,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # the checkout's tracegen and traceinsight
 
-from tracegen.bench import DEFAULT_SEED, N_LAYERS, write_trace  # noqa: E402
+from tracegen.bench import DEFAULT_SEED, N_LAYERS, write_trace
 
 
 def main(argv: list[str] | None = None) -> int:
