@@ -108,7 +108,8 @@ _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(path
 @click.option("--force", is_flag=True, help="Replace an existing store at --output.")
 @click.option("--salvage", is_flag=True,
               help="Read the complete events of a truncated trace instead of refusing it.")
-@click.option("--json", "as_json", is_flag=True, help="Print the store's location and counts as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the store's location and counts as JSON.")
 @click.pass_context
 def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, force: bool,
            salvage: bool, as_json: bool) -> None:
@@ -164,7 +165,8 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
 @click.option("--by", type=click.Choice(["kernel", "op", "layer", "annotation", "step"]),
               default="kernel", show_default=True, help="What to group GPU time by.")
 @click.option("-n", "top_n", default=20, show_default=True, help="Rows to show.")
-@click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks together).")
+@click.option("--rank", type=int, default=None,
+              help="Only this rank (default: all ranks together).")
 @click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON.")
 @click.pass_context
 def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank: int | None,
@@ -205,8 +207,8 @@ def _rule_options(f):
                      help="Extra folder of rule YAML files (same id replaces a shipped rule). "
                           "Repeatable.")(f)
     f = click.option("--set", "overrides", multiple=True, metavar="RULE.THRESHOLD=VALUE",
-                     help="Override a rule threshold, e.g. --set comm-bound.min_exposed_comm_pct=20. "
-                          "Repeatable.")(f)
+                     help="Override a rule threshold, e.g. "
+                          "--set comm-bound.min_exposed_comm_pct=20. Repeatable.")(f)
     return f
 
 
@@ -221,15 +223,19 @@ def _rule_options(f):
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), default="never", show_default=True,
               help="Exit 1 when a finding has this severity or higher (for CI).")
 @_rule_options
-@click.option("--device", help="Device to use for the roofline (a key from `traceinsight devices`).")
+@click.option("--device",
+              help="Device to use for the roofline (a key from `traceinsight devices`).")
 @click.option("--peak-tflops", type=float, help="Dense bf16/fp16 peak in TFLOP/s (unknown GPUs).")
 @click.option("--peak-bw", type=float, help="Memory bandwidth in GB/s (unknown GPUs).")
 @click.option("--params", type=float, help="Model parameters, for the 6·N·tokens MFU estimate.")
-@click.option("--tokens-per-step", type=float, help="Tokens per step over all ranks (MFU estimate).")
+@click.option("--tokens-per-step", type=float,
+              help="Tokens per step over all ranks (MFU estimate).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default=None,
-              help="6·N (train) or 2·N (infer) FLOPs per token; default: train if backward kernels exist.")
+              help="6·N (train) or 2·N (infer) FLOPs per token; "
+                   "default: train if backward kernels exist.")
 @click.option("-v", "--verbose", is_flag=True, help="All evidence tables and recommendations.")
-@click.option("--color/--no-color", default=None, help="Colour the terminal output (default: on a TTY).")
+@click.option("--color/--no-color", default=None,
+              help="Colour the terminal output (default: on a TTY).")
 @click.option("--recompute", is_flag=True,
               help="Recompute the analysis even when the store already holds the result of the "
                    "same code, rules, thresholds and options (it is cached there by default).")
@@ -460,7 +466,8 @@ def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ..
     if explain_id:
         match = [r for r in rs if r.id == explain_id]
         if not match:
-            raise ConfigError(f"no rule {explain_id!r}", hint="one of " + ", ".join(sorted(r.id for r in rs)))
+            raise ConfigError(f"no rule {explain_id!r}",
+                              hint="one of " + ", ".join(sorted(r.id for r in rs)))
         click.echo(explain(match[0]))
         return
     rows = [[r.id, r.category, r.summary] for r in sorted(rs, key=lambda r: (r.category, r.id))]

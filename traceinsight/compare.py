@@ -27,7 +27,8 @@ COMPARE_VERSION = 1
 STRUCTURE_KINDS = ("layer", "op", "class")
 
 
-def _per_step(parts: dict[tuple[str, str], int], windows: int, total: int) -> dict[tuple[str, str], int]:
+def _per_step(parts: dict[tuple[str, str], int], windows: int,
+              total: int) -> dict[tuple[str, str], int]:
     """Divide integer sums by ``windows`` keeping their sum equal to round(total / windows)."""
     if windows <= 0:
         return {k: 0 for k in parts}
@@ -79,7 +80,8 @@ def decompose(r: DiagnosisResult, kind: str) -> tuple[dict[tuple[str, str], int]
     parts: dict[tuple[str, str], int] = {}
     for name, v in _structure(r, kind).items():
         parts[(kind, name)] = int(v)
-    parts[("concurrency", "compute overlap across streams")] = int(b["compute_ns"]) - int(b["compute_kernel_sum_ns"])
+    overlap = int(b["compute_ns"]) - int(b["compute_kernel_sum_ns"])
+    parts[("concurrency", "compute overlap across streams")] = overlap
     parts[("comm", "exposed communication")] = int(b["comm_exposed_ns"])
     parts[("memcpy", "exposed memcpy")] = int(b["memcpy_exposed_ns"])
     parts[("memset", "exposed memset")] = int(b["memset_exposed_ns"])
@@ -148,15 +150,14 @@ def _findings(before: DiagnosisResult, after: DiagnosisResult) -> dict[str, Any]
     changed = []
     same = []
     for rule in sorted(set(a) & set(b)):
+        impacts = {"impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct}
         if a[rule].severity != b[rule].severity:
-            direction = ("worse" if SEVERITY_RANK[b[rule].severity] < SEVERITY_RANK[a[rule].severity]
-                         else "better")
+            worse = SEVERITY_RANK[b[rule].severity] < SEVERITY_RANK[a[rule].severity]
+            direction = "worse" if worse else "better"
             changed.append({"rule": rule, "before": a[rule].severity, "after": b[rule].severity,
-                            "direction": direction, "title": b[rule].title,
-                            "impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct})
+                            "direction": direction, "title": b[rule].title, **impacts})
         else:
-            same.append({"rule": rule, "severity": b[rule].severity,
-                         "impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct})
+            same.append({"rule": rule, "severity": b[rule].severity, **impacts})
     return {"appeared": [brief(b[r]) for r in sorted(set(b) - set(a))],
             "disappeared": [brief(a[r]) for r in sorted(set(a) - set(b))],
             "changed": changed, "unchanged": same}
@@ -224,7 +225,8 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         "breakdown": bd,
         "layers": _table(_per_step_map(before, "layer"), _per_step_map(after, "layer"), "name"),
         "ops": _table(_per_step_map(before, "op"), _per_step_map(after, "op"), "name"),
-        "kernel_classes": _table(_per_step_map(before, "class"), _per_step_map(after, "class"), "name"),
+        "kernel_classes": _table(_per_step_map(before, "class"), _per_step_map(after, "class"),
+                                 "name"),
         "new_kernels": sorted(kern_b - kern_a)[:200],
         "gone_kernels": sorted(kern_a - kern_b)[:200],
         "new_ops": sorted(ops_b - ops_a)[:200],
