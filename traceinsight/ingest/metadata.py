@@ -12,7 +12,7 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from ..diagnostics import DiagnosticLog
+from ..diagnostics import DiagnosticLog, Severity
 from ..redact import redact_text, redact_value
 
 DEVICE_KEYS = (
@@ -69,7 +69,8 @@ def distributed_info(info: Any) -> dict[str, Any]:
     for k in ("backend", "rank", "world_size", "pg_count", "nccl_version"):
         if k in info:
             v = info[k]
-            out[k] = _num(v) if k in ("rank", "world_size", "pg_count") else redact_text(str(v))[:60]
+            numeric = k in ("rank", "world_size", "pg_count")
+            out[k] = _num(v) if numeric else redact_text(str(v))[:60]
     if isinstance(out.get("rank"), float):
         out["rank"] = int(out["rank"])
     pgs = info.get("pg_config")
@@ -82,7 +83,8 @@ def distributed_info(info: Any) -> dict[str, Any]:
     return out
 
 
-def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog, source: str) -> dict[str, Any]:
+def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog,
+                        source: str) -> dict[str, Any]:
     """Capture flags, runtime versions, kineto's own log lines (as diagnostics)."""
     flags = {}
     for k in CAPTURE_FLAGS:
@@ -99,7 +101,9 @@ def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog, source: st
         "display_time_unit": header.get("displayTimeUnit"),
         "schema_version": _num(header.get("schemaVersion")),
     }
-    for level, sev in (("ERROR", "warning"), ("WARNING", "warning"), ("INFO", "info")):
+    levels: tuple[tuple[str, Severity], ...] = (
+        ("ERROR", "warning"), ("WARNING", "warning"), ("INFO", "info"))
+    for level, sev in levels:
         lines = header.get(level)
         if isinstance(lines, str):
             lines = [lines]
