@@ -5,14 +5,14 @@ The chain (FORMATS.md 1.8):
 
 1. kernel / memcpy / memset -> runtime or driver call by ``correlation`` within the rank's
    process (graph launches map one call to many kernels); a missing correlation is recovered
-   from the ``ac2g`` flow that ends on the activity;
+   from the ``launch`` flow (Kineto ``ac2g``) that ends on the activity;
 2. launch -> innermost enclosing ``cpu_op`` on the launching thread by time nesting
    (:class:`~traceinsight.analysis.intervals.Nesting`), and that op's ancestors;
 3. -> innermost enclosing ``nn.Module: X_k`` frame, whose chain of enclosing module frames is
    the module path (needs ``with_stack=True``);
 4. backward kernels (launched under ``autograd::engine::evaluate_function: ...`` on the
    autograd thread, which has no module frames) reach their forward op through ``Sequence
-   number`` (or the ``fwdbwd`` flow) and take that op's module path with ``phase=backward``;
+   number`` (or the ``fwd_bwd`` flow) and take that op's module path with ``phase=backward``;
 5. ``External id`` is a fallback and a cross-check only, ignored where it equals the
    correlation (files before pytorch/kineto#873 wrote it that way for unlinked events).
 
@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
@@ -100,8 +101,8 @@ def attribute(store: TraceStore) -> Attribution:
                                       "concrete_inputs", "flops"]).to_pandas()
     rng_all = store.table("ranges").to_pandas()
     py = store.table("python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
-                                       "is_module"])
-    py_all = py.filter(py["is_module"]).to_pandas() if py.num_rows else py.to_pandas()
+                                       "frame_kind"])
+    py_all = (py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py).to_pandas()
     flows_all = store.table("flows").to_pandas()
 
     for df in (gpu_all, rt_all, ops_all, rng_all, py_all, flows_all):
@@ -463,8 +464,8 @@ def _any_ancestor(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.n
 
 
 def _corr_from_flows(g: pd.DataFrame, corr: pd.Series, flows: pd.DataFrame) -> pd.Series:
-    """Recover correlation ids from ``ac2g`` flow ends that sit on the activity (MTIA)."""
-    f = flows[(flows["kind"].isin(["ac2g", "async_gpu", "async"])) & (flows["phase"] == "f")]
+    """Recover correlation ids from ``launch`` flow ends that sit on the activity (MTIA)."""
+    f = flows[(flows["kind"] == "launch") & (flows["phase"] == "end")]
     if not len(f):
         return corr
     dev = pd.to_numeric(f["process"], errors="coerce")
@@ -543,12 +544,12 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
                               by="sequence_nr", direction="backward")
             ok = m["fwd_idx"].notna()
             fwd_of_node.loc[m.loc[ok, "op_idx"].to_numpy()] = m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
-    # fallback: fwdbwd flows (s on the forward op, f on the backward node)
+    # fallback: fwd_bwd flows (start on the forward op, end on the backward node)
     missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
     if len(missing) and len(flows):
-        fb = flows[flows["kind"] == "fwdbwd"]
-        s = fb[fb["phase"] == "s"].set_index("flow_id")
-        f = fb[fb["phase"] == "f"]
+        fb = flows[flows["kind"] == "fwd_bwd"]
+        s = fb[fb["phase"] == "start"].set_index("flow_id")
+        f = fb[fb["phase"] == "end"]
         if len(s) and len(f):
             key = pd.MultiIndex.from_arrays([ops["process"], ops["thread"], ops["start_ns"]])
             op_at = pd.Series(ops["op_idx"].to_numpy(), index=key)

@@ -17,7 +17,7 @@ from .registry import MetricSet, declare
 
 NEEDS = "[memory] events"
 HINT = "record with profile_memory=True"
-GPU_DEVICE_TYPES = (1, 6, 12, 19, 20)  # CUDA, HIP, XPU, MTIA, PrivateUse1
+GPU_DEVICE_TYPES = ("cuda", "hip", "xpu", "mtia", "privateuse1")  # store device_type
 GIB = 2**30
 
 for _n, _u, _d in (
