@@ -389,21 +389,32 @@ def _result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
               show_default=True, help="Split compute time by layer (module path), top-level op, or "
                                       "kernel class; auto picks the finest both sides support.")
 @click.option("--fail-if-slower", type=float, metavar="PCT",
-              help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate).")
+              help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate); "
+                   "exit 2 when the runs are not comparable or a side has no step time.")
+@click.option("--allow-incomparable", is_flag=True,
+              help="Gate with --fail-if-slower even when the runs are not comparable (different "
+                   "model shapes or world sizes): on the normalised change where there is one.")
+@click.option("--tokens-per-step", "tokens", type=float, nargs=2, metavar="BEFORE AFTER",
+              help="Tokens per step of each side: step time is then also compared per token "
+                   "where the work per step differs.")
 @click.option("-n", "top_n", default=12, show_default=True, help="Contributors to list.")
 @_rule_options
 @click.option("--device", help="Device for both sides' roofline (traces only).")
 @click.pass_context
 def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None,
             html_out: Path | None, md_out: Path | None, by: str, fail_if_slower: float | None,
-            top_n: int, rules_dirs: tuple[Path, ...], overrides: tuple[str, ...],
+            allow_incomparable: bool, tokens: tuple[float, float] | None, top_n: int,
+            rules_dirs: tuple[Path, ...], overrides: tuple[str, ...],
             device: str | None) -> None:
     """Compare two runs: what changed in step time, and which layers, ops or parts explain it.
 
     BEFORE and AFTER are each a result JSON (diagnose --json), a store, a trace file or a
     folder of per-rank traces. Layers and ops are aligned by module path and top-level op, so
     runs on different GPUs or libraries (H100 vs MI300X) still line up. The contributors add up
-    exactly to the change of the mean step time.
+    exactly to the change of the mean step time. The headline says first whether the runs can
+    be compared: different model shapes, world sizes or run modes make them not comparable;
+    different GPUs, dtypes, eager vs torch.compile or too few steps call for caution
+    (docs/COMPARE.md).
 
     \b
     Examples:
@@ -411,6 +422,7 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
       traceinsight compare base/ new/ --json delta.json --fail-if-slower 5
       traceinsight compare h100.json.gz mi300x.json.gz --html compare.html --markdown compare.md
     """
+    from .comparability import gate
     from .compare import compare as run_compare
     from .metrics.options import RooflineOptions
     from .render.terminal import render_compare
@@ -418,7 +430,8 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
     opts = RooflineOptions(device=device)
     a = _result_of(ctx, before, rules_dirs, overrides, opts)
     b = _result_of(ctx, after, rules_dirs, overrides, opts)
-    c = run_compare(a, b, by=by, labels=(before.name, after.name))
+    c = run_compare(a, b, by=by, labels=(before.name, after.name),
+                    tokens=(tokens[0], tokens[1]) if tokens else (None, None))
 
     def md() -> str:
         from .render.markdown import render_compare_markdown
@@ -433,13 +446,12 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
     _emit(json_out, md_out, html_out, as_json=lambda: json.dumps(c, indent=2, default=str),
           as_md=md, as_html=html, as_text=lambda: render_compare(c, n=top_n))
     if fail_if_slower is not None:
-        pct = c["step_time"]["p50_delta_pct"]
-        if pct is None:
-            pct = c["step_time"]["mean_delta_pct"]
-        if pct is not None and pct > fail_if_slower:
-            click.echo(f"traceinsight: step time regressed by {pct:.1f}% (> {fail_if_slower:g}%)",
-                       err=True)
-            ctx.exit(1)
+        code, line = gate(c, fail_if_slower, allow_incomparable=allow_incomparable,
+                          names=(str(before), str(after)))
+        if line:
+            click.echo(line, err=True)
+        if code:
+            ctx.exit(code)
 
 
 @main.command(context_settings=CONTEXT)

@@ -10,7 +10,10 @@ two runs on different libraries or vendors still line up:
            + idle (launch wait, input wait, sync wait, device wait)
 
 Values are integer nanoseconds per step (largest-remainder rounding keeps the sums exact), so
-the contributors' ``delta_ns`` add up to ``total_delta_ns`` exactly.
+the contributors' ``delta_ns`` add up to ``total_delta_ns`` exactly. Contributors pair by
+identical name (module path, op, class); one present on a single side is ``added`` or
+``removed``. Whether the two runs can be compared at all, and on what basis, is the
+``comparability`` block (:mod:`.comparability`, docs/COMPARE.md); the headline leads with it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from . import __version__, fmt
+from . import __version__, comparability, fmt
 from .result import SEVERITY_RANK, DiagnosisResult
 from .vocab import NO_MODULE
 
@@ -164,7 +167,11 @@ def _findings(before: DiagnosisResult, after: DiagnosisResult) -> dict[str, Any]
 
 
 def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto",
-            labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
+            labels: tuple[str, str] = ("before", "after"),
+            tokens: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+    """Explain the change of step time from ``before`` to ``after`` (the compare JSON, see
+    docs/RESULT.md). ``tokens`` (tokens per step of each side) override what the results
+    recorded; they allow a per-token comparison where the work per step differs."""
     kind = choose_structure(before, after, by)
     diags = []
     for side, r in (("before", before), ("after", after)):
@@ -181,8 +188,9 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         a, b = pa.get(key, 0), pb.get(key, 0)
         if a == 0 and b == 0:
             continue
+        status = "paired" if key in pa and key in pb else ("removed" if key in pa else "added")
         contributors.append({"kind": key[0], "name": key[1], "before_ns": a, "after_ns": b,
-                             "delta_ns": b - a})
+                             "delta_ns": b - a, "status": status})
     contributors.sort(key=lambda c: (-abs(c["delta_ns"]), c["kind"], c["name"]))
     total = tb - ta
     assert sum(c["delta_ns"] for c in contributors) == total
@@ -195,6 +203,12 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
     if ref_a and ref_b:
         thr = {"before_steps_per_s": 1e9 / ref_a, "after_steps_per_s": 1e9 / ref_b,
                "ratio": ref_a / ref_b, "delta_pct": 100.0 * (ref_a / ref_b - 1.0)}
+    ref = "p50" if sa["p50"] and sb["p50"] else "mean"
+    comp = comparability.assess(before, after, ref_a=sa[ref], ref_b=sb[ref], ref=ref,
+                                tokens=tokens)
+    if any(d["what"] == "module tree" for d in comp["differences"]):
+        comp["pairing"] = comparability.pairing(_structure(before, "layer"),
+                                                _structure(after, "layer"), NO_MODULE)
     bd = []
     for part in ("compute", "comm exposed", "memcpy exposed", "memset exposed", "idle"):
         col = part.replace(" ", "_") + "_ns"
@@ -213,6 +227,7 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         "tool": {"name": "traceinsight", "version": __version__},
         "before": _side(before, labels[0]),
         "after": _side(after, labels[1]),
+        "comparability": comp,
         "explained_by": kind,
         "step_time": {"before": sa, "after": sb, "p50_delta_ns": p50["delta"],
                       "p50_delta_pct": p50["delta_pct"], "mean_delta_ns": mean["delta"],
@@ -246,20 +261,40 @@ def _basis_per_step(r: DiagnosisResult, key: str) -> float | None:
 
 
 def compare_headline(c: dict[str, Any]) -> str:
+    """One paragraph: whether the runs can be compared (``Not comparable: ...`` /
+    ``Caution: ...``), the change of step time (normalised where the work differs) and, for a
+    valid comparison, its largest contributors."""
+    comp = c.get("comparability")
+    prefix = comparability.headline_prefix(comp)
+    valid = bool(comp is None or comp.get("comparable"))
     st = c["step_time"]
     ref = "p50" if st["p50_delta_pct"] is not None else "mean"
     pct = st["p50_delta_pct"] if ref == "p50" else st["mean_delta_pct"]
     a = st["before"][ref]
     b = st["after"][ref]
     if pct is None or a is None or b is None:
-        return "The runs cannot be compared by step time (no GPU step windows on one side)."
+        return prefix + ("The runs cannot be compared by step time (no GPU step windows on one "
+                         "side).")
     word = "slower" if pct > 0 else "faster"
+    who = "After" if valid else "Measured anyway, after"
     if abs(pct) < 1.0:
-        lead = f"Step time is unchanged ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)}, {pct:+.1f}%)"
+        lead = (f"{'Step time' if valid else 'Measured anyway, step time'} is unchanged "
+                f"({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)}, {pct:+.1f}%)")
     else:
-        lead = f"After is {abs(pct):.1f}% {word} per step ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)})"
+        lead = f"{who} is {abs(pct):.1f}% {word} per step ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)})"
+    norm = (comp or {}).get("normalised")
+    if norm:
+        npct = norm["delta_pct"]
+        nword = "unchanged" if abs(npct) < 1.0 else (
+            f"{abs(npct):.1f}% {'slower' if npct > 0 else 'faster'}")
+        lead += f"; per {'modelled FLOP' if norm['by'] == 'flop' else 'token'} it is {nword}"
+        if norm["by"] == "token":
+            lead += f" ({fmt.fmt_ns(norm['before'])} → {fmt.fmt_ns(norm['after'])} per token)"
+        else:
+            lead += (f" ({fmt.fmt_rate(norm['before_tflops'] * 1e12, 'FLOP/s')} → "
+                     f"{fmt.fmt_rate(norm['after_tflops'] * 1e12, 'FLOP/s')} modelled)")
     tops = [x for x in c["contributors"] if x["delta_ns"] != 0][:3]
-    if tops:
+    if tops and valid:
         parts = [f"{x['name']} {fmt.signed_ns(x['delta_ns'])}" for x in tops]
         lead += "; largest changes per step: " + ", ".join(parts)
-    return lead + "."
+    return prefix + lead + "."

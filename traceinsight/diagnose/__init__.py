@@ -112,7 +112,7 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
-        trace=sections.trace_info(store, an, dev),
+        trace=sections.trace_info(store, an, dev, ms=ms, options=options),
         headline=sections.headline(findings, ms.values, an),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],

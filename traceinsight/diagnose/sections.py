@@ -12,10 +12,12 @@ import pandas as pd
 from .. import fmt
 from ..analysis import Analysis
 from ..metrics import MetricSet
+from ..metrics.options import RooflineOptions
 from ..metrics.timing import idle_split
 from ..result import SEVERITY_RANK, Finding
 from ..store import TraceStore
 from ..vocab import NO_MODULE
+from .signature import signature_fields
 
 MAX_ROWS = 500
 MAX_STEP_ROWS = 4096
@@ -49,8 +51,10 @@ def headline(findings: list[Finding], m: dict[str, Any], an: Analysis) -> str:
 
 # --- result sections ------------------------------------------------------------------------
 
-def trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
-    """Sources, ranks, devices, capture flags, versions and span of the trace."""
+def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | None = None,
+               options: RooflineOptions | None = None) -> dict[str, Any]:
+    """Sources, ranks, devices, capture flags, versions and span of the trace, and what
+    ``compare`` needs to judge comparability (:mod:`.signature`)."""
     ranks = store.ranks
     dist = [r.get("distributed", {}) for r in ranks]
     markers = an.attribution.has_step_markers
@@ -75,6 +79,7 @@ def trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
         "span_ns": max((r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")),
                        default=None),
         "has_step_markers": all(markers.values()) if markers else False,
+        **signature_fields(an, ms, options),
     }
 
 

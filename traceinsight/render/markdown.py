@@ -170,6 +170,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     lines += [f"{side(a, 'before')} → {side(b, 'after')} · compute split by "
               f"{esc(c.get('explained_by') or '?')} · traceinsight {esc(tool.get('version', '?'))}",
               ""]
+    lines += _comparability(c.get("comparability"))
 
     st = c.get("step_time") or {}
     sa, sb = st.get("before") or {}, st.get("after") or {}
@@ -243,3 +244,40 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     if diags:
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _comparability(comp: dict[str, Any] | None) -> list[str]:
+    """Whether the runs can be compared: the differences with what they invalidate, the
+    normalisation, the layer pairing and what could not be checked."""
+    if not comp:
+        return []
+    diffs = comp.get("differences") or []
+    out: list[str] = []
+    if not diffs:
+        out.append("**Comparable**: same device, world size, model shape, dtype and compile mode "
+                   "as far as both results tell.")
+    else:
+        lead = ("**Not comparable**: the runs do different work, so the change of step time says "
+                "nothing about the code." if not comp.get("comparable") else
+                "**Caution**: the same work on a different set-up or with few steps; the numbers "
+                "compare the systems, not only the code.")
+        rows = [[esc(d.get("severity")), esc(d.get("what")), code(d.get("before"), 40),
+                 code(d.get("after"), 40), esc(d.get("invalidates"))] for d in diffs]
+        out += [lead, "", *_table(["", "what", "before", "after", "invalidates"], rows, "lllll")]
+    n = comp.get("normalised")
+    extra = []
+    if n:
+        unit = "modelled FLOP" if n.get("by") == "flop" else "token"
+        extra.append(f"Normalised per {unit} ({esc(n.get('basis'))}): "
+                     f"{fmt.signed_pct(n.get('delta_pct'))}.")
+    p = comp.get("pairing")
+    if p:
+        extra.append(f"Layers paired by {esc(p.get('by'))} only: {p.get('paired')} paired, "
+                     f"{p.get('added_count')} added, {p.get('removed_count')} removed.")
+    un = comp.get("unchecked") or []
+    if un:
+        extra.append("Not checked: " + "; ".join(f"{esc(u.get('what'))} ({esc(u.get('why'))})"
+                                                 for u in un) + ".")
+    if extra:
+        out += ["", *extra] if diffs else extra
+    return [*out, ""]

@@ -182,6 +182,7 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
              f"before: {a['ranks']} rank(s) · {', '.join(a['devices']) or 'GPU not recorded'}",
              f"after:  {b['ranks']} rank(s) · {', '.join(b['devices']) or 'GPU not recorded'}", "",
              c["headline"], ""]
+    lines += _comparability_lines(c.get("comparability"), width)
     st = c["step_time"]
     rows = []
     for q in ("p50", "p90", "max", "mean"):
@@ -206,6 +207,8 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
                  f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
                  f"{fmt.signed_ns(c['total_delta_ns'])}), "
                  f"compute split by {c['explained_by']}:")
+    if not (c.get("comparability") or {}).get("comparable", True):
+        lines.append("  (not comparable: names pair only where identical on both sides; see above)")
     contrib = c["contributors"]
     top = contrib[:n]
     rest = contrib[n:]
@@ -242,3 +245,43 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
     for d in c["diagnostics"]:
         lines.append(f"! {d['message']}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _comparability_lines(comp: dict[str, Any] | None, width: int) -> list[str]:
+    """The comparability block: blocking and caution differences with what they invalidate,
+    the normalisation, the layer pairing and what could not be checked."""
+    if not comp:
+        return []
+
+    def wrap(text: str) -> str:
+        return "\n".join(textwrap.wrap(" ".join(text.split()), width=width - 4,
+                                       initial_indent="", subsequent_indent="    "))
+
+    lines = []
+    diffs = comp.get("differences") or []
+    for sev, title, mark in (("blocking", "Not comparable", "✗"), ("caution", "Caution", "!")):
+        rows = [d for d in diffs if d.get("severity") == sev]
+        if rows:
+            lines.append(f"{title}:")
+            for d in rows:
+                lines.append("  " + wrap(f"{mark} {d.get('what')}: {d.get('detail') or ''} — "
+                                         f"invalidates {d.get('invalidates')}")
+                             .replace("\n", "\n  "))
+    if not diffs:
+        lines.append("Comparable: same device, world size, model shape, dtype and compile mode "
+                     "as far as both results tell.")
+    n = comp.get("normalised")
+    if n:
+        lines.append(f"Normalised per {'modelled FLOP' if n['by'] == 'flop' else 'token'} "
+                     f"({n['basis']}): {fmt.signed_pct(n['delta_pct'])}.")
+    p = comp.get("pairing")
+    if p:
+        names = [f"+{x}" for x in p["added"][:3]] + [f"−{x}" for x in p["removed"][:3]]
+        lines.append(wrap(f"Layers paired by {p['by']}: {p['paired']} paired, "
+                          f"{p['added_count']} added, {p['removed_count']} removed"
+                          + (f" ({', '.join(names)})" if names else "") + "."))
+    un = comp.get("unchecked") or []
+    if un:
+        lines.append(wrap("Not checked: " + "; ".join(f"{u['what']} ({u['why']})" for u in un)
+                          + "."))
+    return [*lines, ""]

@@ -18,7 +18,8 @@ from .environment import render_page
 
 #: name lists (new / gone kernels and ops) longer than this start collapsed
 LIST_OPEN = 12
-COMPARE_NAV = [("step-time", "Step time"), ("breakdown", "GPU time"), ("waterfall", "Waterfall"),
+COMPARE_NAV = [("comparability", "Comparability"), ("step-time", "Step time"),
+               ("breakdown", "GPU time"), ("waterfall", "Waterfall"),
                ("contributors", "Contributors"), ("layers", "Layers"), ("ops", "Operators"),
                ("classes", "Kernel classes"), ("kernels", "New / gone"), ("findings", "Findings"),
                ("diagnostics", "Data quality"), ("metadata", "Runs")]
@@ -53,6 +54,7 @@ def build_compare_view(c: dict[str, Any]) -> dict[str, Any]:
                  "result_version": c.get("version")},
         "headline": str(c.get("headline") or ""),
         "verdict": verdict, "word": word,
+        "comparability": _comparability(c),
         "sides": sides,
         "explained_by": str(c.get("explained_by") or "?"),
         "bignums": _compare_bignums(c),
@@ -86,7 +88,7 @@ def _ref(st: dict[str, Any]) -> str:
 def _compare_verdict(c: dict[str, Any]) -> tuple[str, str]:
     st = c["step_time"]
     pct = st.get("p50_delta_pct") if _ref(st) == "p50" else st.get("mean_delta_pct")
-    if pct is None:
+    if pct is None or not (c.get("comparability") or {}).get("comparable", True):
         return "info", "NOT COMPARABLE"
     if pct >= 5:
         return "high", "SLOWER"
@@ -95,6 +97,47 @@ def _compare_verdict(c: dict[str, Any]) -> tuple[str, str]:
     if pct <= -1:
         return "ok", "FASTER"
     return "info", "UNCHANGED"
+
+
+def _comparability(c: dict[str, Any]) -> dict[str, Any]:
+    """The comparability section: differences (blocking first) with what they invalidate, the
+    normalisation, the layer pairing and what could not be checked; a caution badge."""
+    comp = c.get("comparability")
+    if not comp:
+        return {"known": False, "comparable": True, "caution": False, "differences": [],
+                "lede": "This compare predates the comparability checks: nothing was checked.",
+                "normalised": "", "pairing": None, "unchecked": []}
+    diffs = [{"severity": "error" if d.get("severity") == "blocking" else "warning",
+              "label": str(d.get("severity") or ""), "what": str(d.get("what") or ""),
+              "before": str(d.get("before")), "after": str(d.get("after")),
+              "invalidates": str(d.get("invalidates") or "")}
+             for d in comp.get("differences") or []]
+    comparable = bool(comp.get("comparable", True))
+    if not diffs:
+        lede = ("Comparable: the same device, world size, model shape, dtype and compile mode, "
+                "as far as both results tell.")
+    elif not comparable:
+        lede = ("Not comparable: the two runs do different work, so the change of step time says "
+                "nothing about the code. The numbers below are measured, not explained.")
+    else:
+        lede = ("Caution: the same work on a different set-up or with few steps; the numbers "
+                "below compare the systems, not only the code.")
+    n = comp.get("normalised")
+    norm = ""
+    if n:
+        unit = "modelled FLOP" if n.get("by") == "flop" else "token"
+        norm = (f"Normalised per {unit} ({n.get('basis')}): {signed_pct(n.get('delta_pct'))}.")
+    p = comp.get("pairing")
+    pairing = None
+    if p:
+        pairing = {"by": str(p.get("by")), "paired": p.get("paired"),
+                   "added": [str(x) for x in p.get("added") or []],
+                   "removed": [str(x) for x in p.get("removed") or []],
+                   "added_count": p.get("added_count"), "removed_count": p.get("removed_count")}
+    return {"known": True, "comparable": comparable, "caution": comparable and bool(diffs),
+            "differences": diffs, "lede": lede, "normalised": norm, "pairing": pairing,
+            "unchecked": [{"what": str(u.get("what")), "why": str(u.get("why"))}
+                          for u in comp.get("unchecked") or []]}
 
 
 def _compare_side(s: dict[str, Any], tag: str) -> dict[str, Any]:
@@ -337,8 +380,30 @@ def _compare_metadata(c: dict[str, Any], sides: list[dict[str, Any]]) -> dict[st
                 ("Roofline device", s["device"] or "unknown"), ("Vendor", s["vendor"] or "–"),
                 ("Ranks", s["ranks"]),
                 ("Steps", fmt.fmt_num(q.get("steps"), 0) if q.get("steps") else "–"),
+                *_signature_rows((c.get("comparability") or {}).get(s["tag"]) or {}),
                 ("Diagnosis", s["headline"] or "–")]
         out.append({"tag": s["tag"], "rows": rows, "sources": s["sources"],
                     "more_sources": s["more_sources"]})
     return {"sides": out, "explained_by": str(c.get("explained_by") or "?"),
             "schema": f"{c.get('schema') or 'traceinsight.compare'} v{c.get('version') or '?'}"}
+
+
+def _signature_rows(g: dict[str, Any]) -> list[tuple[str, str]]:
+    """What the comparability checks read from one side, as metadata rows."""
+    if not g:
+        return []
+    compiled = g.get("compiled")
+
+    def tree(n: Any, sig: Any) -> str:
+        return f"{fmt.fmt_num(n, 0)} (#{str(sig)[:8]})" if sig else "not recorded"
+
+    rows = [("Run mode", str(g.get("mode") or "–")),
+            ("Module paths", tree(g.get("module_count"), g.get("module_signature"))),
+            ("Op input shapes", tree(g.get("op_shape_count"), g.get("op_shape_signature"))),
+            ("Compute dtypes", " + ".join(str(x) for x in g.get("dtypes") or []) or "–"),
+            ("Compiled", "–" if compiled is None else ("torch.compile" if compiled else "eager"))]
+    for key, label in (("params", "Parameters"), ("tokens_per_step", "Tokens per step"),
+                       ("flops_per_step", "Modelled FLOPs per step")):
+        if g.get(key):
+            rows.append((label, f"{float(g[key]):,.4g}"))
+    return rows
