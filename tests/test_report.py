@@ -268,17 +268,25 @@ def test_sections_without_data_say_so_in_one_line(run: dict) -> None:
     assert len(empties) >= 3 and all("\n" not in e for e in empties)
 
 
-def test_cpu_only_trace_renders_with_every_section(tmp_path: Path) -> None:
+#: the sections of a CPU-only run's report: the host view replaces the GPU sections
+CPU_SECTIONS = ("verdict", "findings", "host", "memory", "diagnostics", "metadata")
+GPU_ONLY_SECTIONS = ("steps", "breakdown", "timeline", "layers", "ops", "kernels", "roofline")
+
+
+def test_cpu_only_trace_renders_the_host_view(tmp_path: Path) -> None:
     b = KinetoTraceBuilder(device=None)
     for i, step in enumerate(range(3)):
         with b.step(step, i * 1_000_000, 900_000):
             b.op("aten::mm", i * 1_000_000 + 10_000, 500_000)
     store = ingest([b.write(tmp_path / "cpu.json")], tmp_path / "s.tistore", quiet=True)
     r = diagnose(store)
+    assert r.host and r.host["headline"].startswith("CPU-only run: a step takes")
     html = render_html(r)
-    for sid in SECTIONS:
+    for sid in CPU_SECTIONS:
         assert f'id="{sid}"' in html
-    assert "No GPU" in html
+    for sid in GPU_ONLY_SECTIONS:  # no "GPU idle 100%" bars for a run without a GPU
+        assert f'id="{sid}"' not in html
+    assert "No GPU activity" in html and 'id="tbl-host-ops"' in html and "aten::mm" in html
     md = render_markdown(r)
     assert esc(r.headline) in md
 
@@ -411,7 +419,7 @@ def test_corpus_trace_report_renders_under_5mb(path: Path, size_report: dict,
     record_property("report_bytes", n)
     print(f"report {corpus_id(path)}: {n} bytes")
     assert n < MAX_REPORT_BYTES
-    for sid in SECTIONS:
+    for sid in (CPU_SECTIONS if result.host else SECTIONS):
         assert f'id="{sid}"' in html, sid
     for tag, attrs in parse(html).tags:
         for k in ("src", "href"):

@@ -8,16 +8,15 @@ unless ``--debug``).
 from __future__ import annotations
 
 import json
-import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from . import __version__
-from .errors import TraceInsightError
+from .cli_base import Group, emit, with_skipped, write_atomic
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     from .metrics.options import RooflineOptions
@@ -26,52 +25,7 @@ if TYPE_CHECKING:  # the commands import the library lazily: a quick start for e
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-class _Group(click.Group):
-    """Turns library errors into one line on stderr and exit code 2."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        debug = bool(ctx.params.get("debug")) or os.environ.get("TRACEINSIGHT_DEBUG") == "1"
-        try:
-            return super().invoke(ctx)
-        except TraceInsightError as e:
-            if debug:
-                raise
-            click.echo(f"traceinsight: error: {e.one_line()}", err=True)
-            ctx.exit(e.exit_code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except KeyboardInterrupt:
-            click.echo("traceinsight: interrupted", err=True)
-            ctx.exit(130)
-        except MemoryError:
-            if debug:
-                raise
-            click.echo("traceinsight: error: out of memory (hint: free memory or use a machine "
-                       "with more RAM; ingest needs about 2.5x the uncompressed trace size)",
-                       err=True)
-            ctx.exit(2)
-        except Exception as e:  # the last line of defence for users
-            if debug:
-                raise
-            click.echo(f"traceinsight: internal error: {type(e).__name__}: {e} "
-                       "(hint: rerun with --debug for the traceback and report it)", err=True)
-            ctx.exit(2)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a text file via a temporary sibling and rename: never a half-written output."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-@click.group(cls=_Group, context_settings=CONTEXT)
+@click.group(cls=Group, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="traceinsight")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
@@ -87,11 +41,14 @@ def main(ctx: click.Context, debug: bool, quiet: bool) -> None:
 
     \b
     Start here:
-      traceinsight summary trace.json.gz      what is in the trace
-      traceinsight ingest  trace.json.gz -o run.tistore   keep a store next to it
+      traceinsight diagnose trace.json.gz                why it was slow, in the terminal
+      traceinsight diagnose traces/ --html report.html   a folder of per-rank traces; the report
+      traceinsight profile -o run/ -- python train.py    record a run (script unchanged), then
+      traceinsight diagnose run/                         diagnose what it recorded
 
-    Record a trace that diagnoses well with traceinsight.capture.profile() (record_shapes,
-    profile_memory, with_stack and a schedule with ProfilerStep markers).
+    Every command has --help with examples. -q/--quiet and --debug work before or after the
+    command. From Python, traceinsight.capture.profile() records a trace that diagnoses well
+    (record_shapes, profile_memory, with_stack and a schedule with ProfilerStep markers).
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
@@ -148,6 +105,12 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
     """A first read-out: span, ranks, devices, steps, event counts, kernel totals, top kernels.
 
     INPUTS is a store directory or trace file(s)/folder (ingested through the cache).
+
+    \b
+    Examples:
+      traceinsight summary trace.json.gz
+      traceinsight summary traces/ -n 20
+      traceinsight summary run.tistore --json > summary.json
     """
     from .ingest import load
     from .summary import render_summary, summarize
@@ -162,7 +125,8 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
 
 @main.command(context_settings=CONTEXT)
 @_INPUTS
-@click.option("--by", type=click.Choice(["kernel", "op", "layer", "annotation", "step"]),
+@click.option("--by", type=click.Choice(["kernel", "op", "layer", "module-type", "annotation",
+                                         "step"]),
               default="kernel", show_default=True, help="What to group GPU time by.")
 @click.option("-n", "top_n", default=20, show_default=True, help="Rows to show.")
 @click.option("--rank", type=int, default=None,
@@ -178,11 +142,20 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
     --by op          framework ops: device self time (kernels launched directly), device
                      total (with callees), host time, calls, the costliest input shapes
     --by layer       nn.Module paths (needs with_stack=True), forward vs backward
+    --by module-type nn.Module types over all their instances (Qwen2Attention ×24), with
+                     their sub-modules
     --by annotation  record_function / user annotations
     --by step        per ProfilerStep: wall time, GPU busy, compute, exposed comm, idle
 
     Kernels that cannot be linked to a CPU op are listed as [unattributed]: rows always add
     up to the total GPU time.
+
+    \b
+    Examples:
+      traceinsight top trace.json.gz
+      traceinsight top traces/ --by op -n 30
+      traceinsight top trace.json.gz --by module-type
+      traceinsight top traces/ --by step --rank 2 --json
     """
     from .analysis import Analysis
     from .ingest import load
@@ -262,14 +235,21 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
     from .diagnose import diagnose as run_diagnose
     from .ingest import load
     from .metrics.options import RooflineOptions
+    from .progress import Progress
     from .render.terminal import render
 
     store = load(list(inputs), quiet=ctx.obj["quiet"])
     opts = RooflineOptions(device=device, peak_tflops=peak_tflops, peak_bw_gbs=peak_bw,
                            params=params, tokens_per_step=tokens_per_step, mode=mode)
-    result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
-                          command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
-                          cache=not recompute)
+    prog = Progress("analyse", quiet=ctx.obj["quiet"])
+    try:
+        result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
+                              command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
+                              cache=not recompute, progress=prog)
+    except BaseException:
+        prog.stop()
+        raise
+    result, notes = with_skipped(result, list(inputs), store)
     use_color = sys.stdout.isatty() if color is None else color
 
     def md() -> str:
@@ -282,31 +262,10 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
 
         return render_html(result)
 
-    _emit(json_out, md_out, html_out, as_json=result.to_json, as_md=md, as_html=html,
-          as_text=lambda: render(result, color=use_color, verbose=verbose))
+    emit(json_out, md_out, html_out, as_json=result.to_json, as_md=md, as_html=html,
+          as_text=lambda: render(result, color=use_color, verbose=verbose), progress=prog,
+          notes=notes)
     _exit_on(ctx, result, fail_on)
-
-
-def _emit(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
-          as_json: Callable[[], str], as_md: Callable[[], str], as_html: Callable[[], str],
-          as_text: Callable[[], str]) -> None:
-    """Write the requested files atomically, then print the terminal view (or the JSON, for
-    ``--json -``) and name the files written on stderr."""
-    outputs = {}
-    if json_out is not None and str(json_out) != "-":
-        outputs[json_out] = as_json()
-    if md_out is not None:
-        outputs[md_out] = as_md()
-    if html_out is not None:
-        outputs[html_out] = as_html()
-    for path, text in outputs.items():
-        write_atomic(path, text)
-    if json_out is not None and str(json_out) == "-":
-        click.echo(as_json())
-    else:
-        click.echo(as_text(), nl=False)
-        for path in outputs:
-            click.echo(f"wrote {path}", err=True)
 
 
 def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
@@ -336,6 +295,12 @@ def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
 
     SOURCE is a file written by `diagnose --json` (rendered as is) or a store or trace
     (diagnosed first, with the shipped rules plus --rules/--set).
+
+    \b
+    Examples:
+      traceinsight report result.json -o report.html
+      traceinsight report traces/ -o report.html --markdown ticket.md
+      traceinsight report run.tistore --set comm-bound.min_exposed_comm_pct=20
     """
     from .render.html import render_html
 
@@ -372,10 +337,17 @@ def _result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
         return DiagnosisResult.load(str(path))
     from .diagnose import diagnose as run_diagnose
     from .ingest import load
+    from .progress import Progress
 
-    return run_diagnose(load([path], quiet=ctx.obj["quiet"]), options=opts, rules_dirs=rules_dirs,
-                        overrides=overrides,
-                        command=command or ["traceinsight", "diagnose", str(path)])
+    store = load([path], quiet=ctx.obj["quiet"])
+    prog = Progress("analyse", quiet=ctx.obj["quiet"])
+    try:
+        result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
+                              command=command or ["traceinsight", "diagnose", str(path)],
+                              progress=prog)
+    finally:
+        prog.done()
+    return with_skipped(result, [path], store)[0]
 
 
 @main.command(context_settings=CONTEXT)
@@ -443,7 +415,7 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
 
         return render_compare_html(c)
 
-    _emit(json_out, md_out, html_out, as_json=lambda: json.dumps(c, indent=2, default=str),
+    emit(json_out, md_out, html_out, as_json=lambda: json.dumps(c, indent=2, default=str),
           as_md=md, as_html=html, as_text=lambda: render_compare(c, n=top_n))
     if fail_if_slower is not None:
         code, line = gate(c, fail_if_slower, allow_incomparable=allow_incomparable,
@@ -464,6 +436,13 @@ def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ..
 
     Rules are YAML files (the shipped ones live in the package's rules/ folder); add or replace
     rules with --rules DIR and change thresholds with --set RULE.THRESHOLD=VALUE.
+
+    \b
+    Examples:
+      traceinsight rules
+      traceinsight rules --explain comm-bound
+      traceinsight rules --metrics
+      traceinsight rules --rules my_rules/ --set comm-bound.min_exposed_comm_pct=20
     """
     from . import fmt
     from .engine import explain, load_rules
@@ -472,7 +451,7 @@ def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ..
 
     if list_metrics:
         rows = [[m.name, m.unit, m.doc] for m in sorted(REGISTRY.values(), key=lambda m: m.name)]
-        click.echo(fmt.table(rows, ["metric", "unit", "meaning"], align="lll", flex=2))
+        click.echo(fmt.table(rows, ["metric", "unit", "meaning"], align="lll", flex=2, wrap=True))
         return
     rs = load_rules(list(rules_dirs), list(overrides))
     if explain_id:
@@ -483,7 +462,8 @@ def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ..
         click.echo(explain(match[0]))
         return
     rows = [[r.id, r.category, r.summary] for r in sorted(rs, key=lambda r: (r.category, r.id))]
-    click.echo(fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2))
+    click.echo(fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2,
+                         wrap=True))
     click.echo("\ntraceinsight rules --explain ID shows a rule's thresholds and advice.")
 
 
@@ -494,6 +474,12 @@ def devices(as_json: bool) -> None:
 
     Extend or override it with a YAML file named by TRACEINSIGHT_DEVICES (same schema as the
     shipped traceinsight/data/devices.yaml).
+
+    \b
+    Examples:
+      traceinsight devices
+      traceinsight devices --json
+      TRACEINSIGHT_DEVICES=my_gpus.yaml traceinsight devices
     """
     from . import devices as dev
     from . import fmt

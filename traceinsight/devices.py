@@ -447,9 +447,10 @@ def resolve(props: Mapping[str, Any] | None, *, override_key: str | None = None,
             if guess is not None:
                 spec, why = guess
                 how = "gfx-guess"
-                shown = repr(name) if name else "with no name"
-                message = (f"device {shown} is a generic name; guessed {spec.name} from "
-                           f"{why}; if that is wrong, {_hint()}")
+                named = (f"the trace names it only {name!r}" if name
+                         else "the trace gives no device name")
+                message = (f"identified as {spec.name} from its architecture, {why} "
+                           f"({named}); if that is wrong, {_hint()}")
         if spec is None:
             if name:
                 what = _KNOWN_OTHERS.get(name.upper())

@@ -11,25 +11,38 @@ import json
 import math
 import re
 import shutil
+import textwrap
 from collections.abc import Sequence
 from typing import Any
 
+#: duration units, smallest first, with their size in ns
+DURATION_UNITS = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
+
 
 def fmt_ns(ns: float | int | None, *, digits: int = 3) -> str:
-    """Nanoseconds as a human duration: ``812 ns``, ``14.2 µs``, ``3.51 ms``, ``2.04 s``."""
+    """Nanoseconds as a human duration: ``812 ns``, ``14.2 µs``, ``3.51 ms``, ``2.04 s``.
+
+    The one unit rule for every duration the tool prints: the largest unit in which the value
+    is at least 1, shown with ``digits`` significant digits (``2151.9 µs`` reads ``2.15 ms``);
+    a value that would round up to 1000 of a unit moves to the next one (``1.00 ms``, never
+    ``1000 µs``). Seconds are the largest unit."""
     if ns is None:
         return "–"
     v = float(ns)
     if v == 0:
         return "0"
     a = abs(v)
-    if a < 1e3:
-        return f"{v:.0f} ns"
-    for unit, scale in (("µs", 1e3), ("ms", 1e6), ("s", 1e9)):
-        if a < scale * 1e3 or unit == "s":
-            x = v / scale
-            return f"{x:.{max(0, digits - len(str(int(abs(x)))))}f} {unit}"
-    return f"{v:.0f} ns"  # pragma: no cover
+    for i, (unit, scale) in enumerate(DURATION_UNITS):
+        last = i == len(DURATION_UNITS) - 1
+        if not last and a >= DURATION_UNITS[i + 1][1]:
+            continue
+        x = v / scale
+        places = 0 if unit == "ns" else max(0, digits - len(str(int(abs(x)))))
+        text = f"{x:.{places}f}"
+        if not last and abs(float(text)) >= 1000:  # rounded up into the next unit
+            continue
+        return f"{text} {unit}"
+    return f"{v / 1e9:.0f} s"  # pragma: no cover
 
 
 def fmt_bytes(n: float | int | None) -> str:
@@ -70,7 +83,7 @@ def shorten(text: str, width: int) -> str:
     text = " ".join(str(text).split())
     if len(text) <= width:
         return text
-    if "/" in text and width >= 16:
+    if "/" in text and " " not in text and width >= 16:  # a path, not prose with an "I/O"
         parts = text.split("/")
         tail = parts[-1]
         head = parts[0]
@@ -111,9 +124,11 @@ def terminal_width(default: int = 120) -> int:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
-          align: str | None = None, max_width: int | None = None, flex: int | None = None) -> str:
+          align: str | None = None, max_width: int | None = None, flex: int | None = None,
+          wrap: bool = False) -> str:
     """A plain-text table. ``align``: one of l/r per column; ``flex``: the column that shrinks
-    (usually a name) when the table is wider than ``max_width``."""
+    (usually a name) when the table is wider than ``max_width``: cut short, or with ``wrap``
+    (for prose) continued on the next lines, so no sentence is ever cut."""
     cells = [[str(c) for c in r] for r in rows]
     ncol = len(headers)
     align = align or "l" + "r" * (ncol - 1)
@@ -123,7 +138,17 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
             widths[i] = max(widths[i], len(c))
     max_width = max_width or terminal_width()
     total = sum(widths) + 2 * (ncol - 1)
-    if flex is not None and total > max_width:
+    if flex is not None and total > max_width and wrap:
+        widths[flex] = max(24, widths[flex] - (total - max_width))
+        wrapped: list[list[str]] = []
+        for r in cells:
+            parts = textwrap.wrap(r[flex], widths[flex], break_on_hyphens=False) or [""]
+            first = list(r)
+            first[flex] = parts[0]
+            wrapped.append(first)
+            wrapped += [[p if i == flex else "" for i in range(ncol)] for p in parts[1:]]
+        cells = wrapped
+    elif flex is not None and total > max_width:
         widths[flex] = max(12, widths[flex] - (total - max_width))
         cells = [[shorten(c, widths[flex]) if i == flex else c for i, c in enumerate(r)]
                  for r in cells]

@@ -75,6 +75,7 @@ class DiagnosisResult:
     diagnostics: list[dict[str, Any]]
     version: int = RESULT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    host: dict[str, Any] | None = None  #: the host view of a run without GPU kernels
 
     def to_dict(self) -> dict[str, Any]:
         d = {"schema": RESULT_SCHEMA, "version": self.version}
@@ -104,7 +105,8 @@ class DiagnosisResult:
             summary=d.get("summary", {"ranks": []}), metrics=d.get("metrics", {}),
             breakdown=d.get("breakdown", {}), rollups=d.get("rollups", {}),
             roofline=d.get("roofline"), memory=d.get("memory"), timeline=d.get("timeline"),
-            diagnostics=d.get("diagnostics", []), version=v, extra=d.get("extra", {}))
+            diagnostics=d.get("diagnostics", []), version=v, extra=d.get("extra", {}),
+            host=d.get("host"))
 
     @classmethod
     def load(cls, path: str) -> "DiagnosisResult":

@@ -17,26 +17,31 @@ from typing import Any
 
 from .. import __version__
 from ..analysis import Analysis, with_plain_strings
+from ..analysis.host import host_view
 from ..devices import ENV_VAR as DEVICES_ENV
 from ..engine import evaluate, load_rules
 from ..metrics import REGISTRY, compute_metrics
 from ..metrics.options import RooflineOptions
+from ..progress import Progress
 from ..redact import redact_text
 from ..resources import code_digest
 from ..result import DiagnosisResult, clean
 from ..store import TraceStore
 from . import sections
 from .sections import headline
+from .viewer import open_in_viewer
 
 __all__ = ["diagnose", "headline", "result_key"]
 
 
 def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
              rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
-             command: Sequence[str] | None = None, cache: bool = True) -> DiagnosisResult:
+             command: Sequence[str] | None = None, cache: bool = True,
+             progress: Progress | None = None) -> DiagnosisResult:
     """Diagnose a store. With ``cache`` a result computed before from the same store by the
     same code, rules, thresholds and options is read back from the store's ``derived/``
-    folder instead of recomputed (only ``command`` differs); a new result is saved there."""
+    folder instead of recomputed (only ``command`` differs); a new result is saved there.
+    ``progress`` is told each phase (attribution, metrics, rules, sections)."""
     rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
     cmd = [redact_text(str(c)) for c in (command or [])]
     key = result_key(store, rules, options) if cache else None
@@ -44,7 +49,7 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
         cached = _read_cached(store, key)
         if cached is not None:
             return dataclasses.replace(cached, command=cmd)
-    result = _diagnose(store, rules, options, cmd)
+    result = _diagnose(store, rules, options, cmd, progress or Progress("analyse", quiet=True))
     if key:
         store.write_derived(_cache_name(key), result.to_json(indent=None))
     return result
@@ -93,10 +98,16 @@ def _read_cached(store: TraceStore, key: str) -> DiagnosisResult | None:
 
 @with_plain_strings
 def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
-              cmd: list[str]) -> DiagnosisResult:
+              cmd: list[str], progress: Progress) -> DiagnosisResult:
     an = Analysis(store)
+    progress.stage("attribution", 0.0)
+    an.attribution  # noqa: B018 - computed here so that the phase shows as its own
+    progress.stage("metrics", 0.4)
     ms = compute_metrics(an, options)
+    progress.stage("rules", 0.75)
     ev = evaluate(rules, ms, an)
+    progress.stage("sections", 0.85)
+    has_gpu = bool(ms.values.get("has_gpu"))
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
     dev = ms.evidence.get("device") or {}
@@ -104,11 +115,15 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
         diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
                       "message": dev["message"], "severity": "warning",
                       "hint": "pass --device NAME (traceinsight devices lists them) or "
-                              "--peak-tflops/--peak-bw"})
+                              "--peak-tflops/--peak-bw"} if has_gpu else
+                     {"code": "device-unknown", "severity": "info",
+                      "message": "no GPU in this trace, so no device to identify (device "
+                                 "peaks only matter for GPU kernels)"})
     for err in ms.evidence.get("metric_errors", []):
         diags.append({"code": "metric-error", "severity": "error",
                       "message": f"metrics '{err['group']}' failed: {err['error']}"})
     summary = sections.summary(an, ms)
+    timeline = sections.timeline(an, ms)
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
@@ -121,15 +136,18 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
         metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
                  "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()}},
         breakdown=sections.breakdown(an),
-        rollups={**sections.rollups(an), "step_basis": sections.step_basis(an, ms)},
+        rollups={**sections.rollups(an), "step_basis": sections.step_basis(an, ms),
+                 "module_types": an.rollup("module-type").to_dict("records")},
         roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),
         memory=sections.memory(ms),
-        timeline=sections.timeline(an, ms),
+        timeline=timeline,
         diagnostics=diags,
         extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
                "collectives": ms.evidence.get("collectives", []),
                "coverage": an.attribution.coverage(),
                "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
-                           if v is not None}},
+                           if v is not None},
+               "open_in_viewer": open_in_viewer(store, timeline)},
+        host=None if has_gpu else host_view(an),
     )
     return DiagnosisResult.from_dict(clean(result.to_dict()))

@@ -10,6 +10,8 @@ import click
 
 from .. import fmt
 from ..result import DiagnosisResult
+from ..safetext import for_terminal
+from . import describe
 
 SEV_STYLE = {"high": ("HIGH", "red"), "medium": ("MED ", "yellow"), "low": ("LOW ", "cyan"),
              "info": ("INFO", "white")}
@@ -48,8 +50,8 @@ def _wrap(text: str, indent: str, width: int) -> str:
 def bar(parts: list[tuple[str, float]], width: int = 50) -> str:
     chars = {"compute": "█", "comm exposed": "▓", "copies": "▒", "idle": "░"}
     out = ""
-    for name, pct in parts:
-        out += chars.get(name, "#") * round(width * pct / 100.0)
+    for name, pct in parts:  # a share outside 0-100% never draws more than the bar
+        out += chars.get(name, "#") * round(width * min(max(pct, 0.0), 100.0) / 100.0)
     return out[:width].ljust(width, " ")
 
 
@@ -58,14 +60,19 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     width = width or fmt.terminal_width()
     st = (lambda s, **k: click.style(s, **k)) if color else (lambda s, **k: s)
     t = result.trace
-    devs = ", ".join(t.get("devices") or []) or "GPU not recorded"
+    devs = describe.device_line(result)
     n = len(t.get("ranks", []))
     srcs = ", ".join(s["name"] for s in t.get("sources", [])[:3])
     if len(t.get("sources", [])) > 3:
         srcs += f" (+{len(t['sources']) - 3})"
     lines = [st(f"traceinsight diagnose — {srcs}", bold=True),
-             f"{n} rank{'s' if n != 1 else ''} · {devs}", ""]
-    lines.append(_wrap(st(result.headline, bold=True), "", width))
+             _wrap(f"{n} rank{'s' if n != 1 else ''} · {devs}", "", width), ""]
+    host = result.host or {}
+    if host.get("headline"):  # a CPU-only run: the host view's verdict, then why no GPU rules
+        lines.append(_wrap(st(host["headline"], bold=True), "", width))
+        lines.append(_wrap(result.headline, "", width))
+    else:
+        lines.append(_wrap(st(result.headline, bold=True), "", width))
     lines.append("")
     fs = result.findings
     if fs:
@@ -98,6 +105,7 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     else:
         lines.append("No findings.")
         lines.append("")
+    lines += describe.host_lines(result, width)
     lines += _breakdown_lines(result, width)
     rules = result.rules
     skipped = [r for r in rules if r.get("status") == "not-evaluated"]
@@ -105,13 +113,14 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     lines.append(f"Rules: {len(fs)} fired, {len(passed)} passed, "
                  f"{sum(1 for r in rules if r.get('status') == 'not-applicable')} not applicable, "
                  f"{len(skipped)} not evaluated.")
-    for r in skipped:
-        hint = f" ({r['hint']})" if r.get("hint") and r["hint"] not in r.get("reason", "") else ""
-        lines.append(_wrap(f"  - {r['rule']}: {r.get('reason', '')}{hint}", "    ", width)
+    for grp in describe.not_evaluated(rules):
+        hint = f" ({grp['hint']})" if grp["hint"] else ""
+        lines.append(_wrap(f"  - {', '.join(grp['rules'])}: {grp['reason']}{hint}", "    ", width)
                      .replace("    - ", "  - ", 1))
     for e in result.rule_errors:
         lines.append(st(f"  ! rule {e['rule']} crashed: {e['error']}", fg="red"))
-    warn = [d for d in result.diagnostics if d.get("severity") in ("warning", "error")]
+    warn = [d for d in result.diagnostics if d.get("severity") in ("warning", "error")
+            and d.get("code") not in describe.DEVICE_CODES]  # the device line says those
     if warn:
         lines.append("")
         lines.append(st(f"Data quality ({len(warn)})", bold=True))
@@ -121,7 +130,7 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
             lines.append(_wrap(f"! {src}{d['message']}{cnt}", "  ", width))
         if len(warn) > 8:
             lines.append(f"  … {len(warn) - 8} more in the report")
-    return "\n".join(lines).rstrip() + "\n"
+    return for_terminal("\n".join(lines).rstrip() + "\n", keep_sgr=color)
 
 
 def _main_table(f) -> dict | None:
@@ -135,7 +144,7 @@ def _main_table(f) -> dict | None:
 
 def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     ranks = result.breakdown.get("ranks") or []
-    if not ranks:
+    if not ranks or not describe.has_gpu(result):  # no GPU bar at "idle 100%" for a CPU run
         return []
     wall = sum(r["wall_ns"] for r in ranks) or 1
     parts = [("compute", 100 * sum(r["compute_ns"] for r in ranks) / wall),
@@ -149,9 +158,9 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     srs = [r for r in result.summary.get("ranks", []) if r.get("step_time_ns")]
     if srs:
         q = srs[0]["step_time_ns"]
-        steps = sum(r["steps"] for r in srs)
-        out.append(f"  steps: {steps} (rank {srs[0]['rank']}: p50 {fmt.fmt_ns(q['p50'])}, "
-                   f"p90 {fmt.fmt_ns(q['p90'])}, max {fmt.fmt_ns(q['max'])})")
+        out.append(f"  {describe.steps_text(result)} (rank {srs[0]['rank']}: p50 "
+                   f"{fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
+                   f"max {fmt.fmt_ns(q['max'])})")
     else:
         out.append("  steps: none marked (the whole GPU span is one window)")
     mv = result.metrics.get("values", {})
@@ -166,6 +175,9 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         extra.append(f"kernels linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}")
     if extra:
         out.append("  " + " · ".join(extra))
+    hint = describe.viewer_hint(result)
+    if hint:
+        out.append(_wrap(f"Open in Perfetto: {hint}", "  ", width))
     out.append("")
     return out
 
@@ -244,7 +256,7 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
             lines.append(f"{label} ({len(names)}): {shown}{more}")
     for d in c["diagnostics"]:
         lines.append(f"! {d['message']}")
-    return "\n".join(lines).rstrip() + "\n"
+    return for_terminal("\n".join(lines).rstrip() + "\n")
 
 
 def _comparability_lines(comp: dict[str, Any] | None, width: int) -> list[str]:

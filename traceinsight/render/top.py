@@ -9,6 +9,7 @@ from typing import Any
 import pandas as pd
 
 from .. import fmt
+from ..safetext import for_terminal
 
 
 def _clean(v: Any) -> Any:
@@ -26,9 +27,9 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
 
 def render_top(df: pd.DataFrame, by: str, n: int, *, coverage: dict[str, Any], ranks: int,
                rank: int | None = None) -> str:
-    """The first ``n`` rows of the rollup table ``df`` by ``by`` (kernel, op, layer, annotation,
-    step) under a line on the kernel time and how much of it is linked to a launch (``coverage``
-    of the same rank selection); ``ranks``: how many ranks the store holds."""
+    """The first ``n`` rows of the rollup table ``df`` by ``by`` (kernel, op, layer, module-type,
+    annotation, step) under a line on the kernel time and how much of it is linked to a launch
+    (``coverage`` of the same rank selection); ``ranks``: how many ranks the store holds."""
     cov = coverage
     head = (f"GPU kernel time {fmt.fmt_ns(cov['kernel_time_ns'])} in {cov['kernels']:,} kernels; "
             f"linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}"
@@ -38,7 +39,7 @@ def render_top(df: pd.DataFrame, by: str, n: int, *, coverage: dict[str, Any], r
     lines = [head + rank_txt, ""]
     if not len(df):
         lines.append(f"Nothing to list by {by}.")
-        return "\n".join(lines)
+        return for_terminal("\n".join(lines))
     total_rows = len(df)
     df = df.head(n)
     if by == "kernel":
@@ -60,6 +61,15 @@ def render_top(df: pd.DataFrame, by: str, n: int, *, coverage: dict[str, Any], r
                 for r in df.itertuples()]
         table = fmt.table(rows, ["module (innermost)", "forward", "backward", "other", "total",
                                  "share"], flex=0)
+    elif by == "module-type":
+        rows = [[f"{r.module_type} ×{r.instances}", fmt.fmt_ns(r.forward_ns),
+                 fmt.fmt_ns(r.backward_ns), fmt.fmt_ns(r.other_ns), fmt.fmt_ns(r.total_ns),
+                 f"{r.kernels:,}", fmt.fmt_pct(r.share_pct)] for r in df.itertuples()]
+        table = fmt.table(rows, ["module type (with sub-modules)", "forward", "backward", "other",
+                                 "total", "kernels", "share"], flex=0)
+        if len(df):
+            table += "\nshares overlap: a type's time includes its sub-modules (a block holds its "
+            table += "attention)"
     elif by == "annotation":
         rows = [[r.annotation, f"{r.kernels:,}", fmt.fmt_ns(r.device_ns), fmt.fmt_pct(r.share_pct)]
                 for r in df.itertuples()]

@@ -80,6 +80,8 @@ def cell(v: Any, kind: str) -> dict[str, Any]:
     elif kind in ("status", "tag"):  # compare: new/gone/same, contributor kind
         c["kind"] = kind
         c["cls"] = TAG_CLASS.get(s, "other")
+    elif kind == "op":  # an op name: wraps anywhere rather than widen the table
+        c["kind"] = "op"
     elif kind == "module":
         parts = s.split("/")
         c["kind"] = "module"

@@ -16,8 +16,9 @@ from typing import Any
 
 from ... import fmt
 from ...redact import TOKEN_RE, redact_arg, redact_tokens
-from ...result import SEVERITY_RANK, DiagnosisResult, Finding, finding_sort_key
+from ...result import SEVERITY_RANK, DiagnosisResult, Finding, finding_sort_key, severity_rank
 from ...vocab import CLASSES, is_more_row
+from .. import describe
 from .cells import css_ident, evidence_columns, table
 from .charts.breakdown import SEGMENTS, class_chart, rank_chart
 from .charts.memory import memory_chart
@@ -25,11 +26,15 @@ from .charts.roofline import roofline_chart
 from .charts.steps import SLOW_STEP_FACTOR, step_chart
 from .charts.timeline import timeline_chart
 from .environment import render_page
+from .host import host_view
 
 MAX_STEP_ROWS = 1000
 MAX_RANK_ROWS = 1024
 MAX_RANK_BARS = 64
 MAX_MEMORY_CHARTS = 4
+MAX_RANK_LINES = 16
+EXPOSED_COMM_WARN_PCT = 10.0
+EXPOSED_COMM_BAD_PCT = 20.0
 CAPTURE_FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_modules", "with_flops")
 _VERSION_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
@@ -37,6 +42,9 @@ NAV = [("findings", "Findings"), ("steps", "Steps"), ("breakdown", "GPU time"),
        ("timeline", "Timeline"), ("layers", "Layers"), ("ops", "Operators"),
        ("kernels", "Kernels"), ("roofline", "Roofline"), ("memory", "Memory"),
        ("diagnostics", "Data quality"), ("metadata", "Run")]
+#: a run without GPU kernels: the host view instead of the GPU sections
+HOST_NAV = [("findings", "Findings"), ("host", "Host time"), ("memory", "Memory"),
+            ("diagnostics", "Data quality"), ("metadata", "Run")]
 
 
 def render_html(result: DiagnosisResult) -> str:
@@ -54,19 +62,23 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
     """Everything the templates show, as plain data."""
     r = result
     findings = sorted(r.findings, key=finding_sort_key)
-    top = findings[0].severity if findings else None
+    # the badge says the most severe finding (the first by impact may be a minor one)
+    top = min((f.severity for f in findings), key=severity_rank, default=None)
     verdict = (top if top in SEVERITY_RANK else "info") if findings else (
         "ok" if r.metrics.get("values", {}).get("has_gpu") else "info")
+    host = host_view(r)
     return {
         "title": _title(r),
         "tool": {"name": str(r.tool.get("name") or "traceinsight"),
                  "version": str(r.tool.get("version") or "?"), "result_version": r.version},
         "command": _command_line(r.command),
-        "headline": r.headline,
+        "headline": host["headline"] if host else r.headline,
+        "headline_note": r.headline if host else "",
         "verdict": verdict,
+        "host": host,
         "subtitle": _subtitle(r),
         "kpis": _kpis(r),
-        "nav": NAV,
+        "nav": HOST_NAV if host else NAV,
         "findings": [_finding(f, i) for i, f in enumerate(findings)],
         "rules_fired": len(findings),
         "steps": _steps(r),
@@ -95,8 +107,7 @@ def _subtitle(r: DiagnosisResult) -> str:
     n = len(t.get("ranks") or [])
     parts = [f"{n} rank{'s' if n != 1 else ''}" + (f" of {t['world_size']}" if t.get("world_size")
                                                       and t["world_size"] != n else "")]
-    devs = t.get("devices") or []
-    parts.append(", ".join(map(str, devs)) if devs else "no GPU recorded")
+    parts.append(describe.device_name(r))
     steps = r.metrics.get("values", {}).get("steps")
     if steps:
         parts.append(f"{int(steps)} step{'s' if steps != 1 else ''}")
@@ -122,12 +133,23 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
         add("Step time p50", fmt.fmt_ns(mv["step_time_p50_ns"]), sub)
     if mv.get("gpu_busy_pct") is not None:
         b = mv["gpu_busy_pct"]
-        add("GPU busy", fmt.fmt_pct(b, 0), f"idle {fmt.fmt_pct(mv.get('gpu_idle_pct'), 0)}",
-            "bad" if b < 50 else ("warn" if b < 80 else "good"))
+        e = mv.get("exposed_comm_pct") or 0.0
+        tone = "bad" if b < 50 else ("warn" if b < 80 else "good")
+        sub = f"idle {fmt.fmt_pct(mv.get('gpu_idle_pct'), 0)}"
+        if e >= EXPOSED_COMM_WARN_PCT:  # busy waiting on communication is not healthy
+            tone = "bad" if tone == "bad" or e >= EXPOSED_COMM_BAD_PCT else "warn"
+            sub = f"of it exposed comm {fmt.fmt_pct(e, 0)}; {sub}"
+        add("GPU busy", fmt.fmt_pct(b, 0), sub, tone)
     if mv.get("exposed_comm_pct") is not None and (mv.get("comm_pct") or 0) > 0:
         e = mv["exposed_comm_pct"]
         add("Exposed comm", fmt.fmt_pct(e), f"overlap {fmt.fmt_pct(mv.get('comm_overlap_pct'), 0)}",
             "bad" if e >= 20 else ("warn" if e >= 10 else ""))
+    for part in (r.host or {}).get("split") or []:  # a CPU-only run: where the step went
+        label = {"framework ops": "Framework ops", "data loading": "Data loading",
+                 "synchronisation": "Synchronisation"}.get(part["part"], "Python & other")
+        warn = {"Python & other": 25.0, "Data loading": 10.0, "Synchronisation": 5.0}.get(label)
+        add(label, fmt.fmt_pct(part["pct"], 0), "of step time",
+            "warn" if warn is not None and part["pct"] >= warn else "")
     mfu = mv.get("mfu_pct") if mv.get("mfu_pct") is not None else mv.get("mfu_estimate_pct")
     if mfu is not None:
         add("MFU", fmt.fmt_pct(mfu), "modelled FLOPs / peak")
@@ -186,7 +208,11 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
     reps = []
     for k in steps:
         rs = by_step[k]
-        worst = max(rs, key=lambda s: s.get("wall_ns") or 0)
+        top_wall = max(s.get("wall_ns") or 0 for s in rs)
+        # ranks of one step end together (they wait in collectives): among walls within 1%
+        # of the longest, the rank that computed most is the one holding the step back
+        worst = max((s for s in rs if (s.get("wall_ns") or 0) >= 0.99 * top_wall),
+                    key=lambda s: (s.get("compute_ns") or 0, s.get("wall_ns") or 0))
         reps.append({"step": k, "rank": worst["rank"], "row": worst,
                      "min": min(s.get("wall_ns") or 0 for s in rs),
                      "max": worst.get("wall_ns") or 0, "n": len(rs)})
@@ -194,7 +220,18 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
     median = _median(walls)
     threshold = SLOW_STEP_FACTOR * median
     slow = [x for x in reps if median and x["max"] > threshold]
-    chart, size = step_chart(reps, median, {id(x) for x in slow}, multi)
+    rank_compute: dict[Any, list[float | None]] = {}
+    if multi:
+        pos = {k: i for i, k in enumerate(steps)}
+        for srow in rows:
+            line = rank_compute.setdefault(srow["rank"], [None] * len(steps))
+            line[pos[srow["step"]]] = float(srow.get("compute_ns") or 0)
+        if len(rank_compute) > MAX_RANK_LINES:  # the slowest and fastest ranks, by median
+            order = sorted(rank_compute, key=lambda k: _median(
+                [v for v in rank_compute[k] if v is not None]))
+            keep = set(order[: MAX_RANK_LINES // 2] + order[-(MAX_RANK_LINES // 2):])
+            rank_compute = {k: v for k, v in rank_compute.items() if k in keep}
+    chart, size = step_chart(reps, median, {id(x) for x in slow}, multi, rank_compute)
     # the table: one row per step (its slowest rank), the slowest MAX_STEP_ROWS steps
     order = {id(x): i for i, x in enumerate(reps)}
     listed = sorted(reps, key=lambda x: -x["max"])[:MAX_STEP_ROWS]
@@ -219,7 +256,9 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
                   "ratio": f"{x['max'] / median:.2f}×"} for x in slow[:20]],
         "slow_more": max(0, len(slow) - 20),
         "legend": [(lab, cls) for key, lab, cls in SEGMENTS
-                   if key in ("compute_ns", "idle_ns") or any(s.get(key) for s in rows)],
+                   if key in ("compute_ns", "idle_ns") or any(s.get(key) for s in rows)]
+        + ([("compute time of each rank (one line per rank)", "rankline")] if multi else []),
+        "rank_lines": len(rank_compute),
         "table": step_table,
     }
 
@@ -291,7 +330,7 @@ def _timeline(r: DiagnosisResult) -> dict[str, Any]:
                if not r.metrics.get("values", {}).get("has_gpu")
                else "No representative step could be chosen (no GPU work inside a step window).")
         return {"empty": why}
-    return {"empty": "", **timeline_chart(tl)}
+    return {"empty": "", **timeline_chart(tl), "viewer": describe.viewer_hint(r)}
 
 
 # --- rollup tables ----------------------------------------------------------------------------
@@ -311,7 +350,15 @@ def _layers(r: DiagnosisResult) -> dict[str, Any]:
                              ("share", "share")], data, filterable=True)
     for cells, x in zip(t["rows"], [x for x in rows if not is_more_row(x.get("module"))]):
         cells[0]["depth"] = int(x.get("depth") or 0)
-    return {"empty": "", "table": t, "count": len(t["rows"])}
+    types = [x for x in ro.get("module_types") or [] if x.get("module_type")]
+    tt = table("tbl-module-types", [("module type", "text"), ("instances", "count"),
+                                    ("forward", "ns"), ("backward", "ns"), ("other", "ns"),
+                                    ("total", "ns"), ("kernels", "count"),
+                                    ("share", "share")],
+               [[f"{x['module_type']} ×{x.get('instances')}", x.get("instances"),
+                 x.get("forward_ns"), x.get("backward_ns"), x.get("other_ns"), x.get("total_ns"),
+                 x.get("kernels"), x.get("share_pct")] for x in types], limit=12) if types else None
+    return {"empty": "", "table": t, "count": len(t["rows"]), "types": tt}
 
 
 def _ops(r: DiagnosisResult) -> dict[str, Any]:
@@ -342,7 +389,7 @@ def _kernels(r: DiagnosisResult) -> dict[str, Any]:
              x.get("min_ns"), x.get("max_ns"), x.get("share_pct"), x.get("top_op")] for x in rows]
     t = table("tbl-kernels", [("kernel", "kernel"), ("class", "class"), ("calls", "count"),
                               ("total", "ns"), ("mean", "ns"), ("min", "ns"), ("max", "ns"),
-                              ("share", "share"), ("launched by", "text")], data, filterable=True)
+                              ("share", "share"), ("launched by", "op")], data, filterable=True)
     return {"empty": "", "table": t, "count": len(t["rows"])}
 
 
@@ -434,22 +481,24 @@ def _memory(r: DiagnosisResult) -> dict[str, Any]:
 
 def _diagnostics(r: DiagnosisResult) -> dict[str, Any]:
     order = {"error": 0, "warning": 1, "info": 2}
-    diags = sorted(r.diagnostics or [], key=lambda d: order.get(str(d.get("severity")), 3))
+    diags = sorted((d for d in r.diagnostics or [] if d.get("code") not in describe.DEVICE_CODES),
+                   key=lambda d: order.get(str(d.get("severity")), 3))
     items = [{"severity": str(d.get("severity") or "info"), "code": str(d.get("code") or ""),
               "message": redact_tokens(d.get("message") or ""),
               "source": redact_tokens(d.get("source") or ""),
               "count": fmt.fmt_num(d["count"], 0) if d.get("count") else "",
               "hint": redact_tokens(d.get("hint") or "")} for d in diags]
     rules = r.rules or []
-    not_eval = [{"rule": str(x.get("rule")), "reason": str(x.get("reason") or ""),
-                 "hint": str(x.get("hint") or "")}
-                for x in rules if x.get("status") == "not-evaluated"]
+    not_eval = [{"rule": ", ".join(g["rules"]), "reason": g["reason"], "hint": g["hint"]}
+                for g in describe.not_evaluated(rules)]
     other = [{"rule": str(x.get("rule")), "status": str(x.get("status") or ""),
               "reason": str(x.get("reason") or "")} for x in rules
              if x.get("status") != "not-evaluated"]
     cov = r.extra.get("coverage") or {}
     missing = sorted((str(k), str(v)) for k, v in (r.metrics.get("missing") or {}).items())
-    return {"items": items, "not_evaluated": not_eval, "other_rules": other,
+    return {"items": items, "device": describe.device_line(r),
+            "not_evaluated_count": sum(1 for x in rules if x.get("status") == "not-evaluated"),
+            "not_evaluated": not_eval, "other_rules": other,
             "errors": [{"rule": str(e.get("rule")), "error": str(e.get("error"))}
                        for e in r.rule_errors or []],
             "coverage": fmt.fmt_pct(cov["coverage_pct"])
@@ -481,9 +530,9 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
     dev = r.extra.get("device") or {}
     rows = [("Ranks", rank_txt or "–"), ("World size", str(t.get("world_size") or "–")),
             ("Backend", str(t.get("backend") or "–")),
-            ("Devices", ", ".join(map(str, t.get("devices") or [])) or "none recorded"),
+            ("Device", describe.device_line(r)),
             ("Roofline device", str(t.get("device") or dev.get("resolved") or "unknown")),
-            ("Vendor", str(t.get("vendor") or "–")), ("Format", str(t.get("format") or "kineto")),
+            ("Vendor", str(t.get("vendor") or "–")), ("Format", str(t.get("format") or "–")),
             ("Traced span", fmt.fmt_ns(t.get("span_ns")) if t.get("span_ns") else "–"),
             ("ProfilerStep markers", "yes" if t.get("has_step_markers") else "no")]
     return {"rows": rows, "flags": flag_rows, "versions": versions, "sources": sources,

@@ -51,6 +51,11 @@ class Svg:
     def path(self, d: str, cls: str, title: str = "") -> None:
         self._add("path", {"d": d, "class": cls}, title=title)
 
+    def polyline(self, points: Iterable[tuple[float, float]], cls: str, title: str = "",
+                 **kw: Any) -> None:
+        pts = " ".join(f"{num(x)},{num(y)}" for x, y in points)
+        self._add("polyline", {"points": pts, "class": cls, **kw}, title=title)
+
     def to_dict(self) -> dict[str, Any]:
         return {"w": self.w, "h": self.h, "label": self.label, "items": self.items}
 
