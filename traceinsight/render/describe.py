@@ -87,6 +87,16 @@ def steps_text(r: DiagnosisResult) -> str:
     return f"{per} {noun} × {ranks} ranks" if ranks > 1 else f"{per} {noun}"
 
 
+def run_name(side: dict[str, Any]) -> str:
+    """A compared run by the name it was given (a folder's name for a folder of rank files),
+    with its file count; a lone trace file by its own name."""
+    label = str(side.get("label") or "")
+    srcs = [str(x) for x in side.get("sources") or []]
+    if label and srcs != [label]:
+        return f"{label} ({len(srcs)} files)" if len(srcs) > 1 else label
+    return srcs[0] if srcs else label or "?"
+
+
 # --- rules that could not be evaluated ---------------------------------------------------------
 
 _PAREN = re.compile(r"\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*$")

@@ -15,6 +15,7 @@ from typing import Any
 from .. import fmt
 from ..result import DiagnosisResult, finding_sort_key
 from ..vocab import is_more_row
+from . import describe
 
 SEV_LABEL = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW", "info": "INFO"}
 TOP_N = 8
@@ -49,15 +50,17 @@ def _table(headers: Sequence[str], rows: list[list[str]], align: str) -> list[st
 def render_markdown(result: DiagnosisResult) -> str:
     r = result
     t = r.trace or {}
-    lines: list[str] = [f"### {esc(r.headline)}", ""]
+    host = r.host or {}
+    lines: list[str] = [f"### {esc(host.get('headline') or r.headline)}", ""]
+    if host.get("headline"):  # a CPU-only run: its verdict above, why no GPU rules here
+        lines += [esc(r.headline), ""]
     srcs = [str(s.get("name", "")) for s in t.get("sources") or []]
     n = len(t.get("ranks") or [])
     facts = []
     if srcs:
         facts.append(code(srcs[0], 60) + (f" (+{len(srcs) - 1} files)" if len(srcs) > 1 else ""))
     facts.append(f"{n} rank{'s' if n != 1 else ''}")
-    devs = t.get("devices") or []
-    facts.append(esc(", ".join(map(str, devs))) if devs else "no GPU recorded")
+    facts.append(esc(describe.device_name(r)))
     steps = (r.metrics.get("values") or {}).get("steps")
     if steps:
         facts.append(f"{int(steps)} step{'s' if int(steps) != 1 else ''}")
@@ -78,22 +81,34 @@ def render_markdown(result: DiagnosisResult) -> str:
     else:
         lines += ["**No findings**: no rule fired.", ""]
 
-    lines += _top(r)
-    lines += _summary(r)
-    skipped = [x for x in r.rules or [] if x.get("status") == "not-evaluated"]
-    if skipped:
-        hints: dict[str, list[str]] = {}
-        for x in skipped:
-            key = str(x.get("hint") or x.get("reason") or "")
-            hints.setdefault(key, []).append(str(x.get("rule")))
-        parts = [f"{', '.join(rules)} ({h})" if h else ", ".join(rules)
-                 for h, rules in hints.items()]
+    # a CPU-only run: its host view, not GPU tables at "idle 100%"
+    lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]
+    groups = describe.not_evaluated(r.rules or [])
+    if groups:
+        parts = [f"{', '.join(g['rules'])} ({g['hint'] or g['reason']})" for g in groups]
         lines += ["Not evaluated: " + esc("; ".join(parts)) + ".", ""]
-    errs = [d for d in r.diagnostics or [] if d.get("severity") in ("error", "warning")]
+    errs = [d for d in r.diagnostics or [] if d.get("severity") in ("error", "warning")
+            and d.get("code") not in describe.DEVICE_CODES]
     if errs:
         lines += [f"Data quality: {len(errs)} warning{'s' if len(errs) != 1 else ''} "
                   f"(first: {esc(fmt.shorten(str(errs[0].get('message', '')), 160))}).", ""]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _host(r: DiagnosisResult) -> list[str]:
+    """A CPU-only run: where step time went and the top CPU ops by self time."""
+    h = r.host or {}
+    split = ", ".join(f"{esc(p['part'])} {fmt.fmt_pct(p['pct'])}" for p in h.get("split") or [])
+    out = [f"**Host time** of the steps: {split}.", ""]
+    rows = [[code(x["name"], 70), fmt.fmt_num(x["calls"], 0), fmt.fmt_ns(x["self_ns"]),
+             fmt.fmt_pct(x["self_pct"]), fmt.fmt_ns(x["total_ns"])]
+            for x in (h.get("ops") or [])[:TOP_N]]
+    if rows:
+        out += ["**Top CPU ops** by self time:", "",
+                *_table(["op", "calls", "self", "of step", "total"], rows, "lrrrr"), ""]
+    for n in h.get("notes") or []:
+        out += [f"- **{esc(n['title'])}**: {esc(n['text'])} Fix: {esc(n['advice'])}"]
+    return [*out, ""] if h.get("notes") else out
 
 
 def _top(r: DiagnosisResult) -> list[str]:
@@ -157,10 +172,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     lines: list[str] = [f"### {esc(c.get('headline') or 'compare')}", ""]
 
     def side(s: dict[str, Any], tag: str) -> str:
-        srcs = [str(x) for x in s.get("sources") or []]
-        name = code(srcs[0] if srcs else s.get("label") or tag, 60)
-        if len(srcs) > 1:
-            name += f" (+{len(srcs) - 1} files)"
+        name = code(describe.run_name(s) if s.get("sources") or s.get("label") else tag, 60)
         devs = ", ".join(dict.fromkeys(str(d) for d in s.get("devices") or []))
         n = s.get("ranks") or 0
         return (f"{tag} {name} ({esc(devs) if devs else 'no GPU recorded'}, "

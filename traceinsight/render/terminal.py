@@ -189,8 +189,7 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
     the top ``n`` contributors with signed deltas, findings that changed, new / gone names."""
     width = width or fmt.terminal_width()
     a, b = c["before"], c["after"]
-    lines = [f"traceinsight compare — {', '.join(a['sources'][:2])}  →  "
-             f"{', '.join(b['sources'][:2])}",
+    lines = [f"traceinsight compare — {describe.run_name(a)}  →  {describe.run_name(b)}",
              f"before: {a['ranks']} rank(s) · {', '.join(a['devices']) or 'GPU not recorded'}",
              f"after:  {b['ranks']} rank(s) · {', '.join(b['devices']) or 'GPU not recorded'}", "",
              c["headline"], ""]
