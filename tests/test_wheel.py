@@ -38,6 +38,7 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
             for t in ("report.html", "compare.html", "base.html", "_macros.html")} <= templates
     assert "traceinsight/data/devices.yaml" in names
     assert "traceinsight/py.typed" in names  # PEP 561: users' type checkers read our hints
+    assert "traceinsight/_profile_site/sitecustomize.py" in names  # `traceinsight profile`
     assert not [n for n in names if n.endswith((".swp", "~", ".pyc"))]
     # the trace builders and the simulator are for tests, samples and benchmarks only
     top = {n.split("/")[0] for n in names}

@@ -249,7 +249,8 @@ def _headline(view: dict[str, Any]) -> str:
                 f"{st['count'] // max(1, st['ranks'])} steps{ranks})")
     else:
         head = f"CPU-only run over {fmt.fmt_ns(view['window_ns'])} (no step markers)"
-    tops = ", ".join(f"{r['name']} {fmt.fmt_pct(r['self_pct'], 0)}" for r in view["ops"][:2])
+    tops = ", ".join(f"{r['name']} {fmt.fmt_pct(r['self_pct'], 0)}" for r in view["ops"][:2]
+                     if r["self_pct"] >= 1.0)
     ops_part = f"framework ops {fmt.fmt_pct(_pct(view, 'framework ops'), 0)}"
     if tops:
         ops_part += f" (most: {tops})"
