@@ -67,7 +67,8 @@ def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | No
     return {
         "sources": [{"name": s["name"], "sha256": s["sha256"], "rank": s["rank"]}
                     for s in store.meta.get("sources", [])],
-        "format": "kineto",
+        "format": ", ".join(sorted({str(r["format"]) for r in ranks if r.get("format")}))
+                  or None,
         "ranks": [r["rank"] for r in ranks],
         "world_size": max([d.get("world_size") or 0 for d in dist] or [0]) or len(ranks),
         "backend": next((d.get("backend") for d in dist if d.get("backend")), None),

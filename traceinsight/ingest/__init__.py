@@ -28,6 +28,7 @@ from ..store import TraceStore, is_valid_store, read_meta, write_store
 from . import cache, readers
 from .cache import cache_root
 from .kineto import READER as KINETO
+from .nsys import READER as NSYS
 from .readers import RankRead, Reader, open_trace, register, suffixes
 from .source import SourceFile, list_trace_files, rank_from_filename, read_raw
 
@@ -35,6 +36,7 @@ __all__ = ["RankRead", "Reader", "cache_root", "ingest", "load", "register", "re
 
 # the readers, tried in this order on each file's first bytes: one line each
 register(KINETO)
+register(NSYS)
 
 
 @dataclass(frozen=True)
@@ -217,9 +219,10 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
         hasher = cache.Hasher(raw) if job.digests[i] is None else None
         try:
             reader, data = open_trace(p, raw)
+            kw = {"path": p} if reader.opens_path else {}
             r = reader.read(data, source=p.name, rank_hint=rank_from_filename(p.name),
                             salvage=bool(job.options["salvage"]), progress=step,
-                            background=hasher.start if hasher else None)
+                            background=hasher.start if hasher else None, **kw)
             del data
         except TraceFormatError as e:
             if inputs.from_directory is not None and len(inputs.files) > 1:
@@ -232,13 +235,26 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
             del raw
         if hasher:
             job.digests[i] = hasher.result()
-        reads.append(_Read(p, job.digests[i] or "", r))
+        reads.extend(_Read(p, job.digests[i] or "", part) for part in r.parts())
         done += size
     if not reads:
         formats = " or ".join(r.title for r in readers.READERS)
         raise TraceFormatError(f"no {formats} trace found among the files", path=inputs.display,
                                hint="; ".join(d.message for d in skipped.items)[:300] or None)
+    _one_format(reads, inputs)
     return reads, skipped
+
+
+def _one_format(reads: list[_Read], inputs: Inputs) -> None:
+    """Refuse a run whose files are of different formats (one reader per run)."""
+    first: dict[str, str] = {}
+    for r in reads:
+        first.setdefault(r.result.meta.format, r.path.name)
+    if len(first) > 1:
+        listing = ", ".join(f"{name} ({fmt})" for fmt, name in first.items())
+        raise InputError(f"the files mix trace formats: {listing}", path=inputs.display,
+                         hint="diagnose each format on its own (one folder or file list per "
+                              "format); compare can put the two results side by side")
 
 
 def _warm_up_arrow() -> threading.Thread:
@@ -251,6 +267,12 @@ def _warm_up_arrow() -> threading.Thread:
     t = threading.Thread(target=run, daemon=True)
     t.start()
     return t
+
+
+def _source_name(r: _Read) -> str:
+    """The file's name, and the rank's label when the file holds several ranks."""
+    label = r.result.meta.label
+    return f"{r.path.name} ({label})" if label else r.path.name
 
 
 def _assign_ranks(reads: list[_Read], inputs: Inputs) -> None:
@@ -292,7 +314,7 @@ def _assemble(reads: list[_Read], skipped: DiagnosticLog, key: str,
         "content_key": key,
         "ingest_options": options,
         "sources": [
-            {"name": r.path.name, "path": str(r.path.resolve()), "sha256": r.digest,
+            {"name": _source_name(r), "path": str(r.path.resolve()), "sha256": r.digest,
              "bytes": r.path.stat().st_size, "mtime_ns": r.path.stat().st_mtime_ns,
              "rank": r.result.meta.rank, "format": r.result.meta.format}
             for r in reads

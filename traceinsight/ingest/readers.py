@@ -67,6 +67,8 @@ class RankMeta:
     framework: str | None = None
     display_time_unit: Any = None
     schema_version: Any = None  #: the source format's own version field
+    #: what names this rank inside its file when a file holds several (nsys: process, GPUs)
+    label: str | None = None
     #: what reading this file found (kept in the store's diagnostics, not per rank)
     diagnostics: DiagnosticLog = field(default_factory=DiagnosticLog)
 
@@ -91,6 +93,12 @@ class RankRead:
     tables: dict[str, pa.Table]
     meta: RankMeta
     counts: dict[str, int]
+    #: further ranks read from the same file (an Nsight Systems capture of several processes)
+    more: list[RankRead] = field(default_factory=list)
+
+    def parts(self) -> list[RankRead]:
+        """This rank and the further ranks of the same file."""
+        return [self, *self.more]
 
 
 class ReadFn(Protocol):
@@ -101,7 +109,8 @@ class ReadFn(Protocol):
 
         ``rank_hint`` is the rank in the file name, if any; ``salvage`` keeps what a truncated
         file holds; ``background`` starts work that may run in a thread (hashing the file) and
-        must be called once the reader will fork no more processes."""
+        must be called once the reader will fork no more processes. A reader registered with
+        ``opens_path`` also gets ``path=`` (the file itself, e.g. to open a database)."""
 
 
 @dataclass(frozen=True)
@@ -116,6 +125,8 @@ class Reader:
     read: ReadFn
     #: table -> column -> the source field that fills it (docs/STORE.md)
     column_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: ``read`` is also given ``path=`` (the file on disk), for formats opened in place
+    opens_path: bool = False
 
 
 #: the registered readers, tried in order
