@@ -2,7 +2,7 @@
 
 One run:
 
-1. builds the benchmark trace if it is not cached (``bench/make_trace.py``, cached under
+1. builds the benchmark trace if it is not cached (:mod:`tracegen.bench`, cached under
    ``bench/.cache/``; the cache name carries the size, the seed and a hash of the generator, so
    a changed generator never reuses a stale trace),
 2. reads the file once so that every measured process starts with a warm page cache,
@@ -40,6 +40,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -58,8 +59,11 @@ CACHE = HERE / ".cache"
 RESULTS = HERE / "results" / "latest.json"
 DEFAULT_SEED = 20260
 sys.path.insert(0, str(ROOT))  # report the checkout's traceinsight version
+sys.path.insert(0, str(HERE))  # bench/ is not a package: its helper modules
 TARGET_TIME_RATIO = 10.0  # HTA wall / ingest wall, at least
 TARGET_RSS_RATIO = 0.5  # ingest peak RSS / HTA peak RSS, at most
+
+from measure import measure
 
 READ_SNIPPET = "import sys\nwith open(sys.argv[1], 'rb') as f: data = f.read()\nprint(len(data))"
 JSON_SNIPPET = ("import json, sys\nwith open(sys.argv[1], 'rb') as f: d = json.loads(f.read())\n"
@@ -121,157 +125,10 @@ print(json.dumps({"hta": v, "pandas": pandas.__version__, "numpy": numpy.__versi
 """
 
 
-# --- measuring one child process ------------------------------------------------------------------
-# Linux carries the spawning process's peak RSS into the child's ru_maxrss across exec (the
-# parent's mm high-water mark is folded in when exec replaces it). So the measured command is
-# not spawned by this process, which holds the trace builder and more; a minimal launcher (a bare
-# interpreter, ~10 MB) posix_spawns it and reports wait4's rusage for it. The launcher's own
-# size is the floor of every peak RSS reported (see the "python -c pass" row).
-LAUNCHER = """\
-import os, sys, time
-t0 = time.perf_counter()
-pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ)
-_, status, ru = os.wait4(pid, 0)
-wall = time.perf_counter() - t0
-with open(sys.argv[1], "w") as f:
-    code = os.waitstatus_to_exitcode(status)
-    f.write(f"{wall} {ru.ru_maxrss} {ru.ru_utime} {ru.ru_stime} {code}")
-"""
-
-
-class TreeSampler:
-    """Samples the summed RSS (every 50 ms) and PSS (every 200 ms) of a process tree.
-
-    ``ru_maxrss`` covers one process only; traceinsight parses large files in two forked
-    workers, so the fair figure is the whole tree. PSS splits pages shared by several
-    processes (the forked workers share the parent's trace bytes) among them; summed RSS counts
-    them once per process and is the strict upper bound. Both are reported.
-    """
-
-    def __init__(self, root_pid: int, interval: float = 0.05) -> None:
-        import threading
-
-        self.root = root_pid
-        self.interval = interval
-        self.peak_rss_kb = 0
-        self.peak_pss_kb = 0
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    @staticmethod
-    def _tree(root: int) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open(f"/proc/{d}/stat", "rb") as f:
-                    stat = f.read()
-            except OSError:
-                continue
-            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
-            children.setdefault(ppid, []).append(int(d))
-        out, todo = [], [root]
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo.extend(children.get(pid, []))
-        return out
-
-    @staticmethod
-    def _mem(pid: int) -> tuple[int, int]:
-        try:
-            with open(f"/proc/{pid}/smaps_rollup") as f:
-                rss = pss = 0
-                for line in f:
-                    if line.startswith("Rss:"):
-                        rss = int(line.split()[1])
-                    elif line.startswith("Pss:"):
-                        pss = int(line.split()[1])
-                return rss, pss
-        except OSError:
-            return 0, 0
-
-    def _run(self) -> None:
-        page_kb = os.sysconf("SC_PAGE_SIZE") // 1024
-        n = 0
-        pids: list[int] = []
-        while not self._stop.is_set():
-            if n % 5 == 0:  # the tree changes rarely: rescan /proc every 5th sample
-                pids = self._tree(self.root)
-            rss = 0
-            for pid in pids:  # statm is cheap: RSS every sample
-                try:
-                    with open(f"/proc/{pid}/statm") as f:
-                        rss += int(f.read().split()[1]) * page_kb
-                except OSError:
-                    pass
-            self.peak_rss_kb = max(self.peak_rss_kb, rss)
-            if n % 4 == 0:  # smaps_rollup walks the page tables: PSS every 4th sample
-                self.peak_pss_kb = max(self.peak_pss_kb, sum(self._mem(p)[1] for p in pids))
-            n += 1
-            self._stop.wait(self.interval)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._t.join()
-
-
-def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3600,
-            label: str = "", log_lines: tuple[str, ...] = (), sample: bool = True) -> dict:
-    """Run ``cmd`` in a fresh process: wall time, its own peak RSS (wait4 rusage), and (with
-    ``sample``) the peak summed RSS / PSS of its process tree."""
-    exe = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            tempfile.NamedTemporaryFile("r", suffix=".rusage") as rep:
-        p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, rep.name, exe, *cmd[1:]],
-                             stdout=out, stderr=err, env=env, cwd=str(ROOT), start_new_session=True)
-        sampler = (TreeSampler(p.pid) if sample and os.path.exists("/proc/self/smaps_rollup")
-                   else None)
-        try:
-            p.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, 9)
-            p.wait()
-        finally:
-            if sampler:
-                sampler.stop()
-        out.seek(0)
-        err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-        report = rep.read().split()
-    if len(report) == 5:
-        wall, maxrss_kb, ut, st, code = (float(report[0]), int(report[1]), float(report[2]),
-                                         float(report[3]), int(report[4]))
-    else:  # the launcher itself failed or was killed (timeout)
-        wall, maxrss_kb, ut, st, code = float("nan"), 0, 0.0, 0.0, p.returncode or -9
-    launcher_kb = 0
-    if sampler:
-        # the sampled tree includes the ~10 MB launcher; ru_maxrss does not
-        res_tree = {"tree_peak_rss_mb": round(max(sampler.peak_rss_kb - launcher_kb, 0) / 1024, 1),
-                    "tree_peak_pss_mb": round(sampler.peak_pss_kb / 1024, 1)}
-    else:
-        res_tree = {}
-    res = {"wall_s": round(wall, 3), "peak_rss_mb": round(maxrss_kb / 1024, 1), **res_tree,
-           "cpu_s": round(ut + st, 3), "user_s": round(ut, 3), "sys_s": round(st, 3),
-           "exit_code": code,
-           "stdout_tail": stdout.strip()[-400:]}
-    if log_lines:  # keep the child's own timing lines (HTA logs its parse stages)
-        res["log"] = [ln.strip() for ln in stderr.splitlines()
-                      if any(k in ln for k in log_lines)][-10:]
-    if code != 0:
-        res["stderr_tail"] = stderr.strip()[-2000:]
-        print(f"  ! {label or cmd[0]} failed with exit code {code}:\n{stderr.strip()[-2000:]}",
-              file=sys.stderr)
-    return res
-
-
 # --- the trace ------------------------------------------------------------------------------------
 def generator_hash() -> str:
     h = hashlib.sha256()
-    for p in (HERE / "make_trace.py", ROOT / "traceinsight" / "synth.py"):
+    for p in sorted((ROOT / "tracegen").glob("*.py")):  # the simulator and its bench writer
         h.update(p.read_bytes())
     return h.hexdigest()[:10]
 
@@ -290,10 +147,9 @@ def ensure_trace(size_mb: float, seed: int, trace: str | None) -> tuple[Path, di
         print(f"trace: cached {p.relative_to(ROOT)}", file=sys.stderr)
         return p, info
     print(f"trace: building {p.relative_to(ROOT)} ({size_mb:g} MB) ...", file=sys.stderr)
-    sys.path.insert(0, str(HERE))
-    from make_trace import make_trace  # noqa: PLC0415 - bench/ is not a package
+    from tracegen.bench import write_trace
 
-    info = make_trace(p, size_mb, seed)
+    info = write_trace(p, size_mb, seed)
     info["generator"] = generator_hash()
     info_path.write_text(json.dumps(info, indent=2))
     info["built"] = True
@@ -434,7 +290,8 @@ def run(a: argparse.Namespace) -> dict:
                      [hta_py, "-c", "import hta.trace_analysis"])
             step("read", "read file (bytes)", [py, "-c", READ_SNIPPET, str(trace)])
             step("json_loads", "json.loads", [py, "-c", JSON_SNIPPET, str(trace)])
-            step("json_loads_nogc", "json.loads, gc paused", [py, "-c", JSON_NOGC_SNIPPET, str(trace)])
+            step("json_loads_nogc", "json.loads, gc paused",
+                 [py, "-c", JSON_NOGC_SNIPPET, str(trace)])
             if importlib.util.find_spec("msgspec") is not None:
                 step("msgspec_decode", "msgspec.json.decode (dicts)",
                      [py, "-c", MSGSPEC_SNIPPET, str(trace)])
@@ -457,10 +314,8 @@ def run(a: argparse.Namespace) -> dict:
             subprocess.run(ingest_cmd(0), env=env, check=True, capture_output=True)
         step("analysis", "attribution + breakdown (from the store)",
              [py, "-c", ANALYSIS_SNIPPET, str(store0)])
-        try:
+        with contextlib.suppress(ValueError, IndexError):
             runs["analysis"]["inner"] = json.loads(runs["analysis"]["stdout_tail"].splitlines()[-1])
-        except (ValueError, IndexError):
-            pass
         # a first diagnose (ingest + analysis + rules); a second one that finds the store and
         # the cached result in it; a third with one threshold changed, so the analysis reruns
         # from the store
@@ -471,7 +326,7 @@ def run(a: argparse.Namespace) -> dict:
         step("diagnose_first", "diagnose, first run (ingest + analysis)", diag, env=denv)
         step("diagnose_again", "diagnose again (result cached in the store)", diag, env=denv)
         step("diagnose_reanalyse", "diagnose again, a threshold changed (analysis from the store)",
-             diag + ["--set", "jitter.min_cv_pct=11"], env=denv)
+             [*diag, "--set", "jitter.min_cv_pct=11"], env=denv)
 
         if hta_py is not None:
             v = hta_info.get("hta", "?") if isinstance(hta_info, dict) else "?"
@@ -489,7 +344,8 @@ def run(a: argparse.Namespace) -> dict:
         tr = hta["wall_s"] / ing["wall_s"]
         # memory: the whole process tree (traceinsight forks two parse workers), summed RSS
         # (strict: shared pages counted once per process); PSS shown beside it
-        mem = "tree_peak_rss_mb" if "tree_peak_rss_mb" in ing and "tree_peak_rss_mb" in hta else "peak_rss_mb"
+        tree = "tree_peak_rss_mb"
+        mem = tree if tree in ing and tree in hta else "peak_rss_mb"
         rr = ing[mem] / hta[mem]
         pss = ("tree_peak_pss_mb" in ing and "tree_peak_pss_mb" in hta
                and ing["tree_peak_pss_mb"] / hta["tree_peak_pss_mb"])
@@ -504,9 +360,10 @@ def run(a: argparse.Namespace) -> dict:
         res["target"]["met"] = res["target"]["time_met"] and res["target"]["rss_met"]
     an = runs.get("analysis", {}).get("inner")
     if an and ing:
-        res["analysis"] = {"attribution_plus_breakdown_s": round(an["attribution_s"] + an["breakdown_s"], 3),
+        both = an["attribution_s"] + an["breakdown_s"]
+        res["analysis"] = {"attribution_plus_breakdown_s": round(both, 3),
                            "ingest_s": ing["wall_s"],
-                           "faster_than_ingest": an["attribution_s"] + an["breakdown_s"] < ing["wall_s"],
+                           "faster_than_ingest": both < ing["wall_s"],
                            "coverage_pct": an["coverage_pct"]}
     d1, d2 = runs.get("diagnose_first"), runs.get("diagnose_again")
     d3 = runs.get("diagnose_reanalyse")
@@ -562,8 +419,10 @@ def render(res: dict) -> str:
         lines.append(f"HTA: {res['hta_skipped']}")
     if res.get("analysis"):
         x = res["analysis"]
-        lines.append(f"attribution + breakdown from the store: {x['attribution_plus_breakdown_s']:.2f} s "
-                     f"(ingest {x['ingest_s']:.2f} s: {'less' if x['faster_than_ingest'] else 'NOT less'}); "
+        less = "less" if x["faster_than_ingest"] else "NOT less"
+        lines.append(f"attribution + breakdown from the store: "
+                     f"{x['attribution_plus_breakdown_s']:.2f} s "
+                     f"(ingest {x['ingest_s']:.2f} s: {less}); "
                      f"kernels linked {x['coverage_pct']:.1f}%")
     if res.get("rediagnosis"):
         x = res["rediagnosis"]
@@ -571,7 +430,8 @@ def render(res: dict) -> str:
                      f"{100 * x['fraction']:.0f}% of the first run ({x['first_s']:.2f} s)")
         if "reanalyse_s" in x:
             lines.append(f"diagnose again with a changed threshold (analysis from the store): "
-                         f"{x['reanalyse_s']:.2f} s = {100 * x['reanalyse_fraction']:.0f}% of the first run")
+                         f"{x['reanalyse_s']:.2f} s = {100 * x['reanalyse_fraction']:.0f}% "
+                         "of the first run")
     return "\n".join(lines)
 
 

@@ -27,7 +27,8 @@ NOT_TRACES = {
 def corpus_kineto_files() -> list[Path]:
     if not KINETO.is_dir():
         return []
-    return sorted(p for p in KINETO.rglob("*") if p.is_file() and p.name.endswith((".json", ".json.gz"))
+    return sorted(p for p in KINETO.rglob("*")
+                  if p.is_file() and p.name.endswith((".json", ".json.gz"))
                   and p.name not in NOT_TRACES)
 
 
@@ -39,7 +40,8 @@ requires_corpus = pytest.mark.skipif(not KINETO.is_dir(), reason=NO_CORPUS)
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_cache(tmp_path_factory: pytest.TempPathFactory,
+                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Every test session gets its own store cache; progress bars stay off."""
     cache = tmp_path_factory.getbasetemp() / "ti-cache"
     monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(cache))
@@ -54,7 +56,8 @@ class CliResult:
         self.exception = result.exception
 
 
-def invoke(args: list[str], *, exit_code: int | None = 0, stderr_contains: str | None = None) -> CliResult:
+def invoke(args: list[str], *, exit_code: int | None = 0,
+           stderr_contains: str | None = None) -> CliResult:
     """Run the CLI in-process; assert the exit code and (optionally) the stderr text."""
     from traceinsight.cli import main
 

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
-
 from conftest import corpus_id, corpus_kineto_files, invoke, requires_corpus
+
+from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.attribution import UNATTRIBUTED
 from traceinsight.ingest import ingest, load
 from traceinsight.render.top import render_top
-from tracegen.synth import KinetoTraceBuilder
 
 BWD_TID = 4300
 
@@ -22,13 +21,14 @@ def analyse(b: KinetoTraceBuilder, tmp_path: Path) -> Analysis:
 
 
 def one_layer_step(b: KinetoTraceBuilder, *, seq: bool = True, flow: bool = False) -> None:
-    """Step 3: forward Linear (aten::linear > aten::mm, seq 5) and its backward on another thread."""
+    """Step 3: forward Linear (aten::linear > aten::mm, seq 5), its backward on another thread."""
     with b.step(3, 0, 1_000_000):
         with b.module("Model", 10_000, 300_000):
             with b.module("Linear", 20_000, 200_000):
                 with b.cpu_op("aten::linear", 30_000, 150_000, seq=5 if seq else None):
                     with b.cpu_op("aten::mm", 40_000, 100_000, seq=5 if seq else None,
-                                  input_dims=[[64, 128], [128, 256]], input_types=["float", "float"]):
+                                  input_dims=[[64, 128], [128, 256]],
+                                  input_types=["float", "float"]):
                         b.launch("sm90_xmma_gemm_f32f32_tn", cpu_start=50_000, gpu_start=60_000,
                                  gpu_dur=40_000)
         with b.cpu_op("autograd::engine::evaluate_function: MmBackward0", 400_000, 200_000,
@@ -84,7 +84,8 @@ def test_graph_orphan_and_external_id(tmp_path: Path) -> None:
     g = an.attribution.gpu.set_index("name")
     assert list(g.loc[["k_a", "k_b", "k_c"], "method"]) == ["graph"] * 3
     assert set(g.loc[["k_a", "k_b", "k_c"], "op"]) == {"CUDAGraph::replay"}
-    assert (g.loc["add_kernel", "method"], g.loc["add_kernel", "op"]) == ("external_id", "aten::add")
+    assert (g.loc["add_kernel", "method"], g.loc["add_kernel", "op"]) == \
+        ("external_id", "aten::add")
     assert (g.loc["lost_kernel", "method"], g.loc["lost_kernel", "op"]) == ("none", UNATTRIBUTED)
     cov = an.attribution.coverage()
     assert cov["kernel_time_ns"] == 72_000 and cov["unattributed_ns"] == 7_000
@@ -127,7 +128,8 @@ def test_communication_by_name_and_by_launching_op(tmp_path: Path) -> None:
     w = an.breakdown.ranks[0]
     assert (w.comm_ns, w.comm_hidden_ns, w.comm_exposed_ns, w.compute_ns) == (
         150_000, 50_000, 100_000, 100_000)
-    assert w.compute_ns + w.comm_exposed_ns + w.memcpy_exposed_ns + w.memset_exposed_ns + w.idle_ns == w.wall_ns
+    parts = (w.compute_ns, w.comm_exposed_ns, w.memcpy_exposed_ns, w.memset_exposed_ns, w.idle_ns)
+    assert sum(parts) == w.wall_ns
 
 
 def test_gpu_aware_step_windows(tmp_path: Path) -> None:
@@ -185,7 +187,7 @@ def test_corpus_attribution_conserves_time(path: Path, tmp_path: Path) -> None:
     g = an.attribution.gpu
     kernels = g[g["kind"] == "kernel"]
     total = int(kernels["dur_ns"].sum())
-    for rank in [None] + an.attribution.ranks():
+    for rank in [None, *an.attribution.ranks()]:
         cov = an.attribution.coverage(rank)
         assert cov["attributed_ns"] + cov["unattributed_ns"] == cov["kernel_time_ns"]
         assert sum(cov["by_method_ns"].values()) == cov["kernel_time_ns"]
@@ -201,7 +203,8 @@ def test_corpus_attribution_conserves_time(path: Path, tmp_path: Path) -> None:
         assert 0 <= w.busy_ns <= w.wall_ns
     # and `top` renders every rollup of it
     for by in ("kernel", "op", "layer", "annotation", "step"):
-        assert render_top(an, by, 5, None).strip()
+        assert render_top(an.rollup(by), by, 5, coverage=an.attribution.coverage(None),
+                          ranks=len(an.store.ranks)).strip()
 
 
 @requires_corpus

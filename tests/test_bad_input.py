@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import KINETO, invoke, requires_corpus
+
 from tracegen.synth import KinetoTraceBuilder
 
 
@@ -41,7 +41,8 @@ def test_truncated_json(tmp_path: Path) -> None:
     text = small_trace()
     p = tmp_path / "crashed.json"
     p.write_text(text[: len(text) // 2])
-    assert_clean_failure(run_ingest(tmp_path, p), tmp_path, "crashed.json", "truncated", "--salvage")
+    assert_clean_failure(run_ingest(tmp_path, p), tmp_path, "crashed.json", "truncated",
+                         "--salvage")
 
 
 def test_truncated_json_salvaged(tmp_path: Path) -> None:
@@ -114,7 +115,8 @@ def test_two_files_claim_the_same_rank(tmp_path: Path) -> None:
     d.mkdir()
     (d / "a.json").write_text(small_trace())
     (d / "b.json").write_text(small_trace())
-    assert_clean_failure(run_ingest(tmp_path, d), tmp_path, "two files claim rank 0", "a.json", "b.json")
+    assert_clean_failure(run_ingest(tmp_path, d), tmp_path, "two files claim rank 0", "a.json",
+                         "b.json")
 
 
 def test_files_without_rank_information(tmp_path: Path) -> None:
@@ -162,7 +164,8 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     (b'"name": "aten::mm"', b'"name": "C:\\Users\\me\\model.py(12): fwd"'),  # lone backslashes
     (b'"cbid": 211', b'"cbid": N/A'),  # bare N/A
 ])
-def test_repairable_json_ingests_with_a_diagnostic(tmp_path: Path, bad: bytes, repair: bytes) -> None:
+def test_repairable_json_ingests_with_a_diagnostic(tmp_path: Path, bad: bytes,
+                                                   repair: bytes) -> None:
     b = KinetoTraceBuilder(rank=0)
     with b.cpu_op("aten::mm", 0, 50_000):
         b.launch("gemm", cpu_start=10_000, gpu_start=20_000, gpu_dur=10_000)

@@ -3,41 +3,53 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import KINETO, invoke, requires_corpus
+
+from tracegen.synth import KinetoTraceBuilder
 from traceinsight.compare import compare
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest, load
-from tracegen.synth import KinetoTraceBuilder
 
 STEPS = 4
 US = 1_000
 
 
 def layered(tmp: Path, name: str, durations: dict[str, int], *, comm: int = 0,
-            comm_exposed: bool = False, kernels: dict[str, str] | None = None) -> Path:
+            comm_exposed: bool = False, kernels: dict[str, str] | None = None,
+            steps: int = STEPS, device: str = "H100", world_size: int | None = None,
+            shapes: dict[str, list] | None = None, dtype: str = "c10::BFloat16") -> Path:
     """Steps of back-to-back kernels, one per layer (module Model/Layer_k > aten::mm).
 
     The host runs ahead, so each GPU-aware step window is exactly the kernels' time: the step
     time is sum(durations) (+ comm when it runs after the compute on its own stream).
-    ``kernels`` renames the kernel of a layer (default ``gemm_<layer>``).
+    ``kernels`` renames the kernel of a layer (default ``gemm_<layer>``); ``shapes`` gives a
+    layer's aten::mm input dims (recorded with ``dtype``, so its FLOPs are modelled);
+    ``device`` is a tracegen device key (H100, A100, MI300X); ``world_size`` is recorded with
+    rank 0.
     """
     kernels = kernels or {}
-    b = KinetoTraceBuilder(rank=0)
+    shapes = shapes or {}
+    vendor = "amd" if device.startswith("MI") else "nvidia"
+    b = KinetoTraceBuilder(rank=0, world_size=world_size, device=device, vendor=vendor)
     gpu_t = 100 * US
     host_t = 0
-    for step in range(STEPS):
+    for step in range(steps):
         host_len = 10 * US * (len(durations) + 2)
         with b.step(10 + step, host_t, host_len):
             with b.module("Model", host_t + US, host_len - 2 * US, instance=0):
                 t = host_t + 2 * US
                 gpu_start_step = gpu_t
                 for layer, d in durations.items():
+                    dims = shapes.get(layer)
+                    shape_args = ({"input_dims": dims, "input_types": [dtype] * len(dims)}
+                                  if dims else {})
                     with b.module(layer, t, 8 * US, instance=0):
-                        with b.cpu_op("aten::mm", t + US, 6 * US):
+                        with b.cpu_op("aten::mm", t + US, 6 * US, **shape_args):
                             b.launch(kernels.get(layer, f"gemm_{layer}"), cpu_start=t + 2 * US,
                                      cpu_dur=2 * US, gpu_start=gpu_t, gpu_dur=d)
                     gpu_t += d
@@ -140,6 +152,14 @@ def test_cli_gate_and_outputs(tmp_path: Path) -> None:
     assert json.loads(out)["total_delta_ns"] == 300 * US
 
 
+
+def test_compare_and_a_saved_result_load_without_pandas() -> None:
+    """Comparing or rendering saved results needs no analysis stack."""
+    code = ("import sys; import traceinsight.compare, traceinsight.result, traceinsight.redact; "
+            "import traceinsight.cli; heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); "
+            "assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
+
 PAIRS = ["Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "gaunernst_bert-small-uncased__1016001.json.gz",
          "Falconsai_nsfw_image_detection__1016002.json.gz"]
 
@@ -159,4 +179,11 @@ def test_real_h100_vs_mi300x(name: str) -> None:
     same = [r for r in c["layers"] if r["status"] == "same"]
     assert len(same) >= 0.9 * len(c["layers"])
     assert c["new_kernels"] and c["gone_kernels"]
-    assert c["headline"].startswith(("After is", "Step time is unchanged"))
+    # the same model on another vendor's GPU: comparable, with caution (the systems differ)
+    comp = c["comparability"]
+    assert comp["comparable"] and comp["normalised_by"] is None
+    assert [(d["what"], d["severity"]) for d in comp["differences"]] == [
+        ("device", "caution"), ("steps", "caution")]
+    assert c["headline"].startswith("Caution: different GPUs (NVIDIA H100 SXM5 80GB → AMD "
+                                    "Instinct MI300X); too few steps (1 and 1 per rank")
+    assert ". After is " in c["headline"] or ". Step time is unchanged" in c["headline"]

@@ -17,6 +17,7 @@ import base64
 import hashlib
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,11 +31,17 @@ for _p in (Path(__file__).resolve().parent, Path(__file__).resolve().parent.pare
 from conftest import invoke  # noqa: E402
 from test_compare import US, layered, result  # noqa: E402
 from test_report import assert_self_contained, parse, strip_code_spans  # noqa: E402
+
 from traceinsight.compare import compare  # noqa: E402
 from traceinsight.diagnose import diagnose  # noqa: E402
-from traceinsight.render.html import (WATERFALL_TOP, build_compare_view,  # noqa: E402
-                                      render_compare_html, waterfall_rows)
+from traceinsight.render.html import (  # noqa: E402
+    WATERFALL_TOP,
+    build_compare_view,
+    render_compare_html,
+    waterfall_rows,
+)
 from traceinsight.render.markdown import esc, render_compare_markdown  # noqa: E402
+from traceinsight.render.terminal import render_compare  # noqa: E402
 
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_LAYER = "<img src=x onerror=alert(1)>"
@@ -259,6 +266,29 @@ def test_markdown_lists_top_10_and_the_rest_as_others(run: dict) -> None:
 
 # --- CLI --------------------------------------------------------------------------------------
 
+# --- one formatter ----------------------------------------------------------------------------
+
+def test_every_view_signs_a_faster_change_with_the_true_minus(run: dict) -> None:
+    """Terminal, Markdown and HTML format a change through traceinsight.fmt: − (U+2212), never -."""
+    tmp = run["tmp"]
+    c = compare(result(run["b"], tmp), result(run["a"], tmp))
+    assert c["total_delta_ns"] == -330 * US
+    views = {"terminal": render_compare(c, width=160), "markdown": render_compare_markdown(c),
+             "html": render_compare_html(c)}
+    for name, text in views.items():
+        assert "−300 µs" in text, name
+        assert "-300 µs" not in text and "-330 µs" not in text, name
+
+
+def test_rendering_a_saved_result_needs_no_analysis_stack() -> None:
+    """The report, the ticket body and the terminal views load without pandas, numpy, pyarrow."""
+    code = ("import sys; import traceinsight.render.html, traceinsight.render.markdown, "
+            "traceinsight.render.terminal; "
+            "heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); assert not heavy, heavy")
+    subprocess.run([sys.executable, "-c", code], check=True,
+                   cwd=Path(__file__).resolve().parent.parent)
+
+
 def test_cli_writes_html_and_markdown(run: dict) -> None:
     tmp = run["tmp"]
     html, md = tmp / "x.html", tmp / "x.md"
@@ -320,6 +350,7 @@ def test_page_in_chromium(run: dict) -> None:
 def screenshot(before: str, after: str, out: str, height: int = 1800) -> None:
     """Compare two traces, render the report, save a 1400-px-wide PNG of its top ``height`` px."""
     from test_browser import screenshot_html
+
     from traceinsight.ingest import load
 
     def res(p: str):

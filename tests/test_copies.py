@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import KINETO, requires_corpus
+
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.diagnose import diagnose

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import KINETO, requires_corpus
+
 from tracegen import workloads
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
@@ -272,10 +272,10 @@ def test_mode_override_and_the_result_header(tmp_path: Path) -> None:
 
     store = ingest([_forward_only(False).write(tmp_path / "t.json")], tmp_path / "s", quiet=True)
     res = diagnose(store, cache=False)
-    assert res.trace["mode"] == "inference"
+    assert res.trace["mode"] == "infer"
     assert "inference" in render_markdown(res) and "inference run" in render(res, width=100)
     forced = diagnose(store, options=RooflineOptions(mode="train"), cache=False)
-    assert forced.trace["mode"] == "training" and forced.metrics["values"]["is_training"] == 1.0
+    assert forced.trace["mode"] == "train" and forced.metrics["values"]["is_training"] == 1.0
 
 
 # --- the real traces ----------------------------------------------------------------------------
@@ -295,7 +295,7 @@ INFERENCE_TRACES = [
                          ids=[p.split("/")[-1][:40] for p in INFERENCE_TRACES])
 def test_real_inference_traces_get_no_training_advice(rel: str) -> None:
     res = json.loads(diagnose(ingest([KINETO / rel], quiet=True), cache=False).to_json())
-    assert res["trace"]["mode"] == "inference"
+    assert res["trace"]["mode"] == "infer"
     given = [r for f in res["findings"] for r in f["recommendations"]]
     assert given, "these traces have findings with advice"
     assert not [r for r in given if TRAINING_ADVICE.search(r)]
@@ -306,7 +306,7 @@ def test_real_inference_traces_get_no_training_advice(rel: str) -> None:
 def test_real_training_trace_keeps_training_advice() -> None:
     rel = "hta/df_index_resolver/df_index_resolver.json.gz"  # DDP on V100, exposed all-reduce
     res = json.loads(diagnose(ingest([KINETO / rel], quiet=True), cache=False).to_json())
-    assert res["trace"]["mode"] == "training"
+    assert res["trace"]["mode"] == "train"
     comm = next(f for f in res["findings"] if f["rule"] == "comm-bound")
     assert any("no_sync" in r for r in comm["recommendations"])
 

@@ -7,11 +7,19 @@ import json
 from collections import Counter
 
 import pytest
-
 from conftest import KINETO, requires_corpus
+
 from traceinsight.metrics.flops import (
-    COMPOSITE_OPS, PEAK_DTYPE_FOR, OpCost, bytes_per_element, dtype_of, is_composite,
-    is_modelled, modelled_ops, op_cost, roof_dtype,
+    COMPOSITE_OPS,
+    PEAK_DTYPE_FOR,
+    OpCost,
+    bytes_per_element,
+    dtype_of,
+    is_composite,
+    is_modelled,
+    modelled_ops,
+    op_cost,
+    roof_dtype,
 )
 
 BF16, F32, F16, I64 = "c10::BFloat16", "float", "c10::Half", "long int"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import corpus_id, corpus_kineto_files, requires_corpus
+
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest
 
@@ -45,7 +45,7 @@ def sig(x: Any, digits: int = 4) -> Any:
         return x
     if x == 0 or not math.isfinite(x):
         return x
-    return round(x, digits - 1 - int(math.floor(math.log10(abs(x)))))
+    return round(x, digits - 1 - math.floor(math.log10(abs(x))))
 
 
 def _names(ev: dict[str, Any]) -> list[str]:
@@ -67,7 +67,7 @@ def normalize(d: dict[str, Any]) -> dict[str, Any]:
     for r in d["summary"]["ranks"]:
         row = {k: r.get(k) for k in EXACT_RANK_KEYS}
         st = r.get("step_time_ns") or {}
-        row["step_time_ns"] = {k: (None if st.get(k) is None else int(round(st[k])))
+        row["step_time_ns"] = {k: (None if st.get(k) is None else round(st[k]))
                                for k in ("p50", "max")}
         row["steps_excluded"] = [[x["step"], x["reason"]] for x in r.get("steps_excluded") or []]
         ranks.append(row)
@@ -134,8 +134,10 @@ def test_normalize_rounds_and_keeps_names() -> None:
     d = {"headline": "h", "summary": {"ranks": [{"rank": 0, "kernel_time_ns": 5,
                                                   "step_time_ns": {"p50": 9097800.4, "max": 9.0}}]},
          "findings": [{"rule": "r", "severity": "high", "title": "t", "impact_pct": 73.517,
-                       "evidence": [{"kind": "measurements", "rows": [{"metric": "m", "value": 1.23456}]},
-                                    {"kind": "table", "title": "Top", "columns": [{"format": "kernel"}],
+                       "evidence": [{"kind": "measurements",
+                                     "rows": [{"metric": "m", "value": 1.23456}]},
+                                    {"kind": "table", "title": "Top",
+                                     "columns": [{"format": "kernel"}],
                                      "rows": [["a"], ["b"], ["c"], ["d"]]}],
                        "recommendations": ["x", "y"]}],
          "rules": [{"rule": "r", "status": "fired"}], "diagnostics": [{"code": "z"}, {"code": "a"}]}

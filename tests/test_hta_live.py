@@ -16,8 +16,8 @@ import warnings
 from pathlib import Path
 
 import pytest
-
 from conftest import SAMPLES
+
 from traceinsight.analysis.hta_compat import hta_breakdown
 from traceinsight.ingest import load
 
@@ -33,7 +33,8 @@ def _files(name: str) -> list[Path]:
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
 def test_live_hta_agrees_on_samples(name: str, tmp_path: Path) -> None:
-    trace_analysis = pytest.importorskip("hta.trace_analysis", reason="HTA (the 'hta' extra) is not installed")
+    trace_analysis = pytest.importorskip("hta.trace_analysis",
+                                         reason="HTA (the 'hta' extra) is not installed")
     files = _files(name)
     for f in files:  # HTA reads a whole folder
         shutil.copy(f, tmp_path / f.name)

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import TRACES, requires_corpus
+
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.diagnose import diagnose
@@ -90,7 +90,7 @@ def test_short_gaps_ended_by_late_launches_are_launch_overhead(measure) -> None:
     b = KinetoTraceBuilder()
     with b.step(1, 0, 4 * MS):
         t = 20 * US
-        for i in range(150):  # 3 µs kernels, the host needs 20 µs per op
+        for _ in range(150):  # 3 µs kernels, the host needs 20 µs per op
             with b.cpu_op("aten::add", t, 18 * US):
                 b.launch("void add_kernel", cpu_start=t + 12 * US, cpu_dur=4 * US,
                          gpu_start=t + 19 * US, gpu_dur=3 * US)
@@ -179,7 +179,7 @@ def _sync_then_launch(sync_start: int, sync_dur: int) -> KinetoTraceBuilder:
     b = KinetoTraceBuilder()
     with b.step(1, 0, 20 * MS):
         t = 10 * US
-        for i in range(10):  # 1 ms kernel, then a sync, then 400 µs of host work to relaunch
+        for _ in range(10):  # 1 ms kernel, then a sync, then 400 µs of host work to relaunch
             b.launch("void gemm_kernel", cpu_start=t, cpu_dur=5 * US, gpu_start=t + 10 * US,
                      gpu_dur=1 * MS)
             gpu_end = t + 10 * US + 1 * MS
@@ -213,7 +213,7 @@ def _sync_then_slow_host(busy_ns: int) -> KinetoTraceBuilder:
         with b.cpu_op("aten::item", 20 * US, end - 20 * US + 10 * US):
             b.runtime("cudaStreamSynchronize", 25 * US, end - 25 * US + 2 * US)
         t = end
-        for i in range(5):
+        for _ in range(5):
             b.launch("void add_kernel", cpu_start=t + 92 * US, cpu_dur=5 * US,
                      gpu_start=t + 100 * US, gpu_dur=5 * US)
             t += 105 * US
@@ -241,7 +241,7 @@ def _frees(free_ns: int, n: int = 40) -> KinetoTraceBuilder:
     b = KinetoTraceBuilder(device="MI300X", vendor="amd")
     b.launch("void fill_kernel", cpu_start=0, cpu_dur=5 * US, gpu_start=10 * US, gpu_dur=5 * US)
     t = 20 * US
-    for i in range(n):
+    for _ in range(n):
         with b.cpu_op("aten::miopen_convolution", t, free_ns + 40 * US):
             b.runtime("hipFree", t + 10 * US, free_ns)
             b.launch("void conv_kernel", cpu_start=t + free_ns + 20 * US, cpu_dur=5 * US,
@@ -337,7 +337,7 @@ def test_graph_capture_makes_the_window_not_representative(measure) -> None:
                      gpu_start=960 * US, gpu_dur=5 * US)
             b.runtime("hipStreamBeginCapture", 970 * US, 3 * US)
             t = 1 * MS
-            for i in range(500):  # recorded into the graph, not run
+            for _ in range(500):  # recorded into the graph, not run
                 b.runtime("hipStreamGetCaptureInfo", t, 1 * US)
                 t += 60 * US
             b.runtime("hipStreamEndCapture", t, 10 * US)

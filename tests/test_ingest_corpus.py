@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
-
 from conftest import corpus_id, corpus_kineto_files, requires_corpus
+
 from traceinsight.ingest import ingest
 
 FILES = corpus_kineto_files()

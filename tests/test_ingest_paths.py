@@ -10,11 +10,13 @@ fallback diagnostic.
 from __future__ import annotations
 
 import sys
+
 import pyarrow as pa
 import pytest
 
-from traceinsight.ingest import kineto
 from tracegen.workloads import Workload, build
+from traceinsight.ingest import kineto, parallel
+from traceinsight.ingest.kineto import decode
 
 
 def _plain(t: pa.Table) -> list[str]:
@@ -37,35 +39,38 @@ def _read(data: bytes):
     return kineto.read_kineto(data, source="t.json")
 
 
-@pytest.mark.parametrize("workers,text_split", [("1", True), ("2", True), ("1", False), ("2", False)])
-def test_chunked_and_two_process_paths_equal_the_plain_decode(data: bytes, workers: str, text_split: bool,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("workers,text_split",
+                         [("1", True), ("2", True), ("1", False), ("2", False)])
+def test_chunked_and_two_process_paths_equal_the_plain_decode(
+        data: bytes, workers: str, text_split: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     if workers == "2" and not sys.platform.startswith("linux"):
         pytest.skip("the two-process path forks (Linux only)")
     plain = _read(data)
-    monkeypatch.setattr(kineto, "BATCH_BYTES", 1)
-    monkeypatch.setattr(kineto, "CHUNK_BYTES", 16 * 1024)
-    monkeypatch.setattr(kineto, "BATCH_EVENTS", 500)
-    monkeypatch.setattr(kineto, "PARALLEL_MIN_EVENTS", 1)
+    monkeypatch.setattr(decode, "BATCH_BYTES", 1)
+    monkeypatch.setattr(decode, "CHUNK_BYTES", 16 * 1024)
+    monkeypatch.setattr(decode, "BATCH_EVENTS", 500)
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_EVENTS", 1)
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", workers)
     if not text_split:  # a layout the text cutter refuses: the raw-event-list path
-        monkeypatch.setattr(kineto, "_fast_split", lambda data, chunk_bytes: None)
+        monkeypatch.setattr(decode, "fast_split", lambda data, chunk_bytes: None)
     calls = []
-    for fn in ("_chunks_two_processes", "_parallel"):
-        real = getattr(kineto, fn)
-        monkeypatch.setattr(kineto, fn, lambda *a, _f=real, _n=fn, **k: calls.append(_n) or _f(*a, **k))
+    for fn in ("chunks_two_processes", "events_in_processes"):
+        real = getattr(decode, fn)
+        monkeypatch.setattr(decode, fn,
+                            lambda *a, _f=real, _n=fn, **k: calls.append(_n) or _f(*a, **k))
     fast = _read(data)
-    want = [] if workers == "1" else ["_chunks_two_processes" if text_split else "_parallel"]
+    want = [] if workers == "1" else [
+        "chunks_two_processes" if text_split else "events_in_processes"]
     assert calls == want
-    assert len(data) > 8 * kineto.CHUNK_BYTES  # several chunks on each side
+    assert len(data) > 8 * decode.CHUNK_BYTES  # several chunks on each side
     assert fast.counts == plain.counts and sum(plain.counts.values()) > 1000
-    codes = {d.code for d in fast.diagnostics.items}
+    codes = {d.code for d in fast.meta.diagnostics.items}
     assert "split-fallback" not in codes, codes
     assert set(fast.tables) == set(plain.tables)
     for name, t in plain.tables.items():
         assert fast.tables[name].num_rows == t.num_rows, name
         assert _plain(fast.tables[name]) == _plain(t), name
-    assert fast.rank_meta == plain.rank_meta
+    assert fast.meta.to_dict() == plain.meta.to_dict()
 
 
 def test_released_pages_read_as_zero_only_in_the_helper() -> None:
@@ -78,7 +83,7 @@ def test_released_pages_read_as_zero_only_in_the_helper() -> None:
     pid = os.fork()
     if pid == 0:  # the helper: give back the middle, then look at it
         try:
-            kineto._release_pages(data, 4 << 20, 12 << 20)
+            parallel.release_pages(data, 4 << 20, 12 << 20)
             mid = data[8 << 20: (8 << 20) + 4096]
             edge = data[:4096] + data[-4096:]
             ok = mid == bytes(4096) and edge == (bytes(range(256)) * 16) * 2

@@ -36,7 +36,8 @@ def random_tree(rng: random.Random, n_roots: int = 30) -> list[tuple[int, int]]:
 def brute_innermost(ints: list[tuple[int, int]], t: int) -> int:
     best, best_len = -1, None
     for i, (s, e) in enumerate(ints):
-        if s <= t < e and (best_len is None or e - s < best_len or (e - s == best_len and i > best)):
+        shorter = best_len is None or e - s < best_len or (e - s == best_len and i > best)
+        if s <= t < e and shorter:
             best, best_len = i, e - s
     return best
 

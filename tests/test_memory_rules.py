@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import KINETO, requires_corpus
+
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.diagnose import diagnose

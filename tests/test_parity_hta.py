@@ -17,8 +17,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import REFERENCE, TRACES, requires_corpus
+
 from traceinsight.analysis.hta_compat import hta_breakdown
 from traceinsight.ingest import load
 
@@ -95,7 +95,8 @@ def test_exact_definitions_agree_within_one_point(ref_file: Path, tmp_path: Path
         pytest.skip("HTA has no temporal breakdown for this trace (it raises on it)")
     store = _ref_store(ref, tmp_path)
     ours = hta_breakdown(store, emulate_rounding=False, hta_classes=False, include_syncs=False)
-    worst = max(max(abs(o.idle_pct - r["idle_time_pctg"]), abs(o.compute_pct - r["compute_time_pctg"]),
+    worst = max(max(abs(o.idle_pct - r["idle_time_pctg"]),
+                    abs(o.compute_pct - r["compute_time_pctg"]),
                     abs(o.non_compute_pct - r["non_compute_time_pctg"]))
                 for o, r in zip(ours, tb["value"]))
     if ref_file.name in DEFINITION_DIFFERENCES:

@@ -18,14 +18,18 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-
 from conftest import corpus_id, corpus_kineto_files, requires_corpus
+
+from tracegen.synth import KinetoTraceBuilder
+from traceinsight import fmt
 from traceinsight.diagnose import diagnose
+from traceinsight.engine import format_value
 from traceinsight.ingest import ingest
+from traceinsight.redact import REDACTED
 from traceinsight.render.html import build_view, render_html
 from traceinsight.render.markdown import esc, render_markdown
+from traceinsight.render.terminal import render_table
 from traceinsight.result import DiagnosisResult
-from tracegen.synth import KinetoTraceBuilder
 
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_OP = "<img src=x onerror=alert(1)>"
@@ -230,7 +234,7 @@ def test_command_line_and_tool_version_are_shown_with_secrets_redacted(run: dict
     assert r.tool["version"] in html
     assert "traceinsight report" in html
     assert "launch-bound.min_idle_launch_pct=20" in html
-    assert "--hf-token=***" in html
+    assert f"--hf-token={REDACTED}" in html
 
 
 def test_every_finding_is_shown_by_impact(run: dict) -> None:
@@ -264,17 +268,25 @@ def test_sections_without_data_say_so_in_one_line(run: dict) -> None:
     assert len(empties) >= 3 and all("\n" not in e for e in empties)
 
 
-def test_cpu_only_trace_renders_with_every_section(tmp_path: Path) -> None:
+#: the sections of a CPU-only run's report: the host view replaces the GPU sections
+CPU_SECTIONS = ("verdict", "findings", "host", "memory", "diagnostics", "metadata")
+GPU_ONLY_SECTIONS = ("steps", "breakdown", "timeline", "layers", "ops", "kernels", "roofline")
+
+
+def test_cpu_only_trace_renders_the_host_view(tmp_path: Path) -> None:
     b = KinetoTraceBuilder(device=None)
     for i, step in enumerate(range(3)):
         with b.step(step, i * 1_000_000, 900_000):
             b.op("aten::mm", i * 1_000_000 + 10_000, 500_000)
     store = ingest([b.write(tmp_path / "cpu.json")], tmp_path / "s.tistore", quiet=True)
     r = diagnose(store)
+    assert r.host and r.host["headline"].startswith("CPU-only run: a step takes")
     html = render_html(r)
-    for sid in SECTIONS:
+    for sid in CPU_SECTIONS:
         assert f'id="{sid}"' in html
-    assert "No GPU" in html
+    for sid in GPU_ONLY_SECTIONS:  # no "GPU idle 100%" bars for a run without a GPU
+        assert f'id="{sid}"' not in html
+    assert "No GPU activity" in html and 'id="tbl-host-ops"' in html and "aten::mm" in html
     md = render_markdown(r)
     assert esc(r.headline) in md
 
@@ -343,6 +355,20 @@ def test_markdown_has_no_html_and_no_links(run: dict) -> None:
                 assert f"`{name}`" in line
 
 
+def test_one_formatter_for_cells_and_metric_values() -> None:
+    """HTML cells, terminal evidence tables and the engine's values all read through fmt."""
+    assert fmt.format_cell(-1500, "dns") == "−1.50 µs"
+    assert fmt.format_cell(-2.5, "dpct") == "−2.5%"
+    assert fmt.format_cell(float("nan"), "ns") == "–"
+    assert fmt.format_cell("[[8, 512],\n [512, 512]]", "dims") == "[[8,512], [512,512]]"
+    ev = {"title": "t", "columns": [{"name": "op", "format": "op"},
+                                    {"name": "delta", "format": "dns"}],
+          "rows": [["aten::mm", -1500]]}
+    assert "−1.50 µs" in render_table(ev, width=100)
+    assert format_value("gpu_idle_pct", 12.345) == fmt.format_cell(12.345, "pct") == "12.3%"
+    assert format_value("step_time_p50_ns", 2.5e6) == fmt.format_cell(2.5e6, "ns") == "2.50 ms"
+
+
 def test_markdown_escapes_prose() -> None:
     assert esc("a <b>x</b> *y* [z] | _q_") == r"a \<b\>x\</b\> \*y\* \[z\] \| \_q\_"
     assert esc("expandable_segments:True") == "expandable_segments:True"
@@ -393,7 +419,7 @@ def test_corpus_trace_report_renders_under_5mb(path: Path, size_report: dict,
     record_property("report_bytes", n)
     print(f"report {corpus_id(path)}: {n} bytes")
     assert n < MAX_REPORT_BYTES
-    for sid in SECTIONS:
+    for sid in (CPU_SECTIONS if result.host else SECTIONS):
         assert f'id="{sid}"' in html, sid
     for tag, attrs in parse(html).tags:
         for k in ("src", "href"):

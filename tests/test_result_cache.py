@@ -7,16 +7,17 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import SAMPLES, invoke
 
 import traceinsight.diagnose as dg
-from conftest import SAMPLES, invoke
 from traceinsight.ingest import ingest
 from traceinsight.metrics.options import RooflineOptions
 
 
 @pytest.fixture()
 def store(tmp_path: Path):
-    return ingest([SAMPLES / "synthetic_h100_launch_bound.json.gz"], tmp_path / "s.tistore", quiet=True)
+    return ingest([SAMPLES / "synthetic_h100_launch_bound.json.gz"], tmp_path / "s.tistore",
+                  quiet=True)
 
 
 def _no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -29,7 +30,8 @@ def _no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_second_diagnosis_is_read_back(store, monkeypatch: pytest.MonkeyPatch) -> None:
     first = dg.diagnose(store, command=["traceinsight", "diagnose", "a"])
     files = list((store.path / "derived").iterdir())
-    assert [f.name for f in files] == [f"diagnosis-{dg.result_key(store, dg.load_rules(), None)}.json"]
+    key = dg.result_key(store, dg.load_rules(), None)
+    assert [f.name for f in files] == [f"diagnosis-{key}.json"]
     _no_compute(monkeypatch)
     again = dg.diagnose(store, command=["traceinsight", "diagnose", "b"])
     assert again.command == ["traceinsight", "diagnose", "b"]

@@ -16,15 +16,15 @@ from typing import Any
 
 import pytest
 import yaml
-
 from conftest import REPO
+
 from tracegen import workloads
+from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.engine import evaluate, load_rules
-from traceinsight.result import SEVERITY_RANK
 from traceinsight.ingest import ingest
 from traceinsight.metrics import compute_metrics
-from tracegen.synth import KinetoTraceBuilder
+from traceinsight.result import SEVERITY_RANK
 
 CASES_DIR = Path(__file__).parent / "rules" / "cases"
 OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
@@ -129,7 +129,7 @@ def test_every_rule_has_cases_and_docs() -> None:
                 "low-precision-unused", "straggler"}
     assert required <= ids
     by_rule: dict[str, set[str]] = {}
-    for rule_id, name, case in CASES:
+    for rule_id, _name, case in CASES:
         by_rule.setdefault(rule_id, set()).add("fail" if case["expect"]["fires"] else "pass")
     for r in rules:
         assert by_rule.get(r.id) == {"pass", "fail"}, f"{r.id} needs a pass and a fail case"
@@ -138,8 +138,8 @@ def test_every_rule_has_cases_and_docs() -> None:
 
 
 @pytest.mark.parametrize("preset", ["healthy", "mi300x", "compute_bound"])
-def test_healthy_baselines_trigger_nothing_above_low(preset: str,
-                                                      tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_healthy_baselines_trigger_nothing_above_low(
+        preset: str, tmp_path_factory: pytest.TempPathFactory) -> None:
     an, ms = measured({"preset": preset}, _root(tmp_path_factory))
     ev = evaluate(load_rules(), ms, an)
     assert not ev.errors
@@ -155,7 +155,8 @@ def test_findings_are_ordered_by_impact(tmp_path_factory: pytest.TempPathFactory
     assert impacts == sorted(impacts, reverse=True) and len(impacts) >= 2
 
 
-def test_user_rules_and_bad_rule_files(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_user_rules_and_bad_rule_files(tmp_path: Path,
+                                       tmp_path_factory: pytest.TempPathFactory) -> None:
     from traceinsight.errors import ConfigError
 
     # GIVEN a user rule that replaces a shipped one and adds a new one
@@ -184,7 +185,7 @@ def test_user_rules_and_bad_rule_files(tmp_path: Path, tmp_path_factory: pytest.
     (tmp_path / "bad-one.yaml").unlink()
     with pytest.raises(ConfigError, match="no threshold"):
         load_rules(overrides=["launch-bound.nope=3"])
-    with pytest.raises(ConfigError, match="RULE.THRESHOLD=NUMBER"):
+    with pytest.raises(ConfigError, match=r"RULE\.THRESHOLD=NUMBER"):
         load_rules(overrides=["launch-bound"])
 
 

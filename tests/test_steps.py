@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from conftest import TRACES, requires_corpus
+
 from tracegen import workloads
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.diagnose import diagnose

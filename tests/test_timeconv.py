@@ -7,12 +7,12 @@ from decimal import Decimal
 
 import pyarrow.compute as pc
 import pytest
-
 from conftest import KINETO, requires_corpus
 from test_ingest_corpus import load_json
+
+from tracegen.synth import KinetoTraceBuilder
 from traceinsight.ingest import ingest
 from traceinsight.ingest.timeconv import ConversionStats, NeedExactText, text_us_to_ns, us_to_ns
-from tracegen.synth import KinetoTraceBuilder
 
 
 def test_integer_microseconds_are_exact() -> None:

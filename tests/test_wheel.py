@@ -1,4 +1,5 @@
-"""The built wheel ships rules/ and templates/ and works from a clean install."""
+"""The built wheel ships rules/, templates/ and py.typed, no test builders, and works from a clean
+install."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
+
 from tracegen.synth import KinetoTraceBuilder
 
 
@@ -33,10 +34,17 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     templates = {n for n in names if n.startswith("traceinsight/_data/templates/")}
     assert "traceinsight/_data/rules/comm-bound.yaml" in rules
     assert len(rules) == len(list((REPO / "rules").glob("*.yaml")))
-    assert {f"traceinsight/_data/templates/{t}" for t in ("report.html", "compare.html", "base.html",
-                                                           "_macros.html")} <= templates
+    assert {f"traceinsight/_data/templates/{t}"
+            for t in ("report.html", "compare.html", "base.html", "_macros.html")} <= templates
     assert "traceinsight/data/devices.yaml" in names
+    assert "traceinsight/py.typed" in names  # PEP 561: users' type checkers read our hints
+    assert "traceinsight/_profile_site/sitecustomize.py" in names  # `traceinsight profile`
     assert not [n for n in names if n.endswith((".swp", "~", ".pyc"))]
+    # the trace builders and the simulator are for tests, samples and benchmarks only
+    top = {n.split("/")[0] for n in names}
+    assert not {"tracegen", "tests", "bench", "sample_traces"} & top
+    assert not [n for n in names
+                if Path(n).stem in ("synth", "workloads", "make_trace", "make_samples")]
     run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
          tmp_path / "site", wheel])
     b = KinetoTraceBuilder(rank=0)

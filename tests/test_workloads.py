@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tracegen.synth import DEVICE_PRESETS
+from tracegen.devices import DEVICE_PROPS, DEVICES
 from tracegen.workloads import PRESETS, GiB, Workload, build, build_ranks
 
 Trace = dict[str, Any]
@@ -97,7 +97,7 @@ def window(d: Trace) -> tuple[int, int]:
 
 
 def gpu_steps(d: Trace) -> list[int]:
-    """GPU-aware step durations (FORMATS.md 1.9): from max(host start, previous end) to
+    """GPU-aware step durations (docs/FORMATS.md §1.9): from max(host start, previous end) to
     max(host end, end of the GPU work launched in the step = its gpu_user_annotation)."""
     proj = sorted(span(e) for e in xs(d, "gpu_user_annotation") if is_step(e))
     out, prev_end = [], 0
@@ -174,7 +174,7 @@ def assert_well_formed(d: Trace, w: Workload) -> None:
     # GIVEN the steps and the device it claims
     names = [e["name"] for e in xs(d, "user_annotation") if is_step(e)]
     assert names == [f"ProfilerStep#{w.first_step + i}" for i in range(w.steps)]
-    assert d["deviceProperties"][0]["name"] == DEVICE_PRESETS[w.device]["name"]
+    assert d["deviceProperties"][0]["name"] == DEVICE_PROPS[w.device]["name"]
 
     # THEN no two activities overlap on one GPU stream
     by_stream: dict[tuple[Any, Any], list[tuple[int, int]]] = defaultdict(list)
@@ -196,7 +196,7 @@ def assert_well_formed(d: Trace, w: Workload) -> None:
         assert g["args"].get("External id") == r["args"].get("External id")
 
     # AND ops nest properly on every CPU thread, and the External id on each launch is the one of
-    # the innermost enclosing cpu_op (time nesting and External id agree, FORMATS.md 1.8)
+    # the innermost enclosing cpu_op (time nesting and External id agree, docs/FORMATS.md §1.8)
     by_tid: dict[Any, list[Event]] = defaultdict(list)
     for e in xs(d, "cpu_op", "cuda_runtime", "cuda_driver"):
         by_tid[e["tid"]].append(e)
@@ -251,7 +251,7 @@ def test_other_workloads_are_well_formed(name: str) -> None:
 
 def test_full_launch_queue_blocks_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
     # GIVEN a queue of 48 launches (CUDA's is ~1024; a short trace never fills that)
-    monkeypatch.setattr("tracegen.workloads.LAUNCH_QUEUE_DEPTH", 48)
+    monkeypatch.setattr("tracegen.rank.LAUNCH_QUEUE_DEPTH", 48)
     w = Workload(steps=4, layers=1, slow_step_every=4, slow_step_extra_ns=2_000_000)
     d = _load(build(w))
     assert_well_formed(d, w)
@@ -536,3 +536,50 @@ def test_bundled_samples_are_current() -> None:
     # (if this fails: python sample_traces/make_samples.py)
     healthy = (SAMPLES / "synthetic_h100_healthy.json.gz").read_bytes()
     assert gzip.decompress(healthy).decode() == build(PRESETS["healthy"]).dumps()
+
+
+# --- devices and the benchmark trace ----------------------------------------------------------
+
+@pytest.mark.parametrize("device", sorted(DEVICES))
+def test_device_peaks_come_from_the_device_table(device: str) -> None:
+    """The trace's device name resolves to the table entry the simulator takes its peaks from,
+    and every peak the simulator uses is the table's unless the preset overrides it."""
+    from traceinsight import devices
+
+    dev = DEVICES[device]
+    assert devices.resolve(dev.props, table=devices.builtin_table()).spec == dev.spec
+    for dtype in ("bf16", "fp16", "fp32"):
+        table = dev.spec.peak(dtype) or dev.spec.peak("fp32")
+        assert dev.peak(dtype) == dev.peak_override.get(dtype, table)
+        if dtype in dev.peak_override:  # an override is a rounding of the table, no other number
+            assert dev.peak(dtype) == pytest.approx(table, rel=0.005)
+    assert dev.mem_bw == (dev.mem_bw_override or dev.spec.mem_bw)
+    assert dev.mem_bw == pytest.approx(dev.spec.mem_bw, rel=0.02)
+
+
+def test_bench_trace_streams_to_the_requested_size(tmp_path: Path) -> None:
+    from tracegen.bench import write_trace
+
+    out = tmp_path / "b.json"
+    info = write_trace(out, size_mb=1.5, quiet=True, layers=2)
+    d = json.loads(out.read_text())
+    events = d["traceEvents"]
+    assert info["bytes"] == out.stat().st_size >= 1_500_000
+    assert info["events"] == len(events) and info["steps"] >= 2
+    steps = [e for e in events if e.get("cat") == "user_annotation"
+             and e["name"].startswith("ProfilerStep#")]
+    assert len(steps) == info["steps"]
+    # every launch finds its kernel, every kernel its launch, in the streamed pieces
+    corr = defaultdict(set)
+    for e in events:
+        if e.get("ph") == "X" and "correlation" in e.get("args", {}):
+            corr[e["args"]["correlation"]].add(e["cat"])
+    assert all(cats == {"cuda_runtime", "kernel"} or "gpu_memcpy" in cats
+               or cats == {"cuda_runtime"} for cats in corr.values())
+    assert min(corr) > 675_000
+    cats = {e.get("cat") for e in events}
+    assert {"python_function", "fwdbwd", "ac2g", "cpu_instant_event", "kernel"} <= cats
+    assert d["distributedInfo"]["world_size"] == 8 and d["trace_id"]
+    # memory is scaled once (by the first step): allocated stays within the device
+    mem = [e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]"]
+    assert mem and 0 < min(mem) <= max(mem) < DEVICES["H100"].total_mem

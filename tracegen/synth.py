@@ -21,23 +21,15 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
+
+from tracegen.devices import DEVICE_PROPS
 
 DEFAULT_BASE_NS = 1_790_000_000_000_000_000  # an epoch in late 2026, a round second
-
-DEVICE_PRESETS: dict[str, dict[str, Any]] = {
-    "H100": {"name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_029_158_912,
-             "computeMajor": 9, "computeMinor": 0, "numSms": 132},
-    "A100": {"name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_097_971_712,
-             "computeMajor": 8, "computeMinor": 0, "numSms": 108},
-    "V100": {"name": "Tesla V100-SXM2-32GB", "totalGlobalMem": 34_089_730_048,
-             "computeMajor": 7, "computeMinor": 0, "numSms": 80},
-    "MI300X": {"name": "AMD Instinct MI300X", "totalGlobalMem": 206_141_652_992,
-               "computeMajor": 9, "computeMinor": 4, "numSms": 304, "warpSize": 64},
-}
 
 
 def _us(ns: int, style: str, base_ns: int) -> Any:
@@ -47,7 +39,9 @@ def _us(ns: int, style: str, base_ns: int) -> Any:
     if style == "absolute":
         t = base_ns + ns
         return _Dec(f"{t // 1000}.{t % 1000:03d}")
-    return _Dec(f"{ns // 1000}.{ns % 1000:03d}") if ns >= 0 else _Dec(f"-{(-ns) // 1000}.{(-ns) % 1000:03d}")
+    if ns < 0:
+        return _Dec(f"-{(-ns) // 1000}.{(-ns) % 1000:03d}")
+    return _Dec(f"{ns // 1000}.{ns % 1000:03d}")
 
 
 def _dur(ns: int, style: str) -> Any:
@@ -79,23 +73,44 @@ def _unmark(text: str) -> str:
     return text.replace('"\\u0000', "").replace('\\u0000"', "")
 
 
-def _dumps(obj: Any) -> str:
-    """Compact JSON of any value (exact-number text kept as written)."""
-    return _unmark(json.dumps(_conv(obj), separators=(",", ":")))
+EVENT_SEP = ",\n  "  #: between two events of the ``traceEvents`` list
+
+
+def dumps_events(events: list[dict[str, Any]]) -> str:
+    """Events as Kineto writes them (``", "`` and ``": "`` separators, exact numbers), joined by
+    :data:`EVENT_SEP`."""
+    return _unmark(EVENT_SEP.join(json.dumps(_conv(e)) for e in events))
+
+
+_OPEN, _CLOSE = '  "traceEvents": [\n  ', "\n  ]"
+
+
+def trace_parts(doc: dict[str, Any]) -> tuple[str, str]:
+    """The text of a trace in Kineto's layout before its first event and after its last, so
+    that ``head + dumps_events(events) + tail`` is the whole trace (written in pieces: join the
+    pieces' :func:`dumps_events` with :data:`EVENT_SEP`).
+
+    Kineto's layout: one top-level key per line, one event per line, with ``", "`` and ``": "``
+    separators (other tools find the rank with a regex that expects the space after the colon).
+    """
+    before: list[str] = []
+    after: list[str] = []
+    side = before
+    for k, v in doc.items():
+        if k == "traceEvents":
+            side = after
+            continue
+        side.append(f"  {json.dumps(k)}: {_unmark(json.dumps(_conv(v)))}")
+    return "{\n" + ",\n".join([*before, _OPEN]), _CLOSE + "".join(",\n" + p for p in after) + "\n}"
 
 
 def _dumps_trace(doc: dict[str, Any]) -> str:
-    """A whole trace in Kineto's layout: one top-level key per line, one event per line, with
-    ``", "`` and ``": "`` separators (other tools find the rank with a regex that expects the
-    space after the colon)."""
-    parts = []
-    for k, v in doc.items():
-        if k == "traceEvents" and isinstance(v, list):
-            body = ",\n  ".join(json.dumps(_conv(e)) for e in v)
-            parts.append(f'  "traceEvents": [\n  {body}\n  ]' if v else '  "traceEvents": []')
-        else:
-            parts.append(f"  {json.dumps(k)}: {json.dumps(_conv(v))}")
-    return _unmark("{\n" + ",\n".join(parts) + "\n}")
+    """A whole trace in Kineto's layout (see :func:`trace_parts`)."""
+    head, tail = trace_parts(doc)
+    events = doc.get("traceEvents")
+    if not events:
+        return head[: -len(_OPEN)] + '  "traceEvents": []' + tail[len(_CLOSE):]
+    return head + dumps_events(events) + tail
 
 
 @dataclass
@@ -124,7 +139,8 @@ class KinetoTraceBuilder:
     style: str = "relative"  #: relative | absolute | legacy
     base_ns: int = DEFAULT_BASE_NS
     capture: dict[str, int] = field(default_factory=lambda: {
-        "record_shapes": 1, "profile_memory": 1, "with_stack": 1, "with_flops": 0, "with_modules": 1})
+        "record_shapes": 1, "profile_memory": 1, "with_stack": 1, "with_flops": 0,
+        "with_modules": 1})
     metadata: dict[str, Any] = field(default_factory=dict)
     default_stream: int = 7
     vendor: str = "nvidia"
@@ -161,7 +177,8 @@ class KinetoTraceBuilder:
     def _enclosing_ext(self, t: int, tid: int) -> int | None:
         best = None
         for op in self._ops:
-            if op.tid == tid and op.start <= t <= op.end and (best is None or op.start >= best.start):
+            if op.tid == tid and op.start <= t <= op.end and (
+                    best is None or op.start >= best.start):
                 best = op
         return best.ext if best else None
 
@@ -342,7 +359,7 @@ class KinetoTraceBuilder:
     def _device_props(self) -> list[dict[str, Any]]:
         if self.device is None:
             return []
-        preset = dict(DEVICE_PRESETS.get(self.device, {"name": self.device}))
+        preset = dict(DEVICE_PROPS.get(self.device, {"name": self.device}))
         preset.setdefault("warpSize", 32)
         return [{"id": i, **preset} for i in range(self.num_devices)]
 
@@ -356,7 +373,8 @@ class KinetoTraceBuilder:
         for i in range(self.num_devices):
             meta.append({"name": "process_name", "ph": "M", "ts": _us(0, self.style, self.base_ns),
                          "pid": i, "tid": 0, "args": {"name": "python3"}})
-            meta.append({"name": "process_labels", "ph": "M", "ts": _us(0, self.style, self.base_ns),
+            meta.append({"name": "process_labels", "ph": "M",
+                         "ts": _us(0, self.style, self.base_ns),
                          "pid": i, "tid": 0, "args": {"labels": f"GPU {i}"}})
         d: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": self._device_props()}
         if self.rank is not None:

@@ -8,65 +8,24 @@ unless ``--debug``).
 from __future__ import annotations
 
 import json
-import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING
 
 import click
 
 from . import __version__
-from .errors import TraceInsightError
+from .cli_base import Group, emit, with_skipped, write_atomic
+
+if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
+    from .metrics.options import RooflineOptions
+    from .result import DiagnosisResult
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-class _Group(click.Group):
-    """Turns library errors into one line on stderr and exit code 2."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        debug = bool(ctx.params.get("debug")) or os.environ.get("TRACEINSIGHT_DEBUG") == "1"
-        try:
-            return super().invoke(ctx)
-        except TraceInsightError as e:
-            if debug:
-                raise
-            click.echo(f"traceinsight: error: {e.one_line()}", err=True)
-            ctx.exit(e.exit_code)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
-            raise
-        except KeyboardInterrupt:
-            click.echo("traceinsight: interrupted", err=True)
-            ctx.exit(130)
-        except MemoryError:
-            if debug:
-                raise
-            click.echo("traceinsight: error: out of memory (hint: free memory or use a machine "
-                       "with more RAM; ingest needs about 2.5x the uncompressed trace size)",
-                       err=True)
-            ctx.exit(2)
-        except Exception as e:  # noqa: BLE001 - the last line of defence for users
-            if debug:
-                raise
-            click.echo(f"traceinsight: internal error: {type(e).__name__}: {e} "
-                       "(hint: rerun with --debug for the traceback and report it)", err=True)
-            ctx.exit(2)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write a text file via a temporary sibling and rename: never a half-written output."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
-@click.group(cls=_Group, context_settings=CONTEXT)
+@click.group(cls=Group, context_settings=CONTEXT)
 @click.version_option(__version__, "-V", "--version", prog_name="traceinsight")
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress bars.")
@@ -82,11 +41,14 @@ def main(ctx: click.Context, debug: bool, quiet: bool) -> None:
 
     \b
     Start here:
-      traceinsight summary trace.json.gz      what is in the trace
-      traceinsight ingest  trace.json.gz -o run.tistore   keep a store next to it
+      traceinsight diagnose trace.json.gz                why it was slow, in the terminal
+      traceinsight diagnose traces/ --html report.html   a folder of per-rank traces; the report
+      traceinsight profile -o run/ -- python train.py    record a run (script unchanged), then
+      traceinsight diagnose run/                         diagnose what it recorded
 
-    Record a trace that diagnoses well with traceinsight.capture.profile() (record_shapes,
-    profile_memory, with_stack and a schedule with ProfilerStep markers).
+    Every command has --help with examples. -q/--quiet and --debug work before or after the
+    command. From Python, traceinsight.capture.profile() records a trace that diagnoses well
+    (record_shapes, profile_memory, with_stack and a schedule with ProfilerStep markers).
     """
     ctx.ensure_object(dict)
     ctx.obj["debug"] = debug
@@ -103,7 +65,8 @@ _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(path
 @click.option("--force", is_flag=True, help="Replace an existing store at --output.")
 @click.option("--salvage", is_flag=True,
               help="Read the complete events of a truncated trace instead of refusing it.")
-@click.option("--json", "as_json", is_flag=True, help="Print the store's location and counts as JSON.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the store's location and counts as JSON.")
 @click.pass_context
 def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, force: bool,
            salvage: bool, as_json: bool) -> None:
@@ -122,15 +85,15 @@ def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, fo
 
     store = do_ingest(list(inputs), output, force=force, salvage=salvage,
                       quiet=ctx.obj["quiet"])
-    info = {"store": str(store.path), "tables": store.row_counts,
-            "ranks": [r["rank"] for r in store.ranks],
+    ranks = [r["rank"] for r in store.ranks]
+    info = {"store": str(store.path), "tables": store.row_counts, "ranks": ranks,
             "diagnostics": len(store.meta.get("diagnostics", []))}
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:
         rows = ", ".join(f"{k} {v:,}" for k, v in store.row_counts.items() if v)
         click.echo(f"store: {store.path}")
-        click.echo(f"ranks: {', '.join(str(r) for r in info['ranks'])}; rows: {rows}")
+        click.echo(f"ranks: {', '.join(str(r) for r in ranks)}; rows: {rows}")
 
 
 @main.command(context_settings=CONTEXT)
@@ -142,6 +105,12 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
     """A first read-out: span, ranks, devices, steps, event counts, kernel totals, top kernels.
 
     INPUTS is a store directory or trace file(s)/folder (ingested through the cache).
+
+    \b
+    Examples:
+      traceinsight summary trace.json.gz
+      traceinsight summary traces/ -n 20
+      traceinsight summary run.tistore --json > summary.json
     """
     from .ingest import load
     from .summary import render_summary, summarize
@@ -156,10 +125,12 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
 
 @main.command(context_settings=CONTEXT)
 @_INPUTS
-@click.option("--by", type=click.Choice(["kernel", "op", "layer", "annotation", "step"]),
+@click.option("--by", type=click.Choice(["kernel", "op", "layer", "module-type", "annotation",
+                                         "step"]),
               default="kernel", show_default=True, help="What to group GPU time by.")
 @click.option("-n", "top_n", default=20, show_default=True, help="Rows to show.")
-@click.option("--rank", type=int, default=None, help="Only this rank (default: all ranks together).")
+@click.option("--rank", type=int, default=None,
+              help="Only this rank (default: all ranks together).")
 @click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON.")
 @click.pass_context
 def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank: int | None,
@@ -171,11 +142,20 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
     --by op          framework ops: device self time (kernels launched directly), device
                      total (with callees), host time, calls, the costliest input shapes
     --by layer       nn.Module paths (needs with_stack=True), forward vs backward
+    --by module-type nn.Module types over all their instances (Qwen2Attention ×24), with
+                     their sub-modules
     --by annotation  record_function / user annotations
     --by step        per ProfilerStep: wall time, GPU busy, compute, exposed comm, idle
 
     Kernels that cannot be linked to a CPU op are listed as [unattributed]: rows always add
     up to the total GPU time.
+
+    \b
+    Examples:
+      traceinsight top trace.json.gz
+      traceinsight top traces/ --by op -n 30
+      traceinsight top trace.json.gz --by module-type
+      traceinsight top traces/ --by step --rank 2 --json
     """
     from .analysis import Analysis
     from .ingest import load
@@ -183,12 +163,13 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
 
     store = load(list(inputs), quiet=ctx.obj["quiet"])
     an = Analysis(store)
+    df = an.rollup(by, rank)
+    cov = an.attribution.coverage(rank)
     if as_json:
-        df = an.rollup(by, rank)
-        click.echo(json.dumps({"by": by, "rank": rank, "coverage": an.attribution.coverage(rank),
-                               "rows": records(df)}, indent=2, default=str))
+        click.echo(json.dumps({"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
+                              indent=2, default=str))
     else:
-        click.echo(render_top(an, by, top_n, rank))
+        click.echo(render_top(df, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank))
 
 
 SEVERITY_CHOICES = ["high", "medium", "low", "info", "never"]
@@ -199,8 +180,8 @@ def _rule_options(f):
                      help="Extra folder of rule YAML files (same id replaces a shipped rule). "
                           "Repeatable.")(f)
     f = click.option("--set", "overrides", multiple=True, metavar="RULE.THRESHOLD=VALUE",
-                     help="Override a rule threshold, e.g. --set comm-bound.min_exposed_comm_pct=20. "
-                          "Repeatable.")(f)
+                     help="Override a rule threshold, e.g. "
+                          "--set comm-bound.min_exposed_comm_pct=20. Repeatable.")(f)
     return f
 
 
@@ -215,15 +196,19 @@ def _rule_options(f):
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), default="never", show_default=True,
               help="Exit 1 when a finding has this severity or higher (for CI).")
 @_rule_options
-@click.option("--device", help="Device to use for the roofline (a key from `traceinsight devices`).")
+@click.option("--device",
+              help="Device to use for the roofline (a key from `traceinsight devices`).")
 @click.option("--peak-tflops", type=float, help="Dense bf16/fp16 peak in TFLOP/s (unknown GPUs).")
 @click.option("--peak-bw", type=float, help="Memory bandwidth in GB/s (unknown GPUs).")
 @click.option("--params", type=float, help="Model parameters, for the 6·N·tokens MFU estimate.")
-@click.option("--tokens-per-step", type=float, help="Tokens per step over all ranks (MFU estimate).")
+@click.option("--tokens-per-step", type=float,
+              help="Tokens per step over all ranks (MFU estimate).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default=None,
-              help="6·N (train) or 2·N (infer) FLOPs per token; default: train if backward kernels exist.")
+              help="6·N (train) or 2·N (infer) FLOPs per token; "
+                   "default: train if backward kernels exist.")
 @click.option("-v", "--verbose", is_flag=True, help="All evidence tables and recommendations.")
-@click.option("--color/--no-color", default=None, help="Colour the terminal output (default: on a TTY).")
+@click.option("--color/--no-color", default=None,
+              help="Colour the terminal output (default: on a TTY).")
 @click.option("--recompute", is_flag=True,
               help="Recompute the analysis even when the store already holds the result of the "
                    "same code, rules, thresholds and options (it is cached there by default).")
@@ -250,14 +235,21 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
     from .diagnose import diagnose as run_diagnose
     from .ingest import load
     from .metrics.options import RooflineOptions
+    from .progress import Progress
     from .render.terminal import render
 
     store = load(list(inputs), quiet=ctx.obj["quiet"])
     opts = RooflineOptions(device=device, peak_tflops=peak_tflops, peak_bw_gbs=peak_bw,
                            params=params, tokens_per_step=tokens_per_step, mode=mode)
-    result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
-                          command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
-                          cache=not recompute)
+    prog = Progress("analyse", quiet=ctx.obj["quiet"])
+    try:
+        result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
+                              command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
+                              cache=not recompute, progress=prog)
+    except BaseException:
+        prog.stop()
+        raise
+    result, notes = with_skipped(result, list(inputs), store)
     use_color = sys.stdout.isatty() if color is None else color
 
     def md() -> str:
@@ -270,31 +262,10 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
 
         return render_html(result)
 
-    _emit(json_out, md_out, html_out, as_json=result.to_json, as_md=md, as_html=html,
-          as_text=lambda: render(result, color=use_color, verbose=verbose))
+    emit(json_out, md_out, html_out, as_json=result.to_json, as_md=md, as_html=html,
+          as_text=lambda: render(result, color=use_color, verbose=verbose), progress=prog,
+          notes=notes)
     _exit_on(ctx, result, fail_on)
-
-
-def _emit(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
-          as_json: Callable[[], str], as_md: Callable[[], str], as_html: Callable[[], str],
-          as_text: Callable[[], str]) -> None:
-    """Write the requested files atomically, then print the terminal view (or the JSON, for
-    ``--json -``) and name the files written on stderr."""
-    outputs = {}
-    if json_out is not None and str(json_out) != "-":
-        outputs[json_out] = as_json()
-    if md_out is not None:
-        outputs[md_out] = as_md()
-    if html_out is not None:
-        outputs[html_out] = as_html()
-    for path, text in outputs.items():
-        write_atomic(path, text)
-    if json_out is not None and str(json_out) == "-":
-        click.echo(as_json())
-    else:
-        click.echo(as_text(), nl=False)
-        for path in outputs:
-            click.echo(f"wrote {path}", err=True)
 
 
 def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
@@ -324,18 +295,17 @@ def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
 
     SOURCE is a file written by `diagnose --json` (rendered as is) or a store or trace
     (diagnosed first, with the shipped rules plus --rules/--set).
+
+    \b
+    Examples:
+      traceinsight report result.json -o report.html
+      traceinsight report traces/ -o report.html --markdown ticket.md
+      traceinsight report run.tistore --set comm-bound.min_exposed_comm_pct=20
     """
     from .render.html import render_html
-    from .result import DiagnosisResult
 
-    if source.is_file() and source.suffix == ".json" and _is_result(source):
-        result = DiagnosisResult.load(str(source))
-    else:
-        from .diagnose import diagnose as run_diagnose
-        from .ingest import load
-
-        result = run_diagnose(load([source], quiet=ctx.obj["quiet"]), rules_dirs=rules_dirs,
-                              overrides=overrides, command=["traceinsight", *sys.argv[1:]])
+    result = _result_of(ctx, source, rules_dirs, overrides, None,
+                        command=["traceinsight", *sys.argv[1:]])
     write_atomic(output, render_html(result))
     click.echo(f"wrote {output}")
     if md_out is not None:
@@ -346,6 +316,7 @@ def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
 
 
 def _is_result(path: Path) -> bool:
+    """Whether ``path`` starts like a saved diagnosis result (its schema tag)."""
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -354,17 +325,29 @@ def _is_result(path: Path) -> bool:
     return b'"traceinsight.diagnosis"' in head
 
 
-def _result_of(ctx: click.Context, path: Path, rules_dirs, overrides, opts):
-    """A DiagnosisResult from a result JSON, a store, a trace file or a folder of rank traces."""
+def _result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
+               overrides: Sequence[str], opts: RooflineOptions | None, *,
+               command: list[str] | None = None) -> DiagnosisResult:
+    """A DiagnosisResult from a result JSON (read as is, without loading the analysis), a
+    store, a trace file or a folder of rank traces (diagnosed; ``command`` is recorded, by
+    default ``traceinsight diagnose PATH``)."""
     from .result import DiagnosisResult
 
     if path.is_file() and path.suffix == ".json" and _is_result(path):
         return DiagnosisResult.load(str(path))
     from .diagnose import diagnose as run_diagnose
     from .ingest import load
+    from .progress import Progress
 
-    return run_diagnose(load([path], quiet=ctx.obj["quiet"]), options=opts, rules_dirs=rules_dirs,
-                        overrides=overrides, command=["traceinsight", "diagnose", str(path)])
+    store = load([path], quiet=ctx.obj["quiet"])
+    prog = Progress("analyse", quiet=ctx.obj["quiet"])
+    try:
+        result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
+                              command=command or ["traceinsight", "diagnose", str(path)],
+                              progress=prog)
+    finally:
+        prog.done()
+    return with_skipped(result, [path], store)[0]
 
 
 @main.command(context_settings=CONTEXT)
@@ -378,21 +361,32 @@ def _result_of(ctx: click.Context, path: Path, rules_dirs, overrides, opts):
               show_default=True, help="Split compute time by layer (module path), top-level op, or "
                                       "kernel class; auto picks the finest both sides support.")
 @click.option("--fail-if-slower", type=float, metavar="PCT",
-              help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate).")
+              help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate); "
+                   "exit 2 when the runs are not comparable or a side has no step time.")
+@click.option("--allow-incomparable", is_flag=True,
+              help="Gate with --fail-if-slower even when the runs are not comparable (different "
+                   "model shapes or world sizes): on the normalised change where there is one.")
+@click.option("--tokens-per-step", "tokens", type=float, nargs=2, metavar="BEFORE AFTER",
+              help="Tokens per step of each side: step time is then also compared per token "
+                   "where the work per step differs.")
 @click.option("-n", "top_n", default=12, show_default=True, help="Contributors to list.")
 @_rule_options
 @click.option("--device", help="Device for both sides' roofline (traces only).")
 @click.pass_context
 def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None,
             html_out: Path | None, md_out: Path | None, by: str, fail_if_slower: float | None,
-            top_n: int, rules_dirs: tuple[Path, ...], overrides: tuple[str, ...],
+            allow_incomparable: bool, tokens: tuple[float, float] | None, top_n: int,
+            rules_dirs: tuple[Path, ...], overrides: tuple[str, ...],
             device: str | None) -> None:
     """Compare two runs: what changed in step time, and which layers, ops or parts explain it.
 
     BEFORE and AFTER are each a result JSON (diagnose --json), a store, a trace file or a
     folder of per-rank traces. Layers and ops are aligned by module path and top-level op, so
     runs on different GPUs or libraries (H100 vs MI300X) still line up. The contributors add up
-    exactly to the change of the mean step time.
+    exactly to the change of the mean step time. The headline says first whether the runs can
+    be compared: different model shapes, world sizes or run modes make them not comparable;
+    different GPUs, dtypes, eager vs torch.compile or too few steps call for caution
+    (docs/COMPARE.md).
 
     \b
     Examples:
@@ -400,14 +394,16 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
       traceinsight compare base/ new/ --json delta.json --fail-if-slower 5
       traceinsight compare h100.json.gz mi300x.json.gz --html compare.html --markdown compare.md
     """
+    from .comparability import gate
     from .compare import compare as run_compare
-    from .compare import render_compare
     from .metrics.options import RooflineOptions
+    from .render.terminal import render_compare
 
     opts = RooflineOptions(device=device)
     a = _result_of(ctx, before, rules_dirs, overrides, opts)
     b = _result_of(ctx, after, rules_dirs, overrides, opts)
-    c = run_compare(a, b, by=by, labels=(before.name, after.name))
+    c = run_compare(a, b, by=by, labels=(before.name, after.name),
+                    tokens=(tokens[0], tokens[1]) if tokens else (None, None))
 
     def md() -> str:
         from .render.markdown import render_compare_markdown
@@ -419,16 +415,15 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
 
         return render_compare_html(c)
 
-    _emit(json_out, md_out, html_out, as_json=lambda: json.dumps(c, indent=2, default=str),
+    emit(json_out, md_out, html_out, as_json=lambda: json.dumps(c, indent=2, default=str),
           as_md=md, as_html=html, as_text=lambda: render_compare(c, n=top_n))
     if fail_if_slower is not None:
-        pct = c["step_time"]["p50_delta_pct"]
-        if pct is None:
-            pct = c["step_time"]["mean_delta_pct"]
-        if pct is not None and pct > fail_if_slower:
-            click.echo(f"traceinsight: step time regressed by {pct:.1f}% (> {fail_if_slower:g}%)",
-                       err=True)
-            ctx.exit(1)
+        code, line = gate(c, fail_if_slower, allow_incomparable=allow_incomparable,
+                          names=(str(before), str(after)))
+        if line:
+            click.echo(line, err=True)
+        if code:
+            ctx.exit(code)
 
 
 @main.command(context_settings=CONTEXT)
@@ -441,6 +436,13 @@ def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ..
 
     Rules are YAML files (the shipped ones live in the package's rules/ folder); add or replace
     rules with --rules DIR and change thresholds with --set RULE.THRESHOLD=VALUE.
+
+    \b
+    Examples:
+      traceinsight rules
+      traceinsight rules --explain comm-bound
+      traceinsight rules --metrics
+      traceinsight rules --rules my_rules/ --set comm-bound.min_exposed_comm_pct=20
     """
     from . import fmt
     from .engine import explain, load_rules
@@ -449,17 +451,19 @@ def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ..
 
     if list_metrics:
         rows = [[m.name, m.unit, m.doc] for m in sorted(REGISTRY.values(), key=lambda m: m.name)]
-        click.echo(fmt.table(rows, ["metric", "unit", "meaning"], align="lll", flex=2))
+        click.echo(fmt.table(rows, ["metric", "unit", "meaning"], align="lll", flex=2, wrap=True))
         return
     rs = load_rules(list(rules_dirs), list(overrides))
     if explain_id:
         match = [r for r in rs if r.id == explain_id]
         if not match:
-            raise ConfigError(f"no rule {explain_id!r}", hint="one of " + ", ".join(sorted(r.id for r in rs)))
+            raise ConfigError(f"no rule {explain_id!r}",
+                              hint="one of " + ", ".join(sorted(r.id for r in rs)))
         click.echo(explain(match[0]))
         return
     rows = [[r.id, r.category, r.summary] for r in sorted(rs, key=lambda r: (r.category, r.id))]
-    click.echo(fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2))
+    click.echo(fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2,
+                         wrap=True))
     click.echo("\ntraceinsight rules --explain ID shows a rule's thresholds and advice.")
 
 
@@ -470,6 +474,12 @@ def devices(as_json: bool) -> None:
 
     Extend or override it with a YAML file named by TRACEINSIGHT_DEVICES (same schema as the
     shipped traceinsight/data/devices.yaml).
+
+    \b
+    Examples:
+      traceinsight devices
+      traceinsight devices --json
+      TRACEINSIGHT_DEVICES=my_gpus.yaml traceinsight devices
     """
     from . import devices as dev
     from . import fmt
@@ -485,6 +495,53 @@ def devices(as_json: bool) -> None:
              fmt.fmt_rate(s.mem_bw, "B/s"), fmt.fmt_bytes(s.mem_bytes)] for s in specs]
     click.echo(fmt.table(rows, ["key", "name", "bf16/fp16", "fp32", "fp8", "bandwidth", "memory"],
                          align="llrrrrr", flex=1))
+
+
+@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True,
+                                "allow_interspersed_args": False})
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              default=Path("traceinsight-profile"), show_default=True,
+              help="Folder for the traces (rank-N.pt.trace.json.gz, one per rank).")
+@click.option("--wait", default=1, show_default=True, type=click.IntRange(0),
+              help="Optimizer steps skipped first (start-up).")
+@click.option("--warmup", default=1, show_default=True, type=click.IntRange(0),
+              help="Steps the profiler warms up on (not kept).")
+@click.option("--active", default=3, show_default=True, type=click.IntRange(1),
+              help="Steps recorded.")
+@click.option("--step-on", type=click.Choice(["optimizer", "none"]), default="optimizer",
+              show_default=True, help="What ends a step: each optimizer.step(), or none (record "
+                                      "the whole run as one window, e.g. inference).")
+@click.option("--no-stack", is_flag=True, help="Without Python stacks (less overhead; no layers).")
+@click.option("--no-memory", is_flag=True, help="Without allocator events (no memory rules).")
+@click.option("--force", is_flag=True, help="Replace the traces of an earlier recording in -o.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def profile(output: Path, wait: int, warmup: int, active: int, step_on: str, no_stack: bool,
+            no_memory: bool, force: bool, command: tuple[str, ...]) -> None:
+    """Record a run without editing its script, then diagnose it.
+
+    COMMAND runs as given, after --. Every Python process it starts records itself (under
+    torchrun: each rank to its own file) with the settings of traceinsight.capture: shapes,
+    memory, stacks, modules and a schedule whose steps are the script's optimizer steps.
+    Exit code: the command's (2 when nothing could be recorded).
+
+    \b
+    Examples:
+      traceinsight profile -- python train.py --epochs 1
+      traceinsight profile -o run/ -- torchrun --nproc_per_node 8 train.py
+      traceinsight profile --step-on none -o infer/ -- python serve_batch.py
+      traceinsight diagnose run/ --html report.html        (the command it prints next)
+    """
+    from .profile_run import Settings, record
+
+    settings = Settings(out=str(output), wait=wait, warmup=warmup, active=active,
+                        step_on=step_on, with_stack=not no_stack, profile_memory=not no_memory)
+    rec = record(list(command), settings, force=force)
+    for line in rec.summary_lines(settings):
+        click.echo(line, err=not rec.files)
+    if rec.returncode:
+        sys.exit(rec.returncode)
+    if not rec.files:
+        sys.exit(2)
 
 
 if __name__ == "__main__":  # pragma: no cover

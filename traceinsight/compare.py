@@ -7,10 +7,13 @@ two runs on different libraries or vendors still line up:
     step = Σ compute kernel time by layer (module path) | top-level op | kernel class
            + concurrency (compute union - compute kernel sum: overlap across streams, <= 0)
            + exposed communication + exposed memcpy + exposed memset
-           + idle (launch wait, input wait, sync wait, device wait)
+           + idle by cause (launch, input, sync, copy, host, alloc, device wait, start-up, ...)
 
 Values are integer nanoseconds per step (largest-remainder rounding keeps the sums exact), so
-the contributors' ``delta_ns`` add up to ``total_delta_ns`` exactly.
+the contributors' ``delta_ns`` add up to ``total_delta_ns`` exactly. Contributors pair by
+identical name (module path, op, class); one present on a single side is ``added`` or
+``removed``. Whether the two runs can be compared at all, and on what basis, is the
+``comparability`` block (:mod:`.comparability`, docs/COMPARE.md); the headline leads with it.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
-from . import __version__, fmt
+from . import __version__, comparability, fmt
 from .result import SEVERITY_RANK, DiagnosisResult
 from .vocab import NO_MODULE
 
@@ -27,13 +30,14 @@ COMPARE_VERSION = 1
 STRUCTURE_KINDS = ("layer", "op", "class")
 
 
-def _per_step(parts: dict[tuple[str, str], int], windows: int, total: int) -> dict[tuple[str, str], int]:
+def _per_step(parts: dict[tuple[str, str], int], windows: int,
+              total: int) -> dict[tuple[str, str], int]:
     """Divide integer sums by ``windows`` keeping their sum equal to round(total / windows)."""
     if windows <= 0:
         return {k: 0 for k in parts}
     exact = {k: Fraction(v, windows) for k, v in parts.items()}
     floors = {k: (v.numerator // v.denominator) for k, v in exact.items()}
-    target = int(round(Fraction(total, windows)))
+    target = round(Fraction(total, windows))
     rest = target - sum(floors.values())
     order = sorted(exact, key=lambda k: exact[k] - floors[k], reverse=True)
     if rest >= 0:
@@ -79,7 +83,8 @@ def decompose(r: DiagnosisResult, kind: str) -> tuple[dict[tuple[str, str], int]
     parts: dict[tuple[str, str], int] = {}
     for name, v in _structure(r, kind).items():
         parts[(kind, name)] = int(v)
-    parts[("concurrency", "compute overlap across streams")] = int(b["compute_ns"]) - int(b["compute_kernel_sum_ns"])
+    overlap = int(b["compute_ns"]) - int(b["compute_kernel_sum_ns"])
+    parts[("concurrency", "compute overlap across streams")] = overlap
     parts[("comm", "exposed communication")] = int(b["comm_exposed_ns"])
     parts[("memcpy", "exposed memcpy")] = int(b["memcpy_exposed_ns"])
     parts[("memset", "exposed memset")] = int(b["memset_exposed_ns"])
@@ -116,7 +121,7 @@ def _delta(a: float | None, b: float | None) -> dict[str, float | None]:
 
 
 def _table(before: dict[str, float], after: dict[str, float], key: str) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name in set(before) | set(after):
         a, b = before.get(name), after.get(name)
         status = "new" if a is None else ("gone" if b is None else "same")
@@ -148,22 +153,25 @@ def _findings(before: DiagnosisResult, after: DiagnosisResult) -> dict[str, Any]
     changed = []
     same = []
     for rule in sorted(set(a) & set(b)):
+        impacts = {"impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct}
         if a[rule].severity != b[rule].severity:
-            direction = ("worse" if SEVERITY_RANK[b[rule].severity] < SEVERITY_RANK[a[rule].severity]
-                         else "better")
+            worse = SEVERITY_RANK[b[rule].severity] < SEVERITY_RANK[a[rule].severity]
+            direction = "worse" if worse else "better"
             changed.append({"rule": rule, "before": a[rule].severity, "after": b[rule].severity,
-                            "direction": direction, "title": b[rule].title,
-                            "impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct})
+                            "direction": direction, "title": b[rule].title, **impacts})
         else:
-            same.append({"rule": rule, "severity": b[rule].severity,
-                         "impact_before_pct": a[rule].impact_pct, "impact_after_pct": b[rule].impact_pct})
+            same.append({"rule": rule, "severity": b[rule].severity, **impacts})
     return {"appeared": [brief(b[r]) for r in sorted(set(b) - set(a))],
             "disappeared": [brief(a[r]) for r in sorted(set(a) - set(b))],
             "changed": changed, "unchanged": same}
 
 
 def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto",
-            labels: tuple[str, str] = ("before", "after")) -> dict[str, Any]:
+            labels: tuple[str, str] = ("before", "after"),
+            tokens: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+    """Explain the change of step time from ``before`` to ``after`` (the compare JSON, see
+    docs/RESULT.md). ``tokens`` (tokens per step of each side) override what the results
+    recorded; they allow a per-token comparison where the work per step differs."""
     kind = choose_structure(before, after, by)
     diags = []
     for side, r in (("before", before), ("after", after)):
@@ -175,13 +183,14 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
                           "its 'step' is the whole GPU span of the trace"})
     pa, ta = decompose(before, kind)
     pb, tb = decompose(after, kind)
-    contributors = []
+    contributors: list[dict[str, Any]] = []
     for key in sorted(set(pa) | set(pb)):
         a, b = pa.get(key, 0), pb.get(key, 0)
         if a == 0 and b == 0:
             continue
+        status = "paired" if key in pa and key in pb else ("removed" if key in pa else "added")
         contributors.append({"kind": key[0], "name": key[1], "before_ns": a, "after_ns": b,
-                             "delta_ns": b - a})
+                             "delta_ns": b - a, "status": status})
     contributors.sort(key=lambda c: (-abs(c["delta_ns"]), c["kind"], c["name"]))
     total = tb - ta
     assert sum(c["delta_ns"] for c in contributors) == total
@@ -194,12 +203,18 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
     if ref_a and ref_b:
         thr = {"before_steps_per_s": 1e9 / ref_a, "after_steps_per_s": 1e9 / ref_b,
                "ratio": ref_a / ref_b, "delta_pct": 100.0 * (ref_a / ref_b - 1.0)}
+    ref = "p50" if sa["p50"] and sb["p50"] else "mean"
+    comp = comparability.assess(before, after, ref_a=sa[ref], ref_b=sb[ref], ref=ref,
+                                tokens=tokens)
+    if any(d["what"] == "module tree" for d in comp["differences"]):
+        comp["pairing"] = comparability.pairing(_structure(before, "layer"),
+                                                _structure(after, "layer"), NO_MODULE)
     bd = []
     for part in ("compute", "comm exposed", "memcpy exposed", "memset exposed", "idle"):
-        key = part.replace(" ", "_") + "_ns"
-        key = "comm_exposed_ns" if part == "comm exposed" else key
-        va = _basis_per_step(before, key)
-        vb = _basis_per_step(after, key)
+        col = part.replace(" ", "_") + "_ns"
+        col = "comm_exposed_ns" if part == "comm exposed" else col
+        va = _basis_per_step(before, col)
+        vb = _basis_per_step(after, col)
         bd.append({"part": part, "before_ns": va, "after_ns": vb,
                    "delta_ns": None if va is None or vb is None else vb - va})
     kern_a = _names(before.rollups.get("kernels", []), "name")
@@ -212,6 +227,7 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         "tool": {"name": "traceinsight", "version": __version__},
         "before": _side(before, labels[0]),
         "after": _side(after, labels[1]),
+        "comparability": comp,
         "explained_by": kind,
         "step_time": {"before": sa, "after": sb, "p50_delta_ns": p50["delta"],
                       "p50_delta_pct": p50["delta_pct"], "mean_delta_ns": mean["delta"],
@@ -224,7 +240,8 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         "breakdown": bd,
         "layers": _table(_per_step_map(before, "layer"), _per_step_map(after, "layer"), "name"),
         "ops": _table(_per_step_map(before, "op"), _per_step_map(after, "op"), "name"),
-        "kernel_classes": _table(_per_step_map(before, "class"), _per_step_map(after, "class"), "name"),
+        "kernel_classes": _table(_per_step_map(before, "class"), _per_step_map(after, "class"),
+                                 "name"),
         "new_kernels": sorted(kern_b - kern_a)[:200],
         "gone_kernels": sorted(kern_a - kern_b)[:200],
         "new_ops": sorted(ops_b - ops_a)[:200],
@@ -244,89 +261,40 @@ def _basis_per_step(r: DiagnosisResult, key: str) -> float | None:
 
 
 def compare_headline(c: dict[str, Any]) -> str:
+    """One paragraph: whether the runs can be compared (``Not comparable: ...`` /
+    ``Caution: ...``), the change of step time (normalised where the work differs) and, for a
+    valid comparison, its largest contributors."""
+    comp = c.get("comparability")
+    prefix = comparability.headline_prefix(comp)
+    valid = bool(comp is None or comp.get("comparable"))
     st = c["step_time"]
     ref = "p50" if st["p50_delta_pct"] is not None else "mean"
     pct = st["p50_delta_pct"] if ref == "p50" else st["mean_delta_pct"]
     a = st["before"][ref]
     b = st["after"][ref]
     if pct is None or a is None or b is None:
-        return "The runs cannot be compared by step time (no GPU step windows on one side)."
+        return prefix + ("The runs cannot be compared by step time (no GPU step windows on one "
+                         "side).")
     word = "slower" if pct > 0 else "faster"
+    who = "After" if valid else "Measured anyway, after"
     if abs(pct) < 1.0:
-        lead = f"Step time is unchanged ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)}, {pct:+.1f}%)"
+        lead = (f"{'Step time' if valid else 'Measured anyway, step time'} is unchanged "
+                f"({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)}, {pct:+.1f}%)")
     else:
-        lead = f"After is {abs(pct):.1f}% {word} per step ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)})"
+        lead = f"{who} is {abs(pct):.1f}% {word} per step ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)})"
+    norm = (comp or {}).get("normalised")
+    if norm:
+        npct = norm["delta_pct"]
+        nword = "unchanged" if abs(npct) < 1.0 else (
+            f"{abs(npct):.1f}% {'slower' if npct > 0 else 'faster'}")
+        lead += f"; per {'modelled FLOP' if norm['by'] == 'flop' else 'token'} it is {nword}"
+        if norm["by"] == "token":
+            lead += f" ({fmt.fmt_ns(norm['before'])} → {fmt.fmt_ns(norm['after'])} per token)"
+        else:
+            lead += (f" ({fmt.fmt_rate(norm['before_tflops'] * 1e12, 'FLOP/s')} → "
+                     f"{fmt.fmt_rate(norm['after_tflops'] * 1e12, 'FLOP/s')} modelled)")
     tops = [x for x in c["contributors"] if x["delta_ns"] != 0][:3]
-    if tops:
+    if tops and valid:
         parts = [f"{x['name']} {fmt.signed_ns(x['delta_ns'])}" for x in tops]
         lead += "; largest changes per step: " + ", ".join(parts)
-    return lead + "."
-
-
-def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> str:
-    width = width or fmt.terminal_width()
-    a, b = c["before"], c["after"]
-    lines = [f"traceinsight compare — {', '.join(a['sources'][:2])}  →  {', '.join(b['sources'][:2])}",
-             f"before: {a['ranks']} rank(s) · {', '.join(a['devices']) or 'GPU not recorded'}",
-             f"after:  {b['ranks']} rank(s) · {', '.join(b['devices']) or 'GPU not recorded'}", "",
-             c["headline"], ""]
-    st = c["step_time"]
-    rows = []
-    for q in ("p50", "p90", "max", "mean"):
-        va, vb = st["before"][q], st["after"][q]
-        d = None if va is None or vb is None else vb - va
-        pct = f"{100 * d / va:+.1f}%" if d is not None and va else "–"
-        rows.append([f"step time {q}", fmt.fmt_ns(va), fmt.fmt_ns(vb),
-                     ("+" if d and d > 0 else "") + fmt.fmt_ns(d) if d is not None else "–", pct])
-    if c["throughput"]:
-        t = c["throughput"]
-        rows.append(["steps / s", f"{t['before_steps_per_s']:.2f}", f"{t['after_steps_per_s']:.2f}",
-                     f"x{t['ratio']:.3f}", f"{t['delta_pct']:+.1f}%"])
-    for r in c["breakdown"]:
-        if r["delta_ns"] is None:
-            continue
-        va, vb = r["before_ns"], r["after_ns"]
-        rows.append([f"  {r['part']} / step", fmt.fmt_ns(va), fmt.fmt_ns(vb),
-                     ("+" if r["delta_ns"] > 0 else "") + fmt.fmt_ns(r["delta_ns"]),
-                     f"{100 * r['delta_ns'] / va:+.1f}%" if va else "–"])
-    lines.append(fmt.table(rows, ["", "before", "after", "delta", "%"], align="lrrrr"))
-    lines.append("")
-    lines.append(f"Contributors to the change of mean step time ({fmt.fmt_ns(c['before_step_ns'])} → "
-                 f"{fmt.fmt_ns(c['after_step_ns'])}, {'+' if c['total_delta_ns'] > 0 else ''}"
-                 f"{fmt.fmt_ns(c['total_delta_ns'])}), compute split by {c['explained_by']}:")
-    contrib = c["contributors"]
-    top = contrib[:n]
-    rest = contrib[n:]
-    scale = max([abs(x["delta_ns"]) for x in top] + [1])
-    rows = []
-    for x in top:
-        bar_len = int(round(12 * abs(x["delta_ns"]) / scale))
-        barc = ("+" if x["delta_ns"] > 0 else "−") * bar_len
-        rows.append([x["kind"], x["name"], fmt.fmt_ns(x["before_ns"]), fmt.fmt_ns(x["after_ns"]),
-                     ("+" if x["delta_ns"] > 0 else "") + fmt.fmt_ns(x["delta_ns"]), barc])
-    if rest:
-        rd = sum(x["delta_ns"] for x in rest)
-        rows.append(["", f"[{len(rest)} others]", "", "", ("+" if rd > 0 else "") + fmt.fmt_ns(rd), ""])
-    lines.append(fmt.table(rows, ["kind", "name", "before", "after", "delta", ""],
-                           align="llrrrl", flex=1, max_width=width))
-    lines.append("")
-    f = c["findings"]
-    if f["appeared"] or f["disappeared"] or f["changed"]:
-        lines.append("Findings:")
-        for x in f["appeared"]:
-            lines.append(f"  + {x['rule']} appeared ({x['severity']}): {x['title']}")
-        for x in f["disappeared"]:
-            lines.append(f"  − {x['rule']} gone (was {x['severity']})")
-        for x in f["changed"]:
-            lines.append(f"  ~ {x['rule']}: {x['before']} → {x['after']} ({x['direction']})")
-        lines.append("")
-    for label, key in (("New kernels", "new_kernels"), ("Gone kernels", "gone_kernels"),
-                       ("New ops", "new_ops"), ("Gone ops", "gone_ops")):
-        names = c[key]
-        if names:
-            shown = ", ".join(fmt.shorten(fmt.short_kernel_name(x), 60) for x in names[:4])
-            more = f" (+{len(names) - 4})" if len(names) > 4 else ""
-            lines.append(f"{label} ({len(names)}): {shown}{more}")
-    for d in c["diagnostics"]:
-        lines.append(f"! {d['message']}")
-    return "\n".join(lines).rstrip() + "\n"
+    return prefix + lead + "."

@@ -29,8 +29,8 @@ import yaml
 from .errors import ConfigError
 
 __all__ = [
-    "DTYPES", "MATRIX_DTYPES", "DeviceSpec", "Resolution", "builtin_table_path", "load_table",
-    "list_devices", "lookup", "resolve", "ENV_VAR",
+    "DTYPES", "MATRIX_DTYPES", "DeviceSpec", "Resolution", "builtin_table", "builtin_table_path",
+    "load_table", "list_devices", "lookup", "resolve", "ENV_VAR",
 ]
 
 #: environment variable naming a user device file (same schema as the built-in table)
@@ -352,6 +352,11 @@ def load_table(extra: str | Path | None = None) -> list[DeviceSpec]:
     return list(_load_cached(tuple(keyed)))
 
 
+def builtin_table() -> list[DeviceSpec]:
+    """The built-in table alone, in match order (no user file, whatever the environment says)."""
+    return list(_load_cached(()))
+
+
 def list_devices(extra: str | Path | None = None) -> list[DeviceSpec]:
     """All known devices in match order (for ``traceinsight devices``)."""
     return load_table(extra)
@@ -461,9 +466,10 @@ def resolve(props: Mapping[str, Any] | None, *, override_key: str | None = None,
             if guess is not None:
                 spec, why = guess
                 how = "gfx-guess"
-                shown = repr(name) if name else "with no name"
-                message = (f"device {shown} is a generic name; guessed {spec.name} from "
-                           f"{why}; if that is wrong, {_hint()}")
+                named = (f"the trace names it only {name!r}" if name
+                         else "the trace gives no device name")
+                message = (f"identified as {spec.name} from its architecture, {why} "
+                           f"({named}); if that is wrong, {_hint()}")
         if spec is None:
             if name:
                 what = _KNOWN_OTHERS.get(name.upper())

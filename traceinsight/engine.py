@@ -215,7 +215,7 @@ def _confidence(raw: Any, source: str, thresholds: dict[str, Any]) -> Confidence
                           path=source)
     for k in ("min_for_high", "min_for_medium"):
         v = raw[k]
-        if isinstance(v, str) and v not in thresholds or not isinstance(v, (str, int, float)):
+        if (isinstance(v, str) and v not in thresholds) or not isinstance(v, (str, int, float)):
             raise ConfigError(f"confidence.{k} must be a number or a threshold name, got {v!r}",
                               path=source)
     return Confidence(raw["metric"], *(x if isinstance(x, str) else float(x) for x in
@@ -280,7 +280,7 @@ def parse_rule(data: Any, source: str) -> Rule:
         if not rule.doc.get(k):
             raise ConfigError(f"doc.{k} is missing", path=source)
     texts = [t.text for t in rule.message + rule.recommendations]
-    for text in [rule.headline or ""] + texts:
+    for text in [rule.headline or "", *texts]:
         for _, fname, _, _ in string.Formatter().parse(text):
             if fname and fname not in REGISTRY and fname not in thresholds:
                 raise ConfigError(f"text field {{{fname}}} is neither a metric nor a threshold",
@@ -335,22 +335,8 @@ def apply_override(rules: dict[str, Rule], item: str) -> None:
 # --- evaluation -----------------------------------------------------------------------------
 
 def format_value(metric: str, v: float | None) -> str:
-    if v is None:
-        return "–"
-    unit = REGISTRY[metric].unit if metric in REGISTRY else ""
-    if unit == "%":
-        return fmt.fmt_pct(v)
-    if unit == "ns":
-        return fmt.fmt_ns(v)
-    if unit == "bytes":
-        return fmt.fmt_bytes(v)
-    if unit == "ratio":
-        return f"{v:.2f}"
-    if unit in ("count", "rank", "bool"):
-        return f"{v:,.0f}" if float(v).is_integer() or abs(v) >= 10 else f"{v:,.1f}"
-    if unit in ("TFLOP/s", "GB/s"):
-        return f"{v:,.1f} {unit}"
-    return f"{v:.3g}"
+    """A metric's value as text by its registry unit (:func:`fmt.format_metric`)."""
+    return fmt.format_metric(v, REGISTRY[metric].unit if metric in REGISTRY else "")
 
 
 def lower_bound_prefix(metric: str, values: dict[str, float | None]) -> str:
@@ -389,18 +375,8 @@ def render_text(text: str, values: dict[str, float | None], thresholds: dict[str
             out.append(lower_bound_prefix(unit_name, values) + format_value(unit_name, v))
         else:
             th = rule.thresholds[fname]
-            out.append(_threshold_text(v, th.unit))
+            out.append(fmt.format_threshold(v, th.unit))
     return "".join(out)
-
-
-def _threshold_text(v: float, unit: str) -> str:
-    if unit == "%":
-        return fmt.fmt_pct(v, 0 if float(v).is_integer() else 1)
-    if unit == "bytes":
-        return fmt.fmt_bytes(v)
-    if unit == "ns":
-        return fmt.fmt_ns(v)
-    return f"{v:g}"
 
 
 @dataclass

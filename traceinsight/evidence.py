@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import pandas as pd
 
+from .fmt import fmt_ns
 from .metrics import MetricSet
 from .vocab import NO_MODULE
 
@@ -143,9 +144,26 @@ def _gaps(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     want = p.get("cause")
     if want:
         recs = [r for r in recs if r["cause"] == want]
-    return _records("Largest GPU idle gaps", recs[: int(p.get("n", 8))], [
+    recs = _with_offsets(recs[: int(p.get("n", 8))], an)
+    return _records("Largest GPU idle gaps", recs, [
         ("rank", "rank", "text"), ("step", "step", "text"), ("dur_ns", "idle", "ns"),
-        ("cause", "cause", "text")])
+        ("cause", "cause", "text"), ("at_ns", "into step", "ns")])
+
+
+def _with_offsets(recs: list[dict], an: Any) -> list[dict]:
+    """Idle gaps with ``at_ns``, where each starts in its step window: gaps of equal length in
+    one step are different gaps, and the offset tells them apart (and finds them in a trace
+    viewer)."""
+    starts: dict[tuple[Any, Any], int] = {}
+    if an is not None:
+        for w in an.attribution.steps:
+            starts.setdefault((w.rank, w.step), w.start_ns)
+    out = []
+    for r in recs:
+        base = starts.get((r.get("rank"), r.get("step")))
+        at = r.get("start_ns")
+        out.append({**r, "at_ns": at - base if base is not None and at is not None else None})
+    return out
 
 
 @provider("sync_calls")
@@ -167,11 +185,11 @@ def _stalls(ms: MetricSet, an: Any, p: dict) -> list[dict]:
 def _dataloader(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     if an is None:
         return []
-    from .metrics.timing import DATALOADER_RE, _rank_ranges
+    from .metrics.timing import DATALOADER_RE, rank_ranges
 
     frames = []
     for r in sorted(an.breakdown.ranks):
-        _, _, sel = _rank_ranges(an, r, DATALOADER_RE)
+        _, _, sel = rank_ranges(an, r, DATALOADER_RE)
         frames.append(sel)
     df = pd.concat(frames) if frames else pd.DataFrame()
     if not len(df):
@@ -239,7 +257,7 @@ def _ranks(ms: MetricSet, an: Any, p: dict) -> list[dict]:
         rows = [[r, n] for r, n in sorted(skew["last_arrivals"].items())]
         out.append(table("Last to arrive at collectives (n-th collective of each rank)",
                          [("rank", "text"), ("times last", "count")], rows,
-                         note=f"median start spread {skew['median_spread_ns'] / 1e3:.1f} µs"))
+                         note=f"median start spread {fmt_ns(skew['median_spread_ns'])}"))
     return out
 
 

@@ -1,27 +1,48 @@
-"""Number formatting and plain-text tables shared by the terminal, Markdown and HTML output."""
+"""Value formatting and plain-text tables: the one home for how a number reads, shared by the
+terminal, Markdown and HTML output and the rule engine's messages.
+
+Signed changes (``signed_ns``, ``signed_pct``, the ``dns``/``dpct``/``spct`` cells) use the true
+minus sign (U+2212) everywhere.
+"""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import shutil
-from typing import Any, Sequence
+import textwrap
+from collections.abc import Sequence
+from typing import Any
+
+#: duration units, smallest first, with their size in ns
+DURATION_UNITS = (("ns", 1.0), ("µs", 1e3), ("ms", 1e6), ("s", 1e9))
 
 
 def fmt_ns(ns: float | int | None, *, digits: int = 3) -> str:
-    """Nanoseconds as a human duration: ``812 ns``, ``14.2 µs``, ``3.51 ms``, ``2.04 s``."""
+    """Nanoseconds as a human duration: ``812 ns``, ``14.2 µs``, ``3.51 ms``, ``2.04 s``.
+
+    The one unit rule for every duration the tool prints: the largest unit in which the value
+    is at least 1, shown with ``digits`` significant digits (``2151.9 µs`` reads ``2.15 ms``);
+    a value that would round up to 1000 of a unit moves to the next one (``1.00 ms``, never
+    ``1000 µs``). Seconds are the largest unit."""
     if ns is None:
         return "–"
     v = float(ns)
     if v == 0:
         return "0"
     a = abs(v)
-    if a < 1e3:
-        return f"{v:.0f} ns"
-    for unit, scale in (("µs", 1e3), ("ms", 1e6), ("s", 1e9)):
-        if a < scale * 1e3 or unit == "s":
-            x = v / scale
-            return f"{x:.{max(0, digits - len(str(int(abs(x)))))}f} {unit}"
-    return f"{v:.0f} ns"  # pragma: no cover
+    for i, (unit, scale) in enumerate(DURATION_UNITS):
+        last = i == len(DURATION_UNITS) - 1
+        if not last and a >= DURATION_UNITS[i + 1][1]:
+            continue
+        x = v / scale
+        places = 0 if unit == "ns" else max(0, digits - len(str(int(abs(x)))))
+        text = f"{x:.{places}f}"
+        if not last and abs(float(text)) >= 1000:  # rounded up into the next unit
+            continue
+        return f"{text} {unit}"
+    return f"{v / 1e9:.0f} s"  # pragma: no cover
 
 
 def fmt_bytes(n: float | int | None) -> str:
@@ -42,7 +63,7 @@ def fmt_pct(p: float | None, digits: int = 1) -> str:
 def fmt_num(x: float | int | None, digits: int = 2) -> str:
     if x is None:
         return "–"
-    if isinstance(x, int) or float(x).is_integer() and abs(x) < 1e15:
+    if isinstance(x, int) or (float(x).is_integer() and abs(x) < 1e15):
         return f"{int(x):,}"
     return f"{x:,.{digits}f}"
 
@@ -62,7 +83,7 @@ def shorten(text: str, width: int) -> str:
     text = " ".join(str(text).split())
     if len(text) <= width:
         return text
-    if "/" in text and width >= 16:
+    if "/" in text and " " not in text and width >= 16:  # a path, not prose with an "I/O"
         parts = text.split("/")
         tail = parts[-1]
         head = parts[0]
@@ -103,9 +124,11 @@ def terminal_width(default: int = 120) -> int:
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
-          align: str | None = None, max_width: int | None = None, flex: int | None = None) -> str:
+          align: str | None = None, max_width: int | None = None, flex: int | None = None,
+          wrap: bool = False) -> str:
     """A plain-text table. ``align``: one of l/r per column; ``flex``: the column that shrinks
-    (usually a name) when the table is wider than ``max_width``."""
+    (usually a name) when the table is wider than ``max_width``: cut short, or with ``wrap``
+    (for prose) continued on the next lines, so no sentence is ever cut."""
     cells = [[str(c) for c in r] for r in rows]
     ncol = len(headers)
     align = align or "l" + "r" * (ncol - 1)
@@ -115,9 +138,20 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
             widths[i] = max(widths[i], len(c))
     max_width = max_width or terminal_width()
     total = sum(widths) + 2 * (ncol - 1)
-    if flex is not None and total > max_width:
+    if flex is not None and total > max_width and wrap:
+        widths[flex] = max(24, widths[flex] - (total - max_width))
+        wrapped: list[list[str]] = []
+        for r in cells:
+            parts = textwrap.wrap(r[flex], widths[flex], break_on_hyphens=False) or [""]
+            first = list(r)
+            first[flex] = parts[0]
+            wrapped.append(first)
+            wrapped += [[p if i == flex else "" for i in range(ncol)] for p in parts[1:]]
+        cells = wrapped
+    elif flex is not None and total > max_width:
         widths[flex] = max(12, widths[flex] - (total - max_width))
-        cells = [[shorten(c, widths[flex]) if i == flex else c for i, c in enumerate(r)] for r in cells]
+        cells = [[shorten(c, widths[flex]) if i == flex else c for i, c in enumerate(r)]
+                 for r in cells]
 
     def line(vals: Sequence[str]) -> str:
         out = []
@@ -148,3 +182,88 @@ def signed_pct(p: Any, digits: int = 1) -> str:
     if not math.isfinite(x):
         return "–"
     return f"{x:+.{digits}f}%".replace("-", "−")
+
+
+# --- cells and metric values ------------------------------------------------------------------
+
+def compact_dims(v: Any) -> str:
+    """Input dims as one compact line (traces may hold them as indented JSON)."""
+    return re.sub(r"\s+", "", str(v)).replace("],[", "], [") if v is not None else "–"
+
+
+def shapes_text(dims: str | None, limit: int = 60) -> str:
+    """Input dims (a JSON list) as ``8x512; 512x512``, cut to ``limit`` characters."""
+    if not isinstance(dims, str) or not dims:
+        return ""
+    try:
+        val = json.loads(dims)
+        text = "; ".join("x".join(str(d) for d in x) if isinstance(x, list) and x and
+                         all(isinstance(d, int) for d in x) else json.dumps(x) for x in val
+                         if x not in ([], "", None))
+    except ValueError:
+        text = dims
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def format_cell(v: Any, kind: str) -> str:
+    """A raw table value as text by its column format (``ns``, ``bytes``, ``pct``, ``share``,
+    ``count``, ``ratio``, ``num``, ``rate_flops``, ``rate_bytes``, the signed ``dns`` / ``dpct`` /
+    ``spct``, ``kernel``, ``dims``; anything else is text on one line)."""
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "–"
+    try:
+        if kind == "ns":
+            return fmt_ns(v)
+        if kind == "bytes":
+            return fmt_bytes(v)
+        if kind in ("pct", "share"):
+            return fmt_pct(v)
+        if kind == "count":
+            return fmt_num(v, 0)
+        if kind == "ratio":
+            return f"{float(v):.2f}"
+        if kind == "num":
+            return fmt_num(v)
+        if kind == "rate_flops":
+            return fmt_rate(v, "FLOP/s")
+        if kind == "rate_bytes":
+            return fmt_rate(v, "B/s")
+        if kind == "dns":
+            return signed_ns(v)
+        if kind in ("dpct", "spct"):
+            return signed_pct(v)
+    except (TypeError, ValueError):
+        pass
+    if kind == "kernel":
+        return short_kernel_name(str(v))
+    if kind == "dims":
+        return compact_dims(v)
+    return " ".join(str(v).split()) if isinstance(v, str) else str(v)
+
+
+#: metric units that read like a table column format
+_UNIT_FORMATS = {"%": "pct", "ns": "ns", "bytes": "bytes", "ratio": "ratio"}
+
+
+def format_metric(v: float | None, unit: str) -> str:
+    """A measured metric value by its registry unit (rule messages and evidence)."""
+    if v is None:
+        return "–"
+    if unit in _UNIT_FORMATS:
+        return format_cell(v, _UNIT_FORMATS[unit])
+    if unit in ("count", "rank", "bool"):
+        return f"{v:,.0f}" if float(v).is_integer() or abs(v) >= 10 else f"{v:,.1f}"
+    if unit in ("TFLOP/s", "GB/s"):
+        return f"{v:,.1f} {unit}"
+    return f"{v:.3g}"
+
+
+def format_threshold(v: float, unit: str) -> str:
+    """A rule threshold by its unit: whole percentages without decimals."""
+    if unit == "%":
+        return fmt_pct(v, 0 if float(v).is_integer() else 1)
+    if unit == "bytes":
+        return fmt_bytes(v)
+    if unit == "ns":
+        return fmt_ns(v)
+    return f"{v:g}"

@@ -2,12 +2,18 @@
 
 No dependency: one line redrawn with ``\\r`` on a terminal; on a pipe or CI log, one plain
 line per stage once the work has been running for a second. ``quiet`` silences it.
+
+``update`` suits work that reports its own fraction often (parsing a file); ``stage`` suits a
+phase that runs without telling anything until it ends (attribution, metrics, rules,
+rendering): a heartbeat thread keeps the line alive, so a phase that passes the second shows
+while it runs, with its elapsed time ticking on a terminal.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 from typing import TextIO
 
@@ -26,10 +32,45 @@ class Progress:
         self.shown = False
         self.last_stage = ""
         self.last_draw = 0.0
+        self._lock = threading.Lock()
+        self._current: tuple[str, float] | None = None
+        self._stop: threading.Event | None = None
+        self._ticker: threading.Thread | None = None
+
+    def stage(self, stage: str, fraction: float) -> None:
+        """Enter a phase at ``fraction`` of the work; shown (and kept alive) while it runs."""
+        if self.quiet:
+            return
+        self._current = (stage, fraction)
+        self.update(stage, fraction)
+        if self._ticker is None:
+            self._stop = threading.Event()
+            self._ticker = threading.Thread(target=self._beat, args=(self._stop,), daemon=True,
+                                            name="traceinsight-progress")
+            self._ticker.start()
+
+    def _beat(self, stop: threading.Event) -> None:
+        while not stop.wait(0.2):
+            cur = self._current
+            if cur is not None:
+                self.update(*cur)
+
+    def stop(self) -> None:
+        """End the heartbeat of :meth:`stage` (``done`` does it too); idempotent."""
+        if self._stop is not None:
+            self._stop.set()
+        if self._ticker is not None and self._ticker is not threading.current_thread():
+            self._ticker.join(timeout=1.0)
+        self._ticker = None
+        self._stop = None
 
     def update(self, stage: str, fraction: float) -> None:
         if self.quiet:
             return
+        with self._lock:
+            self._update(stage, fraction)
+
+    def _update(self, stage: str, fraction: float) -> None:
         now = time.monotonic()
         elapsed = now - self.start
         if elapsed < self.show_after_s:
@@ -52,6 +93,7 @@ class Progress:
         self.last_stage = stage
 
     def done(self, message: str | None = None) -> None:
+        self.stop()
         if self.quiet or not self.shown:
             return
         elapsed = time.monotonic() - self.start

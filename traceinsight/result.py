@@ -27,7 +27,7 @@ def severity_rank(severity: str) -> int:
     return SEVERITY_RANK.get(severity, len(SEVERITIES))
 
 
-def finding_sort_key(f: "Finding") -> tuple[float, int, str]:
+def finding_sort_key(f: Finding) -> tuple[float, int, str]:
     """The one finding order: estimated impact first, then severity, then rule id."""
     return (-(f.impact_pct or 0.0), severity_rank(f.severity), f.rule)
 
@@ -38,7 +38,7 @@ HEALTHY = "healthy"
 NOT_REPRESENTATIVE = "not-representative"
 
 
-def primary_of(findings: list["Finding"]) -> str:
+def primary_of(findings: list[Finding]) -> str:
     """The rule id a diagnosis leads with: ``not-representative`` when that rule fired, else
     the first finding of medium or high severity in the finding order, else ``healthy``."""
     major = [f for f in findings if severity_rank(f.severity) <= SEVERITY_RANK["medium"]]
@@ -64,7 +64,7 @@ class Finding:
     confidence: dict[str, Any] | None = None
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Finding":
+    def from_dict(cls, d: dict[str, Any]) -> Finding:
         return cls(rule=d.get("rule", "?"), severity=d.get("severity", "info"),
                    title=d.get("title", ""), category=d.get("category", ""),
                    message=d.get("message", ""),
@@ -93,6 +93,7 @@ class DiagnosisResult:
     diagnostics: list[dict[str, Any]]
     version: int = RESULT_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    host: dict[str, Any] | None = None  #: the host view of a run without GPU kernels
     #: the rule id the headline leads with, ``healthy`` or ``not-representative`` (primary_of)
     primary: str = HEALTHY
 
@@ -111,7 +112,7 @@ class DiagnosisResult:
         return json.dumps(self.to_dict(), indent=indent, default=_json_default, allow_nan=False)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any], source: str = "result") -> "DiagnosisResult":
+    def from_dict(cls, d: dict[str, Any], source: str = "result") -> DiagnosisResult:
         if d.get("schema") != RESULT_SCHEMA:
             raise InputError("is not a traceinsight diagnosis result (no schema "
                              f"{RESULT_SCHEMA!r})", path=source,
@@ -131,10 +132,11 @@ class DiagnosisResult:
             summary=d.get("summary", {"ranks": []}), metrics=d.get("metrics", {}),
             breakdown=d.get("breakdown", {}), rollups=d.get("rollups", {}),
             roofline=d.get("roofline"), memory=d.get("memory"), timeline=d.get("timeline"),
-            diagnostics=d.get("diagnostics", []), version=v, extra=d.get("extra", {}))
+            diagnostics=d.get("diagnostics", []), version=v, extra=d.get("extra", {}),
+            host=d.get("host"))
 
     @classmethod
-    def load(cls, path: str) -> "DiagnosisResult":
+    def load(cls, path: str) -> DiagnosisResult:
         try:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)

@@ -17,7 +17,8 @@ if TYPE_CHECKING:  # pragma: no cover
 def explain(rule: Rule) -> str:
     """``traceinsight rules --explain ID``."""
     th = rule.threshold_values()
-    lines = [f"{rule.id} — {rule.title}", f"category: {rule.category}   file: {Path(rule.source).name}", ""]
+    lines = [f"{rule.id} — {rule.title}",
+             f"category: {rule.category}   file: {Path(rule.source).name}", ""]
     for k in ("symptom", "why", "fix"):
         lines.append(f"{k.capitalize()}: {rule.doc[k]}")
     lines.append("")
@@ -25,7 +26,8 @@ def explain(rule: Rule) -> str:
         lines.append("Applies when: " + " and ".join(c.text(th) for c in rule.applies_if))
     lines.append("Fires when:   " + " and ".join(c.text(th) for c in rule.fires_if))
     for lv, conds in rule.severity:
-        lines.append(f"  {lv:<6} " + (" and ".join(c.text(th) for c in conds) if conds else "otherwise"))
+        when = " and ".join(c.text(th) for c in conds) if conds else "otherwise"
+        lines.append(f"  {lv:<6} {when}")
     if rule.impact:
         lines.append(f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
                      "(share of step time it could recover)")
@@ -55,7 +57,8 @@ def rules_markdown(rules: list[Rule]) -> str:
     """docs/RULES.md: every shipped rule with its thresholds (generated)."""
     out = ["# Diagnosis rules", "",
            "Generated from `rules/*.yaml` (`python -m traceinsight.engine > docs/RULES.md`). "
-           "Each rule is a YAML file: conditions over named metrics (`traceinsight rules --metrics`), "
+           "Each rule is a YAML file: conditions over named metrics "
+           "(`traceinsight rules --metrics`), "
            "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
            "time the fix could recover), evidence tables and recommendations. Override a "
            "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
@@ -80,7 +83,8 @@ def rules_markdown(rules: list[Rule]) -> str:
         out += [f"## {r.id}", "", f"**{r.title}.** {r.doc['symptom']}", "",
                 f"*Why it matters:* {r.doc['why']}", "", f"*Fix:* {r.doc['fix']}", ""]
         if r.applies_if:
-            out.append("Applies when " + " and ".join(f"`{c.text(th)}`" for c in r.applies_if) + ".")
+            applies = " and ".join(f"`{c.text(th)}`" for c in r.applies_if)
+            out.append(f"Applies when {applies}.")
         out.append("Fires when " + " and ".join(f"`{c.text(th)}`" for c in r.fires_if) + ".")
         ladder = []
         for lv, conds in r.severity:
@@ -98,5 +102,5 @@ def rules_markdown(rules: list[Rule]) -> str:
             out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
         recs = [f"- {x.text}" + (" *(when " + " and ".join(f"`{c.text(th)}`" for c in x.when)
                                  + ")*" if x.when else "") for x in r.recommendations]
-        out += ["", "Recommendations:", ""] + recs + [""]
+        out += ["", "Recommendations:", "", *recs, ""]
     return "\n".join(out)

@@ -18,13 +18,14 @@ memory counter), never by a producer's field names. Conventions:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
 #: Bump when a table or column changes meaning or type. A store of another version is
 #: re-ingested (the cache) or refused with a hint (an explicit ``-o`` store).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -66,7 +67,10 @@ THREAD = _c("thread", DICT, "thread id or name (string)")
 DEVICE = _c("device", pa.int32(), "GPU device index")
 STREAM = _c("stream", pa.int64(), "GPU stream / queue id")
 CORR = _c("correlation", pa.int64(), "launch correlation id, unique per process (CUPTI/roctracer)")
-EXT = _c("external_id", pa.int64(), "id of the launching CPU op (Kineto External id); cross-check only")
+EXT = _c("external_id", pa.int64(),
+         "id of the launching CPU op (Kineto External id); cross-check only")
+#: a slice on a host thread: what CPU ops, runtime calls and Python frames have in common
+HOST_SLICE = (NAME, PROCESS, THREAD, START, DUR)
 
 GPU_ACTIVITIES = Table(
     "gpu_activities",
@@ -91,7 +95,8 @@ GPU_ACTIVITIES = Table(
         _c("shared_memory_bytes", pa.int64(), "shared memory per block, static + dynamic"),
         _c("blocks_per_sm", pa.float64(), "blocks per SM (grid blocks / SM count)"),
         _c("warps_per_sm", pa.float64(), "warps per SM"),
-        _c("occupancy_pct", pa.float64(), "estimated achieved occupancy, 0-100 (calculator, not measured)"),
+        _c("occupancy_pct", pa.float64(),
+           "estimated achieved occupancy, 0-100 (calculator, not measured)"),
         _c("bytes", pa.int64(), "bytes copied or set (memcpy / memset)"),
         _c("copy_kind", DICT, "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP, ..."),
         _c("graph_id", pa.int64(), "CUDA/HIP graph id when launched from a graph"),
@@ -107,11 +112,7 @@ RUNTIME_CALLS = Table(
     (
         RANK,
         _c("kind", DICT, "runtime | driver", nullable=False),
-        NAME,
-        PROCESS,
-        THREAD,
-        START,
-        DUR,
+        *HOST_SLICE,
         CORR,
         EXT,
         _c("cbid", pa.int32(), "CUPTI callback id / roctracer cid"),
@@ -124,13 +125,10 @@ CPU_OPS = Table(
     "Framework operators on CPU threads (aten::mm, autograd nodes, c10d collectives, ...).",
     (
         RANK,
-        NAME,
-        PROCESS,
-        THREAD,
-        START,
-        DUR,
+        *HOST_SLICE,
         EXT,
-        _c("sequence_nr", pa.int64(), "autograd sequence number: links a backward node to its forward op"),
+        _c("sequence_nr", pa.int64(),
+           "autograd sequence number: links a backward node to its forward op"),
         _c("fwd_thread", pa.int64(), "thread id of the forward op of a backward node"),
         _c("input_dims", pa.string(), "input shapes as JSON text (record_shapes)"),
         _c("input_types", pa.string(), "input dtypes as JSON text (record_shapes)"),
@@ -172,15 +170,12 @@ PYTHON_FRAMES = Table(
     "Python call frames (with_stack=True), including the nn.Module frames.",
     (
         RANK,
-        NAME,
-        PROCESS,
-        THREAD,
-        START,
-        DUR,
+        *HOST_SLICE,
         _c("python_id", pa.int64(), "frame id (nn.Module frames; null on other frames)"),
         _c("parent_id", pa.int64(), "parent frame id (nn.Module frames; null on other frames)"),
         _c("module_id", pa.int64(), "per-class instance counter on nn.Module frames"),
-        _c("is_module", pa.bool_(), "an `nn.Module: X_k` frame", nullable=False),
+        _c("frame_kind", DICT, "module (an `nn.Module: X_k` frame) / builtin (a C function "
+           "called from Python) / function", nullable=False),
         CAT,
     ),
 )
@@ -195,7 +190,8 @@ MEMORY_EVENTS = Table(
         PROCESS,
         THREAD,
         _c("ts_ns", pa.int64(), "time, ns", nullable=False),
-        _c("device_type", pa.int32(), "c10::DeviceType: 0 CPU, 1 CUDA, 6 HIP, 12 XPU, 19 MTIA"),
+        _c("device_type", DICT, "cpu / cuda / hip / xpu / mtia / privateuse1 / ... (unknown: "
+           "a device kind the reader does not know)"),
         _c("device", pa.int32(), "device index, -1 for CPU"),
         _c("addr", pa.int64(), "block address (null if beyond int64)"),
         _c("bytes", pa.int64(), "bytes allocated (> 0) or freed (< 0)"),
@@ -206,12 +202,13 @@ MEMORY_EVENTS = Table(
 
 FLOWS = Table(
     "flows",
-    "Flow events linking two slices: CPU launch -> GPU activity (ac2g), forward -> backward "
-    "(fwdbwd).",
+    "Flow events linking two slices: a CPU launch to its GPU activity, a forward op to its "
+    "backward node.",
     (
         RANK,
-        _c("kind", DICT, "flow category: ac2g | fwdbwd | ...", nullable=False),
-        _c("phase", DICT, "s (start) | f (finish) | t (step)", nullable=False),
+        _c("kind", DICT, "launch (CPU launch -> GPU activity) | fwd_bwd (forward op -> "
+           "backward node) | another producer category as recorded", nullable=False),
+        _c("phase", DICT, "start | end | step (an intermediate point)", nullable=False),
         _c("flow_id", pa.int64(), "flow id (null if beyond int64)"),
         PROCESS,
         THREAD,
@@ -225,7 +222,9 @@ OTHER_EVENTS = Table(
     "accelerator-specific categories.",
     (
         RANK,
-        _c("ph", DICT, "event phase", nullable=False),
+        _c("event_shape", DICT, "span | instant | counter | begin | end | async_begin | "
+           "async_step | async_end | sample | object | mark | clock_sync | context | other",
+           nullable=False),
         NAME,
         PROCESS,
         THREAD,
@@ -266,21 +265,26 @@ def conform(name: str, columns: dict[str, pa.Array]) -> pa.Table:
     arrays = []
     for col in spec.columns:
         arr = columns.get(col.name)
-        if arr is None:
-            arr = pa.nulls(n, type=col.type)
-        elif not arr.type.equals(col.type):
-            if pa.types.is_dictionary(col.type) and not pa.types.is_dictionary(arr.type):
-                arr = arr.cast(pa.string()).dictionary_encode()
-                if not arr.type.equals(col.type):
-                    arr = arr.cast(col.type)
-            else:
-                arr = arr.cast(col.type)
-        arrays.append(arr)
+        arrays.append(pa.nulls(n, type=col.type) if arr is None else cast_column(arr, col.type))
     return pa.Table.from_arrays(arrays, schema=spec.arrow_schema)
 
 
-def markdown() -> str:
-    """The table reference, as Markdown (docs/STORE.md)."""
+def cast_column(arr: pa.Array, type_: pa.DataType) -> pa.Array:
+    """``arr`` as ``type_`` (plain strings are dictionary-encoded for a dictionary type)."""
+    if arr.type.equals(type_):
+        return arr
+    if pa.types.is_dictionary(type_) and not pa.types.is_dictionary(arr.type):
+        arr = arr.cast(pa.string()).dictionary_encode()
+        if arr.type.equals(type_):
+            return arr
+    return arr.cast(type_)
+
+
+def markdown(sources: Sequence[tuple[str, str, Mapping[str, Mapping[str, str]]]] = ()) -> str:
+    """The table reference, as Markdown (docs/STORE.md).
+
+    ``sources``: per reader (title, introduction, table -> column -> the source field that fills
+    it), rendered as one column-mapping section each."""
     out = [
         "# Trace store reference",
         "",
@@ -289,7 +293,8 @@ def markdown() -> str:
         "",
         "A store is a directory: one zstd-compressed parquet file per table below plus "
         "`meta.json` (schema version, source file hashes, per-rank trace metadata after the "
-        "allow-list, event counts, ingest diagnostics). `diagnose` may add a `derived/` folder "
+        "allow-list (`RankMeta` in `traceinsight/ingest/readers.py`), event counts, ingest "
+        "diagnostics). `diagnose` may add a `derived/` folder "
         "with cached results (`diagnosis-KEY.json`, the newest 8; KEY hashes the sources, the "
         "code, the rules and thresholds and the options): a cache, never needed to read the store, "
         "bypassed with `diagnose --recompute`.",
@@ -300,10 +305,24 @@ def markdown() -> str:
         for c in t.columns:
             typ = "string (dictionary)" if pa.types.is_dictionary(c.type) else str(c.type)
             null = "" if c.nullable else ", not null"
-            out.append(f"| `{c.name}` | {typ}{null} | {c.doc.replace('|', '/')} |")
+            out.append(f"| `{c.name}` | {typ}{null} | {_cell(c.doc)} |")
         out.append("")
+    for title, intro, mapping in sources:
+        out += [f"## {title} column mapping", "", intro, ""]
+        for t in TABLES.values():
+            cols = mapping.get(t.name, {})
+            out += [f"### `{t.name}`", "", "| column | filled from |", "|---|---|"]
+            out += [f"| `{c.name}` | {_cell(cols.get(c.name, 'not filled (null)'))} |"
+                    for c in t.columns]
+            out.append("")
     return "\n".join(out)
 
 
+def _cell(text: str) -> str:
+    return text.replace("|", "/")
+
+
 if __name__ == "__main__":  # pragma: no cover
-    print(markdown())
+    from .ingest.readers import documented
+
+    print(markdown(documented()))

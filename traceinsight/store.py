@@ -41,7 +41,7 @@ class TraceStore:
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
-    def open(cls, path: str | Path) -> "TraceStore":
+    def open(cls, path: str | Path) -> TraceStore:
         path = Path(path)
         meta = read_meta(path)
         if meta is None:
@@ -59,7 +59,7 @@ class TraceStore:
         return cls(path, meta)
 
     @classmethod
-    def in_memory(cls, meta: dict[str, Any], tables: dict[str, pa.Table]) -> "TraceStore":
+    def in_memory(cls, meta: dict[str, Any], tables: dict[str, pa.Table]) -> TraceStore:
         return cls(Path("<memory>"), meta, dict(tables))
 
     # --- access ----------------------------------------------------------------------------
@@ -173,7 +173,8 @@ def write_store(path: Path, meta: dict[str, Any], tables: dict[str, pa.Table], *
         def write(item: tuple[str, pa.Table]) -> tuple[str, int]:
             name, table = item
             if not table.schema.equals(schema.TABLES[name].arrow_schema):
-                table = schema.conform(name, {c: table[c].combine_chunks() for c in table.column_names})
+                table = schema.conform(name, {c: table[c].combine_chunks()
+                                              for c in table.column_names})
             pq.write_table(table, tmp / f"{name}.parquet", compression="zstd",
                            compression_level=1, use_dictionary=True, write_statistics=True,
                            row_group_size=1_000_000)

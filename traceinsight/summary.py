@@ -33,8 +33,8 @@ def summarize(store: TraceStore, top_n: int = 10) -> dict[str, Any]:
             totals[k] = _sum(sel["dur_ns"])
             counts[k] = sel.num_rows
         rr = ranges.filter(pc.equal(ranges["rank"], r))
-        steps = sorted(set(rr.filter(pc.equal(rr["kind"].cast(pa.string()), "step"))["step"].to_pylist())
-                       - {None})
+        step_rows = rr.filter(pc.equal(rr["kind"].cast(pa.string()), "step"))
+        steps = sorted(set(step_rows["step"].to_pylist()) - {None})
         span = rm.get("span_ns")
         ranks_out.append({
             "rank": r,
@@ -88,13 +88,14 @@ def render_summary(s: dict[str, Any]) -> str:
     out.append("")
     rows = []
     for r in s["ranks"]:
-        devs = sorted(set(d for d in r["devices"] if d)) or ["(not recorded)"]
+        devs = sorted({d for d in r["devices"] if d}) or ["(not recorded)"]
         steps = r["steps"]
         step_txt = (f"{len(steps)} (#{steps[0]}–#{steps[-1]})" if len(steps) > 1
                     else (f"1 (#{steps[0]})" if steps else "none"))
-        rows.append([r["rank"], fmt.shorten(", ".join(devs), 34), r["vendor"], fmt.fmt_ns(r["span_ns"]),
-                     step_txt, f"{r['kernel_count']:,}", fmt.fmt_ns(r["kernel_time_ns"]),
-                     fmt.fmt_ns(r["memcpy_time_ns"]), fmt.fmt_ns(r["memset_time_ns"])])
+        rows.append([r["rank"], fmt.shorten(", ".join(devs), 34), r["vendor"],
+                     fmt.fmt_ns(r["span_ns"]), step_txt, f"{r['kernel_count']:,}",
+                     fmt.fmt_ns(r["kernel_time_ns"]), fmt.fmt_ns(r["memcpy_time_ns"]),
+                     fmt.fmt_ns(r["memset_time_ns"])])
     out.append(fmt.table(rows, ["rank", "device", "vendor", "span", "steps", "kernels",
                                 "kernel time", "memcpy", "memset"], align="llllrrrrr"))
     out.append("")

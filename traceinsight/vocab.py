@@ -5,6 +5,8 @@ Analysis, metrics, rules and renderers import these instead of spelling the stri
 
 from __future__ import annotations
 
+import re
+
 #: kernel classes, in display order (the patterns that assign them: analysis/categories.py)
 CLASSES = ("gemm", "attention", "convolution", "elementwise", "reduction", "communication",
            "memory", "other")
@@ -13,3 +15,15 @@ CLASSES = ("gemm", "attention", "convolution", "elementwise", "reduction", "comm
 UNATTRIBUTED = "[unattributed]"
 #: the layer bucket of device activity launched outside any nn.Module / annotation
 NO_MODULE = "[no module]"
+
+_MORE_ROW = re.compile(r"^\[[\d,]+ more\]$")
+
+
+def more_row(n: int) -> str:
+    """The name of the row that sums what a capped rollup table left out: ``[1,234 more]``."""
+    return f"[{n:,} more]"
+
+
+def is_more_row(name: object) -> bool:
+    """Whether a row name is a :func:`more_row` label (renderers keep it out of sorting)."""
+    return isinstance(name, str) and _MORE_ROW.match(name) is not None

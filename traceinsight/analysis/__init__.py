@@ -19,7 +19,7 @@ from . import rollups
 __all__ = ["Analysis", "Attribution", "Breakdown", "StepWindow", "WindowBreakdown",
            "UNATTRIBUTED"]
 
-ROLLUPS = ("kernel", "op", "layer", "annotation", "step")
+ROLLUPS = ("kernel", "op", "layer", "module-type", "annotation", "step")
 
 
 @contextlib.contextmanager
@@ -76,6 +76,8 @@ class Analysis:
             return rollups.by_op(self.attribution, rank)
         if by == "layer":
             return rollups.by_layer(self.attribution, rank)
+        if by == "module-type":
+            return rollups.by_module_type(self.attribution, rank)
         if by == "annotation":
             return rollups.by_annotation(self.attribution, rank)
         if by == "step":

@@ -5,14 +5,14 @@ The chain (FORMATS.md 1.8):
 
 1. kernel / memcpy / memset -> runtime or driver call by ``correlation`` within the rank's
    process (graph launches map one call to many kernels); a missing correlation is recovered
-   from the ``ac2g`` flow that ends on the activity;
+   from the ``launch`` flow (Kineto ``ac2g``) that ends on the activity;
 2. launch -> innermost enclosing ``cpu_op`` on the launching thread by time nesting
    (:class:`~traceinsight.analysis.intervals.Nesting`), and that op's ancestors;
 3. -> innermost enclosing ``nn.Module: X_k`` frame, whose chain of enclosing module frames is
    the module path (needs ``with_stack=True``);
 4. backward kernels (launched under ``autograd::engine::evaluate_function: ...`` on the
    autograd thread, which has no module frames) reach their forward op through ``Sequence
-   number`` (or the ``fwdbwd`` flow) and take that op's module path with ``phase=backward``;
+   number`` (or the ``fwd_bwd`` flow) and take that op's module path with ``phase=backward``;
 5. ``External id`` is a fallback and a cross-check only, ignored where it equals the
    correlation (files before pytorch/kineto#873 wrote it that way for unlinked events).
 
@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
@@ -100,8 +101,8 @@ def attribute(store: TraceStore) -> Attribution:
                                       "concrete_inputs", "flops"]).to_pandas()
     rng_all = store.table("ranges").to_pandas()
     py = store.table("python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
-                                       "is_module"])
-    py_all = py.filter(py["is_module"]).to_pandas() if py.num_rows else py.to_pandas()
+                                       "frame_kind"])
+    py_all = (py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py).to_pandas()
     flows_all = store.table("flows").to_pandas()
 
     for df in (gpu_all, rt_all, ops_all, rng_all, py_all, flows_all):
@@ -178,8 +179,8 @@ def thread_keys(proc: np.ndarray, thr: np.ndarray, table: dict) -> np.ndarray:
     return ids[inv.reshape(-1)]
 
 
-def _nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.ndarray,
-                    q_proc: np.ndarray, q_thread: np.ndarray) -> tuple[np.ndarray, dict]:
+def nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.ndarray,
+                   q_proc: np.ndarray, q_thread: np.ndarray) -> tuple[np.ndarray, dict]:
     """Innermost interval (row position in ``intervals``) enclosing each query on its thread.
 
     Returns (positions or -1, {thread key id: (positions array, Nesting)}).
@@ -256,8 +257,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
 
     # --- 2. launch -> enclosing cpu op (per thread) ---------------------------------------
     rt_rank = rt_all.loc[rt.index]
-    op_of_rt, op_nests = _nest_by_thread(ops, rt_rank, rt_rank["start_ns"].to_numpy(np.int64),
-                                         rt_rank["process"].to_numpy(), rt_rank["thread"].to_numpy())
+    op_of_rt, op_nests = nest_by_thread(ops, rt_rank, rt_rank["start_ns"].to_numpy(np.int64),
+                                        rt_rank["process"].to_numpy(), rt_rank["thread"].to_numpy())
     # op positions are local to ``ops``: map to global op_idx
     op_global = ops["op_idx"].to_numpy()
     rt_op = take(op_global, op_of_rt, -1)
@@ -342,8 +343,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     if len(mods) and (~has_op & has_launch).any():
         sel = np.flatnonzero(~has_op & has_launch)
         lr = rt_all.iloc[rt_pos[sel]]
-        mpos, _ = _nest_by_thread(mods, lr, lr["start_ns"].to_numpy(np.int64),
-                                  lr["process"].to_numpy(), lr["thread"].to_numpy())
+        mpos, _ = nest_by_thread(mods, lr, lr["start_ns"].to_numpy(np.int64),
+                                 lr["process"].to_numpy(), lr["thread"].to_numpy())
         mod_paths = _module_paths(mods)
         ok = mpos >= 0
         module[sel[ok]] = mod_paths[mpos[ok]]
@@ -358,8 +359,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     if len(ann) and has_launch.any():
         sel = np.flatnonzero(has_launch)
         lr = rt_all.iloc[rt_pos[sel]]
-        apos, anests = _nest_by_thread(ann, lr, lr["start_ns"].to_numpy(np.int64),
-                                       lr["process"].to_numpy(), lr["thread"].to_numpy())
+        apos, anests = nest_by_thread(ann, lr, lr["start_ns"].to_numpy(np.int64),
+                                      lr["process"].to_numpy(), lr["thread"].to_numpy())
         ann_names = ann["name"].to_numpy()
         ok = apos >= 0
         annotation[sel[ok]] = ann_names[apos[ok]]
@@ -461,8 +462,8 @@ def _any_ancestor(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.n
 
 
 def _corr_from_flows(g: pd.DataFrame, corr: pd.Series, flows: pd.DataFrame) -> pd.Series:
-    """Recover correlation ids from ``ac2g`` flow ends that sit on the activity (MTIA)."""
-    f = flows[(flows["kind"].isin(["ac2g", "async_gpu", "async"])) & (flows["phase"] == "f")]
+    """Recover correlation ids from ``launch`` flow ends that sit on the activity (MTIA)."""
+    f = flows[(flows["kind"] == "launch") & (flows["phase"] == "end")]
     if not len(f):
         return corr
     dev = pd.to_numeric(f["process"], errors="coerce")
@@ -488,7 +489,7 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     names = np.array([str(x).removeprefix("nn.Module: ") for x in mods["name"].to_numpy()],
                      dtype=object)
     parent = np.full(len(mods), -1, dtype=np.int64)
-    _, nests = _nest_by_thread(mods, mods.iloc[0:0], np.empty(0, np.int64), np.empty(0), np.empty(0))
+    _, nests = nest_by_thread(mods, mods.iloc[0:0], np.empty(0, np.int64), np.empty(0), np.empty(0))
     for _k, (pos, nest) in nests.items():
         parent[pos] = np.where(nest.parent >= 0, pos[np.clip(nest.parent, 0, None)], -1)
     return _paths(names, parent)
@@ -502,8 +503,8 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
     if len(mods):
-        mpos, _ = _nest_by_thread(mods, ops, ops["start_ns"].to_numpy(np.int64),
-                                  ops["process"].to_numpy(), ops["thread"].to_numpy())
+        mpos, _ = nest_by_thread(mods, ops, ops["start_ns"].to_numpy(np.int64),
+                                 ops["process"].to_numpy(), ops["thread"].to_numpy())
         paths = _module_paths(mods)
         mod = take(paths, mpos, None)
         ops_all.loc[ops.index, "module"] = mod
@@ -541,12 +542,12 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
                               by="sequence_nr", direction="backward")
             ok = m["fwd_idx"].notna()
             fwd_of_node.loc[m.loc[ok, "op_idx"].to_numpy()] = m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
-    # fallback: fwdbwd flows (s on the forward op, f on the backward node)
+    # fallback: fwd_bwd flows (start on the forward op, end on the backward node)
     missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
     if len(missing) and len(flows):
-        fb = flows[flows["kind"] == "fwdbwd"]
-        s = fb[fb["phase"] == "s"].set_index("flow_id")
-        f = fb[fb["phase"] == "f"]
+        fb = flows[flows["kind"] == "fwd_bwd"]
+        s = fb[fb["phase"] == "start"].set_index("flow_id")
+        f = fb[fb["phase"] == "end"]
         if len(s) and len(f):
             key = pd.MultiIndex.from_arrays([ops["process"], ops["thread"], ops["start_ns"]])
             op_at = pd.Series(ops["op_idx"].to_numpy(), index=key)

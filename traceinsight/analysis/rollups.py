@@ -1,4 +1,5 @@
-"""Rollups of attributed GPU time: by kernel, operator, layer (module path), annotation, step.
+"""Rollups of attributed GPU time: by kernel, operator, layer (module path), module type,
+annotation, step.
 
 Every rollup of device time keeps the bracketed buckets (``[unattributed]``, ``[no module]``,
 ``[no annotation]``), so its rows always add up to the total GPU time of the rank(s).
@@ -6,7 +7,7 @@ Every rollup of device time keeps the bracketed buckets (``[unattributed]``, ``[
 
 from __future__ import annotations
 
-import json
+import re
 from collections import Counter
 
 import numpy as np
@@ -138,6 +139,58 @@ def by_layer(attr: Attribution, rank: int | None = None, *, inclusive: bool = Fa
     return out.sort_values(["total_ns", "module"], ascending=[False, True]).reset_index(drop=True)
 
 
+def module_type(component: str) -> str:
+    """The type of one module path component: ``Qwen2Attention_17`` -> ``Qwen2Attention``."""
+    return re.sub(r"_\d+$", "", str(component))
+
+
+def by_module_type(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
+    """Device time per nn.Module type over all its instances (``Qwen2Attention`` x 24),
+    inclusive of sub-modules; an instance nested in another of its own type counts once.
+
+    ``share_pct`` is of the total GPU time; types nest (a block holds its attention), so the
+    shares of different types overlap and do not add up to 100%.
+    """
+    g = _sel(attr, rank)
+    total = float(g["dur_ns"].sum())
+    cols = ["module_type", "instances", "forward_ns", "backward_ns", "other_ns", "total_ns",
+            "kernels", "share_pct", "example"]
+    mod = g["module"]
+    has = mod.notna().to_numpy()
+    if not has.any():
+        return pd.DataFrame(columns=cols)
+    df = pd.DataFrame({"module": mod[has].astype(str).to_numpy(),
+                       "phase": g["phase"].astype(str).to_numpy()[has],
+                       "dur": g["dur_ns"].to_numpy(np.int64)[has]})
+    per_path = df.groupby(["module", "phase"])["dur"].agg(["sum", "size"]).reset_index()
+    rows: dict[str, dict] = {}
+    for path, phase, dur, n in per_path.itertuples(index=False, name=None):
+        parts = str(path).split("/")
+        seen: set[str] = set()
+        for i, comp in enumerate(parts):
+            typ = module_type(comp)
+            if typ in seen:  # nested in an instance of its own type: counted there
+                continue
+            seen.add(typ)
+            r = rows.setdefault(typ, {"instances": set(), "forward_ns": 0, "backward_ns": 0,
+                                      "other_ns": 0, "kernels": 0, "example": ""})
+            inst = "/".join(parts[: i + 1])
+            r["instances"].add(inst)
+            r["example"] = r["example"] or inst
+            key = {"forward": "forward_ns", "backward": "backward_ns"}.get(phase, "other_ns")
+            r[key] += int(dur)
+            r["kernels"] += int(n)
+    out = pd.DataFrame([{"module_type": t, "instances": len(r["instances"]),
+                         "forward_ns": r["forward_ns"], "backward_ns": r["backward_ns"],
+                         "other_ns": r["other_ns"],
+                         "total_ns": r["forward_ns"] + r["backward_ns"] + r["other_ns"],
+                         "kernels": r["kernels"], "example": r["example"]}
+                        for t, r in rows.items()])
+    out["share_pct"] = _share(out, "total_ns", total)
+    return out[cols].sort_values(["total_ns", "module_type"], ascending=[False, True]
+                                 ).reset_index(drop=True)
+
+
 def by_annotation(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     g = _sel(attr, rank)
     total = float(g["dur_ns"].sum())
@@ -158,19 +211,6 @@ def by_step(bd: Breakdown, rank: int | None = None) -> pd.DataFrame:
 def _sel(attr: Attribution, rank: int | None) -> pd.DataFrame:
     g = attr.gpu
     return g if rank is None else g[g["rank"] == rank]
-
-
-def shapes_text(dims: str | None, limit: int = 60) -> str:
-    if not isinstance(dims, str) or not dims:
-        return ""
-    try:
-        val = json.loads(dims)
-        text = "; ".join("x".join(str(d) for d in x) if isinstance(x, list) and x and
-                         all(isinstance(d, int) for d in x) else json.dumps(x) for x in val
-                         if x not in ([], "", None))
-    except ValueError:
-        text = dims
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def top_counter(values: list[str], n: int = 3) -> list[tuple[str, int]]:

@@ -1,20 +1,22 @@
 """Ingestion: trace files -> a parquet trace store (readers -> store).
 
 ``ingest()`` reads one trace file, several per-rank files, or a directory of them, and writes
-(or reuses) a store. ``load()`` is what every command uses: it accepts a store directory or
-trace paths, and for traces looks up the content-addressed cache first, so a second
-``diagnose`` of the same trace reads parquet instead of re-parsing JSON.
+(or reuses) a store, in three steps: resolve the inputs, look up a store that already holds
+them (the content-addressed cache, or the ``-o`` target), else read every file through the
+reader that claims it (``readers.py``) and write the store. ``load()`` is what every command
+uses: it accepts a store directory or trace paths, so a second ``diagnose`` of the same trace
+reads parquet instead of re-parsing JSON.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
+import threading
 import time
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import pyarrow as pa
 
@@ -23,25 +25,18 @@ from ..diagnostics import DiagnosticLog
 from ..errors import InputError, TraceFormatError
 from ..progress import Progress
 from ..store import TraceStore, is_valid_store, read_meta, write_store
-from .kineto import KinetoRead, read_kineto
-from .source import (
-    SourceFile,
-    cache_key_for,
-    list_trace_files,
-    rank_from_filename,
-    read_raw,
-    read_trace_bytes,
-)
+from . import cache, readers
+from .cache import cache_root
+from .kineto import READER as KINETO
+from .nsys import READER as NSYS
+from .readers import RankRead, Reader, open_trace, register, suffixes
+from .source import SourceFile, list_trace_files, rank_from_filename, read_raw
 
-__all__ = ["ingest", "load", "resolve_inputs", "cache_root"]
+__all__ = ["RankRead", "Reader", "cache_root", "ingest", "load", "register", "resolve_inputs"]
 
-
-def cache_root() -> Path:
-    env = os.environ.get("TRACEINSIGHT_CACHE_DIR")
-    if env:
-        return Path(env)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "traceinsight"
+# the readers, tried in this order on each file's first bytes: one line each
+register(KINETO)
+register(NSYS)
 
 
 @dataclass(frozen=True)
@@ -71,46 +66,10 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
                 raise InputError("a folder must be the only input", path=p,
                                  hint="pass either one folder of per-rank files or the files")
             directory = p
-            files = list_trace_files(p)
+            files = list_trace_files(p, suffixes())
         else:
             files.append(p)
     return Inputs(files, directory)
-
-
-def _content_key(digests: list[str], options: dict[str, Any]) -> str:
-    h = hashlib.sha256()
-    h.update(f"schema={schema.SCHEMA_VERSION};".encode())
-    h.update(json.dumps(options, sort_keys=True).encode())
-    for d in sorted(digests):
-        h.update(d.encode())
-    return h.hexdigest()[:32]
-
-
-def _index_path() -> Path:
-    return cache_root() / "index.json"
-
-
-def _read_index() -> dict[str, str]:
-    try:
-        data = json.loads(_index_path().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def _write_index(quick: str, key: str) -> None:
-    idx = _read_index()
-    idx[quick] = key
-    if len(idx) > 2000:  # keep the index small: drop the oldest entries
-        idx = dict(list(idx.items())[-1000:])
-    p = _index_path()
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(idx))
-        os.replace(tmp, p)
-    except OSError:
-        pass  # the cache is an optimisation
 
 
 def load(paths: Sequence[str | Path], *, salvage: bool = False, quiet: bool = False,
@@ -129,59 +88,127 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
     An existing store built from the same file contents (and options) is reused. An existing
     ``out`` built from other inputs is replaced only with ``force``.
     """
-    inputs = resolve_inputs(paths)
-    options = {"salvage": bool(salvage)}
-    out_path = Path(out) if out is not None else None
-    quick = cache_key_for(inputs.files) + json.dumps(options, sort_keys=True)
+    job = _Job(resolve_inputs(paths), Path(out) if out is not None else None,
+               {"salvage": bool(salvage)}, force=force, use_cache=use_cache)
+    found = _lookup(job)
+    if found is not None:
+        return found
+    return _read_and_write(job, progress or Progress("ingest", quiet=quiet))
 
-    # 1. reuse without reading the inputs: same path, size and mtime as a store already made
-    if out_path is None and use_cache:
-        key = _read_index().get(quick)
-        if key and is_valid_store(cache_root() / "stores" / key):
-            return TraceStore.open(cache_root() / "stores" / key)
-    if out_path is not None and out_path.exists():
-        meta = read_meta(out_path)
-        if meta is None and any(out_path.iterdir()) if out_path.is_dir() else meta is None:
-            if not force:
-                raise InputError("exists and is not a trace store", path=out_path,
-                                 hint="choose another output path or pass --force")
-        elif (meta is not None and not force and _same_stat(meta, inputs.files, options)
-              and is_valid_store(out_path)):
-            return TraceStore.open(out_path)
 
-    # 2. reuse after hashing (only when a store exists at the target: hash before parsing)
-    target_known = out_path if out_path is not None else None
-    digests: list[str | None] = [None] * len(inputs.files)
-    if target_known is not None and read_meta(target_known) is not None and not force:
-        digests = [_file_digest(p) for p in inputs.files]
-        key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, digests)],
-                           options)
-        meta = read_meta(target_known)
-        if meta is not None and meta.get("content_key") == key and is_valid_store(target_known):
-            return TraceStore.open(target_known)
-        raise InputError("already exists and holds other traces", path=target_known,
-                         hint="pass --force to replace it, or choose another -o path")
-    if target_known is None and use_cache:
-        # the cache is keyed by content: a copy of a trace seen before needs no parsing
-        digests = [_file_digest(p) for p in inputs.files]
-        key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, digests)],
-                           options)
-        cached = cache_root() / "stores" / key
-        if not force and read_meta(cached) is not None and is_valid_store(cached):
-            _write_index(quick, key)
-            return TraceStore.open(cached)
+@dataclass
+class _Job:
+    """One ingest: inputs, target and options, and the files' sha256 digests once known."""
 
-    prog = progress or Progress("ingest", quiet=quiet)
+    inputs: Inputs
+    out: Path | None
+    options: dict[str, Any]
+    force: bool
+    use_cache: bool
+    digests: list[str | None] = field(default_factory=list)
+    _key: str | None = None
+
+    def __post_init__(self) -> None:
+        self.digests = [None] * len(self.inputs.files)
+
+    @cached_property
+    def quick(self) -> str:
+        """The cache index key: paths, sizes, mtimes and options (nothing read)."""
+        return cache.quick_key(self.inputs.files, self.options)
+
+    @property
+    def key(self) -> str:
+        """The content key, built once (files without a digest yet are hashed first)."""
+        if self._key is None:
+            files = self.inputs.files
+            digests = [d if d is not None else cache.file_digest(p)
+                       for p, d in zip(files, self.digests)]
+            self.digests = list(digests)
+            self._key = cache.content_key(files, digests, self.options)
+        return self._key
+
+
+# --- 2. look up a store that already holds the inputs ---------------------------------------
+
+def _lookup(job: _Job) -> TraceStore | None:
+    """The store that holds these inputs already, found without parsing them (None: read)."""
+    if job.out is not None:
+        return _lookup_target(job, job.out)
+    if not job.use_cache:
+        return None
+    # same paths, sizes and mtimes as a store already made: nothing is read
+    key = cache.indexed(job.quick)
+    if key and is_valid_store(cache.store_path(key)):
+        return TraceStore.open(cache.store_path(key))
+    # the cache is keyed by content: a copy of a trace seen before needs hashing, no parsing
+    cached = cache.store_path(job.key)
+    if not job.force and read_meta(cached) is not None and is_valid_store(cached):
+        cache.remember(job.quick, job.key)
+        return TraceStore.open(cached)
+    return None
+
+
+def _lookup_target(job: _Job, out: Path) -> TraceStore | None:
+    """The ``-o`` store when it holds these inputs; refuses to replace another without force."""
+    meta = read_meta(out)
+    if meta is None:
+        if out.exists() and not job.force and (not out.is_dir() or any(out.iterdir())):
+            raise InputError("exists and is not a trace store", path=out,
+                             hint="choose another output path or pass --force")
+        return None
+    if job.force:
+        return None
+    if cache.same_stat(meta, job.inputs.files, job.options) and is_valid_store(out):
+        return TraceStore.open(out)
+    if meta.get("content_key") == job.key and is_valid_store(out):  # hashed before parsing
+        return TraceStore.open(out)
+    raise InputError("already exists and holds other traces", path=out,
+                     hint="pass --force to replace it, or choose another -o path")
+
+
+# --- 3. read every file and write the store -------------------------------------------------
+
+@dataclass
+class _Read:
+    path: Path
+    digest: str
+    result: RankRead
+
+
+def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
+    reads, skipped = _read_all(job, prog)
+    key = job.key
+    target = job.out if job.out is not None else cache.store_path(key)
+    if job.out is None and target.exists() and not job.force:
+        meta = read_meta(target)
+        if meta is not None and meta.get("content_key") == key and is_valid_store(target):
+            cache.remember(job.quick, key)
+            return TraceStore.open(target)
+    _assign_ranks(reads, job.inputs)
+    prog.update("write", 1.0)
+    tables, meta = _assemble(reads, skipped, key, job.options)
+    store = write_store(target, meta, tables, replace=True)
+    if job.out is None:
+        cache.remember(job.quick, key)
+    gpu_rows = sum(r.result.tables["gpu_activities"].num_rows for r in reads)
+    prog.done(f"{gpu_rows:,} GPU activities, {len(reads)} rank(s) -> {target}")
+    return store
+
+
+def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
+    """Each file through its reader; in a folder of several, files no reader can read are
+    skipped with a diagnostic. Files are hashed while they are parsed."""
+    inputs = job.inputs
     total = sum(p.stat().st_size for p in inputs.files) or 1
     warm = _warm_up_arrow()  # while the first file is read
     done = 0
-    reads: list[tuple[Path, str, KinetoRead]] = []
+    reads: list[_Read] = []
     skipped = DiagnosticLog()
     for i, p in enumerate(inputs.files):
         size = p.stat().st_size
         base = done
 
-        def step(stage: str, frac: float, _b=base, _s=size) -> None:
+        def step(stage: str, frac: float, _b: int = base, _s: int = size) -> None:
             prog.update(stage, (_b + frac * _s) / total)
 
         step("read", 0.0)
@@ -189,12 +216,13 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
         warm.join()  # before the parser forks: no thread may run then
         # hash the file in a thread while it is parsed (hashlib releases the GIL); the parser
         # starts it once it has forked its helper process
-        hasher = _Hasher(raw) if digests[i] is None else None
+        hasher = cache.Hasher(raw) if job.digests[i] is None else None
         try:
-            data = read_trace_bytes(p, raw)
-            rank_hint = rank_from_filename(p.name)
-            r = read_kineto(data, source=p.name, rank_hint=rank_hint, salvage=salvage,
-                            progress=step, background=hasher.start if hasher else None)
+            reader, data = open_trace(p, raw)
+            kw = {"path": p} if reader.opens_path else {}
+            r = reader.read(data, source=p.name, rank_hint=rank_from_filename(p.name),
+                            salvage=bool(job.options["salvage"]), progress=step,
+                            background=hasher.start if hasher else None, **kw)
             del data
         except TraceFormatError as e:
             if inputs.from_directory is not None and len(inputs.files) > 1:
@@ -205,42 +233,35 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
             raise
         finally:
             del raw
-        digests[i] = hasher.result() if hasher else digests[i]
-        reads.append((p, digests[i], r))
+        if hasher:
+            job.digests[i] = hasher.result()
+        reads.extend(_Read(p, job.digests[i] or "", part) for part in r.parts())
         done += size
-
     if not reads:
-        raise TraceFormatError("no Kineto trace found among the files", path=inputs.display,
+        formats = " or ".join(r.title for r in readers.READERS)
+        raise TraceFormatError(f"no {formats} trace found among the files", path=inputs.display,
                                hint="; ".join(d.message for d in skipped.items)[:300] or None)
-    all_digests = [d if d is not None else _file_digest(p) for p, d in zip(inputs.files, digests)]
-    key = _content_key([f"{d}:{rank_from_filename(p.name)}" for p, d in zip(inputs.files, all_digests)],
-                       options)
-    target = out_path if out_path is not None else cache_root() / "stores" / key
-    if out_path is None and target.exists() and not force:
-        meta = read_meta(target)
-        if meta is not None and meta.get("content_key") == key and is_valid_store(target):
-            _write_index(quick, key)
-            return TraceStore.open(target)
-
-    _assign_ranks(reads, inputs)
-    prog.update("write", 1.0)
-    tables, meta = _assemble(reads, skipped, key, options)
-    store = write_store(target, meta, tables, replace=True)
-    if out_path is None:
-        _write_index(quick, key)
-    prog.done(f"{sum(r.tables['gpu_activities'].num_rows for _, _, r in reads):,} GPU activities, "
-              f"{len(reads)} rank(s) -> {target}")
-    return store
+    _one_format(reads, inputs)
+    return reads, skipped
 
 
-def _warm_up_arrow():
+def _one_format(reads: list[_Read], inputs: Inputs) -> None:
+    """Refuse a run whose files are of different formats (one reader per run)."""
+    first: dict[str, str] = {}
+    for r in reads:
+        first.setdefault(r.result.meta.format, r.path.name)
+    if len(first) > 1:
+        listing = ", ".join(f"{name} ({fmt})" for fmt, name in first.items())
+        raise InputError(f"the files mix trace formats: {listing}", path=inputs.display,
+                         hint="diagnose each format on its own (one folder or file list per "
+                              "format); compare can put the two results side by side")
+
+
+def _warm_up_arrow() -> threading.Thread:
     """Arrow imports pandas on its first Python-list conversion (~0.45 s). Do it in a thread
     while the trace file is read, so the parser (and the helper it forks) start warm."""
-    import threading
 
     def run() -> None:
-        import pyarrow as pa
-
         pa.array([0])
 
     t = threading.Thread(target=run, daemon=True)
@@ -248,65 +269,15 @@ def _warm_up_arrow():
     return t
 
 
-class _Hasher:
-    """sha256 of a byte string, computed in a background thread once ``start`` is called
-    (``result`` computes it in place if it never was)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data
-        self._digest: str | None = None
-        self._thread = None
-
-    def start(self) -> None:
-        import threading
-
-        if self._thread is None and self._digest is None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        assert self._data is not None
-        self._digest = hashlib.sha256(self._data).hexdigest()
-        self._data = None
-
-    def result(self) -> str:
-        if self._thread is not None:
-            self._thread.join()
-        elif self._digest is None:
-            self._run()
-        assert self._digest is not None
-        return self._digest
+def _source_name(r: _Read) -> str:
+    """The file's name, and the rank's label when the file holds several ranks."""
+    label = r.result.meta.label
+    return f"{r.path.name} ({label})" if label else r.path.name
 
 
-def _file_digest(path: Path) -> str:
-    h = hashlib.sha256()
-    try:
-        with open(path, "rb") as f:
-            while chunk := f.read(8 << 20):
-                h.update(chunk)
-    except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions")
-    return h.hexdigest()
-
-
-def _same_stat(meta: dict[str, Any], files: list[Path], options: dict[str, Any]) -> bool:
-    if meta.get("ingest_options") != options:
-        return False
-    srcs = {s.get("path"): s for s in meta.get("sources", [])}
-    if len(srcs) != len(files):
-        return False
-    for p in files:
-        s = srcs.get(str(p.resolve()))
-        st = p.stat()
-        if not s or s.get("bytes") != st.st_size or s.get("mtime_ns") != st.st_mtime_ns:
-            return False
-    return True
-
-
-def _assign_ranks(reads: list[tuple[Path, str, KinetoRead]], inputs: Inputs) -> None:
-    multi = len(reads) > 1
-    if multi:
-        unknown = [p.name for p, _, r in reads if r.rank_meta["rank_source"] == "default"]
+def _assign_ranks(reads: list[_Read], inputs: Inputs) -> None:
+    if len(reads) > 1:
+        unknown = [r.path.name for r in reads if r.result.meta.rank_source == "default"]
         if unknown:
             listing = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
             raise InputError(
@@ -315,38 +286,42 @@ def _assign_ranks(reads: list[tuple[Path, str, KinetoRead]], inputs: Inputs) -> 
                 hint="the traces have no distributedInfo; name the files with their rank "
                      "(e.g. rank-0.json.gz, rank-1.json.gz)")
     seen: dict[int, str] = {}
-    for p, _, r in reads:
-        rank = r.rank_meta["rank"]
+    for r in reads:
+        rank = r.result.meta.rank
         if rank in seen:
             raise InputError(
-                f"two files claim rank {rank}: {seen[rank]} and {p.name}", path=inputs.display,
+                f"two files claim rank {rank}: {seen[rank]} and {r.path.name}",
+                path=inputs.display,
                 hint="keep one trace per rank in the folder (or pass the files of one run)")
-        seen[rank] = p.name
+        seen[rank] = r.path.name
 
 
-def _assemble(reads: list[tuple[Path, str, KinetoRead]], skipped: DiagnosticLog, key: str,
+def _assemble(reads: list[_Read], skipped: DiagnosticLog, key: str,
               options: dict[str, Any]) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    reads = sorted(reads, key=lambda x: x[2].rank_meta["rank"])
+    reads = sorted(reads, key=lambda r: r.result.meta.rank)
     tables = {}
     for name in schema.TABLES:
-        parts = [r.tables[name] for _, _, r in reads]
-        tables[name] = pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+        parts = [r.result.tables[name] for r in reads]
+        tables[name] = (pa.concat_tables(parts, promote_options="default") if len(parts) > 1
+                        else parts[0])
     diags = DiagnosticLog()
     diags.extend(skipped)
-    for _, _, r in reads:
-        diags.extend(r.diagnostics)
+    for r in reads:
+        diags.extend(r.result.meta.diagnostics)
     meta = {
         "tool_version": __version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "content_key": key,
         "ingest_options": options,
         "sources": [
-            {"name": p.name, "path": str(p.resolve()), "sha256": d, "bytes": p.stat().st_size,
-             "mtime_ns": p.stat().st_mtime_ns, "rank": r.rank_meta["rank"], "format": "kineto"}
-            for p, d, r in reads
+            {"name": _source_name(r), "path": str(r.path.resolve()), "sha256": r.digest,
+             "bytes": r.path.stat().st_size, "mtime_ns": r.path.stat().st_mtime_ns,
+             "rank": r.result.meta.rank, "format": r.result.meta.format}
+            for r in reads
         ],
-        "ranks": [r.rank_meta for _, _, r in reads],
-        "event_counts": {str(r.rank_meta["rank"]): dict(sorted(r.counts.items())) for _, _, r in reads},
+        "ranks": [r.result.meta.to_dict() for r in reads],
+        "event_counts": {str(r.result.meta.rank): dict(sorted(r.result.counts.items()))
+                         for r in reads},
         "diagnostics": diags.to_list(),
     }
     return tables, meta

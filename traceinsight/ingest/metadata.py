@@ -2,7 +2,8 @@
 
 Traces carry the recording machine's environment: host and user names, paths, environment
 variables, tokens. The store keeps only allow-listed fields; reports show only those. Free
-text that must be kept (kineto's INFO/WARNING lines, names) goes through :func:`redact_text`.
+text that must be kept (kineto's INFO/WARNING lines, names) goes through
+:func:`traceinsight.redact.redact_text`.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import re
 from pathlib import PurePath
 from typing import Any
 
-from ..diagnostics import DiagnosticLog
-from ..redact import SECRET_KEY_RE, SECRET_VALUE_RE
+from ..diagnostics import DiagnosticLog, Severity
+from ..redact import redact_text, redact_value
 
 DEVICE_KEYS = (
     "id", "name", "totalGlobalMem", "computeMajor", "computeMinor", "numSms", "warpSize",
@@ -27,28 +28,7 @@ VERSION_KEYS = (
 )
 PG_KEYS = ("pg_name", "pg_desc", "backend_config", "pg_size", "ranks")
 
-_HOME_RE = re.compile(r"(/home/|/Users/|/root/|C:\\Users\\)[^/\\\s\"']+")
-REDACTED = "[redacted]"
 _RECORD_COUNTS_RE = re.compile(r"Record counts:.*")
-
-
-def redact_text(text: str) -> str:
-    """Replace credential-looking substrings and home-directory user names."""
-    text = SECRET_VALUE_RE.sub(REDACTED, text)
-    return _HOME_RE.sub(lambda m: m.group(1) + "~", text)
-
-
-def redact(obj: Any, key: str = "") -> Any:
-    """Recursively redact a JSON-like value: secret-named keys and secret-looking strings."""
-    if key and SECRET_KEY_RE.search(key):
-        return REDACTED
-    if isinstance(obj, dict):
-        return {str(k): redact(v, str(k)) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [redact(v) for v in obj]
-    if isinstance(obj, str):
-        return redact_text(obj)
-    return obj
 
 
 def _num(v: Any) -> Any:
@@ -89,7 +69,8 @@ def distributed_info(info: Any) -> dict[str, Any]:
     for k in ("backend", "rank", "world_size", "pg_count", "nccl_version"):
         if k in info:
             v = info[k]
-            out[k] = _num(v) if k in ("rank", "world_size", "pg_count") else redact_text(str(v))[:60]
+            numeric = k in ("rank", "world_size", "pg_count")
+            out[k] = _num(v) if numeric else redact_text(str(v))[:60]
     if isinstance(out.get("rank"), float):
         out["rank"] = int(out["rank"])
     pgs = info.get("pg_config")
@@ -97,12 +78,13 @@ def distributed_info(info: Any) -> dict[str, Any]:
         out["pg_config"] = []
         for pg in pgs[:256]:
             if isinstance(pg, dict):
-                out["pg_config"].append({k: redact(pg[k], k) if k != "ranks" else pg[k]
+                out["pg_config"].append({k: redact_value(pg[k], k) if k != "ranks" else pg[k]
                                          for k in PG_KEYS if k in pg})
     return out
 
 
-def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog, source: str) -> dict[str, Any]:
+def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog,
+                        source: str) -> dict[str, Any]:
     """Capture flags, runtime versions, kineto's own log lines (as diagnostics)."""
     flags = {}
     for k in CAPTURE_FLAGS:
@@ -119,7 +101,9 @@ def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog, source: st
         "display_time_unit": header.get("displayTimeUnit"),
         "schema_version": _num(header.get("schemaVersion")),
     }
-    for level, sev in (("ERROR", "warning"), ("WARNING", "warning"), ("INFO", "info")):
+    levels: tuple[tuple[str, Severity], ...] = (
+        ("ERROR", "warning"), ("WARNING", "warning"), ("INFO", "info"))
+    for level, sev in levels:
         lines = header.get(level)
         if isinstance(lines, str):
             lines = [lines]

@@ -1,6 +1,6 @@
 """Repairs for the invalid JSON real profilers write, and clear errors for what cannot be fixed.
 
-Seen in the wild (FORMATS.md 1.13): unescaped ``"`` inside names (pytorch/pytorch#146900),
+Seen in the wild (docs/FORMATS.md §1.12): unescaped ``"`` inside names (pytorch/pytorch#146900),
 Windows paths with lone backslashes (pytorch/pytorch#98432), control characters and invalid
 UTF-8 (pytorch/pytorch#130622), bare ``N/A`` values. Each repair is counted and reported as a
 diagnostic; the repaired bytes are decoded by the same fast decoder.
@@ -44,7 +44,8 @@ def repair_json(data: bytes, err: str, source: str, diags: DiagnosticLog) -> byt
         diags.add("json-repaired", "bare N/A values read as null", source=source, count=n)
     fixed, n = _LONE_BACKSLASH_RE.subn(rb"\\\\", fixed)
     if n:
-        diags.add("json-repaired", "lone backslashes (Windows paths) escaped", source=source, count=n)
+        diags.add("json-repaired", "lone backslashes (Windows paths) escaped", source=source,
+                  count=n)
     fixed, n = _CTRL_RE.subn(lambda m: b"\\u%04x" % m.group(0)[0], fixed)
     if n:
         diags.add("json-repaired", "raw control characters escaped", source=source, count=n)
@@ -96,7 +97,7 @@ def explain_decode_error(data: bytes, err: str, source: str) -> TraceFormatError
         tail = data.rstrip()[-1:]
         return TraceFormatError(
             f"JSON is truncated: the file ends at byte {len(data):,} inside the event list"
-            + (" (last character %r)" % tail.decode("latin-1") if tail else ""),
+            + (f" (last character {tail.decode('latin-1')!r})" if tail else ""),
             path=source,
             hint="the profiler probably stopped before finishing the file, or the copy is "
                  "incomplete; re-export it, or pass --salvage to read the complete events")
@@ -105,13 +106,14 @@ def explain_decode_error(data: bytes, err: str, source: str) -> TraceFormatError
     context = ""
     if off is not None:
         snippet = data[max(0, off - 30):off + 30].decode("utf-8", "replace")
-        context = " near %r" % snippet.replace("\n", " ")
+        context = " near {!r}".format(snippet.replace("\n", " "))
     return TraceFormatError(
         f"invalid JSON{where}{context} ({err.split(' (byte')[0]})", path=source,
         hint="the file is damaged or not a trace; check how it was produced or copied")
 
 
-def salvage_truncated(data: bytes, diags: DiagnosticLog, source: str, max_tries: int = 64) -> bytes | None:
+def salvage_truncated(data: bytes, diags: DiagnosticLog, source: str,
+                      max_tries: int = 64) -> bytes | None:
     """Cut a truncated Kineto file after its last complete event and close the JSON.
 
     Tries the last ``max_tries`` event boundaries (``}`` followed by ``,``); returns None if

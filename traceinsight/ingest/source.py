@@ -32,15 +32,22 @@ class SourceFile:
         return self.path.name
 
     @classmethod
-    def stat(cls, path: Path) -> "SourceFile":
+    def stat(cls, path: Path) -> SourceFile:
         try:
             st = path.stat()
         except FileNotFoundError:
             raise InputError("no such file or directory", path=path,
-                             hint="check the path; traces are .json, .json.gz or a folder of them")
+                             hint="check the path; traces are .json, .json.gz or a folder of "
+                                  "them") from None
         except OSError as e:
-            raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions")
+            raise InputError(f"cannot read: {e.strerror}", path=path,
+                             hint="check permissions") from e
         return cls(path, st.st_size, st.st_mtime_ns)
+
+
+def json_start(head: bytes) -> bytes:
+    """The first byte of JSON text after blanks and a byte-order mark (b"" if none)."""
+    return head.lstrip(b" \t\r\n\xef\xbb\xbf")[:1]
 
 
 def sniff(head: bytes) -> str:
@@ -51,10 +58,10 @@ def sniff(head: bytes) -> str:
         return "sqlite"
     if b"NVIDIA Tegra Profiler Report" in head[:256] or head.startswith(b"QDSTRM"):
         return "nsys-rep"
-    stripped = head.lstrip(b" \t\r\n\xef\xbb\xbf")
-    if not stripped:
+    first = json_start(head)
+    if not first:
         return "empty"
-    if stripped[:1] in (b"{", b"["):
+    if first in (b"{", b"["):
         return "json"
     return "unknown"
 
@@ -64,66 +71,60 @@ def read_raw(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except FileNotFoundError:
-        raise InputError("no such file", path=path, hint="check the path")
+        raise InputError("no such file", path=path, hint="check the path") from None
     except IsADirectoryError:
-        raise InputError("is a directory", path=path, hint="pass the folder itself, not a file in it")
+        raise InputError("is a directory", path=path,
+                         hint="pass the folder itself, not a file in it") from None
     except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions")
+        raise InputError(f"cannot read: {e.strerror}", path=path,
+                         hint="check permissions") from e
 
 
-def read_trace_bytes(path: Path, raw: bytes | None = None) -> bytes:
-    """Return the (decompressed) JSON bytes of a Kineto trace (``raw``: the file, if read).
-
-    Raises a :class:`TraceFormatError` naming the problem for anything that is not JSON text.
-    """
-    data = read_raw(path) if raw is None else raw
+def unreadable(path: Path, data: bytes, *, compressed: bool) -> TraceFormatError:
+    """The error for bytes no reader claims (``data``: gzip removed when ``compressed``)."""
     kind = sniff(data[:4096])
-    if kind == "gzip":
-        data = _gunzip(path, data)
-        inner = sniff(data[:4096])
-        if inner == "sqlite":
-            kind = "sqlite"
-        elif inner in ("json", "empty"):
-            kind = inner
-        else:
-            raise TraceFormatError(
-                "gzip file does not contain JSON text", path=path,
-                hint="expected a PyTorch profiler trace (.json or .json.gz)")
-    if kind == "json":
-        return data
     if kind == "empty":
-        raise TraceFormatError("file is empty", path=path,
-                               hint="the profiler wrote nothing; check that it ran and stopped cleanly")
+        return TraceFormatError(
+            "file is empty", path=path,
+            hint="the profiler wrote nothing; check that it ran and stopped cleanly")
     if kind == "sqlite":
-        raise UnsupportedTraceVersion(
-            "is an SQLite database (an Nsight Systems export?); this version reads Kineto JSON only",
-            path=path, hint="record with torch.profiler, or wait for the Nsight Systems reader")
+        return UnsupportedTraceVersion(
+            "is an SQLite database (an Nsight Systems export?); this version reads Kineto JSON "
+            "only", path=path,
+            hint="record with torch.profiler, or wait for the Nsight Systems reader")
+    if compressed:
+        return TraceFormatError(
+            "gzip file does not contain JSON text", path=path,
+            hint="expected a PyTorch profiler trace (.json or .json.gz)")
+    if kind == "json":
+        return TraceFormatError("is JSON text no registered reader recognises", path=path,
+                                hint="expected a PyTorch profiler trace (.json or .json.gz)")
     if kind == "nsys-rep":
-        raise UnsupportedTraceVersion(
+        return UnsupportedTraceVersion(
             "is an Nsight Systems report (.nsys-rep), a binary container", path=path,
             hint=NSYS_EXPORT_HINT.format(name=path.name))
-    raise TraceFormatError(
-        "is not JSON text (first bytes: %r)" % data[:16], path=path,
+    return TraceFormatError(
+        f"is not JSON text (first bytes: {data[:16]!r})", path=path,
         hint="expected a PyTorch profiler trace (.json or .json.gz)")
 
 
-def _gunzip(path: Path, data: bytes) -> bytes:
+def gunzip(path: Path, data: bytes) -> bytes:
+    """The content of gzip bytes ``data`` (a clear error when the stream is damaged)."""
     try:
         return gzip.decompress(data)
     except EOFError:
         raise TraceFormatError(
             "gzip stream is truncated (the file ends before the end-of-stream marker)", path=path,
-            hint="the copy is incomplete: copy or download it again")
+            hint="the copy is incomplete: copy or download it again") from None
     except (gzip.BadGzipFile, zlib.error, OSError) as e:
         raise TraceFormatError(f"corrupt gzip data ({e})", path=path,
-                               hint="the file is damaged: copy or download it again")
+                               hint="the file is damaged: copy or download it again") from e
 
 
 # --- rank discovery -------------------------------------------------------------------------
 
 _RANK_RE = re.compile(r"(?:^|[^a-z0-9])rank[-_ ]?(\d+)", re.IGNORECASE)
 _WORKER_RE = re.compile(r"(?:^|[^a-z0-9])worker[-_ ]?(\d+)", re.IGNORECASE)
-TRACE_SUFFIXES = (".json", ".json.gz", ".gz")
 
 
 def rank_from_filename(name: str) -> int | None:
@@ -131,12 +132,14 @@ def rank_from_filename(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def list_trace_files(directory: Path) -> list[Path]:
-    """Candidate trace files of a directory (not recursive), sorted by name."""
+def list_trace_files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """Candidate trace files of a directory (not recursive, names ending in one of
+    ``suffixes``), sorted by name."""
     files = [p for p in sorted(directory.iterdir())
-             if p.is_file() and p.name.lower().endswith(TRACE_SUFFIXES)]
+             if p.is_file() and p.name.lower().endswith(suffixes)]
     if not files:
-        raise InputError("folder holds no trace files (.json, .json.gz)", path=directory,
+        shown = ", ".join(s for s in suffixes if s != ".gz")
+        raise InputError(f"folder holds no trace files ({shown})", path=directory,
                          hint="point at a trace file or a folder of per-rank trace files")
     return files
 

@@ -79,7 +79,8 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
     elif arr is not None and (pa.types.is_floating(arr.type) or pa.types.is_null(arr.type)):
         floats = arr.cast(pa.float64())
         x = pc.fill_null(floats, 0.0).to_numpy(zero_copy_only=False)
-        if not np.isfinite(x).all() or (len(x) and float(np.max(np.abs(x))) >= EXACT_FLOAT_LIMIT_US):
+        too_big = len(x) and float(np.max(np.abs(x))) >= EXACT_FLOAT_LIMIT_US
+        if not np.isfinite(x).all() or too_big:
             raise NeedExactText()
         whole = np.floor(x)
         ns = whole.astype(np.int64) * 1000 + np.rint((x - whole) * 1000.0).astype(np.int64)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import Analysis
-from . import MetricSet, declare
+from .registry import MetricSet, declare
 
 declare("collectives_per_step", "count", "communication kernels per step",
         needs="communication kernels")

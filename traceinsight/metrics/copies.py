@@ -29,7 +29,7 @@ import pandas as pd
 
 from ..analysis import Analysis
 from ..analysis import intervals as iv
-from . import MetricSet, declare
+from .registry import MetricSet, declare
 
 KINDS = ("pageable", "pinned", "host", "d2d", "peer", "other")
 LABELS = {"pageable": "host copies, pageable memory", "pinned": "host copies, pinned memory",
@@ -74,7 +74,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     wall = float(sum(w.dur_ns for w in windows))
     names = [f"memcpy_exposed_{k}_pct" for k in KINDS[:-1]] + ["memcpy_exposed_d2h_pct"]
     if not len(g) or not wall:
-        for n in names + ["memcpy_pageable_copies"]:
+        for n in [*names, "memcpy_pageable_copies"]:
             ms.set(n, None, why_missing="no GPU activity in step windows")
         return
     cp = g[g["kind"] == "memcpy"]
@@ -93,7 +93,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         if not len(ws):
             continue
 
-        def alone(rows: pd.DataFrame) -> int:
+        def alone(rows: pd.DataFrame, busy=busy, ws=ws, we=we) -> int:
             u = iv.union(rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64))
             return int(iv.overlap_with_windows(iv.subtract(u, busy), ws, we).sum())
 

@@ -391,7 +391,7 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
     known = has_next & (L >= 0)
     thread = np.where(known, l_thread[kk], main)
     # dependency: queued before the gap, or launched in it but started long after the call
-    queued_before = known & (Le <= cs) & (L < cs - LAUNCH_TOLERANCE_NS)
+    queued_before = known & (Le <= cs) & (cs - LAUNCH_TOLERANCE_NS > L)
     h_end = np.where(known, np.clip(Le, cs, ce), ce)
     late = known & ~queued_before & (ce - h_end > DEPENDENCY_MIN_NS)
     h_end = np.where(late, h_end, ce)
@@ -452,7 +452,7 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
 
     mat = np.stack([per_gap[c] for c in CAUSES])
     label = np.array(CAUSES, dtype=object)[mat.argmax(axis=0)]
-    nxt_op = np.where(has_next, ops[kk], None)
+    nxt_op = np.where(has_next, ops[kk], np.array(None, dtype=object))
     delay = np.where(known, ce - np.maximum(Le, L), -1)
     gaps = [{"rank": rank, "step": None if st < 0 else int(st), "start_ns": int(a),
              "dur_ns": int(b - a), "cause": _LABEL[c], "next_op": op,

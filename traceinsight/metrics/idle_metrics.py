@@ -10,11 +10,12 @@ idle_device_wait + idle_startup + idle_capture + idle_compile + idle_unknown = g
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
 from .. import fmt
 from ..analysis import Analysis
-from . import MetricSet, declare
 from .idle import (
     BLOCKING_MIN_NS,
     CAUSES,
@@ -24,6 +25,7 @@ from .idle import (
     IdleSplit,
     idle_split,
 )
+from .registry import MetricSet, declare
 
 NEEDS = "GPU kernels"
 HINT = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"
@@ -164,7 +166,7 @@ def _call_rows(df: pd.DataFrame, wall: int) -> list[dict]:
     if not len(df):
         return []
     agg = df.groupby(["cause", "name"])[["dur_ns", "idle_ns"]].agg(["size", "sum", "max"])
-    rows = []
+    rows: list[dict[str, Any]] = []
     for (cause, name), r in agg.iterrows():
         rows.append({"cause": _FAMILY[cause], "call": name, "count": int(r[("dur_ns", "size")]),
                      "total_ns": int(r[("dur_ns", "sum")]), "max_ns": int(r[("dur_ns", "max")]),
@@ -177,7 +179,7 @@ def _call_rows(df: pd.DataFrame, wall: int) -> list[dict]:
 def _stall_rows(stalls: list[pd.DataFrame], alloc: pd.DataFrame) -> list[dict]:
     """Allocator calls, then the long host events (0.5 ms or more) inside stretches in which
     the host issued no GPU work."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     if len(alloc):
         agg = alloc.groupby("name")[["dur_ns", "idle_ns"]].agg(["size", "sum", "max"])
         rows = [{"event": f"{name} (runtime call)", "count": int(r[("dur_ns", "size")]),
@@ -238,7 +240,7 @@ def _nonsteady_text(total: IdleSplit, wait: dict | None, wall: int, call_rows: l
     if not parts[kind]:
         return "steady state", "no start-up, capture, compilation or one-off wait"
     share = fmt.fmt_pct(_pct(parts[kind], wall) or 0)
-    if kind == "wait":
+    if kind == "wait" and wait:
         op = wait.get("next_op")
         by = f" launched by `{op}`" if op and not str(op).startswith("[") else ""
         on = f" ({wait['waited_on']})" if wait.get("waited_on") else ""

@@ -17,15 +17,17 @@ reported as memory pressure.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from ..analysis import Analysis
-from . import MetricSet, declare
+from .registry import MetricSet, declare
 
 NEEDS = "[memory] events"
 HINT = "record with profile_memory=True"
-GPU_DEVICE_TYPES = (1, 6, 12, 19, 20)  # CUDA, HIP, XPU, MTIA, PrivateUse1
+GPU_DEVICE_TYPES = ("cuda", "hip", "xpu", "mtia", "privateuse1")  # store device_type
 GIB = 2**30
 #: pre-allocation: reserved reaches 95% of its peak within the first EARLY_FRACTION of the
 #: [memory] event span, and allocated never falls below STATIC_MIN_PCT of its peak after that
@@ -78,7 +80,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             ms.set(n, None, why_missing=why)
         return
     gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
-    worst = None
+    worst: dict[str, Any] | None = None
     timelines = []
     growth = []
     for (rank, dev), d in gpu.groupby(["rank", "device"], sort=True):
@@ -86,7 +88,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         res = d["total_reserved_bytes"].fillna(0).to_numpy(np.int64)
         ts = d["ts_ns"].to_numpy(np.int64)
         ia, ir = int(np.argmax(alloc)), int(np.argmax(res))
-        row = {
+        row: dict[str, Any] = {
             "rank": int(rank), "device": int(dev),
             "peak_allocated_bytes": int(alloc[ia]), "peak_reserved_bytes": int(res[ir]),
             "reserved_at_allocated_peak": int(res[ia]),
@@ -197,7 +199,7 @@ def _growth(an: Analysis, rank: int, ts: np.ndarray, alloc: np.ndarray) -> dict 
 
 def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     """The ops that allocated most in the step (or trace) of the reserved peak."""
-    from ..analysis.attribution import _nest_by_thread  # shared time-nesting helper
+    from ..analysis.attribution import nest_by_thread  # shared time-nesting helper
 
     d = gpu[(gpu["rank"] == worst["rank"]) & (gpu["device"] == worst["device"])
             & (gpu["bytes"].fillna(0) > 0)]
@@ -213,8 +215,8 @@ def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     d = d.copy()
     d["process"] = d["process"].astype(object)
     d["thread"] = d["thread"].astype(object)
-    pos, _ = _nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
-                             d["thread"].to_numpy())
+    pos, _ = nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
+                            d["thread"].to_numpy())
     names = np.where(pos >= 0, ops["name"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None,
                      "[outside ops]")
     mods = np.where(pos >= 0, ops["module"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None, None)

@@ -25,8 +25,8 @@ import numpy as np
 import pandas as pd
 
 from ..analysis import Analysis
-from . import MetricSet, declare
 from .options import RooflineOptions
+from .registry import MetricSet, declare
 
 BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function|AccumulateGrad")
 OPTIMIZER_RE = re.compile(r"^(?:Optimizer|optimizer)\.(?:step|zero_grad)")
@@ -69,7 +69,7 @@ def _count(names: np.ndarray, rx: re.Pattern[str]) -> int:
     return int(sum(1 for n in names if rx.search(n)))
 
 
-def mode_of(values: dict[str, float | None]) -> str:
-    """training | inference | unknown, for the result's ``trace.mode``."""
+def mode_of(values: dict[str, float | None]) -> str | None:
+    """train | infer (the words of ``--mode``) or None, for the result's ``trace.mode``."""
     v = values.get("is_training")
-    return MODES.get(float(v), "unknown") if v is not None else "unknown"
+    return None if v is None else ("train" if v else "infer")

@@ -29,8 +29,8 @@ import pandas as pd
 
 from ..analysis import Analysis
 from ..analysis.categories import MATRIX_CLASSES, is_matrix_helper, kernel_dtype
-from . import MetricSet, declare
 from .options import RooflineOptions
+from .registry import MetricSet, declare
 
 MIN_KNOWN_PCT = 50.0  #: below this share of known matrix time the fp32 share is not measured
 FP32_PATHS = ("fp32", "fp32_matrix")
@@ -126,7 +126,7 @@ def _matrix_kernels(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     """Matrix kernels (helpers left out) with their input dtype (None = unknown)."""
     cols = ["name", "dur_ns", "op_idx", "op", "cls"]
     if not len(kern):
-        return pd.DataFrame({c: [] for c in cols + ["dtype", "how"]})
+        return pd.DataFrame({c: [] for c in [*cols, "dtype", "how"]})
     mat = kern[kern["cls"].astype(object).isin(MATRIX_CLASSES)][cols].copy()
     names = mat["name"].astype(object).to_numpy()
     codes, uniq = pd.factorize(pd.Series(names, dtype=object))
@@ -135,7 +135,7 @@ def _matrix_kernels(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     keep = ~helper[codes] if len(uniq) else np.zeros(len(mat), dtype=bool)
     mat = mat[keep]
     dt = by_name[codes[keep]] if len(uniq) else np.empty(0, dtype=object)
-    how = np.where(pd.isna(dt), None, "kernel name").astype(object)
+    how = np.where(pd.isna(dt), np.array(None, dtype=object), "kernel name").astype(object)
     need = pd.isna(dt) | (dt == "tensor")
     if need.any():
         op_dt = _op_dtypes(an, mat["op_idx"].to_numpy(np.int64)[need])

@@ -17,8 +17,8 @@ import pandas as pd
 from ..analysis import Analysis
 from ..analysis.attribution import name_matches
 from ..analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
-from . import MetricSet, declare
 from .options import RooflineOptions
+from .registry import MetricSet, declare
 
 NEEDS = "input shapes (record_shapes=True) and a known device"
 HINT = "record with record_shapes=True; for an unknown GPU pass --device NAME or --peak-tflops/--peak-bw"
@@ -28,15 +28,21 @@ declare(COVERAGE, "%", "kernel time of ops whose FLOPs/bytes could be modelled (
         "every roofline metric)", needs=NEEDS, hint=HINT)
 #: name, unit, meaning, lower bound (only grows as more of the run is modelled)
 for _n, _u, _d, _lb in (
-    ("memory_bound_time_pct", "%", "modelled kernel time in memory-bound ops (AI below the ridge)", False),
+    ("memory_bound_time_pct", "%",
+     "modelled kernel time in memory-bound ops (AI below the ridge)", False),
     ("compute_bound_time_pct", "%", "modelled kernel time in compute-bound ops", False),
     ("roof_efficiency_pct", "%", "time-weighted achieved / roof over modelled ops", False),
-    ("memory_bound_efficiency_pct", "%", "time-weighted achieved bandwidth / peak over memory-bound ops", False),
-    ("compute_bound_efficiency_pct", "%", "time-weighted achieved FLOP/s / peak over compute-bound ops", False),
-    ("memory_bound_recoverable_pct", "%", "time above the bandwidth roof in memory-bound ops, % of step time", True),
-    ("compute_bound_recoverable_pct", "%", "time above the compute roof in compute-bound ops, % of step time", True),
+    ("memory_bound_efficiency_pct", "%",
+     "time-weighted achieved bandwidth / peak over memory-bound ops", False),
+    ("compute_bound_efficiency_pct", "%",
+     "time-weighted achieved FLOP/s / peak over compute-bound ops", False),
+    ("memory_bound_recoverable_pct", "%",
+     "time above the bandwidth roof in memory-bound ops, % of step time", True),
+    ("compute_bound_recoverable_pct", "%",
+     "time above the compute roof in compute-bound ops, % of step time", True),
     ("achieved_tflops", "TFLOP/s", "modelled FLOPs per second of step time, per GPU", True),
-    ("mfu_pct", "%", "model FLOPs utilisation: modelled FLOPs / (step time x peak of the main dtype)", True),
+    ("mfu_pct", "%",
+     "model FLOPs utilisation: modelled FLOPs / (step time x peak of the main dtype)", True),
 ):
     declare(_n, _u, _d, needs=NEEDS, hint=HINT, coverage=COVERAGE, lower_bound=_lb)
 declare("mfu_estimate_pct", "%", "MFU from 6·N·tokens (training) or 2·N·tokens (inference) per step",
@@ -87,8 +93,8 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     n_ranks = max(1, len({w.rank for w in windows}))
     if spec is None:
         why = res.message or "unknown device"
-        for n in ("device_peak_tflops", "device_bandwidth_gbs") + tuple(
-                f"device_{d}_tflops" for d in DTYPE_PEAKS):
+        for n in ("device_peak_tflops", "device_bandwidth_gbs",
+                  *(f"device_{d}_tflops" for d in DTYPE_PEAKS)):
             ms.set(n, None, why_missing=why)
     else:
         main = spec.peak("bf16") or spec.peak("fp16")

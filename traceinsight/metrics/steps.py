@@ -39,10 +39,9 @@ import pandas as pd
 from .. import fmt
 from ..analysis import Analysis, StepWindow, WindowBreakdown
 from ..analysis import intervals as iv
-from . import MetricSet, declare
 from ..analysis.attribution import name_matches
-from .idle import (BLOCKING_MIN_NS, COPY_CALL_RE, LAUNCH_CALL_RE, SYNC_CALL_RE,
-                   idle_split)
+from .idle import BLOCKING_MIN_NS, COPY_CALL_RE, LAUNCH_CALL_RE, SYNC_CALL_RE, idle_split
+from .registry import MetricSet, declare
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
@@ -144,7 +143,8 @@ def representative(stats: list[StepStat]) -> list[StepStat]:
 
 def _step_stats(an: Analysis) -> list[StepStat]:
     attr = an.attribution
-    bds = {(b.rank, b.step, b.start_ns): b for b in an.breakdown.steps if b.step is not None}
+    bds: dict[tuple[int, int | None, int], WindowBreakdown] = {
+        (b.rank, b.step, b.start_ns): b for b in an.breakdown.steps if b.step is not None}
     out: list[StepStat] = []
     for rank in sorted({w.rank for w in attr.steps if w.step is not None}):
         if not attr.has_step_markers.get(rank, False):
@@ -193,6 +193,7 @@ def _stat(w: StepWindow, b: WindowBreakdown, own: pd.DataFrame, idle: dict[str, 
     else:  # no GPU activity recorded on the rank: the step is host time only
         parts = {k: 0 for k in parts} | {"host": b.wall_ns}
     has = w.step in own.index
+    assert w.step is not None  # step windows only
     return StepStat(
         rank=w.rank, step=int(w.step), start_ns=int(w.start_ns), wall_ns=int(b.wall_ns),
         host_ns=int(w.host_end_ns - w.host_start_ns),
@@ -412,9 +413,10 @@ def slow_steps(basis: list[StepStat], p50: float, *, factor: float = SLOW_FACTOR
         deltas = sorted(((s.parts.get(k, 0) - med[k], k) for k in keys), reverse=True)
         (d1, k1), (d2, k2) = deltas[0], deltas[1]
         over = s.wall_ns - p50
-        row = {"rank": s.rank, "step": s.step, "wall_ns": s.wall_ns, "gpu_ns": s.gpu_ns,
-               "over_median_ns": int(over), "cause": PART_LABEL[k1], "cause_key": k1,
-               "cause_delta_ns": int(d1), "also": None, "also_delta_ns": None}
+        row: dict[str, Any] = {
+            "rank": s.rank, "step": s.step, "wall_ns": s.wall_ns, "gpu_ns": s.gpu_ns,
+            "over_median_ns": int(over), "cause": PART_LABEL[k1], "cause_key": k1,
+            "cause_delta_ns": int(d1), "also": None, "also_delta_ns": None}
         if d2 > 0 and d2 >= over / 3:
             row.update(also=PART_LABEL[k2], also_delta_ns=int(d2))
         out.append(row)

@@ -12,8 +12,9 @@ import pandas as pd
 
 from ..analysis import Analysis
 from ..analysis import intervals as iv
-from . import MetricSet, declare, idle_metrics, steps
+from . import idle_metrics, steps
 from .idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
+from .registry import MetricSet, declare
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
@@ -50,8 +51,6 @@ declare("ranks_analysed", "count", "number of ranks whose traces were read")
 declare("has_gpu", "bool", "1 if the trace holds GPU activity")
 
 SMALL_KERNEL_NS = 10_000
-#: re-exported for the evidence providers and the report timeline
-_rank_ranges = rank_ranges
 
 
 def _pct(x: float, total: float) -> float | None:
@@ -162,7 +161,7 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     sync_ops: dict[str, list[int]] = {}
     for r in ranks:
         ws = [w for w in windows if w.rank == r]
-        dl_s, dl_e, _ = _rank_ranges(an, r, DATALOADER_RE)
+        dl_s, dl_e, _ = rank_ranges(an, r, DATALOADER_RE)
         DL = iv.union(dl_s, dl_e)
         dl_total += int(iv.overlap_with_windows(DL, np.array([w.host_start_ns for w in ws]),
                                                 np.array([w.host_end_ns for w in ws])).sum())

@@ -9,10 +9,13 @@ no Markdown renderer turns a kernel or op name into markup.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .. import fmt
 from ..result import DiagnosisResult, finding_sort_key
+from ..vocab import is_more_row
+from . import describe
 
 SEV_LABEL = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW", "info": "INFO"}
 TOP_N = 8
@@ -47,17 +50,19 @@ def _table(headers: Sequence[str], rows: list[list[str]], align: str) -> list[st
 def render_markdown(result: DiagnosisResult) -> str:
     r = result
     t = r.trace or {}
-    lines: list[str] = [f"### {esc(r.headline)}", ""]
+    host = r.host or {}
+    lines: list[str] = [f"### {esc(host.get('headline') or r.headline)}", ""]
+    if host.get("headline"):  # a CPU-only run: its verdict above, why no GPU rules here
+        lines += [esc(r.headline), ""]
     srcs = [str(s.get("name", "")) for s in t.get("sources") or []]
     n = len(t.get("ranks") or [])
     facts = []
     if srcs:
         facts.append(code(srcs[0], 60) + (f" (+{len(srcs) - 1} files)" if len(srcs) > 1 else ""))
     facts.append(f"{n} rank{'s' if n != 1 else ''}")
-    devs = t.get("devices") or []
-    facts.append(esc(", ".join(map(str, devs))) if devs else "no GPU recorded")
-    if t.get("mode") in ("training", "inference"):
-        facts.append(str(t["mode"]))
+    facts.append(esc(describe.device_name(r)))
+    if describe.run_mode(r):
+        facts.append(str(describe.run_mode(r)))
     steps = (r.metrics.get("values") or {}).get("steps")
     if steps:
         facts.append(f"{int(steps)} step{'s' if int(steps) != 1 else ''}")
@@ -70,8 +75,7 @@ def render_markdown(result: DiagnosisResult) -> str:
     if left:
         lines += ["Left out of the step statistics: " + ", ".join(left[:8]) + ".", ""]
 
-    fs = sorted(r.findings,
-                key=finding_sort_key)
+    fs = sorted(r.findings, key=finding_sort_key)
     if fs:
         lines += [f"**Findings ({len(fs)})**, by the share of step time they could recover:", ""]
         for i, f in enumerate(fs, 1):
@@ -85,45 +89,56 @@ def render_markdown(result: DiagnosisResult) -> str:
     else:
         lines += ["**No findings**: no rule fired.", ""]
 
-    lines += _top(r)
-    lines += _summary(r)
-    skipped = [x for x in r.rules or [] if x.get("status") == "not-evaluated"]
-    if skipped:
-        hints: dict[str, list[str]] = {}
-        for x in skipped:
-            key = str(x.get("hint") or x.get("reason") or "")
-            hints.setdefault(key, []).append(str(x.get("rule")))
-        parts = [f"{', '.join(rules)} ({h})" if h else ", ".join(rules)
-                 for h, rules in hints.items()]
+    # a CPU-only run: its host view, not GPU tables at "idle 100%"
+    lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]
+    groups = describe.not_evaluated(r.rules or [])
+    if groups:
+        parts = [f"{', '.join(g['rules'])} ({g['hint'] or g['reason']})" for g in groups]
         lines += ["Not evaluated: " + esc("; ".join(parts)) + ".", ""]
-    errs = [d for d in r.diagnostics or [] if d.get("severity") in ("error", "warning")]
+    errs = [d for d in r.diagnostics or [] if d.get("severity") in ("error", "warning")
+            and d.get("code") not in describe.DEVICE_CODES]
     if errs:
         lines += [f"Data quality: {len(errs)} warning{'s' if len(errs) != 1 else ''} "
                   f"(first: {esc(fmt.shorten(str(errs[0].get('message', '')), 160))}).", ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _host(r: DiagnosisResult) -> list[str]:
+    """A CPU-only run: where step time went and the top CPU ops by self time."""
+    h = r.host or {}
+    split = ", ".join(f"{esc(p['part'])} {fmt.fmt_pct(p['pct'])}" for p in h.get("split") or [])
+    out = [f"**Host time** of the steps: {split}.", ""]
+    rows = [[code(x["name"], 70), fmt.fmt_num(x["calls"], 0), fmt.fmt_ns(x["self_ns"]),
+             fmt.fmt_pct(x["self_pct"]), fmt.fmt_ns(x["total_ns"])]
+            for x in (h.get("ops") or [])[:TOP_N]]
+    if rows:
+        out += ["**Top CPU ops** by self time:", "",
+                *_table(["op", "calls", "self", "of step", "total"], rows, "lrrrr"), ""]
+    for n in h.get("notes") or []:
+        out += [f"- **{esc(n['title'])}**: {esc(n['text'])} Fix: {esc(n['advice'])}"]
+    return [*out, ""] if h.get("notes") else out
+
+
 def _top(r: DiagnosisResult) -> list[str]:
     ro = r.rollups or {}
-    more = re.compile(r"^\[[\d,]+ more\]$")
-    layers = [x for x in ro.get("layers") or [] if not more.match(str(x.get("module")))]
+    layers = [x for x in ro.get("layers") or [] if not is_more_row(x.get("module"))]
     if ro.get("has_modules") and layers:
         top = sorted(layers, key=lambda x: -(x.get("total_ns") or 0))
         # prefer leaves-ish rows: skip a parent whose share equals its only child's is not knowable
         rows = [[code(x.get("module"), 70), fmt.fmt_ns(x.get("forward_ns")),
                  fmt.fmt_ns(x.get("backward_ns")), fmt.fmt_ns(x.get("total_ns")),
                  fmt.fmt_pct(x.get("share_pct"))] for x in top[:TOP_N]]
-        return (["**Top layers** by device time:", ""]
-                + _table(["layer", "forward", "backward", "total", "share"], rows, "lrrrr") + [""])
-    ops = [x for x in ro.get("ops") or [] if not more.match(str(x.get("name")))]
+        return ["**Top layers** by device time:", "",
+                *_table(["layer", "forward", "backward", "total", "share"], rows, "lrrrr"), ""]
+    ops = [x for x in ro.get("ops") or [] if not is_more_row(x.get("name"))]
     if ops:
         top = sorted(ops, key=lambda x: -(x.get("device_self_ns") or 0))
         rows = [[code(x.get("name"), 70), fmt.fmt_num(x.get("calls"), 0),
                  fmt.fmt_ns(x.get("device_self_ns")), fmt.fmt_pct(x.get("share_pct"))]
                 for x in top[:TOP_N] if x.get("device_self_ns")]
         if rows:
-            return (["**Top operators** by device time (no module hierarchy recorded):", ""]
-                    + _table(["operator", "calls", "device self", "share"], rows, "lrrr") + [""])
+            return ["**Top operators** by device time (no module hierarchy recorded):", "",
+                    *_table(["operator", "calls", "device self", "share"], rows, "lrrr"), ""]
     return []
 
 
@@ -143,13 +158,13 @@ def _summary(r: DiagnosisResult) -> list[str]:
                      str(s.get("steps") if s.get("steps") is not None else "–"),
                      fmt.fmt_ns(q.get("p50")),
                      fmt.fmt_bytes(peak) if peak is not None else "–"])
-    out = ["**Summary** per rank:", ""] + _table(
+    out = ["**Summary** per rank:", "", *_table(
         ["rank", "kernel time", "busy / idle", "steps", "step p50", "peak memory (reserved)"],
-        rows, "rrrrrr")
+        rows, "rrrrrr")]
     if len(ranks) > 32:
         out.append("")
         out.append(f"(+{len(ranks) - 32} more ranks in the HTML report)")
-    return out + [""]
+    return [*out, ""]
 
 
 # --- compare ----------------------------------------------------------------------------------
@@ -165,10 +180,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     lines: list[str] = [f"### {esc(c.get('headline') or 'compare')}", ""]
 
     def side(s: dict[str, Any], tag: str) -> str:
-        srcs = [str(x) for x in s.get("sources") or []]
-        name = code(srcs[0] if srcs else s.get("label") or tag, 60)
-        if len(srcs) > 1:
-            name += f" (+{len(srcs) - 1} files)"
+        name = code(describe.run_name(s) if s.get("sources") or s.get("label") else tag, 60)
         devs = ", ".join(dict.fromkeys(str(d) for d in s.get("devices") or []))
         n = s.get("ranks") or 0
         return (f"{tag} {name} ({esc(devs) if devs else 'no GPU recorded'}, "
@@ -178,6 +190,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     lines += [f"{side(a, 'before')} → {side(b, 'after')} · compute split by "
               f"{esc(c.get('explained_by') or '?')} · traceinsight {esc(tool.get('version', '?'))}",
               ""]
+    lines += _comparability(c.get("comparability"))
 
     st = c.get("step_time") or {}
     sa, sb = st.get("before") or {}, st.get("after") or {}
@@ -194,7 +207,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         rows.append(["steps / s", f"{t['before_steps_per_s']:.4g}", f"{t['after_steps_per_s']:.4g}",
                      f"×{t['ratio']:.3f}", fmt.signed_pct(t.get("delta_pct"))])
     if rows:
-        lines += _table(["", "before", "after", "delta", "%"], rows, "lrrrr") + [""]
+        lines += [*_table(["", "before", "after", "delta", "%"], rows, "lrrrr"), ""]
     else:
         lines += ["No GPU step windows on one side: step times cannot be compared.", ""]
 
@@ -210,7 +223,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         if rest:
             rows.append(["", f"{len(rest)} others", "", "",
                          fmt.signed_ns(sum(x["delta_ns"] for x in rest))])
-        lines += _table(["kind", "name", "before", "after", "delta"], rows, "llrrr") + [""]
+        lines += [*_table(["kind", "name", "before", "after", "delta"], rows, "llrrr"), ""]
     elif c.get("contributors"):
         lines += ["No contributor changed: both sides spend the same time per step on each.", ""]
 
@@ -233,7 +246,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
                      f"({esc(x.get('direction') or '')})")
     same = len(f.get("unchanged") or [])
     if items:
-        lines += ["**Findings** that changed:", ""] + items
+        lines += ["**Findings** that changed:", "", *items]
         if same:
             lines.append(f"- unchanged: {same}")
         lines.append("")
@@ -251,3 +264,40 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     if diags:
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _comparability(comp: dict[str, Any] | None) -> list[str]:
+    """Whether the runs can be compared: the differences with what they invalidate, the
+    normalisation, the layer pairing and what could not be checked."""
+    if not comp:
+        return []
+    diffs = comp.get("differences") or []
+    out: list[str] = []
+    if not diffs:
+        out.append("**Comparable**: same device, world size, model shape, dtype and compile mode "
+                   "as far as both results tell.")
+    else:
+        lead = ("**Not comparable**: the runs do different work, so the change of step time says "
+                "nothing about the code." if not comp.get("comparable") else
+                "**Caution**: the same work on a different set-up or with few steps; the numbers "
+                "compare the systems, not only the code.")
+        rows = [[esc(d.get("severity")), esc(d.get("what")), code(d.get("before"), 40),
+                 code(d.get("after"), 40), esc(d.get("invalidates"))] for d in diffs]
+        out += [lead, "", *_table(["", "what", "before", "after", "invalidates"], rows, "lllll")]
+    n = comp.get("normalised")
+    extra = []
+    if n:
+        unit = "modelled FLOP" if n.get("by") == "flop" else "token"
+        extra.append(f"Normalised per {unit} ({esc(n.get('basis'))}): "
+                     f"{fmt.signed_pct(n.get('delta_pct'))}.")
+    p = comp.get("pairing")
+    if p:
+        extra.append(f"Layers paired by {esc(p.get('by'))} only: {p.get('paired')} paired, "
+                     f"{p.get('added_count')} added, {p.get('removed_count')} removed.")
+    un = comp.get("unchecked") or []
+    if un:
+        extra.append("Not checked: " + "; ".join(f"{esc(u.get('what'))} ({esc(u.get('why'))})"
+                                                 for u in un) + ".")
+    if extra:
+        out += ["", *extra] if diffs else extra
+    return [*out, ""]

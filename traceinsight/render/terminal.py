@@ -1,4 +1,5 @@
-"""Terminal rendering of a :class:`DiagnosisResult`: headline, findings, breakdown."""
+"""Terminal rendering of a :class:`DiagnosisResult` (headline, findings, breakdown) and of a
+compare (:func:`render_compare`)."""
 
 from __future__ import annotations
 
@@ -9,38 +10,22 @@ import click
 
 from .. import fmt
 from ..result import DiagnosisResult
+from ..safetext import for_terminal
+from . import describe
 
 SEV_STYLE = {"high": ("HIGH", "red"), "medium": ("MED ", "yellow"), "low": ("LOW ", "cyan"),
              "info": ("INFO", "white")}
 
 
-def format_cell(v: Any, kind: str) -> str:
-    if v is None:
-        return "–"
-    if kind == "ns":
-        return fmt.fmt_ns(v)
-    if kind == "bytes":
-        return fmt.fmt_bytes(v)
-    if kind == "pct":
-        return fmt.fmt_pct(v)
-    if kind == "count":
-        return fmt.fmt_num(v, 0)
-    if kind == "ratio":
-        return f"{v:.2f}"
-    if kind == "rate_flops":
-        return fmt.fmt_rate(v, "FLOP/s")
-    if kind == "rate_bytes":
-        return fmt.fmt_rate(v, "B/s")
-    return str(v)
-
-
-def render_table(t: dict[str, Any], indent: str = "", max_rows: int = 5, width: int | None = None) -> str:
+def render_table(t: dict[str, Any], indent: str = "", max_rows: int = 5,
+                 width: int | None = None) -> str:
+    """An evidence table (its first ``max_rows`` rows), cells formatted by their column format."""
     cols = t["columns"]
     rows = []
     for r in t["rows"][:max_rows]:
         cells = []
         for c, v in zip(cols, r):
-            s = format_cell(v, c["format"])
+            s = fmt.format_cell(v, c["format"])
             if c["format"] == "kernel" or c["name"] == "kernel":
                 s = fmt.short_kernel_name(s)
             cells.append(s)
@@ -65,8 +50,8 @@ def _wrap(text: str, indent: str, width: int) -> str:
 def bar(parts: list[tuple[str, float]], width: int = 50) -> str:
     chars = {"compute": "█", "comm exposed": "▓", "copies": "▒", "idle": "░"}
     out = ""
-    for name, pct in parts:
-        out += chars.get(name, "#") * int(round(width * pct / 100.0))
+    for name, pct in parts:  # a share outside 0-100% never draws more than the bar
+        out += chars.get(name, "#") * round(width * min(max(pct, 0.0), 100.0) / 100.0)
     return out[:width].ljust(width, " ")
 
 
@@ -75,25 +60,33 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     width = width or fmt.terminal_width()
     st = (lambda s, **k: click.style(s, **k)) if color else (lambda s, **k: s)
     t = result.trace
-    devs = ", ".join(t.get("devices") or []) or "GPU not recorded"
+    devs = describe.device_line(result)
     n = len(t.get("ranks", []))
     srcs = ", ".join(s["name"] for s in t.get("sources", [])[:3])
     if len(t.get("sources", [])) > 3:
         srcs += f" (+{len(t['sources']) - 3})"
+    mode = describe.run_mode(result) or "unknown"
     lines = [st(f"traceinsight diagnose — {srcs}", bold=True),
-             f"{n} rank{'s' if n != 1 else ''} · {devs} · {t.get('mode') or 'unknown'} run", ""]
-    lines.append(_wrap(st(result.headline, bold=True), "", width))
+             _wrap(f"{n} rank{'s' if n != 1 else ''} · {devs} · {mode} run", "", width), ""]
+    host = result.host or {}
+    if host.get("headline"):  # a CPU-only run: the host view's verdict, then why no GPU rules
+        lines.append(_wrap(st(host["headline"], bold=True), "", width))
+        lines.append(_wrap(result.headline, "", width))
+    else:
+        lines.append(_wrap(st(result.headline, bold=True), "", width))
     lines.append("")
     fs = result.findings
     if fs:
-        lines.append(st(f"Findings ({len(fs)}), by estimated share of step time they could recover", bold=True))
+        lines.append(st(f"Findings ({len(fs)}), by estimated share of step time they could "
+                        "recover", bold=True))
         for f in fs:
             label, colour = SEV_STYLE.get(f.severity, (f.severity.upper(), "white"))
             head = f"[{label}] {f.rule} — {f.title}"
             imp = (f"impact {f.impact_pct:.1f}%" if f.impact_pct is not None
                    else "impact not estimated")
             pad = max(2, width - len(head) - len(imp) - 1)
-            lines.append(st(f"[{label}]", fg=colour, bold=True) + head[len(label) + 2:] + " " * pad + imp)
+            lines.append(st(f"[{label}]", fg=colour, bold=True) + head[len(label) + 2:]
+                         + " " * pad + imp)
             lines.append(_wrap(f.message, "       ", width))
             for ev in f.evidence:
                 if ev.get("kind") == "measurements":
@@ -104,27 +97,31 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
                     lines.append(render_table(ev, indent="       ", max_rows=5 if verbose else 3,
                                               width=width))
             recs = f.recommendations if verbose else f.recommendations[:2]
-            for r in recs:
-                lines.append(_wrap("→ " + r, "       ", width))
+            for rec in recs:
+                lines.append(_wrap("→ " + rec, "       ", width))
             if not verbose and len(f.recommendations) > 2:
-                lines.append(f"       (+{len(f.recommendations) - 2} more recommendations: --verbose or the report)")
+                lines.append(f"       (+{len(f.recommendations) - 2} more recommendations: "
+                             "--verbose or the report)")
             lines.append("")
     else:
         lines.append("No findings.")
         lines.append("")
+    lines += describe.host_lines(result, width)
     lines += _breakdown_lines(result, width)
     rules = result.rules
     skipped = [r for r in rules if r.get("status") == "not-evaluated"]
     passed = [r for r in rules if r.get("status") == "passed"]
     lines.append(f"Rules: {len(fs)} fired, {len(passed)} passed, "
-                 f"{len([r for r in rules if r.get('status') == 'not-applicable'])} not applicable, "
+                 f"{sum(1 for r in rules if r.get('status') == 'not-applicable')} not applicable, "
                  f"{len(skipped)} not evaluated.")
-    for r in skipped:
-        hint = f" ({r['hint']})" if r.get("hint") and r["hint"] not in r.get("reason", "") else ""
-        lines.append(_wrap(f"  - {r['rule']}: {r.get('reason', '')}{hint}", "    ", width).replace("    - ", "  - ", 1))
+    for grp in describe.not_evaluated(rules):
+        hint = f" ({grp['hint']})" if grp["hint"] else ""
+        lines.append(_wrap(f"  - {', '.join(grp['rules'])}: {grp['reason']}{hint}", "    ", width)
+                     .replace("    - ", "  - ", 1))
     for e in result.rule_errors:
         lines.append(st(f"  ! rule {e['rule']} crashed: {e['error']}", fg="red"))
-    warn = [d for d in result.diagnostics if d.get("severity") in ("warning", "error")]
+    warn = [d for d in result.diagnostics if d.get("severity") in ("warning", "error")
+            and d.get("code") not in describe.DEVICE_CODES]  # the device line says those
     if warn:
         lines.append("")
         lines.append(st(f"Data quality ({len(warn)})", bold=True))
@@ -134,7 +131,7 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
             lines.append(_wrap(f"! {src}{d['message']}{cnt}", "  ", width))
         if len(warn) > 8:
             lines.append(f"  … {len(warn) - 8} more in the report")
-    return "\n".join(lines).rstrip() + "\n"
+    return for_terminal("\n".join(lines).rstrip() + "\n", keep_sgr=color)
 
 
 def _main_table(f) -> dict | None:
@@ -148,12 +145,13 @@ def _main_table(f) -> dict | None:
 
 def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     ranks = result.breakdown.get("ranks") or []
-    if not ranks:
+    if not ranks or not describe.has_gpu(result):  # no GPU bar at "idle 100%" for a CPU run
         return []
     wall = sum(r["wall_ns"] for r in ranks) or 1
     parts = [("compute", 100 * sum(r["compute_ns"] for r in ranks) / wall),
              ("comm exposed", 100 * sum(r["comm_exposed_ns"] for r in ranks) / wall),
-             ("copies", 100 * sum(r["memcpy_exposed_ns"] + r["memset_exposed_ns"] for r in ranks) / wall),
+             ("copies", 100 * sum(r["memcpy_exposed_ns"] + r["memset_exposed_ns"]
+                                  for r in ranks) / wall),
              ("idle", 100 * sum(r["idle_ns"] for r in ranks) / wall)]
     out = ["GPU time (step windows" + (", all ranks)" if len(ranks) > 1 else ")")]
     out.append("  " + bar(parts, min(50, width - 4)))
@@ -161,9 +159,9 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     srs = [r for r in result.summary.get("ranks", []) if r.get("step_time_ns")]
     if srs:
         q = srs[0]["step_time_ns"]
-        steps = sum(r["steps"] for r in srs)
-        out.append(f"  steps: {steps} (rank {srs[0]['rank']}: p50 {fmt.fmt_ns(q['p50'])}, "
-                   f"p90 {fmt.fmt_ns(q['p90'])}, max {fmt.fmt_ns(q['max'])})")
+        out.append(f"  {describe.steps_text(result)} (rank {srs[0]['rank']}: p50 "
+                   f"{fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
+                   f"max {fmt.fmt_ns(q['max'])})")
         left = [f"step {x['step']} ({x['reason']})" for r in srs
                 for x in r.get("steps_excluded") or []]
         if left:
@@ -185,5 +183,124 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         extra.append(f"kernels linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}")
     if extra:
         out.append("  " + " · ".join(extra))
+    hint = describe.viewer_hint(result)
+    if hint:
+        out.append(_wrap(f"Open in Perfetto: {hint}", "  ", width))
     out.append("")
     return out
+
+
+# --- compare ----------------------------------------------------------------------------------
+
+def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> str:
+    """The terminal view of a compare (the dict of ``traceinsight.compare.compare``): step time,
+    the top ``n`` contributors with signed deltas, findings that changed, new / gone names."""
+    width = width or fmt.terminal_width()
+    a, b = c["before"], c["after"]
+    lines = [f"traceinsight compare — {describe.run_name(a)}  →  {describe.run_name(b)}",
+             f"before: {a['ranks']} rank(s) · {', '.join(a['devices']) or 'GPU not recorded'}",
+             f"after:  {b['ranks']} rank(s) · {', '.join(b['devices']) or 'GPU not recorded'}", "",
+             c["headline"], ""]
+    lines += _comparability_lines(c.get("comparability"), width)
+    st = c["step_time"]
+    rows = []
+    for q in ("p50", "p90", "max", "mean"):
+        va, vb = st["before"][q], st["after"][q]
+        d = None if va is None or vb is None else vb - va
+        rows.append([f"step time {q}", fmt.fmt_ns(va), fmt.fmt_ns(vb), fmt.signed_ns(d),
+                     fmt.signed_pct(100 * d / va) if d is not None and va else "–"])
+    if c["throughput"]:
+        t = c["throughput"]
+        rows.append(["steps / s", f"{t['before_steps_per_s']:.2f}", f"{t['after_steps_per_s']:.2f}",
+                     f"x{t['ratio']:.3f}", fmt.signed_pct(t["delta_pct"])])
+    for r in c["breakdown"]:
+        if r["delta_ns"] is None:
+            continue
+        va, vb = r["before_ns"], r["after_ns"]
+        rows.append([f"  {r['part']} / step", fmt.fmt_ns(va), fmt.fmt_ns(vb),
+                     fmt.signed_ns(r["delta_ns"]),
+                     fmt.signed_pct(100 * r["delta_ns"] / va) if va else "–"])
+    lines.append(fmt.table(rows, ["", "before", "after", "delta", "%"], align="lrrrr"))
+    lines.append("")
+    lines.append("Contributors to the change of mean step time "
+                 f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
+                 f"{fmt.signed_ns(c['total_delta_ns'])}), "
+                 f"compute split by {c['explained_by']}:")
+    if not (c.get("comparability") or {}).get("comparable", True):
+        lines.append("  (not comparable: names pair only where identical on both sides; see above)")
+    contrib = c["contributors"]
+    top = contrib[:n]
+    rest = contrib[n:]
+    scale = max([abs(x["delta_ns"]) for x in top] + [1])
+    rows = []
+    for x in top:
+        bar_len = round(12 * abs(x["delta_ns"]) / scale)
+        barc = ("+" if x["delta_ns"] > 0 else "−") * bar_len
+        rows.append([x["kind"], x["name"], fmt.fmt_ns(x["before_ns"]), fmt.fmt_ns(x["after_ns"]),
+                     fmt.signed_ns(x["delta_ns"]), barc])
+    if rest:
+        rd = sum(x["delta_ns"] for x in rest)
+        rows.append(["", f"[{len(rest)} others]", "", "", fmt.signed_ns(rd), ""])
+    lines.append(fmt.table(rows, ["kind", "name", "before", "after", "delta", ""],
+                           align="llrrrl", flex=1, max_width=width))
+    lines.append("")
+    f = c["findings"]
+    if f["appeared"] or f["disappeared"] or f["changed"]:
+        lines.append("Findings:")
+        for x in f["appeared"]:
+            lines.append(f"  + {x['rule']} appeared ({x['severity']}): {x['title']}")
+        for x in f["disappeared"]:
+            lines.append(f"  − {x['rule']} gone (was {x['severity']})")
+        for x in f["changed"]:
+            lines.append(f"  ~ {x['rule']}: {x['before']} → {x['after']} ({x['direction']})")
+        lines.append("")
+    for label, key in (("New kernels", "new_kernels"), ("Gone kernels", "gone_kernels"),
+                       ("New ops", "new_ops"), ("Gone ops", "gone_ops")):
+        names = c[key]
+        if names:
+            shown = ", ".join(fmt.shorten(fmt.short_kernel_name(x), 60) for x in names[:4])
+            more = f" (+{len(names) - 4})" if len(names) > 4 else ""
+            lines.append(f"{label} ({len(names)}): {shown}{more}")
+    for d in c["diagnostics"]:
+        lines.append(f"! {d['message']}")
+    return for_terminal("\n".join(lines).rstrip() + "\n")
+
+
+def _comparability_lines(comp: dict[str, Any] | None, width: int) -> list[str]:
+    """The comparability block: blocking and caution differences with what they invalidate,
+    the normalisation, the layer pairing and what could not be checked."""
+    if not comp:
+        return []
+
+    def wrap(text: str) -> str:
+        return "\n".join(textwrap.wrap(" ".join(text.split()), width=width - 4,
+                                       initial_indent="", subsequent_indent="    "))
+
+    lines = []
+    diffs = comp.get("differences") or []
+    for sev, title, mark in (("blocking", "Not comparable", "✗"), ("caution", "Caution", "!")):
+        rows = [d for d in diffs if d.get("severity") == sev]
+        if rows:
+            lines.append(f"{title}:")
+            for d in rows:
+                lines.append("  " + wrap(f"{mark} {d.get('what')}: {d.get('detail') or ''} — "
+                                         f"invalidates {d.get('invalidates')}")
+                             .replace("\n", "\n  "))
+    if not diffs:
+        lines.append("Comparable: same device, world size, model shape, dtype and compile mode "
+                     "as far as both results tell.")
+    n = comp.get("normalised")
+    if n:
+        lines.append(f"Normalised per {'modelled FLOP' if n['by'] == 'flop' else 'token'} "
+                     f"({n['basis']}): {fmt.signed_pct(n['delta_pct'])}.")
+    p = comp.get("pairing")
+    if p:
+        names = [f"+{x}" for x in p["added"][:3]] + [f"−{x}" for x in p["removed"][:3]]
+        lines.append(wrap(f"Layers paired by {p['by']}: {p['paired']} paired, "
+                          f"{p['added_count']} added, {p['removed_count']} removed"
+                          + (f" ({', '.join(names)})" if names else "") + "."))
+    un = comp.get("unchecked") or []
+    if un:
+        lines.append(wrap("Not checked: " + "; ".join(f"{u['what']} ({u['why']})" for u in un)
+                          + "."))
+    return [*lines, ""]

@@ -1,4 +1,5 @@
-"""Terminal and JSON rendering of the ``top`` rollups."""
+"""Terminal and JSON rendering of the ``top`` rollups. The caller computes the rollup table (the
+analysis layer: ``Analysis.rollup``) and its attribution coverage; this module only renders."""
 
 from __future__ import annotations
 
@@ -8,8 +9,7 @@ from typing import Any
 import pandas as pd
 
 from .. import fmt
-from ..analysis import Analysis
-from ..analysis.rollups import shapes_text
+from ..safetext import for_terminal
 
 
 def _clean(v: Any) -> Any:
@@ -21,40 +21,55 @@ def _clean(v: Any) -> Any:
 
 
 def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """All rows of a rollup table as JSON-ready dicts (NaN as None, numpy scalars as Python)."""
     return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
-def render_top(an: Analysis, by: str, n: int, rank: int | None) -> str:
-    df = an.rollup(by, rank)
-    cov = an.attribution.coverage(rank)
+def render_top(df: pd.DataFrame, by: str, n: int, *, coverage: dict[str, Any], ranks: int,
+               rank: int | None = None) -> str:
+    """The first ``n`` rows of the rollup table ``df`` by ``by`` (kernel, op, layer, module-type,
+    annotation, step) under a line on the kernel time and how much of it is linked to a launch
+    (``coverage`` of the same rank selection); ``ranks``: how many ranks the store holds."""
+    cov = coverage
     head = (f"GPU kernel time {fmt.fmt_ns(cov['kernel_time_ns'])} in {cov['kernels']:,} kernels; "
             f"linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}"
             if cov["kernel_time_ns"] else "No GPU kernels in this trace.")
     rank_txt = f" (rank {rank})" if rank is not None else (
-        f" (all {len(an.store.ranks)} ranks)" if len(an.store.ranks) > 1 else "")
+        f" (all {ranks} ranks)" if ranks > 1 else "")
     lines = [head + rank_txt, ""]
     if not len(df):
         lines.append(f"Nothing to list by {by}.")
-        return "\n".join(lines)
+        return for_terminal("\n".join(lines))
     total_rows = len(df)
     df = df.head(n)
     if by == "kernel":
-        rows = [[fmt.short_kernel_name(r.name), r.cls, f"{r.calls:,}", fmt.fmt_ns(r.total_ns), fmt.fmt_ns(r.mean_ns),
-                 fmt.fmt_ns(r.max_ns), fmt.fmt_pct(r.share_pct), r.top_op]
+        rows = [[fmt.short_kernel_name(r.name), r.cls, f"{r.calls:,}", fmt.fmt_ns(r.total_ns),
+                 fmt.fmt_ns(r.mean_ns), fmt.fmt_ns(r.max_ns), fmt.fmt_pct(r.share_pct), r.top_op]
                 for r in df.itertuples()]
         table = fmt.table(rows, ["kernel", "class", "calls", "total", "mean", "max", "share",
                                  "launched by"], align="llrrrrrl", flex=0)
     elif by == "op":
-        rows = [[r.name, f"{r.calls:,}", fmt.fmt_ns(r.device_self_ns), fmt.fmt_ns(r.device_total_ns),
-                 fmt.fmt_ns(r.host_ns), fmt.fmt_pct(r.share_pct), shapes_text(r.input_dims, 40)]
+        rows = [[r.name, f"{r.calls:,}", fmt.fmt_ns(r.device_self_ns),
+                 fmt.fmt_ns(r.device_total_ns), fmt.fmt_ns(r.host_ns), fmt.fmt_pct(r.share_pct),
+                 fmt.shapes_text(r.input_dims, 40)]
                 for r in df.itertuples()]
         table = fmt.table(rows, ["operator", "calls", "device self", "device total", "host",
                                  "share", "input shapes (top)"], align="lrrrrrl", flex=0)
     elif by == "layer":
-        rows = [[r.module, fmt.fmt_ns(r.forward_ns), fmt.fmt_ns(r.backward_ns), fmt.fmt_ns(r.other_ns),
-                 fmt.fmt_ns(r.total_ns), fmt.fmt_pct(r.share_pct)] for r in df.itertuples()]
+        rows = [[r.module, fmt.fmt_ns(r.forward_ns), fmt.fmt_ns(r.backward_ns),
+                 fmt.fmt_ns(r.other_ns), fmt.fmt_ns(r.total_ns), fmt.fmt_pct(r.share_pct)]
+                for r in df.itertuples()]
         table = fmt.table(rows, ["module (innermost)", "forward", "backward", "other", "total",
                                  "share"], flex=0)
+    elif by == "module-type":
+        rows = [[f"{r.module_type} ×{r.instances}", fmt.fmt_ns(r.forward_ns),
+                 fmt.fmt_ns(r.backward_ns), fmt.fmt_ns(r.other_ns), fmt.fmt_ns(r.total_ns),
+                 f"{r.kernels:,}", fmt.fmt_pct(r.share_pct)] for r in df.itertuples()]
+        table = fmt.table(rows, ["module type (with sub-modules)", "forward", "backward", "other",
+                                 "total", "kernels", "share"], flex=0)
+        if len(df):
+            table += "\nshares overlap: a type's time includes its sub-modules (a block holds its "
+            table += "attention)"
     elif by == "annotation":
         rows = [[r.annotation, f"{r.kernels:,}", fmt.fmt_ns(r.device_ns), fmt.fmt_pct(r.share_pct)]
                 for r in df.itertuples()]
@@ -63,9 +78,10 @@ def render_top(an: Analysis, by: str, n: int, rank: int | None) -> str:
         rows = []
         for r in df.itertuples():
             wall = r.wall_ns or 1
-            rows.append([r.rank, "whole trace" if r.step is None or pd.isna(r.step) else f"#{int(r.step)}",
-                         fmt.fmt_ns(r.wall_ns), fmt.fmt_pct(100 * r.busy_ns / wall),
-                         fmt.fmt_pct(100 * r.compute_ns / wall), fmt.fmt_pct(100 * r.comm_exposed_ns / wall),
+            step = "whole trace" if r.step is None or pd.isna(r.step) else f"#{int(r.step)}"
+            rows.append([r.rank, step, fmt.fmt_ns(r.wall_ns), fmt.fmt_pct(100 * r.busy_ns / wall),
+                         fmt.fmt_pct(100 * r.compute_ns / wall),
+                         fmt.fmt_pct(100 * r.comm_exposed_ns / wall),
                          fmt.fmt_pct(100 * (r.memcpy_exposed_ns + r.memset_exposed_ns) / wall),
                          fmt.fmt_pct(100 * r.idle_ns / wall), f"{r.kernels:,}"])
         table = fmt.table(rows, ["rank", "step", "wall", "busy", "compute", "comm exposed",

@@ -1,137 +1,38 @@
-"""``diagnose``: store -> analysis -> metrics -> rules -> :class:`DiagnosisResult`.
-
-The library entry point behind the CLI; nothing here prints or writes files.
-"""
+"""The sections of a :class:`DiagnosisResult` built from an :class:`Analysis` and its
+:class:`MetricSet`: trace info, per-rank summary, breakdown, rollups, the exact step basis,
+roofline (or why it is empty), memory and the representative-step timeline (the headline is
+:mod:`traceinsight.headline`)."""
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
-import os
-from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from . import __version__
-from .analysis import Analysis, with_plain_strings
-from .engine import evaluate, load_rules
-from .metrics import REGISTRY, compute_metrics, coverage_table
-from .metrics.mode import mode_of
-from .metrics.options import RooflineOptions
-from .ingest.metadata import redact_text
-from .devices import ENV_VAR as DEVICES_ENV
-from .resources import code_digest
-from .headline import headline
-from .metrics.steps import step_stats
-from .result import DiagnosisResult, clean, primary_of
-from .store import TraceStore
-from .vocab import NO_MODULE
+from ..analysis import Analysis
+from ..metrics import MetricSet
+from ..metrics.options import RooflineOptions
+from ..metrics.steps import step_stats
+from ..metrics.timing import idle_split
+from ..store import TraceStore
+from ..vocab import NO_MODULE
+from .signature import signature_fields
 
 MAX_ROWS = 500
 MAX_STEP_ROWS = 4096
 TIMELINE_MAX_ITEMS = 6000
 
 
-def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
-             rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
-             command: Sequence[str] | None = None, cache: bool = True) -> DiagnosisResult:
-    """Diagnose a store. With ``cache`` a result computed before from the same store by the
-    same code, rules, thresholds and options is read back from the store's ``derived/``
-    folder instead of recomputed (only ``command`` differs); a new result is saved there."""
-    rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
-    cmd = [redact_text(str(c)) for c in (command or [])]
-    key = result_key(store, rules, options) if cache else None
-    if key:
-        text = store.read_derived(f"diagnosis-{key}.json")
-        if text:
-            try:
-                return dataclasses.replace(DiagnosisResult.from_dict(json.loads(text)), command=cmd)
-            except Exception:  # a damaged cache file: recompute and overwrite it
-                pass
-    result = _diagnose(store, rules, options, cmd)
-    if key:
-        store.write_derived(f"diagnosis-{key}.json", result.to_json(indent=None))
-    return result
-
-
-def result_key(store: TraceStore, rules: list[Any], options: RooflineOptions | None) -> str | None:
-    """What a diagnosis depends on, hashed: the store's sources, the code, the rules with their
-    thresholds, the options and a user device table. None for a store that is not on disk."""
-    if not store.path.is_dir():
-        return None
-    dev_file = os.environ.get(DEVICES_ENV)
-    dev = ""
-    if dev_file:
-        try:
-            dev = hashlib.sha256(Path(dev_file).read_bytes()).hexdigest()
-        except OSError:
-            dev = "unreadable:" + dev_file
-    parts = {
-        "schema": store.meta.get("schema_version"),
-        "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
-        "tables": store.meta.get("tables"),
-        "code": code_digest(),
-        "rules": [dataclasses.asdict(r) for r in rules],
-        "options": (options or RooflineOptions()).__dict__,
-        "devices": dev,
-    }
-    text = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:24]
-
-
-@with_plain_strings
-def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
-              cmd: list[str]) -> DiagnosisResult:
-    an = Analysis(store)
-    ms = compute_metrics(an, options)
-    ev = evaluate(rules, ms, an)
-    findings = list(ev.findings)
-    diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
-    dev = ms.evidence.get("device") or {}
-    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):
-        diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
-                      "message": dev["message"], "severity": "warning",
-                      "hint": "pass --device NAME (traceinsight devices lists them) or "
-                              "--peak-tflops/--peak-bw"})
-    for err in ms.evidence.get("metric_errors", []):
-        diags.append({"code": "metric-error", "severity": "error",
-                      "message": f"metrics '{err['group']}' failed: {err['error']}"})
-    summary = _summary(an, ms)
-    result = DiagnosisResult(
-        tool={"name": "traceinsight", "version": __version__},
-        command=cmd,
-        trace={**_trace_info(store, an, dev), "mode": mode_of(ms.values)},
-        headline=headline(findings, ms.values, an),
-        primary=primary_of(findings),
-        findings=findings,
-        rules=[s.to_dict() for s in ev.statuses],
-        rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
-        summary=summary,
-        metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
-                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()},
-                 "coverage": coverage_table(ms.values)},
-        breakdown=_breakdown(an),
-        rollups={**_rollups(an), "step_basis": _step_basis(an, ms)},
-        roofline=ms.evidence.get("roofline") or _roofline_why(ms),
-        memory=_memory(ms),
-        timeline=_timeline(an, ms),
-        diagnostics=diags,
-        extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
-               "collectives": ms.evidence.get("collectives", []),
-               "coverage": an.attribution.coverage(),
-               "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
-                           if v is not None}},
-    )
-    return DiagnosisResult.from_dict(clean(result.to_dict()))
-
-
 # --- result sections ------------------------------------------------------------------------
 
-def _trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
+def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | None = None,
+               options: RooflineOptions | None = None) -> dict[str, Any]:
+    """Sources, ranks, devices, capture flags, versions and span of the trace, and what
+    ``compare`` needs to judge comparability (:mod:`.signature`)."""
     ranks = store.ranks
+    dist = [r.get("distributed", {}) for r in ranks]
+    markers = an.attribution.has_step_markers
     devices = sorted({d.get("name") for r in ranks for d in r.get("devices", []) if d.get("name")})
     flags: dict[str, Any] = {}
     for r in ranks:
@@ -141,18 +42,20 @@ def _trace_info(store: TraceStore, an: Analysis, dev: dict) -> dict[str, Any]:
     return {
         "sources": [{"name": s["name"], "sha256": s["sha256"], "rank": s["rank"]}
                     for s in store.meta.get("sources", [])],
-        "format": "kineto",
+        "format": ", ".join(sorted({str(r["format"]) for r in ranks if r.get("format")}))
+                  or None,
         "ranks": [r["rank"] for r in ranks],
-        "world_size": max([r.get("distributed", {}).get("world_size") or 0 for r in ranks] or [0]) or len(ranks),
-        "backend": next((r.get("distributed", {}).get("backend") for r in ranks
-                         if r.get("distributed", {}).get("backend")), None),
+        "world_size": max([d.get("world_size") or 0 for d in dist] or [0]) or len(ranks),
+        "backend": next((d.get("backend") for d in dist if d.get("backend")), None),
         "devices": devices,
         "device": dev.get("resolved"),
         "vendor": ranks[0].get("vendor") if ranks else None,
         "capture_flags": flags,
         "versions": ranks[0].get("versions", {}) if ranks else {},
-        "span_ns": max((r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")), default=None),
-        "has_step_markers": all(an.attribution.has_step_markers.values()) if an.attribution.has_step_markers else False,
+        "span_ns": max((r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")),
+                       default=None),
+        "has_step_markers": all(markers.values()) if markers else False,
+        **signature_fields(an, ms, options),
     }
 
 
@@ -164,7 +67,7 @@ def _q(values: list[float]) -> dict[str, float] | None:
             "p99": float(np.percentile(a, 99)), "max": float(a.max())}
 
 
-def _summary(an: Analysis, ms) -> dict[str, Any]:
+def summary(an: Analysis, ms: MetricSet) -> dict[str, Any]:
     g = an.attribution.gpu
     out = []
     for r in an.store.ranks:
@@ -183,7 +86,7 @@ def _summary(an: Analysis, ms) -> dict[str, Any]:
             "comm_kernel_time_ns": int(kern.loc[kern["cls"] == "communication", "dur_ns"].sum()),
             "memcpy_time_ns": int(gr.loc[gr["kind"] == "memcpy", "dur_ns"].sum()),
             "memset_time_ns": int(gr.loc[gr["kind"] == "memset", "dur_ns"].sum()),
-            "kernels": int(len(kern)),
+            "kernels": len(kern),
             "window_ns": int(w.wall_ns) if w else None,
             "gpu_busy_ns": int(w.busy_ns) if w else None,
             "gpu_idle_ns": int(w.idle_ns) if w else None,
@@ -215,7 +118,7 @@ def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
     return 100.0 * float(k.loc[real, "dur_ns"].sum()) / tot
 
 
-def _breakdown(an: Analysis) -> dict[str, Any]:
+def breakdown(an: Analysis) -> dict[str, Any]:
     own = {(s.rank, s.step, s.start_ns): s for s in step_stats(an)}
 
     def row(w) -> dict[str, Any]:
@@ -231,7 +134,8 @@ def _breakdown(an: Analysis) -> dict[str, Any]:
         steps = sorted(sorted(steps, key=lambda w: -w.wall_ns)[:MAX_STEP_ROWS],
                        key=lambda w: (w.rank, w.start_ns))
     return {
-        "ranks": [{**row(w), "by_class_ns": w.by_class_ns} for _, w in sorted(an.breakdown.ranks.items())],
+        "ranks": [{**row(w), "by_class_ns": w.by_class_ns}
+                  for _, w in sorted(an.breakdown.ranks.items())],
         "steps": [row(w) for w in steps],
         "steps_total": len(an.breakdown.steps),
         "definition": "compute + comm_exposed + memcpy_exposed + memset_exposed + idle = wall "
@@ -244,18 +148,17 @@ def _df_records(df: pd.DataFrame, cols: list[str], n: int = MAX_ROWS) -> list[di
     rows = df.head(n).to_dict("records")
     if len(df) > n:
         rest = df.iloc[n:]
-        other = {c: None for c in cols}
+        other: dict[str, Any] = {c: None for c in cols}
         other[cols[0]] = f"[{len(rest):,} more]"
         for c in cols[1:]:
-            if pd.api.types.is_numeric_dtype(rest[c]) and not c.endswith("_pct"):
-                other[c] = rest[c].sum()
-            elif c == "share_pct":
+            numeric = pd.api.types.is_numeric_dtype(rest[c])
+            if (numeric and not c.endswith("_pct")) or c == "share_pct":
                 other[c] = rest[c].sum()
         rows.append(other)
     return rows
 
 
-def _rollups(an: Analysis) -> dict[str, Any]:
+def rollups(an: Analysis) -> dict[str, Any]:
     n_steps = max(1, len([w for w in an.attribution.steps]))
     k = an.rollup("kernel")
     ops = an.rollup("op")
@@ -271,8 +174,8 @@ def _rollups(an: Analysis) -> dict[str, Any]:
                                    "max_ns", "share_pct", "top_op"]),
         "ops": _df_records(ops, ["name", "calls", "device_self_ns", "device_total_ns", "kernel_ns",
                                  "host_ns", "share_pct", "input_dims"]),
-        "layers": _df_records(layers, ["module", "forward_ns", "backward_ns", "other_ns", "total_ns",
-                                       "kernels", "share_pct", "depth"], n=2000),
+        "layers": _df_records(layers, ["module", "forward_ns", "backward_ns", "other_ns",
+                                       "total_ns", "kernels", "share_pct", "depth"], n=2000),
         "annotations": _df_records(ann, ["annotation", "device_ns", "kernels", "share_pct"], n=200),
         "classes": [{"cls": r.cls, "total_ns": int(r.sum), "kernels": int(r.size),
                      "share_pct": 100.0 * r.sum / total} for r in classes.itertuples()],
@@ -280,7 +183,7 @@ def _rollups(an: Analysis) -> dict[str, Any]:
     }
 
 
-def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
+def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     """Sums over all step windows of all ranks that decompose the step time exactly:
 
     wall = compute + comm_exposed + memcpy_exposed + memset_exposed + idle, where compute (a
@@ -317,7 +220,7 @@ def _step_basis(an: Analysis, ms) -> dict[str, Any] | None:
     }
 
 
-def _roofline_why(ms) -> dict[str, Any]:
+def roofline_why(ms: MetricSet) -> dict[str, Any]:
     """An empty roofline that says why there is nothing to plot."""
     why = (ms.missing.get("memory_bound_time_pct") or ms.missing.get("flops_modelled_pct")
            or "no op could be modelled")
@@ -326,7 +229,7 @@ def _roofline_why(ms) -> dict[str, Any]:
     return {"bandwidth": None, "peaks": {}, "points": [], "why": why}
 
 
-def _memory(ms) -> dict[str, Any] | None:
+def memory(ms: MetricSet) -> dict[str, Any] | None:
     tl = ms.evidence.get("memory_timeline")
     if not tl:
         return None
@@ -335,7 +238,7 @@ def _memory(ms) -> dict[str, Any] | None:
             "top_allocators": ms.evidence.get("memory_top_allocators", [])}
 
 
-def _timeline(an: Analysis, ms) -> dict[str, Any] | None:
+def timeline(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     """Kernels of one representative step (median length) of the first rank, by stream, and
     the idle gaps of that step with their cause."""
     steps = an.breakdown.steps
@@ -358,7 +261,8 @@ def _timeline(an: Analysis, ms) -> dict[str, Any] | None:
         nm = d["name"].astype(str).to_numpy()
         if len(s) > per_lane:
             # merge runs of same-class kernels closer than a pixel of a wide chart
-            gap_ok = np.concatenate(([False], s[1:] - np.maximum.accumulate(e)[:-1] <= span // 3000))
+            gaps = s[1:] - np.maximum.accumulate(e)[:-1]
+            gap_ok = np.concatenate(([False], gaps <= span // 3000))
             same = np.concatenate(([False], cls[1:] == cls[:-1]))
             start_group = ~(gap_ok & same)
             idx = np.flatnonzero(start_group)
@@ -374,9 +278,7 @@ def _timeline(an: Analysis, ms) -> dict[str, Any] | None:
                           int(counts[i])])
         lanes.append({"device": None if pd.isna(dev) else int(dev),
                       "stream": None if pd.isna(stream) else int(stream), "items": items})
-    from .metrics.timing import idle_split
-
-    window = [x for x in an.attribution.steps if x.rank == rank and x.step == w.step
+    window: list[Any] = [x for x in an.attribution.steps if x.rank == rank and x.step == w.step
               and x.start_ns == w.start_ns] or [w]
     _, gaps = idle_split(an, rank, an.attribution.gpu[an.attribution.gpu["rank"] == rank],
                          window[:1], top=None)

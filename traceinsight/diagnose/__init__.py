@@ -1,0 +1,155 @@
+"""``diagnose``: store -> analysis -> metrics -> rules -> :class:`DiagnosisResult`.
+
+The library entry point behind the CLI; nothing here prints or writes files. This module runs
+the steps and keeps the result cache (the store's ``derived/`` folder); :mod:`.sections`
+builds the result's sections.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..analysis import Analysis, with_plain_strings
+from ..analysis.host import host_view
+from ..devices import ENV_VAR as DEVICES_ENV
+from ..engine import evaluate, load_rules
+from ..headline import headline
+from ..metrics import REGISTRY, compute_metrics, coverage_table
+from ..metrics.options import RooflineOptions
+from ..progress import Progress
+from ..redact import redact_text
+from ..resources import code_digest
+from ..result import DiagnosisResult, clean, primary_of
+from ..store import TraceStore
+from . import sections
+from .viewer import open_in_viewer
+
+__all__ = ["diagnose", "headline", "result_key"]
+
+
+def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
+             rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
+             command: Sequence[str] | None = None, cache: bool = True,
+             progress: Progress | None = None) -> DiagnosisResult:
+    """Diagnose a store. With ``cache`` a result computed before from the same store by the
+    same code, rules, thresholds and options is read back from the store's ``derived/``
+    folder instead of recomputed (only ``command`` differs); a new result is saved there.
+    ``progress`` is told each phase (attribution, metrics, rules, sections)."""
+    rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
+    cmd = [redact_text(str(c)) for c in (command or [])]
+    key = result_key(store, rules, options) if cache else None
+    if key:
+        cached = _read_cached(store, key)
+        if cached is not None:
+            return dataclasses.replace(cached, command=cmd)
+    result = _diagnose(store, rules, options, cmd, progress or Progress("analyse", quiet=True))
+    if key:
+        store.write_derived(_cache_name(key), result.to_json(indent=None))
+    return result
+
+
+def result_key(store: TraceStore, rules: list[Any], options: RooflineOptions | None) -> str | None:
+    """What a diagnosis depends on, hashed: the store's sources, the code, the rules with their
+    thresholds, the options and a user device table. None for a store that is not on disk."""
+    if not store.path.is_dir():
+        return None
+    dev_file = os.environ.get(DEVICES_ENV)
+    dev = ""
+    if dev_file:
+        try:
+            dev = hashlib.sha256(Path(dev_file).read_bytes()).hexdigest()
+        except OSError:
+            dev = "unreadable:" + dev_file
+    parts = {
+        "schema": store.meta.get("schema_version"),
+        "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
+        "tables": store.meta.get("tables"),
+        "code": code_digest(),
+        "rules": [dataclasses.asdict(r) for r in rules],
+        "options": (options or RooflineOptions()).__dict__,
+        "devices": dev,
+    }
+    text = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _cache_name(key: str) -> str:
+    return f"diagnosis-{key}.json"
+
+
+def _read_cached(store: TraceStore, key: str) -> DiagnosisResult | None:
+    """The result saved under ``key``; None when there is none or it is damaged (then it is
+    recomputed and overwritten)."""
+    text = store.read_derived(_cache_name(key))
+    if not text:
+        return None
+    try:
+        return DiagnosisResult.from_dict(json.loads(text))
+    except Exception:  # any damage to the cache file means: recompute
+        return None
+
+
+@with_plain_strings
+def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
+              cmd: list[str], progress: Progress) -> DiagnosisResult:
+    an = Analysis(store)
+    progress.stage("attribution", 0.0)
+    an.attribution  # noqa: B018 - computed here so that the phase shows as its own
+    progress.stage("metrics", 0.4)
+    ms = compute_metrics(an, options)
+    progress.stage("rules", 0.75)
+    ev = evaluate(rules, ms, an)
+    progress.stage("sections", 0.85)
+    has_gpu = bool(ms.values.get("has_gpu"))
+    findings = list(ev.findings)
+    diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
+    dev = ms.evidence.get("device") or {}
+    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):
+        diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
+                      "message": dev["message"], "severity": "warning",
+                      "hint": "pass --device NAME (traceinsight devices lists them) or "
+                              "--peak-tflops/--peak-bw"} if has_gpu else
+                     {"code": "device-unknown", "severity": "info",
+                      "message": "no GPU in this trace, so no device to identify (device "
+                                 "peaks only matter for GPU kernels)"})
+    for err in ms.evidence.get("metric_errors", []):
+        diags.append({"code": "metric-error", "severity": "error",
+                      "message": f"metrics '{err['group']}' failed: {err['error']}"})
+    summary = sections.summary(an, ms)
+    timeline = sections.timeline(an, ms)
+    result = DiagnosisResult(
+        tool={"name": "traceinsight", "version": __version__},
+        command=cmd,
+        trace=sections.trace_info(store, an, dev, ms=ms, options=options),
+        headline=headline(findings, ms.values, an),
+        primary=primary_of(findings),
+        findings=findings,
+        rules=[s.to_dict() for s in ev.statuses],
+        rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
+        summary=summary,
+        metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
+                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()},
+                 "coverage": coverage_table(ms.values)},
+        breakdown=sections.breakdown(an),
+        rollups={**sections.rollups(an), "step_basis": sections.step_basis(an, ms),
+                 "module_types": an.rollup("module-type").to_dict("records")},
+        roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),
+        memory=sections.memory(ms),
+        timeline=timeline,
+        diagnostics=diags,
+        extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
+               "collectives": ms.evidence.get("collectives", []),
+               "coverage": an.attribution.coverage(),
+               "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
+                           if v is not None},
+               "open_in_viewer": open_in_viewer(store, timeline)},
+        host=None if has_gpu else host_view(an),
+    )
+    return DiagnosisResult.from_dict(clean(result.to_dict()))

@@ -1,0 +1,140 @@
+"""Parsing in forked helper processes (Linux): the machinery, free of any trace format.
+
+A reader hands :func:`fork_and_join` a ``work(i)`` function; each forked helper inherits this
+process's memory copy-on-write (the file's bytes, decoded events), runs its part and hands
+back its tables as Arrow IPC files (memory-mapped here, so nothing large is pickled) plus a
+small picklable state. Meanwhile this process may parse its own part. A helper that will not
+read a range of the inherited bytes again gives its pages back (:func:`release_pages`), so the
+file does not count twice in the memory of the process tree.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+#: files with at least this many events are parsed by two processes (fork, Linux)
+PARALLEL_MIN_EVENTS = 300_000
+
+#: a helper's tables and its state (anything picklable)
+Part = tuple[dict[str, pa.Table], Any]
+
+# what the forked helpers inherit (set just before the pool forks, cleared right after)
+_SHARED: dict[str, Any] = {}
+
+
+def workers(n_events: int | None = None) -> int:
+    """How many processes should parse ``n_events`` events (None: a file large enough).
+
+    ``TRACEINSIGHT_WORKERS`` overrides; forking is used on Linux only."""
+    env = os.environ.get("TRACEINSIGHT_WORKERS")
+    if env:
+        return max(1, int(env))
+    if n_events is not None and n_events < PARALLEL_MIN_EVENTS:
+        return 1
+    if not sys.platform.startswith("linux"):
+        return 1
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+@functools.cache
+def _madvise() -> Callable[..., int] | None:
+    """libc's madvise, looked up once (None off Linux)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def release_pages(data: bytes, a: int, b: int) -> None:
+    """In a forked helper only: give back the pages of ``data[a:b]`` it will not read again.
+
+    After ``fork`` the helper maps every page the parent had, so the 300 MB of JSON would count
+    twice in the memory of the process tree. ``MADV_DONTNEED`` drops the helper's private
+    copy-on-write view of whole pages inside the range (they would read as zeros here; the
+    parent's pages are untouched). A no-op off Linux."""
+    fn = _madvise()
+    if fn is None or b <= a:
+        return
+    import ctypes
+    import mmap
+
+    base = ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value or 0
+    page = mmap.PAGESIZE
+    start = -(-(base + a) // page) * page
+    end = ((base + b) // page) * page
+    if end > start:
+        fn(start, end - start, 4)  # MADV_DONTNEED
+
+
+def _helper(i: int) -> tuple[dict[str, str], Any]:
+    """In a forked helper: run part ``i``, write its tables as Arrow IPC files."""
+    work, outdir = _SHARED["work"], _SHARED["dir"]
+    tables, state = work(i)
+    files = {}
+    for name, t in tables.items():
+        path = os.path.join(outdir, f"w{i}_{name}.arrow")
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+        files[name] = path
+    return files, state
+
+
+def fork_and_join(work: Callable[[int], Part], helpers: int, *,
+                  here: Callable[[], dict[str, pa.Table]] | None = None,
+                  forked: Callable[[], None] | None = None,
+                  done: Callable[[int], None] | None = None
+                  ) -> tuple[dict[str, pa.Table], list[Any]]:
+    """Run ``work(i)`` for each ``i < helpers`` in forked processes and join the tables.
+
+    ``forked()`` is called once the helpers exist (threads may start then), ``here()`` parses
+    this process's own part meanwhile, ``done(i)`` reports each helper's end. The tables of
+    each name are joined in order (this process's part first, then the helpers'); the
+    helpers' states are returned in order. An exception in a helper is raised here.
+    """
+    import multiprocessing
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="traceinsight-parse-") as tmp:
+        _SHARED.update(work=work, dir=tmp)
+        pool = multiprocessing.get_context("fork").Pool(helpers)
+        try:
+            _SHARED.clear()
+            results = pool.imap(_helper, range(helpers))
+            if forked:
+                forked()
+            mine = here() if here else {}
+            handed = []
+            for i, r in enumerate(results):
+                handed.append(r)
+                if done:
+                    done(i)
+        except BaseException:
+            pool.terminate()
+            raise
+        else:
+            pool.close()
+        finally:
+            _SHARED.clear()
+            pool.join()
+        tables = {}
+        names = list(handed[0][0] if handed else mine)
+        for name in names:  # one name at a time: each part is freed once joined
+            parts = [mine.pop(name)] if name in mine else []
+            parts += [pa.ipc.open_file(pa.memory_map(files[name])).read_all()
+                      for files, _ in handed]
+            tables[name] = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
+            del parts
+    return tables, [state for _, state in handed]

@@ -1,0 +1,85 @@
+"""The metric registry: every metric is declared once (name, unit, meaning, what capture
+option it needs), and a :class:`MetricSet` holds the values measured for one run.
+
+The metric groups (timing, memory, copies, comm, roofline, precision, mode) declare their
+metrics here on import.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class MetricInfo:
+    name: str
+    unit: str
+    doc: str
+    needs: str | None = None  #: what the trace must contain (shown when the metric is missing)
+    hint: str | None = None  #: how to record a trace that has it
+    coverage: str | None = None  #: the % metric saying how much of the run this value rests on
+    lower_bound: bool = False  #: the value only grows as coverage rises (modelled FLOPs, MFU)
+
+
+REGISTRY: dict[str, MetricInfo] = {}
+#: a lower-bound metric whose coverage is below this is shown as "≥ value"
+LOWER_BOUND_BELOW_PCT = 50.0
+
+
+def declare(name: str, unit: str, doc: str, *, needs: str | None = None,
+            hint: str | None = None, coverage: str | None = None,
+            lower_bound: bool = False) -> None:
+    """Add a metric to :data:`REGISTRY` (once per name)."""
+    if name in REGISTRY:  # pragma: no cover - a programming error
+        raise ValueError(f"metric {name} declared twice")
+    REGISTRY[name] = MetricInfo(name, unit, doc, needs, hint, coverage, lower_bound)
+
+
+def coverage_table(values: dict[str, float | None]) -> dict[str, dict]:
+    """For every measured metric resting on modelled work: its coverage metric and value, and
+    whether the value is shown as a lower bound (the result's ``metrics.coverage``)."""
+    out = {}
+    for name, v in values.items():
+        info = REGISTRY.get(name)
+        if v is None or info is None or not info.coverage:
+            continue
+        cov = values.get(info.coverage)
+        out[name] = {"metric": info.coverage, "coverage_pct": cov,
+                     "lower_bound": bool(info.lower_bound
+                                         and (cov is None or cov < LOWER_BOUND_BELOW_PCT))}
+    return out
+
+
+@dataclass
+class MetricSet:
+    """Run-level values, per-rank values, evidence tables, and why each missing metric is."""
+
+    values: dict[str, float | None] = field(default_factory=dict)
+    per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  #: metric -> why it is missing
+
+    def set(self, name: str, value: float | None, *, why_missing: str | None = None) -> None:
+        if name not in REGISTRY:  # pragma: no cover - a programming error
+            raise KeyError(f"undeclared metric {name}")
+        if value is not None:
+            value = float(value)
+            if math.isnan(value):
+                value = None
+        self.values[name] = value
+        if value is None:
+            info = REGISTRY[name]
+            self.missing[name] = why_missing or (f"needs {info.needs}" if info.needs
+                                                 else "not measurable")
+
+    def get(self, name: str) -> float | None:
+        return self.values.get(name)
+
+    def rank_set(self, rank: int, name: str, value: float | None) -> None:
+        if value is not None:
+            value = float(value)
+            if math.isnan(value):
+                value = None
+        self.per_rank.setdefault(rank, {})[name] = value

@@ -1,0 +1,212 @@
+"""Sentences every renderer says the same way: the device line, the step count, the rule
+statuses that could not be evaluated, where to open the trace in a viewer, the host view.
+
+The terminal, Markdown and HTML renderers call these, so a run reads the same everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from typing import Any
+
+from .. import fmt
+from ..result import DiagnosisResult
+
+#: diagnostics the device line already says (rendered there, not as data-quality warnings)
+DEVICE_CODES = ("device-unknown", "device-guessed")
+
+
+def has_gpu(r: DiagnosisResult) -> bool:
+    """Whether the run recorded GPU kernels (CPU-only traces get the host view instead)."""
+    return bool((r.metrics.get("values") or {}).get("has_gpu"))
+
+
+def kernel_count(r: DiagnosisResult) -> int:
+    cov = r.extra.get("coverage") or {}
+    return int(cov.get("kernels") or 0)
+
+
+def device_line(r: DiagnosisResult) -> str:
+    """One line: which device the run used and how traceinsight knows."""
+    dev = r.extra.get("device") or {}
+    names = [str(n) for n in r.trace.get("devices") or []]
+    resolved = dev.get("resolved")
+    how = dev.get("how")
+    raw = dev.get("name")
+    if not has_gpu(r):
+        return "no GPU (CPU-only trace)"
+    if how == "matched" and resolved:
+        shown = ", ".join(dict.fromkeys(names)) or str(raw or resolved)
+        peaks = f"; roofline peaks of {resolved}" if shown != resolved else ""
+        return f"{shown} (named in the trace's device properties{peaks})"
+    if how == "override" and resolved:
+        opts = r.extra.get("options") or {}
+        given = [f"--{k.replace('_gbs', '').replace('_', '-')} {v}" for k, v in opts.items()
+                 if k in ("device", "peak_tflops", "peak_bw_gbs")]
+        trace = f"; the trace says {raw!r}" if raw and raw != resolved else ""
+        return f"{resolved} (set with {' '.join(given) or 'the command line'}{trace})"
+    if how == "gfx-guess" and resolved:
+        m = re.search(r"from its architecture, (.*?) \(", str(dev.get("message") or ""))
+        arch = f", {m.group(1)}" if m else ""
+        named = f"; the trace calls it {raw!r}" if raw else "; the trace gives no device name"
+        return (f"{resolved} (identified from its architecture{arch}{named}; "
+                "--device overrides)")
+    n = kernel_count(r)
+    kern = f"{n:,} kernel{'s' if n != 1 else ''} recorded" if n else "GPU activity recorded"
+    if raw:
+        return f"{raw} ({kern}; not in the device table: --device NAME gives roofline and MFU)"
+    return (f"GPU not named in the trace ({kern}, no device properties; --device NAME gives "
+            "roofline and MFU)")
+
+
+def device_name(r: DiagnosisResult) -> str:
+    """The device in a few words (headers): its name, or why there is none."""
+    dev = r.extra.get("device") or {}
+    names = list(dict.fromkeys(str(n) for n in r.trace.get("devices") or []))
+    if not has_gpu(r):
+        return "no GPU (CPU-only trace)"
+    if dev.get("how") == "matched" and names:
+        return ", ".join(names)
+    if dev.get("resolved"):
+        return str(dev["resolved"]) + (" (guessed)" if dev.get("how") == "gfx-guess" else "")
+    return ", ".join(names) or "unnamed GPU"
+
+
+#: trace.mode -> the word the headers use
+RUN_MODES = {"train": "training", "infer": "inference"}
+
+
+def run_mode(r: DiagnosisResult) -> str | None:
+    """``training`` or ``inference`` (the result's ``trace.mode``), None when unknown."""
+    return RUN_MODES.get(str(r.trace.get("mode")))
+
+
+def steps_text(r: DiagnosisResult) -> str:
+    """``4 steps × 4 ranks``, ``6 steps`` or ``no step markers`` (the step windows)."""
+    srs = [x for x in r.summary.get("ranks", []) if x.get("step_time_ns")]
+    ranks = len(r.trace.get("ranks") or []) or len(srs)
+    if not r.trace.get("has_step_markers"):
+        return "no step markers (the whole trace is one window)"
+    counts = sorted({int(x.get("steps") or 0) for x in srs})
+    if not counts:
+        return "no step markers (the whole trace is one window)"
+    per = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}–{counts[-1]}"
+    noun = "step" if counts[-1] == 1 else "steps"
+    return f"{per} {noun} × {ranks} ranks" if ranks > 1 else f"{per} {noun}"
+
+
+def run_name(side: dict[str, Any]) -> str:
+    """A compared run by the name it was given (a folder's name for a folder of rank files),
+    with its file count; a lone trace file by its own name."""
+    label = str(side.get("label") or "")
+    srcs = [str(x) for x in side.get("sources") or []]
+    if label and srcs != [label]:
+        return f"{label} ({len(srcs)} files)" if len(srcs) > 1 else label
+    return srcs[0] if srcs else label or "?"
+
+
+# --- rules that could not be evaluated ---------------------------------------------------------
+
+_PAREN = re.compile(r"\s*\(([^()]*(?:\([^()]*\)[^()]*)*)\)\s*$")
+_TOKENS = re.compile(r"--[\w-]+|\w+=\w+|\[\w+\]")
+
+
+def reason_and_hint(reason: str, hint: str | None) -> tuple[str, str]:
+    """A not-evaluated reason without the metric prefix and without a closing parenthesis
+    that the hint says again (``(record_shapes=True needed)`` next to ``record with
+    record_shapes=True``); the hint, or "" when the reason already says all of it."""
+    text = re.sub(r"^[a-z0-9_]+: ", "", str(reason or "").strip())
+    hint = str(hint or "").strip()
+    if hint:
+        m = _PAREN.search(text)
+        if m:
+            tokens = _TOKENS.findall(m.group(1))
+            if tokens and all(t in hint for t in tokens):
+                text = text[: m.start()].rstrip()
+        if _norm(hint) in _norm(text):
+            hint = ""
+    return text, hint
+
+
+def _norm(s: str) -> str:
+    return " ".join(s.lower().split())
+
+
+def not_evaluated(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rules that could not be evaluated, grouped by their (cleaned) reason and hint:
+    ``[{"rules": [...], "reason": ..., "hint": ...}]`` in the order of first appearance."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for x in rules or []:
+        if x.get("status") != "not-evaluated":
+            continue
+        key = reason_and_hint(str(x.get("reason") or ""), x.get("hint"))
+        groups.setdefault(key, []).append(str(x.get("rule")))
+    return [{"rules": v, "reason": k[0], "hint": k[1]} for k, v in groups.items()]
+
+
+# --- opening the original trace --------------------------------------------------------------
+
+def viewer_hint(r: DiagnosisResult) -> str:
+    """How to open the trace file in Perfetto or chrome://tracing at the step the report
+    shows ("" when the result does not know the file)."""
+    v = r.extra.get("open_in_viewer") or {}
+    src = v.get("source")
+    ts = v.get("ts_us") or []
+    if not src or len(ts) != 2:
+        return ""
+    where = (f"search for {v['marker']}, select it and press F to zoom to it"
+             if v.get("marker") else "the window shown is the whole GPU span")
+    return (f"load {src} in Perfetto (ui.perfetto.dev, Open trace file) or chrome://tracing "
+            f"(Load); {where}: rank {v.get('rank')}, ts {ts[0]:.3f} – {ts[1]:.3f} µs in the "
+            "file.")
+
+
+# --- the host view (CPU-only runs) ---------------------------------------------------------------
+
+def host_lines(r: DiagnosisResult, width: int, n: int = 8) -> list[str]:
+    """The host view as plain-text lines (terminal and Markdown code blocks)."""
+    h = r.host or {}
+    if not h or h.get("empty"):
+        return []
+    out = ["Host time (step windows" + (", all ranks)" if (h.get("steps") or {}).get("ranks", 1)
+                                         > 1 else ")")]
+    parts = h.get("split") or []
+    out.append(_wrap("  ".join(f"{p['part']} {fmt.fmt_pct(p['pct'])}" for p in parts), width))
+    ann = [a for a in h.get("annotations") or [] if a["pct"] >= 1.0][:6]
+    if ann:
+        out.append(_wrap("by annotation: " + ", ".join(f"{a['name']} {fmt.fmt_pct(a['pct'])}"
+                                                        for a in ann), width))
+    ops = h.get("ops") or []
+    if ops:
+        rows = [[x["name"], f"{x['calls']:,}", fmt.fmt_ns(x["self_ns"]),
+                 fmt.fmt_pct(x["self_pct"]), fmt.fmt_ns(x["total_ns"]),
+                 fmt.fmt_pct(x["total_pct"])] for x in ops[:n]]
+        out.append("")
+        out.append("Top CPU ops by self time")
+        out += ["  " + ln for ln in fmt.table(rows, ["op", "calls", "self", "of step", "total",
+                                                      "of step"], align="lrrrrr",
+                                               max_width=width - 2, flex=0).splitlines()]
+    mods = h.get("modules") or []
+    if mods:
+        rows = [[f"{x['type']} ×{x['instances']}", f"{x['calls']:,}", fmt.fmt_ns(x["total_ns"]),
+                 fmt.fmt_pct(x["pct"])] for x in mods[:n]]
+        out.append("")
+        out.append("Host time by nn.Module type (with its sub-modules)")
+        out += ["  " + ln for ln in fmt.table(rows, ["module", "calls", "time", "of step"],
+                                               align="lrrr", max_width=width - 2,
+                                               flex=0).splitlines()]
+    notes = h.get("notes") or []
+    if notes:
+        out.append("")
+        for x in notes:
+            out.append(_wrap(f"{x['title']}: {x['text']}", width, ""))
+            out.append(_wrap(f"→ {x['advice']}", width))
+    out.append("")
+    return out
+
+
+def _wrap(text: str, width: int, indent: str = "  ") -> str:
+    return "\n".join(textwrap.wrap(text, width=width, initial_indent=indent,
+                                   subsequent_indent=indent + ("  " if not indent else ""),
+                                   break_on_hyphens=False))

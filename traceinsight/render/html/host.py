@@ -1,0 +1,69 @@
+"""The host section of the report for a run without GPU kernels (``DiagnosisResult.host``):
+the split of step time as one stacked bar, the top CPU ops by self and total time, host time
+per nn.Module type and per user annotation, and the notes worded for a CPU run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ... import fmt
+from ...result import DiagnosisResult
+from .cells import table
+from .svg import Svg
+
+#: the parts of step time, in the result's order, with their css class
+PARTS = {"framework ops": "host-ops", "Python and other host work": "host-py",
+         "data loading": "host-dl", "synchronisation": "host-sync"}
+
+
+def host_view(r: DiagnosisResult) -> dict[str, Any] | None:
+    """The view of the host section, or None for a run with GPU kernels."""
+    h = r.host or {}
+    if not h or not h.get("headline"):
+        return None
+    split = [p for p in h.get("split") or [] if p.get("part") in PARTS]
+    ops = h.get("ops") or []
+    mods = h.get("modules") or []
+    ann = h.get("annotations") or []
+    st = h.get("steps") or {}
+    return {
+        "headline": str(h["headline"]),
+        "basis": ("the step windows (ProfilerStep markers)" if st.get("basis") == "ProfilerStep"
+                  else "the traced span (no ProfilerStep markers)"),
+        "chart": _split_chart(split),
+        "legend": [(f"{p['part']} {fmt.fmt_pct(p['pct'])}", PARTS[p["part"]]) for p in split],
+        "ops": table("tbl-host-ops", [("op", "op"), ("calls", "count"), ("self", "ns"),
+                                      ("self, of step", "share"), ("total", "ns"),
+                                      ("total, of step", "pct")],
+                     [[x["name"], x["calls"], x["self_ns"], x["self_pct"], x["total_ns"],
+                       x["total_pct"]] for x in ops], limit=12) if ops else None,
+        "modules": table("tbl-host-modules", [("module type", "text"), ("instances", "count"),
+                                              ("calls", "count"), ("host time", "ns"),
+                                              ("of step", "share")],
+                         [[x["type"], x["instances"], x["calls"], x["total_ns"], x["pct"]]
+                          for x in mods], limit=12) if mods else None,
+        "annotations": table("tbl-host-annotations", [("annotation", "op"), ("calls", "count"),
+                                                      ("host time", "ns"), ("of step", "share")],
+                             [[x["name"], x["calls"], x["total_ns"], x["pct"]] for x in ann],
+                             limit=10) if ann else None,
+        "notes": [{"title": str(n.get("title")), "text": str(n.get("text")),
+                   "advice": str(n.get("advice"))} for n in h.get("notes") or []],
+    }
+
+
+def _split_chart(split: list[dict[str, Any]]) -> dict[str, Any]:
+    """One stacked bar of the step time, labelled where a part is wide enough."""
+    W, H, L, R = 960, 46, 0, 0
+    svg = Svg(W, H, "Host step time: framework ops, Python, data loading, synchronisation")
+    x = float(L)
+    pw = W - L - R
+    for p in split:
+        w = pw * max(0.0, float(p.get("pct") or 0)) / 100.0
+        if w <= 0:
+            continue
+        title = f"{p['part']}: {fmt.fmt_pct(p['pct'])} ({fmt.fmt_ns(p.get('ns'))})"
+        svg.rect(x, 4, w, H - 8, PARTS[p["part"]], title)
+        if w > 90:
+            svg.text(x + 6, H / 2 + 4, f"{p['part']} {fmt.fmt_pct(p['pct'], 0)}", "seg-lbl")
+        x += w
+    return svg.to_dict()
