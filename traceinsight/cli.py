@@ -212,16 +212,23 @@ def _rule_options(f):
 @click.option("--recompute", is_flag=True,
               help="Recompute the analysis even when the store already holds the result of the "
                    "same code, rules, thresholds and options (it is cached there by default).")
+@click.option("--memory-snapshot", "memory_snapshots", multiple=True,
+              type=click.Path(path_type=Path),
+              help="A CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot() "
+                   "pickle, or an export_memory_timeline raw file): fragmentation, OOMs and "
+                   "memory over time from the allocator itself. Repeatable (one per rank).")
 @click.pass_context
 def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None,
              md_out: Path | None, html_out: Path | None, fail_on: str,
              rules_dirs: tuple[Path, ...], overrides: tuple[str, ...], device: str | None,
              peak_tflops: float | None, peak_bw: float | None, params: float | None,
              tokens_per_step: float | None, mode: str | None, verbose: bool,
-             color: bool | None, recompute: bool) -> None:
+             color: bool | None, recompute: bool,
+             memory_snapshots: tuple[Path, ...] = ()) -> None:
     """Why was this run slow? Findings with evidence and advice, ordered by impact.
 
-    INPUTS is a trace file, the per-rank files of one run, a folder of them, or a store.
+    INPUTS is a trace file, the per-rank files of one run, a folder of them, or a store; a
+    CUDA memory snapshot (.pickle) alone gives a memory-only diagnosis.
 
     \b
     Exit codes: 0 done; 1 a finding reached --fail-on; 2 bad input or options.
@@ -231,6 +238,8 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
       traceinsight diagnose traces/ --html report.html --markdown ticket.md
       traceinsight diagnose run.tistore --json result.json --fail-on high
       traceinsight diagnose trace.json.gz --set launch-bound.min_idle_launch_pct=25
+      traceinsight diagnose trace.json.gz --memory-snapshot snapshot.pickle
+      traceinsight diagnose snapshot.pickle
     """
     from .diagnose import diagnose as run_diagnose
     from .ingest import load
@@ -238,7 +247,8 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
     from .progress import Progress
     from .render.terminal import render
 
-    store = load(list(inputs), quiet=ctx.obj["quiet"])
+    store = load(list(inputs), quiet=ctx.obj["quiet"],
+                 memory=memory_snapshots)
     opts = RooflineOptions(device=device, peak_tflops=peak_tflops, peak_bw_gbs=peak_bw,
                            params=params, tokens_per_step=tokens_per_step, mode=mode)
     prog = Progress("analyse", quiet=ctx.obj["quiet"])

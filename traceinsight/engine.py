@@ -7,6 +7,14 @@ validated on load: unknown keys, undeclared metrics, thresholds without help or 
 fields that do not exist are errors naming the file. A rule whose metrics are missing is not
 evaluated and says which capture option would enable it; a rule that crashes is recorded and
 the others still run.
+
+A rule may carry ``variants``: other evidence for the same problem (a memory snapshot beside
+the trace's ``[memory]`` events), each with its own conditions, severity ladder, message,
+evidence and recommendations. Variants are tried in order; the first whose metrics are all
+measured and whose ``applies_if`` holds decides (it fires, or the rule passed), so the better
+evidence wins when it is there. Only when no variant can decide are the rule's own conditions
+evaluated, exactly as without variants. Messages may quote text facts (a call site, declared
+with ``declare_fact``) besides metrics and thresholds.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import yaml
 from . import fmt
 from .errors import ConfigError
 from .metrics import REGISTRY, MetricSet
+from .metrics.registry import FACTS
 from .resources import data_dir
 from .result import SEVERITIES, SEVERITY_RANK, Finding, finding_sort_key
 
@@ -35,7 +44,10 @@ OPS: dict[str, Callable[[float, float], bool]] = {
 }
 RULE_KEYS = {"id", "title", "category", "summary", "applies_if", "fires_if", "severity",
              "thresholds", "impact", "value", "message", "headline", "evidence",
-             "recommendations", "doc"}
+             "recommendations", "doc", "variants"}
+VARIANT_KEYS = {"name", "title", "when", "applies_if", "fires_if", "severity", "thresholds",
+                "value", "message", "headline", "evidence", "recommendations"}
+VARIANT_REQUIRED = {"name", "when", "fires_if", "message", "recommendations"}
 REQUIRED = {"id", "title", "category", "fires_if", "thresholds", "message", "recommendations", "doc"}
 _ID_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 
@@ -67,6 +79,30 @@ class Threshold:
 
 
 @dataclass
+class Variant:
+    """One way a rule can be decided: conditions, severity ladder and what the finding says.
+    A rule's own conditions form its base variant (``name`` empty)."""
+
+    name: str
+    when: str  #: what evidence it reads, for the docs
+    title: str | None
+    applies_if: list[Condition]
+    fires_if: list[Condition]
+    severity: list[tuple[str, list[Condition]]]
+    value: str | None
+    message: str
+    headline: str | None
+    evidence: list[Any]
+    recommendations: list[str]
+
+    def metrics(self) -> list[str]:
+        names = [c.metric for c in self.applies_if + self.fires_if]
+        for _, conds in self.severity:
+            names += [c.metric for c in conds]
+        return names
+
+
+@dataclass
 class Rule:
     id: str
     title: str
@@ -85,16 +121,22 @@ class Rule:
     doc: dict[str, str]
     source: str
     overrides: dict[str, float] = field(default_factory=dict)
+    variants: list[Variant] = field(default_factory=list)
 
     def threshold_values(self) -> dict[str, float]:
         return {k: self.overrides.get(k, t.default) for k, t in self.thresholds.items()}
 
+    def base(self) -> Variant:
+        """The rule's own conditions and texts, as a variant."""
+        return Variant("", "", None, self.applies_if, self.fires_if, self.severity, self.value,
+                       self.message, self.headline, self.evidence, self.recommendations)
+
     def metrics(self) -> list[str]:
-        names = [c.metric for c in self.applies_if + self.fires_if]
-        for _, conds in self.severity:
-            names += [c.metric for c in conds]
+        names = self.base().metrics()
         if self.impact:
             names.append(self.impact["metric"])
+        for v in self.variants:
+            names += v.metrics()
         return list(dict.fromkeys(names))
 
 
@@ -136,24 +178,20 @@ def parse_rule(data: Any, source: str) -> Rule:
     th_raw = data["thresholds"] or {}
     thresholds = {}
     for name, t in th_raw.items():
-        if not isinstance(t, dict) or set(t) - {"default", "unit", "help"} or \
-                not {"default", "unit", "help"} <= set(t):
-            raise ConfigError(f"threshold {name!r} needs default, unit and help", path=source)
-        if not isinstance(t["default"], (int, float)):
-            raise ConfigError(f"threshold {name!r}: default must be a number", path=source)
-        thresholds[name] = Threshold(name, float(t["default"]), str(t["unit"]), str(t["help"]))
+        thresholds[name] = _threshold(name, t, source)
     where = f"{source}"
+    variants_raw = data.get("variants") or []
+    if not isinstance(variants_raw, list):
+        raise ConfigError("variants is a list of mappings", path=source)
+    for raw in variants_raw:
+        for name, t in ((raw.get("thresholds") or {}) if isinstance(raw, dict) else {}).items():
+            if name in th_raw or name in thresholds:
+                raise ConfigError(f"variant threshold {name!r} is defined twice", path=source)
+            thresholds[name] = _threshold(name, t, source)
+    th_all = {**th_raw, **{n: {} for n in thresholds}}
     fires = [_cond(c, where, th_raw) for c in data["fires_if"]]
     applies = [_cond(c, where, th_raw) for c in data.get("applies_if", []) or []]
-    ladder = []
-    for step in data.get("severity", []) or []:
-        if not isinstance(step, dict) or step.get("level") not in SEVERITIES or \
-                set(step) - {"level", "when"}:
-            raise ConfigError(f"severity steps are {{level: high|medium|low|info, when: [...]}}",
-                              path=source)
-        ladder.append((step["level"], [_cond(c, where, th_raw) for c in step.get("when", []) or []]))
-    if not ladder or ladder[-1][1]:
-        ladder.append(("low", []))
+    ladder = _ladder(data.get("severity", []) or [], where, th_raw, source)
     impact = data.get("impact")
     if impact is not None:
         if not isinstance(impact, dict) or impact.get("metric") not in REGISTRY or \
@@ -170,23 +208,73 @@ def parse_rule(data: Any, source: str) -> Rule:
         message=str(data["message"]), headline=data.get("headline"),
         evidence=list(data.get("evidence") or []),
         recommendations=[str(r) for r in data["recommendations"]],
-        doc={k: str(v) for k, v in (data.get("doc") or {}).items()}, source=source)
+        doc={k: str(v) for k, v in (data.get("doc") or {}).items()}, source=source,
+        variants=[_variant(raw, where, th_all, source) for raw in variants_raw])
     for k in ("symptom", "why", "fix"):
         if not rule.doc.get(k):
             raise ConfigError(f"doc.{k} is missing", path=source)
-    for text in [rule.message, rule.headline or ""] + rule.recommendations:
-        for _, fname, _, _ in string.Formatter().parse(text):
-            if fname and fname not in REGISTRY and fname not in thresholds:
-                raise ConfigError(f"text field {{{fname}}} is neither a metric nor a threshold",
-                                  path=source)
     from .evidence import PROVIDERS
 
-    for ev in rule.evidence:
-        name = ev if isinstance(ev, str) else (next(iter(ev)) if isinstance(ev, dict) and len(ev) == 1 else None)
-        if name not in PROVIDERS:
-            raise ConfigError(f"unknown evidence {ev!r}", path=source,
-                              hint=f"one of {', '.join(sorted(PROVIDERS))}")
+    for v in [rule.base(), *rule.variants]:
+        for text in [v.message, v.headline or "", *v.recommendations]:
+            for _, fname, _, _ in string.Formatter().parse(text):
+                if fname and fname not in REGISTRY and fname not in thresholds \
+                        and fname not in FACTS:
+                    raise ConfigError(f"text field {{{fname}}} is neither a metric, a threshold "
+                                      "nor a fact", path=source)
+        for ev in v.evidence:
+            one = isinstance(ev, dict) and len(ev) == 1
+            name = ev if isinstance(ev, str) else (next(iter(ev)) if one else None)
+            if name not in PROVIDERS:
+                raise ConfigError(f"unknown evidence {ev!r}", path=source,
+                                  hint=f"one of {', '.join(sorted(PROVIDERS))}")
     return rule
+
+
+def _threshold(name: str, t: Any, source: str) -> Threshold:
+    if not isinstance(t, dict) or set(t) - {"default", "unit", "help"} or \
+            not {"default", "unit", "help"} <= set(t):
+        raise ConfigError(f"threshold {name!r} needs default, unit and help", path=source)
+    if not isinstance(t["default"], (int, float)):
+        raise ConfigError(f"threshold {name!r}: default must be a number", path=source)
+    return Threshold(name, float(t["default"]), str(t["unit"]), str(t["help"]))
+
+
+def _ladder(raw: list[Any], where: str, th: dict[str, Any],
+            source: str) -> list[tuple[str, list[Condition]]]:
+    ladder = []
+    for step in raw:
+        if not isinstance(step, dict) or step.get("level") not in SEVERITIES or \
+                set(step) - {"level", "when"}:
+            raise ConfigError("severity steps are {level: high|medium|low|info, when: [...]}",
+                              path=source)
+        ladder.append((step["level"], [_cond(c, where, th) for c in step.get("when", []) or []]))
+    if not ladder or ladder[-1][1]:
+        ladder.append(("low", []))
+    return ladder
+
+
+def _variant(raw: Any, where: str, th: dict[str, Any], source: str) -> Variant:
+    if not isinstance(raw, dict):
+        raise ConfigError("a variant is a mapping", path=source)
+    unknown = set(raw) - VARIANT_KEYS
+    missing = VARIANT_REQUIRED - set(raw)
+    if unknown or missing:
+        raise ConfigError(f"variant {raw.get('name')!r}: unknown keys {sorted(unknown)}, "
+                          f"missing keys {sorted(missing)}", path=source,
+                          hint=f"allowed: {', '.join(sorted(VARIANT_KEYS))}")
+    value = raw.get("value")
+    if value is not None and value not in REGISTRY:
+        raise ConfigError(f"variant {raw['name']!r}: value names an unknown metric {value!r}",
+                          path=source)
+    return Variant(
+        name=str(raw["name"]), when=str(raw["when"]), title=raw.get("title"),
+        applies_if=[_cond(c, where, th) for c in raw.get("applies_if") or []],
+        fires_if=[_cond(c, where, th) for c in raw["fires_if"]],
+        severity=_ladder(raw.get("severity") or [], where, th, source), value=value,
+        message=str(raw["message"]), headline=raw.get("headline"),
+        evidence=list(raw.get("evidence") or []),
+        recommendations=[str(r) for r in raw["recommendations"]])
 
 
 def load_rules(extra_dirs: list[Path] | None = None, overrides: list[str] | None = None) -> list[Rule]:
@@ -233,13 +321,16 @@ def format_value(metric: str, v: float | None) -> str:
 
 
 def render_text(text: str, values: dict[str, float | None], thresholds: dict[str, float],
-                rule: Rule) -> str:
-    """Fill ``{metric}`` / ``{threshold}`` fields: plain fields are formatted by unit, fields with
-    a format spec (``{x:.1f}``) use it on the raw number."""
+                rule: Rule, facts: dict[str, str] | None = None) -> str:
+    """Fill ``{metric}`` / ``{threshold}`` / ``{fact}`` fields: plain fields are formatted by
+    unit, fields with a format spec (``{x:.1f}``) use it on the raw number, facts are text."""
     out = []
     for literal, fname, spec, _conv in string.Formatter().parse(text):
         out.append(literal)
         if fname is None:
+            continue
+        if fname in FACTS and fname not in values:
+            out.append(str((facts or {}).get(fname) or "–"))
             continue
         if fname in values:
             v = values[fname]
@@ -278,58 +369,85 @@ class Evaluation:
 
 
 def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluation:
-    from .evidence import build_evidence
-
     findings, statuses, errors = [], [], []
     values = dict(ms.values)
     for rule in rules:
         try:
             th = rule.threshold_values()
-            needed = [c.metric for c in rule.applies_if + rule.fires_if]
-            absent = [m for m in needed if values.get(m) is None]
-            if absent:
-                m = absent[0]
-                info = REGISTRY[m]
-                statuses.append(RuleStatus(rule.id, "not-evaluated",
-                                           f"{m}: {ms.missing.get(m, 'not measured')}", info.hint))
-                continue
-            if not all(c.holds(values, th) for c in rule.applies_if):
-                statuses.append(RuleStatus(rule.id, "not-applicable",
-                                           "; ".join(c.text(th) for c in rule.applies_if
-                                                     if not c.holds(values, th)) + " is false"))
-                continue
-            if not all(c.holds(values, th) for c in rule.fires_if):
-                statuses.append(RuleStatus(rule.id, "passed", "; ".join(
-                    f"{c.metric} = {format_value(c.metric, values.get(c.metric))} "
-                    f"(fires at {c.op} {format_value(c.metric, c.limit(th))})" for c in rule.fires_if)))
-                continue
-            level = next(lv for lv, conds in rule.severity if all(c.holds(values, th) for c in conds))
-            impact = None  # rules about memory (not step time) estimate no time impact
-            if rule.impact:
-                v = values.get(rule.impact["metric"]) or 0.0
-                impact = round(max(0.0, min(float(rule.impact.get("max", 100.0)),
-                                            v * float(rule.impact.get("factor", 1.0)))), 2)
-            measured = [{"metric": c.metric, "value": values.get(c.metric),
-                         "display": format_value(c.metric, values.get(c.metric)),
-                         "op": c.op, "threshold": c.limit(th),
-                         "threshold_display": format_value(c.metric, c.limit(th)),
-                         "threshold_name": c.threshold}
-                        for c in rule.fires_if]
-            evidence = [{"kind": "measurements", "title": "Measured vs threshold", "rows": measured}]
-            evidence += build_evidence(rule.evidence, ms, context)
-            findings.append(Finding(
-                rule=rule.id, severity=level, title=rule.title, category=rule.category,
-                message=render_text(rule.message, values, th, rule),
-                impact_pct=impact,
-                value=values.get(rule.value) if rule.value else None,
-                headline=render_text(rule.headline, values, th, rule) if rule.headline else None,
-                evidence=evidence,
-                recommendations=[render_text(r, values, th, rule) for r in rule.recommendations]))
+            outcome = _decide_by_variants(rule, values, th, ms, context)
+            if outcome is None:
+                outcome = _decide(rule, rule.base(), values, th, ms, context)
+            if isinstance(outcome, Finding):
+                findings.append(outcome)
+            else:
+                statuses.append(outcome)
         except Exception as e:  # noqa: BLE001 - a crashing rule is recorded, others still run
             errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc(limit=5)})
     findings.sort(key=finding_sort_key)
     return Evaluation(findings, statuses, errors)
+
+
+def _decide_by_variants(rule: Rule, values: dict[str, float | None], th: dict[str, float],
+                        ms: MetricSet, context: Any) -> Finding | RuleStatus | None:
+    """The finding of the first variant that can decide and fires; else a passed status if
+    one could decide; None when none can (the rule's own conditions decide)."""
+    passed: list[str] = []
+    for v in rule.variants:
+        if any(values.get(c.metric) is None for c in v.applies_if + v.fires_if):
+            continue
+        if not all(c.holds(values, th) for c in v.applies_if):
+            continue
+        out = _decide(rule, v, values, th, ms, context)
+        if isinstance(out, Finding):
+            return out
+        passed.append(f"{v.name}: {out.reason}")
+    return RuleStatus(rule.id, "passed", "; ".join(passed)) if passed else None
+
+
+def _decide(rule: Rule, v: Variant, values: dict[str, float | None], th: dict[str, float],
+            ms: MetricSet, context: Any) -> Finding | RuleStatus:
+    """One variant (or the rule's own conditions) over the measured values."""
+    from .evidence import build_evidence
+
+    absent = [c.metric for c in v.applies_if + v.fires_if if values.get(c.metric) is None]
+    if absent:
+        m = absent[0]
+        return RuleStatus(rule.id, "not-evaluated", f"{m}: {ms.missing.get(m, 'not measured')}",
+                          REGISTRY[m].hint)
+    if not all(c.holds(values, th) for c in v.applies_if):
+        return RuleStatus(rule.id, "not-applicable", "; ".join(
+            c.text(th) for c in v.applies_if if not c.holds(values, th)) + " is false")
+    if not all(c.holds(values, th) for c in v.fires_if):
+        return RuleStatus(rule.id, "passed", "; ".join(
+            f"{c.metric} = {format_value(c.metric, values.get(c.metric))} "
+            f"(fires at {c.op} {format_value(c.metric, c.limit(th))})" for c in v.fires_if))
+    level = next(lv for lv, conds in v.severity if all(c.holds(values, th) for c in conds))
+    impact = None  # rules about memory (not step time) estimate no time impact
+    if rule.impact:
+        x = values.get(rule.impact["metric"]) or 0.0
+        impact = round(max(0.0, min(float(rule.impact.get("max", 100.0)),
+                                    x * float(rule.impact.get("factor", 1.0)))), 2)
+    measured = [{"metric": c.metric, "value": values.get(c.metric),
+                 "display": format_value(c.metric, values.get(c.metric)),
+                 "op": c.op, "threshold": c.limit(th),
+                 "threshold_display": format_value(c.metric, c.limit(th)),
+                 "threshold_name": c.threshold}
+                for c in v.fires_if]
+    title = "Measured vs threshold" + (f" ({v.when})" if v.name else "")
+    evidence = [{"kind": "measurements", "title": title, "rows": measured}]
+    evidence += build_evidence(v.evidence, ms, context)
+    facts = ms.evidence.get("facts") or {}
+
+    def text(t: str) -> str:
+        return render_text(t, values, th, rule, facts)
+
+    return Finding(
+        rule=rule.id, severity=level, title=v.title or rule.title, category=rule.category,
+        message=text(v.message), impact_pct=impact,
+        value=values.get(v.value) if v.value else None,
+        headline=text(v.headline) if v.headline else None, evidence=evidence,
+        recommendations=[text(r) for r in v.recommendations])
 
 
 def explain(rule: Rule) -> str:
@@ -347,6 +465,12 @@ def explain(rule: Rule) -> str:
     if rule.impact:
         lines.append(f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
                      "(share of step time it could recover)")
+    for v in rule.variants:
+        lines += ["", f"Variant {v.name} (tried first; {v.when}):"]
+        if v.applies_if:
+            lines.append("  Applies when: " + " and ".join(c.text(th) for c in v.applies_if))
+        lines.append("  Fires when:   " + " and ".join(c.text(th) for c in v.fires_if))
+        lines += [f"  - {r}" for r in v.recommendations]
     lines.append("")
     lines.append("Thresholds (override with --set " + f"{rule.id}.NAME=VALUE):")
     for t in rule.thresholds.values():
@@ -395,6 +519,13 @@ def rules_markdown(rules: list[Rule]) -> str:
         for t in r.thresholds.values():
             out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
         out += ["", "Recommendations:", ""] + [f"- {x}" for x in r.recommendations] + [""]
+        for v in r.variants:
+            out += [f"**Variant `{v.name}`** ({v.when}; tried before the conditions above)."]
+            if v.applies_if:
+                out.append("Applies when " + " and ".join(f"`{c.text(th)}`"
+                                                          for c in v.applies_if) + ".")
+            out.append("Fires when " + " and ".join(f"`{c.text(th)}`" for c in v.fires_if) + ".")
+            out += ["", "Recommendations:", ""] + [f"- {x}" for x in v.recommendations] + [""]
     return "\n".join(out)
 
 

@@ -27,6 +27,7 @@ from ..redact import redact_text
 from ..resources import code_digest
 from ..result import DiagnosisResult, clean
 from ..store import TraceStore
+from . import memory as memory_parts
 from . import sections
 from .sections import headline
 from .viewer import open_in_viewer
@@ -111,7 +112,9 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
     dev = ms.evidence.get("device") or {}
-    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):
+    mem_only = memory_parts.is_memory_only(store)  # a snapshot diagnosed without a trace
+    mem = memory_parts.section(an, ms, sections.memory(ms))
+    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message") and not mem_only:
         diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
                       "message": dev["message"], "severity": "warning",
                       "hint": "pass --device NAME (traceinsight devices lists them) or "
@@ -127,8 +130,10 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
-        trace=sections.trace_info(store, an, dev, ms=ms, options=options),
-        headline=sections.headline(findings, ms.values, an),
+        trace={**sections.trace_info(store, an, dev, ms=ms, options=options),
+               **memory_parts.trace_extra(store)},
+        headline=(memory_parts.headline(findings, ms, mem) if mem_only
+                  else sections.headline(findings, ms.values, an)),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],
         rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
@@ -139,7 +144,7 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
         rollups={**sections.rollups(an), "step_basis": sections.step_basis(an, ms),
                  "module_types": an.rollup("module-type").to_dict("records")},
         roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),
-        memory=sections.memory(ms),
+        memory=mem,
         timeline=timeline,
         diagnostics=diags,
         extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
@@ -148,6 +153,6 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
                "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
                            if v is not None},
                "open_in_viewer": open_in_viewer(store, timeline)},
-        host=None if has_gpu else host_view(an),
+        host=None if has_gpu or mem_only else host_view(an),
     )
     return DiagnosisResult.from_dict(clean(result.to_dict()))

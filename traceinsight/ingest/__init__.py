@@ -28,15 +28,21 @@ from ..store import TraceStore, is_valid_store, read_meta, write_store
 from . import cache, readers
 from .cache import cache_root
 from .kineto import READER as KINETO
+from .memory_inputs import join as join_memory
+from .memory_inputs import with_memory
+from .memtimeline import READER as MEMORY_TIMELINE
 from .nsys import READER as NSYS
 from .readers import RankRead, Reader, open_trace, register, suffixes
+from .snapshot import READER as SNAPSHOT
 from .source import SourceFile, list_trace_files, rank_from_filename, read_raw
 
 __all__ = ["RankRead", "Reader", "cache_root", "ingest", "load", "register", "resolve_inputs"]
 
 # the readers, tried in this order on each file's first bytes: one line each
+register(MEMORY_TIMELINE)  # before Kineto, which claims any JSON list
 register(KINETO)
 register(NSYS)
+register(SNAPSHOT)
 
 
 @dataclass(frozen=True)
@@ -73,8 +79,12 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
 
 
 def load(paths: Sequence[str | Path], *, salvage: bool = False, quiet: bool = False,
-         use_cache: bool = True) -> TraceStore:
-    """Open a store, or ingest traces (reusing the cache when the inputs are unchanged)."""
+         use_cache: bool = True, memory: Sequence[str | Path] = ()) -> TraceStore:
+    """Open a store, or ingest traces (reusing the cache when the inputs are unchanged).
+
+    ``memory``: memory snapshots (or memory-timeline exports) of the same run, joined to the
+    traces."""
+    paths = with_memory(paths, memory)
     if len(paths) == 1 and Path(paths[0]).is_dir() and read_meta(Path(paths[0])) is not None:
         return TraceStore.open(paths[0])
     return ingest(paths, None, salvage=salvage, quiet=quiet, use_cache=use_cache)
@@ -241,6 +251,7 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
         formats = " or ".join(r.title for r in readers.READERS)
         raise TraceFormatError(f"no {formats} trace found among the files", path=inputs.display,
                                hint="; ".join(d.message for d in skipped.items)[:300] or None)
+    reads = join_memory(reads, inputs.display)  # a snapshot joins its trace's rank
     _one_format(reads, inputs)
     return reads, skipped
 

@@ -17,7 +17,7 @@ import traceback
 from ..analysis import Analysis
 
 # the metric groups declare their metrics in the registry on import
-from . import comm, memory, roofline, timing
+from . import comm, memory, ranks, roofline, snapshot, timing
 from .options import RooflineOptions
 from .registry import REGISTRY, MetricInfo, MetricSet, declare
 
@@ -34,7 +34,9 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
     groups = (
         ("timing", lambda: timing.compute(an, ms)),
         ("memory", lambda: memory.compute(an, ms)),
+        ("memory snapshot", lambda: snapshot.compute(an, ms)),
         ("communication", lambda: comm.compute(an, ms)),
+        ("cross-rank", lambda: ranks.compute(an, ms)),
         ("roofline", _roofline),
     )
     errors = []

@@ -21,6 +21,9 @@ class MetricInfo:
 
 
 REGISTRY: dict[str, MetricInfo] = {}
+#: text facts rule messages may quote (a call site to look at): name -> meaning. Their values
+#: are strings in ``MetricSet.evidence["facts"]``.
+FACTS: dict[str, str] = {}
 
 
 def declare(name: str, unit: str, doc: str, *, needs: str | None = None,
@@ -29,6 +32,13 @@ def declare(name: str, unit: str, doc: str, *, needs: str | None = None,
     if name in REGISTRY:  # pragma: no cover - a programming error
         raise ValueError(f"metric {name} declared twice")
     REGISTRY[name] = MetricInfo(name, unit, doc, needs, hint)
+
+
+def declare_fact(name: str, doc: str) -> None:
+    """Add a text fact to :data:`FACTS` (once per name)."""
+    if name in FACTS or name in REGISTRY:  # pragma: no cover - a programming error
+        raise ValueError(f"fact {name} declared twice")
+    FACTS[name] = doc
 
 
 @dataclass
