@@ -50,6 +50,10 @@ class EmptyTraceError(InputError):
     """The trace parses but holds no events."""
 
 
+class OutputError(TraceInsightError):
+    """An output path that would destroy an input or cannot be written."""
+
+
 class ConfigError(TraceInsightError):
     """Bad option, rule file or threshold override."""
 

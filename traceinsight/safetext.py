@@ -1,0 +1,33 @@
+"""Text from a trace made safe for a terminal: control and bidi characters neutralised.
+
+Names in a trace (kernels, ops, files) may carry raw control sequences: clear-screen, OSC 8
+hyperlinks, BEL, carriage returns, or U+202E to reverse what follows. Every terminal view
+passes its text through :func:`for_terminal`, which writes each such character as a visible
+escape (``\\x1b``, ``\\u202e``); only newlines and tabs pass, and, when the view is coloured,
+the SGR colour sequences the view itself added.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: C0 controls but tab and newline, DEL, C1 controls, bidi marks, overrides and isolates,
+#: and the Unicode line and paragraph separators
+UNSAFE = ("\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
+          "\u2066-\u2069")
+UNSAFE_RE = re.compile(f"[{UNSAFE}]")
+_WITH_SGR_RE = re.compile(f"\x1b\\[[0-9;]{{0,32}}m|[{UNSAFE}]")
+
+
+def _escape(m: re.Match[str]) -> str:
+    s = m.group(0)
+    if len(s) > 1:  # an SGR colour sequence (only matched when colours are kept)
+        return s
+    c = ord(s)
+    return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+
+def for_terminal(text: str, *, keep_sgr: bool = False) -> str:
+    """``text`` with every control or bidi character written as a visible escape; newlines
+    and tabs kept, and SGR colour sequences too when ``keep_sgr``."""
+    return (_WITH_SGR_RE if keep_sgr else UNSAFE_RE).sub(_escape, text)
