@@ -101,10 +101,10 @@ class _Recorder:
                                      "step_on": cfg.get("step_on", "optimizer")}
 
     def begin(self) -> None:
-        flags = {"record_shapes": self.cfg.get("record_shapes", True),
-                 "profile_memory": self.cfg.get("profile_memory", True),
-                 "with_stack": self.cfg.get("with_stack", True),
-                 "with_modules": True, "with_flops": True}
+        flags: dict[str, Any] = {"record_shapes": bool(self.cfg.get("record_shapes", True)),
+                                 "profile_memory": bool(self.cfg.get("profile_memory", True)),
+                                 "with_stack": bool(self.cfg.get("with_stack", True)),
+                                 "with_modules": True, "with_flops": True}
         if self.cfg.get("step_on") == "none":
             self._begin_whole(flags)
         else:
@@ -119,7 +119,7 @@ class _Recorder:
             optim.register_optimizer_step_post_hook(self._on_step)
         atexit.register(self.finish)
 
-    def _begin_whole(self, flags: dict[str, bool]) -> None:
+    def _begin_whole(self, flags: dict[str, Any]) -> None:
         """No schedule: one window from here to exit (no step markers)."""
         import torch
         import torch.profiler

@@ -156,7 +156,7 @@ def viewer_hint(r: DiagnosisResult) -> str:
         return ""
     where = (f"search for {v['marker']}, select it and press F to zoom to it"
              if v.get("marker") else "the window shown is the whole GPU span")
-    return (f"load {src} in Perfetto (ui.perfetto.dev, Open trace file) or chrome://tracing "
+    return (f"load {src} at ui.perfetto.dev (Open trace file) or in chrome://tracing "
             f"(Load); {where}: rank {v.get('rank')}, ts {ts[0]:.3f} – {ts[1]:.3f} µs in the "
             "file.")
 
