@@ -88,7 +88,8 @@ def render_summary(s: dict[str, Any]) -> str:
     out.append("")
     rows = []
     for r in s["ranks"]:
-        devs = sorted({d for d in r["devices"] if d}) or ["(not recorded)"]
+        devs = sorted({d for d in r["devices"] if d}) or [
+            "(GPU not named)" if r.get("kernel_count") else "(no GPU)"]
         steps = r["steps"]
         step_txt = (f"{len(steps)} (#{steps[0]}–#{steps[-1]})" if len(steps) > 1
                     else (f"1 (#{steps[0]})" if steps else "none"))
