@@ -159,12 +159,18 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
     """
     from .analysis import Analysis
     from .ingest import load
+    from .progress import Progress
     from .render.top import records, render_top
 
     store = load(list(inputs), quiet=ctx.obj["quiet"])
     an = Analysis(store)
-    df = an.rollup(by, rank)
-    cov = an.attribution.coverage(rank)
+    prog = Progress("analyse", quiet=ctx.obj["quiet"])
+    prog.stage("attribution" if by != "step" else "breakdown", 0.0)
+    try:
+        df = an.rollup(by, rank)
+        cov = an.attribution.coverage(rank)
+    finally:
+        prog.done()
     if as_json:
         click.echo(json.dumps({"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
                               indent=2, default=str))
