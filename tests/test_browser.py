@@ -420,7 +420,8 @@ def test_not_evaluated_reasons_do_not_repeat(browser, sample_results, tmp_path) 
         rows = pg.evaluate("""() => Array.from(document.querySelectorAll('#diagnostics table'))
           .filter(t => t.textContent.includes('to enable them'))
           .flatMap(t => Array.from(t.querySelectorAll('tbody tr')).map(r => ({
-            rules: r.cells[0].innerText, why: r.cells[1].innerText, hint: r.cells[2].innerText})))""")
+            rules: r.cells[0].innerText, why: r.cells[1].innerText,
+            hint: r.cells[2].innerText})))""")
         assert rows and len({r["why"] + r["hint"] for r in rows}) == len(rows)  # grouped
         for r in rows:
             assert "needed)" not in r["why"] or r["hint"] == "–", r

@@ -77,7 +77,8 @@ def test_diagnose_reports_each_analysis_phase() -> None:
     from traceinsight.ingest import load
 
     class Seen:
-        stages: list[str] = []
+        def __init__(self) -> None:
+            self.stages: list[str] = []
 
         def stage(self, name: str, fraction: float) -> None:
             self.stages.append(name)
