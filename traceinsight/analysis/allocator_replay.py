@@ -11,7 +11,9 @@ undone, one by one, in reverse.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -34,7 +36,7 @@ class Replay:
     time_axis: str  #: ts_ns | seq (PyTorch 2.0 traces carry no time)
     mismatch_bytes: int = 0  #: how far the trace and the end state disagree (0: they agree)
 
-    @property
+    @cached_property
     def x(self) -> np.ndarray:
         col = "ts_ns" if self.time_axis == "ts_ns" else "seq"
         return self.actions[col].to_numpy(np.int64)
@@ -163,7 +165,7 @@ def map_totals(segs: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def _owner(starts: list[int], segs: dict[int, tuple[int, str]], addr: int) -> int | None:
-    i = int(np.searchsorted(starts, addr, side="right")) - 1
+    i = bisect.bisect_right(starts, addr) - 1
     if i >= 0 and addr < starts[i] + segs[starts[i]][0]:
         return starts[i]
     return None

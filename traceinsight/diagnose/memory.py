@@ -84,6 +84,6 @@ def headline(findings: list[Finding], ms: MetricSet, memory: dict[str, Any] | No
         pk = cats[0]["peak"]
         top = max(pk["by_category"].items(), key=lambda kv: kv[1], default=("", 0))
         share = fmt.fmt_pct(100.0 * top[1] / pk["bytes"]) if pk["bytes"] else "–"
-        return (f"Memory timeline: memory peaks at {fmt.fmt_bytes(pk['bytes'])}; "
-                f"{top[0].replace('_', ' ')} hold {share} of it.")
+        return (f"Memory timeline: memory peaks at {fmt.fmt_bytes(pk['bytes'])}; the largest "
+                f"category is {top[0].replace('_', ' ')} ({share}).")
     return "Memory input without data to diagnose."

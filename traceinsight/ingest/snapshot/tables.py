@@ -105,6 +105,8 @@ class _Converter:
         self.devices: set[int] = set()
         self.diagnostics: list[dict[str, Any]] = []
         self._stacks: dict[int, tuple[str | None, str | None]] = {}
+        self._frames: dict[int, tuple[str, str, bool] | None] = {}  # id -> (text, file, .py)
+        self._by_frames: dict[tuple[int, ...], tuple[str | None, str | None]] = {}
         self._keep: list[Any] = []  # the lists cached by id stay alive while ids are reused
 
     def bad(self, what: str) -> NotASnapshot:
@@ -225,6 +227,22 @@ class _Converter:
         c["frames"].append(frames)
 
     # --- frames ----------------------------------------------------------------------------
+    def _frame(self, f: Any) -> tuple[str, str, bool] | None:
+        """(text, file name, is Python) of one frame, or None to omit it; once per frame
+        object (PyTorch shares the frames of its symbolized stacks)."""
+        key = id(f)
+        if key in self._frames:
+            return self._frames[key]
+        out = None
+        if isinstance(f, dict):
+            name, filename = str(f.get("name", ""))[:200], str(f.get("filename", ""))[:400]
+            if not (_OMIT.search(name) or _OMIT_FILES.search(filename)):
+                out = (_frame_text((filename, f.get("line"), name)), filename,
+                       filename.endswith(".py"))
+        self._frames[key] = out
+        self._keep.append(f)
+        return out
+
     def stack(self, frames: Any) -> tuple[str | None, str | None]:
         """(call site, frames text) of a frame list; each list object is converted once."""
         if not isinstance(frames, list) or not frames:
@@ -232,21 +250,23 @@ class _Converter:
         hit = self._stacks.get(id(frames))
         if hit is not None:
             return hit
+        ids = tuple(map(id, frames))  # equal stacks share their frame objects
+        hit = self._by_frames.get(ids)
+        if hit is not None:
+            self._stacks[id(frames)] = hit
+            self._keep.append(frames)
+            return hit
         kept = []
         for f in frames:
-            if not isinstance(f, dict):
-                continue
-            name, filename = str(f.get("name", ""))[:200], str(f.get("filename", ""))[:400]
-            if _OMIT.search(name) or _OMIT_FILES.search(filename):
-                continue
-            kept.append((filename, f.get("line"), name))
-            if len(kept) >= MAX_FRAMES:
-                break
+            one = self._frame(f)
+            if one is not None:
+                kept.append(one)
+                if len(kept) >= MAX_FRAMES:
+                    break
         out: tuple[str | None, str | None] = (None, None)
         if kept:
-            texts = [_frame_text(f) for f in kept]
-            out = (texts[_call_site(kept)], "\n".join(texts))
-        self._stacks[id(frames)] = out
+            out = (kept[_call_site(kept)][0], "\n".join(k[0] for k in kept))
+        self._stacks[id(frames)] = self._by_frames[ids] = out
         self._keep.append(frames)
         return out
 
@@ -258,12 +278,12 @@ def _table(name: str, cols: dict[str, list[Any]]) -> pa.Table:
     return schema.conform(name, {c: pa.array(v, types[c]) for c, v in cols.items()})
 
 
-def _call_site(frames: list[tuple[str, Any, str]]) -> int:
+def _call_site(frames: list[tuple[str, str, bool]]) -> int:
     """The innermost Python frame outside torch and the runtime, else the innermost Python
     frame, else the innermost frame."""
-    py = [i for i, (fn, _, _) in enumerate(frames) if fn.endswith(".py")]
+    py = [i for i, (_, _, is_py) in enumerate(frames) if is_py]
     for i in py:
-        if not _NOT_USER.search(frames[i][0]):
+        if not _NOT_USER.search(frames[i][1]):
             return i
     return py[0] if py else 0
 
