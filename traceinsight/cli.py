@@ -17,6 +17,7 @@ import click
 
 from . import __version__
 from .cli_base import Group, emit, with_skipped, write_atomic
+from .cli_ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     from .metrics.options import RooflineOptions
@@ -67,6 +68,7 @@ _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(path
               help="Read the complete events of a truncated trace instead of refusing it.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the store's location and counts as JSON.")
+@rank_options
 @click.pass_context
 def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, force: bool,
            salvage: bool, as_json: bool) -> None:
@@ -223,6 +225,7 @@ def _rule_options(f):
               help="A CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot() "
                    "pickle, or an export_memory_timeline raw file): fragmentation, OOMs and "
                    "memory over time from the allocator itself. Repeatable (one per rank).")
+@rank_options
 @click.pass_context
 def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None,
              md_out: Path | None, html_out: Path | None, fail_on: str,
@@ -304,6 +307,7 @@ def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
 @click.option("--markdown", "md_out", type=click.Path(path_type=Path),
               help="Also write the Markdown summary.")
 @_rule_options
+@rank_options
 @click.pass_context
 def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
            rules_dirs: tuple[Path, ...], overrides: tuple[str, ...]) -> None:

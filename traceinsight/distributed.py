@@ -53,6 +53,8 @@ class Runner:
     scheduler: str | None = None
     #: recompute per-rank results instead of reading those cached in the store
     fresh: bool = False
+    #: how long to try reaching a Dask scheduler
+    timeout: str = "30s"
     _client: Any = field(default=None, repr=False)
     _cluster: Any = field(default=None, repr=False)
 
@@ -130,12 +132,12 @@ class Runner:
         try:
             if where == "local":
                 self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=None)
+                                             processes=True, dashboard_address=":0")
                 self._client = Client(self._cluster)
             elif Path(where).is_file():
-                self._client = Client(scheduler_file=where, timeout="30s")
+                self._client = Client(scheduler_file=where, timeout=self.timeout)
             else:
-                self._client = Client(where, timeout="30s")
+                self._client = Client(where, timeout=self.timeout)
         except (OSError, TimeoutError) as e:
             raise ConfigError(f"cannot reach the Dask scheduler {where}: {e}",
                               hint="pass local, a scheduler address (tcp://HOST:8786) or a "

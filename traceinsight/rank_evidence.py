@@ -27,7 +27,8 @@ def _straggler(ms: MetricSet, an: Any, p: dict) -> list[dict]:
             if steps else "no steps to compare")
     cause = _CAUSES.get(prof["cause"]) if prof.get("cause") else "no single part stands out"
     note = (f"rank {prof['rank']}: {when}; {fmt_ns(prof['own_ns'])} of its own work per step "
-            f"against {fmt_ns(prof['typical_own_ns'])} for the median rank, mostly {cause}; "
+            f"against {fmt_ns(prof['typical_own_ns'])} for the other ranks (median), mostly "
+            f"{cause}; "
             f"last to arrive at {prof['last_arrivals']} of {prof['matched_collectives']} "
             "matched collectives")
     return [table(f"What rank {prof['rank']} does more than the median rank, per step",

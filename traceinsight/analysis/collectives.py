@@ -21,11 +21,13 @@ times over all matched collectives), relative to the lowest rank. Offsets are re
 are aligned with them before skews are measured.
 
 **Straggler.** Per step, a rank's own time is its step time less its exposed communication
-(compute, GPU idle and copies: what the others wait for). The slow rank is the one with the
-largest median own time; it is slow "every step" when it is the slowest (by 2% over the
-step's median rank) in at least 90% of the steps, else "sometimes". What it was doing: its
-excess over the median rank in compute, in GPU idle time (host stalls: the GPU waits for the
-CPU), and in collective transfer time (slower collectives on its links), the largest named.
+(compute, GPU idle and copies: what the others wait for); a step's slowest rank is the one
+whose own time is largest and 2% over the step's median rank. The straggler is the rank most
+often the slowest (else the largest mean own time); it is slow "every step" when it is the
+slowest in at least 90% of the steps, else "sometimes". What it was doing, averaged over the
+steps it was slowest in: its excess over the other ranks' median in compute, in GPU idle time
+(host stalls: the GPU waits for the CPU), and in collective transfer time (slower collectives
+on its links), the largest named.
 """
 
 from __future__ import annotations
@@ -34,8 +36,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from ..metrics.comm import bus_factor
 
 __all__ = ["cross_rank", "straggler_profile"]
 
@@ -193,6 +193,7 @@ def _per_collective(m: pd.DataFrame, offsets: dict[int, int],
     n = out["group_size"].where(out["group_size"].notna(),
                                 pg.map(lambda p: sizes.get(p, np.nan)))
     out["n"] = n.where(n.notna(), out["ranks"]).astype(np.int64)
+    from ..metrics.comm import bus_factor  # the one table of nccl-tests factors
     secs = out["transfer_ns"].clip(lower=1) / 1e9
     out["algbw"] = out["bytes"] / secs
     out["busbw"] = out["algbw"] * [bus_factor(str(k), int(x)) for k, x in
@@ -274,10 +275,24 @@ def _own_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _slowest(own: pd.DataFrame) -> int | None:
+    """The rank that is most often clearly the slowest of a step (ties: the largest mean own
+    time); with no clear slowest in any step, the largest mean own time."""
     if not len(own) or own["rank"].nunique() < 2:
         return None
-    med = own.groupby("rank")["own_ns"].median()
-    return int(med.idxmax())
+    mean = own.groupby("rank")["own_ns"].mean()
+    counts = pd.Series(_clear_slowest(own)).value_counts()
+    if len(counts):
+        top = counts[counts == counts.max()].index
+        return int(mean.loc[list(top)].idxmax())
+    return int(mean.idxmax())
+
+
+def _clear_slowest(own: pd.DataFrame) -> dict[int, int]:
+    """Step -> the rank whose own time exceeds the step's median rank by ``SLOW_MARGIN`` and
+    is the largest (steps without one are left out)."""
+    by_step = own.pivot_table(index="step", columns="rank", values="own_ns")
+    clear = by_step.max(axis=1) > SLOW_MARGIN * by_step.median(axis=1)
+    return {int(s): int(r) for s, r in by_step.idxmax(axis=1).items() if clear[s]}
 
 
 def _rank_table(summaries: list[dict[str, Any]], own: pd.DataFrame, offsets: dict[int, int],
@@ -341,17 +356,20 @@ def straggler_profile(cross: dict[str, Any], summaries: list[dict[str, Any]], ra
     own = _own_frame(summaries) if own is None else own
     if not len(own) or rank not in set(own["rank"]):
         return None
-    by_step = own.pivot_table(index="step", columns="rank", values="own_ns")
-    slowest = by_step.idxmax(axis=1)
-    clear = by_step.max(axis=1) > SLOW_MARGIN * by_step.median(axis=1)  # not a tie
-    n_steps = len(slowest)
-    slow_in = [int(s) for s, r in slowest.items() if int(r) == rank and clear[s]]
-    med = own.groupby("rank").median(numeric_only=True)
-    typical = med.drop(index=rank).median()
-    mine = med.loc[rank]
+    slowest = _clear_slowest(own)
+    n_steps = int(own["step"].nunique())
+    slow_in = sorted(s for s, r in slowest.items() if r == rank)
+    # per step: this rank's value over the median of the other ranks, averaged over the steps
+    # it was the slowest in (all steps when none)
+    steps = set(slow_in) if slow_in else set(own["step"])
+    mine = own[(own["rank"] == rank) & own["step"].isin(steps)].set_index("step")
+    others = own[(own["rank"] != rank) & own["step"].isin(steps)].groupby("step").median(
+        numeric_only=True)
+    diff = (mine[["own_ns", "compute_ns", "idle_ns"]]
+            - others[["own_ns", "compute_ns", "idle_ns"]]).mean()
     excess = {
-        "compute": float(mine["compute_ns"] - typical["compute_ns"]),
-        "host stalls (GPU idle)": float(mine["idle_ns"] - typical["idle_ns"]),
+        "compute": float(diff["compute_ns"]),
+        "host stalls (GPU idle)": float(diff["idle_ns"]),
         "slower collectives": _collective_excess(cross, rank, colls),
     }
     cause = max(excess, key=lambda k: excess[k])
@@ -361,7 +379,8 @@ def straggler_profile(cross: dict[str, Any], summaries: list[dict[str, Any]], ra
         "slow_step_numbers": slow_in[:32],
         "pattern": "every step" if share >= EVERY_STEP_SHARE else
                    ("sometimes" if slow_in else "never the slowest"),
-        "own_ns": int(mine["own_ns"]), "typical_own_ns": int(typical["own_ns"]),
+        "own_ns": int(mine["own_ns"].mean()),
+        "typical_own_ns": int(others["own_ns"].mean()),
         "excess_ns": {k: int(v) for k, v in excess.items()},
         "cause": cause if excess[cause] > 0 else None,
         "last_arrivals": int(cross.get("last_arrivals", {}).get(str(rank), 0)),

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
-from ..metrics.registry import MetricSet
 from ..resources import code_digest
 from . import Analysis
 
 if TYPE_CHECKING:
+    from ..metrics.registry import MetricSet
     from ..store import TraceStore
 
 __all__ = ["STEP_KEYS", "RankTask", "rank_summary", "summaries", "summarize_partition"]
@@ -48,6 +48,7 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
     metrics when already computed, for the per-rank memory peaks)."""
     if ms is None:
         from ..metrics import memory
+        from ..metrics.registry import MetricSet
 
         ms = MetricSet()
         memory.compute(an, ms)
@@ -154,15 +155,15 @@ def collective_records(an: Analysis, rank: int) -> dict[str, list[Any]]:
 
 @dataclass(frozen=True)
 class RankTask:
-    """Summarise the rank stored in partition folder ``path`` (``fresh``: ignore the cache)."""
+    """Summarise the ranks stored in partition folder ``path`` (``fresh``: ignore the cache)."""
 
     path: str
-    rank: int
     fresh: bool = False
 
 
-def summarize_partition(task: RankTask) -> dict[str, Any]:
-    """The summary of one partition (runs in a worker: reads that rank's tables alone)."""
+def summarize_partition(task: RankTask) -> list[dict[str, Any]]:
+    """The summaries of the ranks of one partition (runs in a worker: reads that partition's
+    tables alone; a file of several ranks makes one partition of them all)."""
     from ..store import TraceStore
 
     store = TraceStore.open(task.path)
@@ -172,24 +173,22 @@ def summarize_partition(task: RankTask) -> dict[str, Any]:
         if text:
             try:
                 cached = json.loads(text)
-                if cached.get("version") == SUMMARY_VERSION and cached.get("rank") == task.rank:
-                    return dict(cached)
-            except ValueError:
+                if (isinstance(cached, list) and cached
+                        and all(c.get("version") == SUMMARY_VERSION for c in cached)):
+                    return cached
+            except (ValueError, AttributeError):
                 pass
-    out = summarize_store(store, task.rank)
+    out = summarize_store(store)
     store.write_derived(name, json.dumps(out))
     return out
 
 
-def summarize_store(store: TraceStore, rank: int) -> dict[str, Any]:
-    """The summary of ``rank`` from a store of that rank (analysed here)."""
+def summarize_store(store: TraceStore) -> list[dict[str, Any]]:
+    """The summary of every rank of ``store`` (analysed here)."""
     from . import plain_strings
 
     with plain_strings():
-        found = [s for s in summaries(Analysis(store)) if s["rank"] == rank]
-    return found[0] if found else {"version": SUMMARY_VERSION, "rank": rank, "totals": {},
-                                   "steps": [], "collectives": {k: [] for k in COLL_KEYS},
-                                   "pg_config": [], "world_size": None}
+        return summaries(Analysis(store))
 
 
 def _cache_name(store: TraceStore) -> str:

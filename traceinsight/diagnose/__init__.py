@@ -19,6 +19,7 @@ from .. import __version__
 from ..analysis import Analysis, with_plain_strings
 from ..analysis.host import host_view
 from ..devices import ENV_VAR as DEVICES_ENV
+from ..distributed import current as current_runner
 from ..engine import evaluate, load_rules
 from ..metrics import REGISTRY, compute_metrics
 from ..metrics.options import RooflineOptions
@@ -45,6 +46,7 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
     ``progress`` is told each phase (attribution, metrics, rules, sections)."""
     rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
     cmd = [redact_text(str(c)) for c in (command or [])]
+    cache = cache and not current_runner().fresh  # --no-cache
     key = result_key(store, rules, options) if cache else None
     if key:
         cached = _read_cached(store, key)
@@ -150,6 +152,7 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
         extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
                "collectives": ms.evidence.get("collectives", []),
                "coverage": an.attribution.coverage(),
+               "cross_rank": ms.evidence.get("cross_rank"),
                "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
                            if v is not None},
                "open_in_viewer": open_in_viewer(store, timeline)},

@@ -1,21 +1,17 @@
 """Per-rank ingest: the rank files of a run read in parallel, each into its own partition.
 
-A folder (or list) of several trace files is ingested one task per file: the task reads the
-file through its reader and writes each rank it holds as a complete single-rank store into a
-temporary folder (``partitions.py``: the store's ``rank=N/`` layout). Tasks run in local
-worker processes (``--jobs``, one per core by default) or on a Dask cluster
-(``distributed.py``); only small metadata comes back. This process then checks the ranks
-(every file's rank known, no rank twice, one format), names the folders ``rank=N``, writes the
-top-level ``meta.json`` and renames the whole folder into place. Peak memory is the workers
-times the largest single rank, never the whole job.
-
-A rank's partition is the store a single-file ingest of that file writes (same tables, same
-metadata and content key), so a rank's analysis reads its partition alone.
+A folder (or list) of several trace files is ingested one task per file: the task runs the
+single-file ingest of that file into a temporary folder, which becomes the file's partition of
+the store (``partitions.py``: the ``rank=N/`` layout), so a partition is exactly the store
+``traceinsight ingest FILE`` writes. Tasks run in local worker processes (``--jobs``, one per
+core by default) or on a Dask cluster (``distributed.py``); only each store's ``meta.json``
+comes back. This process then checks the ranks (every file's rank known, no rank twice, one
+format), names the folders ``rank=N``, writes the top-level ``meta.json`` and renames the whole
+folder into place. Peak memory is the workers times the largest single rank, never the job.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -38,11 +34,9 @@ from ..store import (
     commit_dir,
     is_valid_store,
     read_meta,
-    write_store,
 )
 from . import cache, readers
-from .readers import RankMeta
-from .source import GZIP_MAGIC, read_raw
+from .source import GZIP_MAGIC
 
 if TYPE_CHECKING:
     from . import _Job
@@ -81,11 +75,10 @@ def _is_memory_input(p: Path) -> bool:
 
 @dataclass(frozen=True)
 class RankTask:
-    """Read file ``path`` and write its rank(s) under ``folder``."""
+    """Read file ``path`` into a single-rank store under ``folder``."""
 
     index: int
     path: str
-    digest: str | None
     options: dict[str, Any]
     folder: str
     in_folder: bool
@@ -94,75 +87,64 @@ class RankTask:
 
 
 @dataclass
-class RankPart:
-    """One rank a task wrote: its temporary folder, metadata and row counts."""
-
-    folder: str
-    meta: RankMeta
-    rows: dict[str, int]
-
-
-@dataclass
 class RankDone:
     """What a task hands back: small, whatever the file's size."""
 
     index: int
     path: str
-    digest: str
-    parts: list[RankPart] = field(default_factory=list)
-    #: the file could not be read: (code, message) for a diagnostic, or the error to raise
+    digest: str = ""
+    #: the store folder the task wrote and its ``meta.json`` (None: nothing written)
+    folder: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+    #: the file could not be read: why, as a rank-missing or a file-skipped diagnostic
     missing: str | None = None
     skipped: str | None = None
+    #: any other error, raised by the caller
     error: BaseException | None = None
 
 
 def read_rank(task: RankTask) -> RankDone:
-    """Read one file and write each rank it holds as a single-rank store (runs in a worker).
+    """Ingest one file as its own store (runs in a worker): the single-file ingest, so a
+    partition is exactly what ``traceinsight ingest FILE`` writes.
 
-    Errors a single-file ingest reports come back as data: a rank file of a folder that
-    cannot be read is a diagnostic there, anything else is raised by the caller."""
-    from . import _assemble, _looks_like_trace, _Read, _read_one
+    Errors a folder's ingest turns into diagnostics come back as data; others are raised by
+    the caller."""
+    from . import _looks_like_trace, ingest
 
     if task.in_worker:
         os.environ["TRACEINSIGHT_WORKERS"] = "1"
     p = Path(task.path)
-    done = RankDone(task.index, task.path, task.digest or "")
+    done = RankDone(task.index, task.path)
+    folder = Path(task.folder) / f"part-{task.index}"
     try:
-        raw = read_raw(p)
+        ingest([p], folder, salvage=bool(task.options.get("salvage")), quiet=True,
+               use_cache=False)
+    except TraceFormatError as e:
+        if not task.in_folder:
+            done.error = e
+        elif _looks_like_trace(_head(p)):
+            done.missing = e.message
+        else:
+            done.skipped = e.message
+        return done
     except InputError as e:
         if task.in_folder:
             done.missing = e.message
         else:
             done.error = e
         return done
-    done.digest = task.digest or hashlib.sha256(raw).hexdigest()
-    try:
-        reader, data = readers.open_trace(p, raw)
-        r = _read_one(reader, data, p, bool(task.options.get("salvage")),
-                      lambda _s, _f: None, None)
-        del data
-    except TraceFormatError as e:
-        if not task.in_folder:
-            done.error = e
-        elif _looks_like_trace(raw):
-            done.missing = e.message
-        else:
-            done.skipped = e.message
-        return done
-    except InputError as e:
-        done.error = e
-        return done
-    del raw
-    key = cache.content_key([p], [done.digest], task.options)
-    for j, part in enumerate(r.parts()):
-        folder = Path(task.folder) / f"part-{task.index}-{j}"
-        tables, meta = _assemble([_Read(p, done.digest, part)], DiagnosticLog(), key,
-                                 task.options)
-        write_store(folder, meta, tables)
-        done.parts.append(RankPart(folder.name, part.meta,
-                                   {n: t.num_rows for n, t in tables.items()}))
-        del tables
+    done.folder = folder.name
+    done.meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
+    done.digest = next((s.get("sha256") or "" for s in done.meta.get("sources", [])), "")
     return done
+
+
+def _head(p: Path) -> bytes:
+    try:
+        with open(p, "rb") as f:
+            return f.read(_HEAD)
+    except OSError:
+        return b""
 
 
 # --- the fan-out -----------------------------------------------------------------------------
@@ -181,8 +163,8 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
         in_folder = inputs.from_directory is not None
         runner = current()
         worker = bool(runner.scheduler) or runner.workers > 1
-        tasks = [RankTask(i, str(p), job.digests[i], dict(job.options), str(tmp), in_folder,
-                          worker) for i, p in enumerate(inputs.files)]
+        tasks = [RankTask(i, str(p), dict(job.options), str(tmp), in_folder, worker)
+                 for i, p in enumerate(inputs.files)]
         n = len(tasks)
         prog.update(f"0/{n} ranks", 0.0)
 
@@ -196,14 +178,15 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
         for d in results:
             if d.error is not None:
                 raise d.error
-            job.digests[d.index] = d.digest or job.digests[d.index]
+            if d.digest:
+                job.digests[d.index] = d.digest
             name = Path(d.path).name
             if d.missing is not None:
                 _rank_missing(skipped, name, d.missing)
             elif d.skipped is not None:
                 skipped.add("file-skipped", f"{name} skipped: {d.skipped}", severity="info",
                             source=name)
-        parts = [(Path(d.path), part) for d in results for part in d.parts]
+        parts = [d for d in results if d.folder is not None]
         if not parts:
             formats = " or ".join(r.title for r in readers.READERS)
             raise TraceFormatError(f"no {formats} trace found among the files",
@@ -229,32 +212,40 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
         shutil.rmtree(tmp, ignore_errors=True)
     store = TraceStore.open(target)
     gpu = store.row_counts.get("gpu_activities", 0)
-    prog.done(f"{gpu:,} GPU activities, {len(parts)} rank(s) in {runner.label} -> {target}")
+    prog.done(f"{gpu:,} GPU activities, {len(store.ranks)} rank(s) in {runner.label} -> "
+              f"{target}")
     return store
 
 
-def _check_ranks(parts: list[tuple[Path, RankPart]], display: str) -> None:
+def _ranks_of(d: RankDone) -> list[dict[str, Any]]:
+    return list(d.meta.get("ranks") or [])
+
+
+def _check_ranks(parts: list[RankDone], display: str) -> None:
     """Every file's rank known, no rank claimed twice, one format (as the one-process ingest
     checks them)."""
-    unknown = [p.name for p, part in parts if part.meta.rank_source == "default"]
+    unknown = [Path(d.path).name for d in parts for r in _ranks_of(d)
+               if r.get("rank_source") == "default"]
     if unknown:
         listing = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
+        total = sum(len(_ranks_of(d)) for d in parts)
         raise InputError(
-            f"cannot tell the rank of {len(unknown)} of {len(parts)} files: {listing}",
+            f"cannot tell the rank of {len(unknown)} of {total} files: {listing}",
             path=display,
             hint="the traces have no distributedInfo; name the files with their rank "
                  "(e.g. rank-0.json.gz, rank-1.json.gz)")
     seen: dict[int, str] = {}
-    for p, part in parts:
-        if part.meta.rank in seen:
-            raise InputError(f"two files claim rank {part.meta.rank}: {seen[part.meta.rank]} "
-                             f"and {p.name}", path=display,
-                             hint="keep one trace per rank in the folder (or pass the files "
-                                  "of one run)")
-        seen[part.meta.rank] = p.name
     formats: dict[str, str] = {}
-    for p, part in parts:
-        formats.setdefault(part.meta.format, p.name)
+    for d in parts:
+        name = Path(d.path).name
+        for r in _ranks_of(d):
+            if r["rank"] in seen:
+                raise InputError(f"two files claim rank {r['rank']}: {seen[r['rank']]} and "
+                                 f"{name}", path=display,
+                                 hint="keep one trace per rank in the folder (or pass the "
+                                      "files of one run)")
+            seen[r["rank"]] = name
+            formats.setdefault(str(r.get("format")), name)
     if len(formats) > 1:
         listing = ", ".join(f"{name} ({fmt})" for fmt, name in formats.items())
         raise InputError(f"the files mix trace formats: {listing}", path=display,
@@ -262,34 +253,32 @@ def _check_ranks(parts: list[tuple[Path, RankPart]], display: str) -> None:
                               "format); compare can put the two results side by side")
 
 
-def _finish(tmp: Path, parts: list[tuple[Path, RankPart]], skipped: DiagnosticLog, key: str,
+def _finish(tmp: Path, parts: list[RankDone], skipped: DiagnosticLog, key: str,
             options: dict[str, Any]) -> None:
-    """Name the rank folders and write the top-level ``meta.json`` (sums of the ranks)."""
-    parts = sorted(parts, key=lambda x: x[1].meta.rank)
+    """Name the rank folders (a file of several ranks: by its first) and write the top-level
+    ``meta.json``: the ranks' metadata in rank order, their row counts summed."""
+    parts = sorted(parts, key=lambda d: min(r["rank"] for r in _ranks_of(d)))
     totals = {name: 0 for name in schema.TABLES}
     sources: list[Any] = []
     ranks: list[Any] = []
     counts: dict[str, Any] = {}
-    diags = DiagnosticLog()
-    diags.extend(skipped)
+    diags = skipped.to_list()
     names = []
-    for _p, part in parts:
-        name = partitions.folder_name(part.meta.rank)
-        os.replace(tmp / part.folder, tmp / name)
+    for d in parts:
+        name = partitions.folder_name(min(r["rank"] for r in _ranks_of(d)))
+        os.replace(tmp / str(d.folder), tmp / name)
         names.append(name)
-        meta = json.loads((tmp / name / META_FILE).read_text(encoding="utf-8"))
-        sources += meta.get("sources", [])
-        ranks += meta.get("ranks", [])
-        counts.update(meta.get("event_counts", {}))
-        diags.extend(part.meta.diagnostics)
-        for t, n in part.rows.items():
-            totals[t] = totals.get(t, 0) + n
+        sources += d.meta.get("sources", [])
+        ranks += _ranks_of(d)
+        counts.update(d.meta.get("event_counts", {}))
+        diags += d.meta.get("diagnostics", [])
+        for t, n in (d.meta.get("tables") or {}).items():
+            totals[t] = totals.get(t, 0) + int(n)
     full = {
         "format": STORE_FORMAT, "schema_version": schema.SCHEMA_VERSION,
         "tool_version": __version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "content_key": key, "ingest_options": options, "sources": sources, "ranks": ranks,
-        "event_counts": counts, "diagnostics": diags.to_list(), "tables": totals,
-        "partitions": names,
+        "event_counts": counts, "diagnostics": diags, "tables": totals, "partitions": names,
     }
     (tmp / META_FILE).write_text(json.dumps(full, indent=1, default=str), encoding="utf-8")

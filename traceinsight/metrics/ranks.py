@@ -38,9 +38,8 @@ def rank_summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, 
     parts = partitions.names(store.meta)
     runner = current()
     if parts and store.path.is_dir() and runner.scheduler:
-        tasks = [RankTask(str(store.path / name), int(name.removeprefix(partitions.PREFIX)),
-                          runner.fresh) for name in parts]
-        return runner.map(summarize_partition, tasks)
+        tasks = [RankTask(str(store.path / name), runner.fresh) for name in parts]
+        return [s for found in runner.map(summarize_partition, tasks) for s in found]
     return summaries(an, ms)
 
 

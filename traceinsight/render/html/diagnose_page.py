@@ -21,6 +21,7 @@ from ...vocab import CLASSES, is_more_row
 from .. import describe
 from .cells import css_ident, evidence_columns, table
 from .charts.breakdown import SEGMENTS, class_chart, rank_chart
+from .charts.ranks import ranks_view
 from .charts.roofline import roofline_chart
 from .charts.steps import SLOW_STEP_FACTOR, step_chart
 from .charts.timeline import timeline_chart
@@ -86,6 +87,7 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "rules_fired": len(findings),
         "steps": _steps(r),
         "breakdown": _breakdown(r),
+        "ranks": ranks_view((r.extra or {}).get("cross_rank")),
         "timeline": _timeline(r),
         "layers": _layers(r),
         "ops": _ops(r),
