@@ -119,7 +119,7 @@ def device_view(rank: int, device: int, segs: list[dict[str, Any]],
     view["ooms"] = ooms(rp, blocks, segs)
     view["oom_count"] = int((actions["action"] == "oom").sum())
     n = len(actions)
-    k = rp.peak_index if n else -1
+    k = (rp.peak_index or 0) if n else -1
     st = ar.state_at(rp, k, blocks, segs)
     smap = ar.segment_map(st)
     view["peak"] = {

@@ -28,7 +28,8 @@ def is_memory_only(store: TraceStore) -> bool:
 def trace_extra(store: TraceStore) -> dict[str, Any]:
     """``trace`` keys about memory inputs: the files joined to each rank, whether the run is
     memory-only, the allocator settings a snapshot recorded."""
-    inputs, settings = [], {}
+    inputs: list[dict[str, Any]] = []
+    settings: dict[str, Any] = {}
     for r in store.ranks:
         mem = r.get("memory") or {}
         for f in mem.get("inputs") or []:
@@ -82,8 +83,8 @@ def headline(findings: list[Finding], ms: MetricSet, memory: dict[str, Any] | No
     cats = (memory or {}).get("categories") or []
     if cats:
         pk = cats[0]["peak"]
-        top = max(pk["by_category"].items(), key=lambda kv: kv[1], default=("", 0))
-        share = fmt.fmt_pct(100.0 * top[1] / pk["bytes"]) if pk["bytes"] else "–"
+        name, size = max(pk["by_category"].items(), key=lambda kv: kv[1], default=("", 0))
+        share = fmt.fmt_pct(100.0 * size / pk["bytes"]) if pk["bytes"] else "–"
         return (f"Memory timeline: memory peaks at {fmt.fmt_bytes(pk['bytes'])}; the largest "
-                f"category is {top[0].replace('_', ' ')} ({share}).")
+                f"category is {name.replace('_', ' ')} ({share}).")
     return "Memory input without data to diagnose."

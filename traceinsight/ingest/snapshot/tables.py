@@ -45,6 +45,7 @@ def convert(obj: Any, path: str, rank: int, *, row_budget: int
     """The tables of snapshot ``obj`` (rows on ``rank``) and a summary for the rank's metadata:
     layout, devices, row counts, time span, allocator settings, diagnostics."""
     conv = _Converter(path, rank, row_budget)
+    traces: Any
     if isinstance(obj, list):
         segments, traces, layout = obj, [], "1.13"
         settings: Any = None

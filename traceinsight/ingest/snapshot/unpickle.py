@@ -63,7 +63,7 @@ def _refuse_pid(pid: Any) -> NoReturn:
                                  "not a memory snapshot; nothing was loaded or run")
 
 
-class SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
+class SafeUnpickler(pickle._Unpickler):
     """The pure-Python unpickler (memo in a dict), with every global refused."""
 
     def find_class(self, module: str, name: str) -> NoReturn:
