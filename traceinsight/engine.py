@@ -19,6 +19,7 @@ with ``declare_fact``) besides metrics and thresholds.
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 import string
@@ -29,7 +30,7 @@ from typing import Any, Callable
 
 import yaml
 
-from . import fmt
+from . import fmt, safeyaml
 from .errors import ConfigError
 from .metrics import REGISTRY, MetricSet
 from .metrics.registry import FACTS
@@ -170,6 +171,10 @@ def parse_rule(data: Any, source: str) -> Rule:
     missing = REQUIRED - set(data)
     if missing:
         raise ConfigError(f"missing keys {sorted(missing)}", path=source)
+    for key in ("fires_if", "recommendations"):
+        if not isinstance(data[key], list) or not data[key]:
+            raise ConfigError(f"{key} must be a non-empty list, got {type(data[key]).__name__}",
+                              path=source, hint="compare it with a shipped rule (rules/*.yaml)")
     rid = data["id"]
     if not isinstance(rid, str) or not _ID_RE.match(rid):
         raise ConfigError(f"id must be lower-case words joined by '-', got {rid!r}", path=source)
@@ -217,7 +222,8 @@ def parse_rule(data: Any, source: str) -> Rule:
 
     for v in [rule.base(), *rule.variants]:
         for text in [v.message, v.headline or "", *v.recommendations]:
-            for _, fname, _, _ in string.Formatter().parse(text):
+            for _, fname, spec, _ in string.Formatter().parse(text):
+                safeyaml.check_format_spec(spec, fname or "", source)
                 if fname and fname not in REGISTRY and fname not in thresholds \
                         and fname not in FACTS:
                     raise ConfigError(f"text field {{{fname}}} is neither a metric, a threshold "
@@ -285,11 +291,12 @@ def load_rules(extra_dirs: list[Path] | None = None, overrides: list[str] | None
         if not d.is_dir():
             raise ConfigError("rules folder not found", path=d)
         for f in sorted(d.glob("*.yaml")):
+            data = safeyaml.load(f)  # bounded: no aliases, capped size, UTF-8
             try:
-                data = yaml.load(f.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
-            except yaml.YAMLError as e:
-                raise ConfigError(f"invalid YAML: {str(e).splitlines()[0]}", path=f)
-            rule = parse_rule(data, str(f))
+                rule = parse_rule(data, str(f))
+            except (TypeError, AttributeError, KeyError, ValueError) as e:
+                raise ConfigError(f"malformed rule ({type(e).__name__}: {e})", path=f,
+                                  hint="compare it with a shipped rule (rules/*.yaml)") from None
             rules[rule.id] = rule
     for item in overrides or []:
         apply_override(rules, item)
@@ -308,9 +315,15 @@ def apply_override(rules: dict[str, Rule], item: str) -> None:
         raise ConfigError(f"--set {item!r}: rule {rid} has no threshold {name!r}",
                           hint=f"its thresholds: {', '.join(rules[rid].thresholds)}")
     try:
-        rules[rid].overrides[name] = float(val)
+        number = float(val)
     except ValueError:
-        raise ConfigError(f"--set {item!r}: {val!r} is not a number")
+        raise ConfigError(f"--set {item!r}: {val!r} is not a number",
+                          hint="give a finite number, e.g. --set comm-bound.min_exposed_comm_pct=20"
+                          ) from None
+    if not math.isfinite(number):
+        raise ConfigError(f"--set {item!r}: {val!r} is not a finite number",
+                          hint="give a finite number, e.g. --set comm-bound.min_exposed_comm_pct=20")
+    rules[rid].overrides[name] = number
 
 
 # --- evaluation -----------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import fmt
+from .safetext import for_terminal
 from .store import TraceStore
 
 SUMMARY_VERSION = 1
@@ -85,6 +86,11 @@ def render_summary(s: dict[str, Any]) -> str:
     out = []
     names = ", ".join(x["name"] for x in s["sources"])
     out.append(f"Trace: {names}")
+    missing = [d for d in s.get("diagnostics", []) if d.get("code") == "rank-missing"]
+    if missing:  # before anything else: every figure below lacks these ranks
+        out.append(f"Warning: {len(missing)} rank file(s) could not be read ("
+                   + ", ".join(str(d.get("source")) for d in missing[:3])
+                   + "); the figures cover the other ranks only")
     out.append("")
     rows = []
     for r in s["ranks"]:
@@ -123,4 +129,4 @@ def render_summary(s: dict[str, Any]) -> str:
         for d in warn[:10]:
             cnt = f" [{d['count']:,}]" if d.get("count") else ""
             out.append(f"  ! {d.get('source') or ''}: {d['message']}{cnt}")
-    return "\n".join(out)
+    return for_terminal("\n".join(out))

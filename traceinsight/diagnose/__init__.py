@@ -134,8 +134,9 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
         command=cmd,
         trace={**sections.trace_info(store, an, dev, ms=ms, options=options),
                **memory_parts.trace_extra(store)},
-        headline=(memory_parts.headline(findings, ms, mem) if mem_only
-                  else sections.headline(findings, ms.values, an)),
+        headline=sections.missing_ranks(store) + (
+            memory_parts.headline(findings, ms, mem) if mem_only
+            else sections.headline(findings, ms.values, an)),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],
         rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],

@@ -49,6 +49,17 @@ def headline(findings: list[Finding], m: dict[str, Any], an: Analysis) -> str:
     return f"No major bottleneck found: {ctx}{shape}.{extra}"
 
 
+def missing_ranks(store: TraceStore) -> str:
+    """The headline's first words when rank files of the folder could not be read ("" when
+    every rank was read): the figures then cover the other ranks only."""
+    miss = [d.source or "?" for d in store.diagnostics if d.code == "rank-missing"]
+    if not miss:
+        return ""
+    names = ", ".join(miss[:3]) + (f" and {len(miss) - 3} more" if len(miss) > 3 else "")
+    return (f"Warning: {len(miss)} rank file{'s' if len(miss) != 1 else ''} could not be read "
+            f"({names}); every figure covers the other ranks only. ")
+
+
 # --- result sections ------------------------------------------------------------------------
 
 def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | None = None,
