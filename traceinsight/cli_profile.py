@@ -15,8 +15,9 @@ import click
 @click.option("-o", "--output", type=click.Path(path_type=Path),
               default=Path("traceinsight-profile"), show_default=True,
               help="Folder for the traces (rank-N.pt.trace.json.gz, one per rank).")
-@click.option("--wait", default=1, show_default=True, type=click.IntRange(0),
-              help="Optimizer steps skipped first (start-up).")
+@click.option("--wait", default=1, show_default=True, type=click.IntRange(1),
+              help="Optimizer steps skipped first (start-up; at least the first, after which "
+                   "the profiler starts).")
 @click.option("--warmup", default=1, show_default=True, type=click.IntRange(0),
               help="Steps the profiler warms up on (not kept).")
 @click.option("--active", default=3, show_default=True, type=click.IntRange(1),
