@@ -10,10 +10,10 @@ written once under ``bench/.cache/`` (the folder name carries the rank count and
 workload). Each measured command runs in a fresh process (``bench/measure.py``: wall time, peak
 RSS of the process and of its whole process tree, workers included):
 
-* ``traceinsight ingest JOB -o STORE --force`` with ``--jobs 1``, ``--jobs 2`` and
+* ingest (``traceinsight ingest JOB -o STORE --force``) with ``--jobs 1``, ``--jobs 2`` and
   ``--scheduler local --jobs 2`` (a Dask LocalCluster of 2 worker processes),
-* ``traceinsight diagnose STORE --no-cache --json R`` with the same runners (with a scheduler,
-  the per-rank summaries are Dask tasks over the rank partitions),
+* diagnose (``traceinsight diagnose STORE --no-cache --json R``) with the same runners (with a
+  scheduler, the per-rank summaries are Dask tasks over the rank partitions),
 * for the large job: ``--jobs 2`` only, and the HTML report's size.
 
 Results go to ``bench/results/ranks.json`` (and a table on stdout).
@@ -45,7 +45,27 @@ from measure import measure
 from tracegen.workloads import MiB, Workload, build_ranks
 
 CACHE = ROOT / "bench" / ".cache"
-TI = str(Path(sys.executable).parent / "traceinsight")
+#: what each measured process runs: the library calls behind ``traceinsight ingest`` and
+#: ``diagnose --no-cache`` (not the CLI module, so the figures do not depend on its options)
+DRIVER = """\
+import json, sys
+from pathlib import Path
+from traceinsight.distributed import Runner, using
+from traceinsight.ingest import ingest
+from traceinsight.store import TraceStore
+op, src, out, jobs, sched = sys.argv[1:6]
+if __name__ == "__main__":
+    with using(Runner(jobs=int(jobs), scheduler=sched or None, fresh=True)):
+        if op == "ingest":
+            ingest([src], out, force=True, quiet=True)
+        elif op == "diagnose":
+            from traceinsight.diagnose import diagnose
+            Path(out).write_text(diagnose(TraceStore.open(src)).to_json())
+        else:
+            from traceinsight.render.html import render_html
+            from traceinsight.result import DiagnosisResult
+            Path(out).write_text(render_html(DiagnosisResult.load(src)))
+"""
 
 
 def job(n: int, *, tiny: bool) -> Workload:
@@ -78,15 +98,16 @@ def build(w: Workload) -> Path:
 
 
 def run(label: str, args: list[str], env: dict[str, str]) -> dict:
-    res = measure([TI, "-q", *args], env=env, label=label)
+    res = measure([sys.executable, "-c", DRIVER, *args], env=env, label=label)
     res.pop("stdout_tail", None)
     print(f"  {label:<44} {res['wall_s']:>8.2f} s  {res.get('tree_peak_rss_mb', 0):>8.1f} MB "
           f"(tree)  {res['peak_rss_mb']:>8.1f} MB (main)", file=sys.stderr)
     return {"label": label, **res}
 
 
-RUNNERS = (("1 worker", ["--jobs", "1"]), ("2 workers", ["--jobs", "2"]),
-           ("Dask LocalCluster, 2 workers", ["--scheduler", "local", "--jobs", "2"]))
+#: (label, jobs, scheduler)
+RUNNERS = (("1 worker", "1", ""), ("2 workers", "2", ""),
+           ("Dask LocalCluster, 2 workers", "2", "local"))
 
 
 def bench_job(folder: Path, work: Path, env: dict[str, str], runners: tuple) -> dict:
@@ -94,14 +115,14 @@ def bench_job(folder: Path, work: Path, env: dict[str, str], runners: tuple) -> 
     size = sum(p.stat().st_size for p in folder.glob("rank-*.json.gz"))
     out: dict = {"folder": folder.name, "ranks": len(list(folder.glob("rank-*.json.gz"))),
                  "input_mb": round(size / 2**20, 1), "ingest": [], "diagnose": []}
-    for name, opts in runners:
-        out["ingest"].append(run(f"ingest, {name}", ["ingest", str(folder), "-o", str(store),
-                                                     "--force", *opts], env))
-        out["diagnose"].append(run(f"diagnose, {name}", [
-            "diagnose", str(store), "--no-cache", "--json", str(work / "r.json"), *opts], env))
+    for name, jobs, sched in runners:
+        out["ingest"].append(run(f"ingest, {name}", ["ingest", str(folder), str(store), jobs,
+                                                     sched], env))
+        out["diagnose"].append(run(f"diagnose, {name}", ["diagnose", str(store),
+                                                         str(work / "r.json"), jobs, sched], env))
     html = work / "r.html"
-    run("report (HTML of the saved result)", ["report", str(work / "r.json"), "-o", str(html)],
-        env)
+    run("report (HTML of the saved result)", ["report", str(work / "r.json"), str(html), "1",
+                                              ""], env)
     out["html_mb"] = round(html.stat().st_size / 2**20, 2) if html.is_file() else None
     r = json.loads((work / "r.json").read_text())
     cross = (r.get("extra") or {}).get("cross_rank") or {}
