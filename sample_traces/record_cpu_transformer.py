@@ -33,6 +33,7 @@ import gzip
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -75,7 +76,11 @@ def build(torch):
     return TinyLM()
 
 
-def record(output: Path, steps: int) -> Path:
+def record(output: Path, steps: int, plain: bool = False) -> Path | None:
+    """Train ``steps`` recorded steps (after the schedule's wait and warmup) and write the
+    trace; with ``plain``, train the same loop without any profiler of its own and print each
+    step's wall and CPU time as JSON (the loop ``traceinsight profile`` overhead is measured
+    on: ``bench/profile_overhead.py``)."""
     import torch
     from torch.profiler import record_function
     from torch.utils.data import DataLoader, TensorDataset
@@ -97,6 +102,22 @@ def record(output: Path, steps: int) -> Path:
         num_workers=0,
     )
 
+    if plain:
+        times, cpu = [], []
+        for inputs, targets in loader:
+            t0, c0 = time.perf_counter(), time.process_time()
+            with record_function("forward"):
+                logits = model(inputs)
+                loss = loss_fn(logits.reshape(-1, VOCAB), targets.reshape(-1))
+            with record_function("backward"):
+                loss.backward()
+            with record_function("optimizer"):
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
+        print(json.dumps({"step_s": times, "step_cpu_s": cpu}))
+        return None
     session = profile(output, wait=WAIT, warmup=WARMUP, active=steps, repeat=1)
     with session as prof:
         for inputs, targets in loader:
@@ -157,11 +178,16 @@ def main(argv: list[str] | None = None) -> int:
                     help="trace file to write (.pt.trace.json.gz)")
     ap.add_argument("--steps", type=int, default=6,
                     help="number of recorded (active) training steps (default 6)")
+    ap.add_argument("--plain", action="store_true",
+                    help="train without recording and print each step's time as JSON (the "
+                         "loop `traceinsight profile` overhead is measured on)")
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")
 
-    written = record(args.output, args.steps)
+    written = record(args.output, args.steps, plain=args.plain)
+    if written is None:
+        return 0
     trace = sanitize_trace(load(written), script=__file__, trace_name=written.name)
     write_trace(trace, written)
 

@@ -15,7 +15,8 @@ KINETO = TRACES / "kineto"
 REFERENCE = TRACES / "reference"
 SAMPLES = REPO / "sample_traces"
 
-NO_CORPUS = "../shared/traces is absent (the shared real-trace corpus); CI always has it"
+NO_CORPUS = (f"{TRACES} is absent (the shared real-trace corpus; CI always has it): set "
+             "TRACEINSIGHT_SHARED=DIR to the folder holding traces/")
 
 #: JSON files in the corpus that are not Kineto traces (format-detection fixtures)
 NOT_TRACES = {

@@ -147,8 +147,8 @@ def test_cli_gate_and_outputs(tmp_path: Path) -> None:
     # faster is never a failure
     invoke(["compare", b, a, "--fail-if-slower", "0"])
     # results JSON work as inputs too
-    invoke(["diagnose", a, "--json", tmp_path / "a.json"])
-    out = invoke(["compare", tmp_path / "a.json", b, "--json", "-"]).stdout
+    invoke(["diagnose", a, "--json", tmp_path / "a.result.json"])  # not over the trace a.json
+    out = invoke(["compare", tmp_path / "a.result.json", b, "--json", "-"]).stdout
     assert json.loads(out)["total_delta_ns"] == 300 * US
 
 

@@ -7,6 +7,8 @@
 * ``confidence: {metric, min_for_high, min_for_medium}`` caps a finding's severity when the
   modelled share it rests on is too small, and the message says so; lower-bound metrics (MFU)
   below 50% coverage are shown as ``≥ x``.
+* Rule variants (other evidence, a memory snapshot) take the same conditional texts, and the
+  rule's confidence cap applies whichever variant decided.
 """
 
 from __future__ import annotations
@@ -87,7 +89,7 @@ def test_conditional_recommendations_are_given_only_when_their_conditions_hold()
     ({"text": "x", "if": [{"metric": "is_training", "op": "=", "value": 1}]}, "op must be"),
     ({"text": "x", "when": [{"metric": "is_training", "op": "==", "value": 1}]}, "string or"),
     ({"text": "x {no_such_field}", "if": [{"metric": "is_training", "op": "==", "value": 1}]},
-     "neither a metric nor a threshold"),
+     "neither a metric, a threshold nor a fact"),
 ])
 def test_bad_conditional_recommendations_are_refused(bad: dict[str, Any], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
@@ -95,15 +97,17 @@ def test_bad_conditional_recommendations_are_refused(bad: dict[str, Any], match:
 
 
 def test_shipped_rules_give_no_training_advice_to_an_inference_run() -> None:
-    """Every shipped recommendation that matches the training-only advice pattern is
-    conditional on is_training == 1 (so it is never given to a forward-only run)."""
+    """Every shipped recommendation, of a rule or of one of its variants, that matches the
+    training-only advice pattern is conditional on is_training == 1 (so it is never given to a
+    forward-only run)."""
     offenders = []
     for rule in load_rules():
-        for rec in rule.recommendations:
-            if TRAINING_ADVICE.search(rec.text):
-                conds = {(c.metric, c.op, c.value) for c in rec.when}
-                if ("is_training", "==", 1.0) not in conds:
-                    offenders.append(f"{rule.id}: {rec.text[:60]}")
+        for v in [rule.base(), *rule.variants]:  # the variants' advice too
+            for rec in v.recommendations:
+                if TRAINING_ADVICE.search(rec.text):
+                    conds = {(c.metric, c.op, c.value) for c in rec.when}
+                    if ("is_training", "==", 1.0) not in conds:
+                        offenders.append(f"{rule.id} {v.name}: {rec.text[:60]}")
     assert not offenders, offenders
 
 
@@ -309,6 +313,57 @@ def test_real_training_trace_keeps_training_advice() -> None:
     assert res["trace"]["mode"] == "train"
     comm = next(f for f in res["findings"] if f["rule"] == "comm-bound")
     assert any("no_sync" in r for r in comm["recommendations"])
+
+
+# --- variants ---------------------------------------------------------------------------------
+
+#: a variant deciding from the memory snapshot, with conditional advice and message parts
+SNAP_VARIANT = {
+    "name": "snapshot", "when": "a memory snapshot",
+    "fires_if": [{"metric": "snapshot_stranded_pct", "op": ">=", "value": 10}],
+    "severity": [{"level": "high", "when": [{"metric": "snapshot_stranded_pct", "op": ">=",
+                                             "value": 20}]}],
+    "message": ["Stranded {snapshot_stranded_pct} at {snapshot_hole_site}.",
+                {"text": "A training run.",
+                 "if": [{"metric": "is_training", "op": "==", "value": 1}]}],
+    "recommendations": ["Always this.", TRAIN_ONLY, INFER_ONLY],
+}
+
+
+def test_variant_advice_is_conditional_and_the_rule_cap_applies() -> None:
+    """A variant's texts take {text, if} entries like the rule's own, and the rule's
+    confidence caps the severity whichever variant decided."""
+    rule = parse_rule(_rule(variants=[SNAP_VARIANT], confidence=CONF), "idle-test.yaml")
+    ms = _ms(snapshot_stranded_pct=30.0, is_training=1.0, flops_modelled_pct=80.0)
+    ms.evidence["facts"] = {"snapshot_hole_site": "model.py:12"}
+    f = evaluate([rule], ms).findings[0]
+    assert f.severity == "high"
+    assert f.message == "Stranded 30.0% at model.py:12. A training run."
+    assert f.recommendations == ["Always this.", "Use AdamW(fused=True)."]
+    infer = evaluate([rule], _ms(snapshot_stranded_pct=30.0, is_training=0.0,
+                                 flops_modelled_pct=80.0)).findings[0]
+    assert infer.recommendations == ["Always this.", "Batch more requests."]
+    assert infer.message == "Stranded 30.0% at –."  # the fact was not set
+    capped = evaluate([rule], _ms(snapshot_stranded_pct=30.0, is_training=None,
+                                  flops_modelled_pct=37.0)).findings[0]
+    assert capped.severity == "medium" and capped.confidence["capped"]
+    assert "Severity capped at medium (would be high)" in capped.message
+    assert capped.recommendations == ["Always this."]
+    # without the variant's metric the rule's own conditions decide, with the same cap
+    own = evaluate([rule], _ms(gpu_idle_pct=60.0, flops_modelled_pct=37.0)).findings[0]
+    assert own.message.startswith("Idle 60.0%.") and own.severity == "medium"
+
+
+@pytest.mark.parametrize("bad,match", [
+    ({"recommendations": ["ok", {"text": "x"}]}, "string or"),
+    ({"message": {"text": "x"}}, "non-empty list"),
+    ({"recommendations": ["x {no_such_field}"]}, "neither a metric, a threshold nor a fact"),
+    ({"recommendations": [{"text": "x", "if": [{"metric": "nope", "op": "==", "value": 1}]}]},
+     "unknown metric 'nope'"),
+])
+def test_bad_variant_texts_are_refused(bad: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        parse_rule(_rule(variants=[{**SNAP_VARIANT, **bad}]), "idle-test.yaml")
 
 
 def test_rules_load_with_yaml_round_trip(tmp_path: Path) -> None:

@@ -331,3 +331,20 @@ def test_shared_export_through_a_fake_nsys(tmp_path: Path,
     for table in ("gpu_activities", "runtime_calls", "ranges"):
         assert via_report.table(table).to_pylist() == direct.table(table).to_pylist()
     assert via_report.ranks[0]["layout"] == "sqlite (exported from the report)"
+
+
+def test_graph_launches_keep_their_graph_and_node_ids(tmp_path: Path) -> None:
+    b = NsysExportBuilder()
+    b.process(P)
+    with b.nvtx(P, T, "aten::_graph_replay, op_id = 3", 0, 50_000):
+        corr = b.runtime(P, T, "cudaGraphLaunch_v10000", 1_000, 4_000)
+    for i in range(2):
+        b.kernel(P, f"fused_{i}", 10_000 + 20_000 * i, 15_000, corr=corr, graph_id=7,
+                 graph_node=40 + i)
+    b.write(tmp_path / "g.sqlite")
+    store = ingest([tmp_path / "g.sqlite"], None, quiet=True)
+    g = store.table("gpu_activities").to_pandas()
+    assert g[["graph_id", "graph_node_id"]].values.tolist() == [[7, 40], [7, 41]]
+    att = Analysis(store).attribution.gpu
+    assert att["method"].astype(str).tolist() == ["graph", "graph"]
+    assert att["op"].tolist() == ["aten::_graph_replay"] * 2

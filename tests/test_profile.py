@@ -127,7 +127,7 @@ def test_a_training_script_is_recorded_unchanged(tmp_path: Path, capfd) -> None:
     trace = out / "rank-0.pt.trace.json.gz"
     assert trace.is_file()
     assert f"next: traceinsight diagnose {out} --html report.html" in res.stdout
-    assert "ProfilerStep#2..#4" in res.stdout
+    assert "ProfilerStep#1..#3" in res.stdout  # steps 2-4: the profiler starts after step 1
     # what the next command sees: three step windows and the capture flags
     from traceinsight.diagnose import diagnose
     from traceinsight.ingest import load
@@ -163,8 +163,17 @@ def test_torchrun_writes_one_file_per_rank(tmp_path: Path) -> None:
         pytest.skip("torchrun not installed")
     script = _script(tmp_path, DDP, "ddp.py")
     out = tmp_path / "ddp"
+    # torch 2.13 + gloo: a worker that ran a scheduled profiler aborts at exit now and then
+    # (also with capture.profile in the script itself), after its trace is written; torchrun
+    # then exits 1. The recording is what this test checks.
     res = invoke(["profile", "-o", out, "--", torchrun, "--nproc_per_node", "2", "--standalone",
-                  script])
+                  script], exit_code=None)
+    assert res.exit_code in (0, 1), res.stderr
     assert sorted(p.name for p in out.iterdir()) == ["rank-0.pt.trace.json.gz",
                                                      "rank-1.pt.trace.json.gz"]
     assert "recorded 2 rank(s)" in res.stdout
+    from traceinsight.diagnose import diagnose
+    from traceinsight.ingest import load
+
+    r = diagnose(load([out], quiet=True))
+    assert r.trace["ranks"] == [0, 1] and r.trace["has_step_markers"]

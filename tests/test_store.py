@@ -12,7 +12,7 @@ from conftest import invoke
 
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight import schema
-from traceinsight.errors import StoreError
+from traceinsight.errors import StoreError, TraceInsightError
 from traceinsight.ingest import ingest, load, readers
 from traceinsight.store import TraceStore
 
@@ -102,7 +102,7 @@ def test_failed_write_leaves_no_store(tmp_path: Path, monkeypatch) -> None:
         return real(table, where, **kw)
 
     monkeypatch.setattr(st.pq, "write_table", flaky)
-    with pytest.raises(OSError):
+    with pytest.raises((OSError, TraceInsightError)):  # a clear error naming the store
         ingest([trace(tmp_path)], tmp_path / "s.tistore", quiet=True)
     assert not (tmp_path / "s.tistore").exists()
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".s.tistore")]

@@ -16,7 +16,10 @@ from typing import TYPE_CHECKING
 import click
 
 from . import __version__
-from .cli_base import Group, emit, with_skipped, write_atomic
+from .cli_base import Group, emit, with_skipped
+from .cli_checks import COUNT, FINITE, POSITIVE, device_key
+from .cli_profile import profile
+from .cli_ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     from .metrics.options import RooflineOptions
@@ -58,6 +61,17 @@ def main(ctx: click.Context, debug: bool, quiet: bool) -> None:
 _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(path_type=Path))
 
 
+def _strict(f):
+    """``--strict``: a rank file of the folder that cannot be read is an error, not a warning."""
+    def keep(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        ctx.ensure_object(dict)["strict"] = value
+        return value
+
+    return click.option("--strict", is_flag=True, expose_value=False, callback=keep,
+                        help="Exit 2 when a rank file of the folder cannot be read (by default "
+                             "a warning in the headline).")(f)
+
+
 @main.command(context_settings=CONTEXT)
 @_INPUTS
 @click.option("-o", "--output", type=click.Path(path_type=Path),
@@ -67,6 +81,8 @@ _INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(path
               help="Read the complete events of a truncated trace instead of refusing it.")
 @click.option("--json", "as_json", is_flag=True,
               help="Print the store's location and counts as JSON.")
+@_strict
+@rank_options
 @click.pass_context
 def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, force: bool,
            salvage: bool, as_json: bool) -> None:
@@ -84,7 +100,7 @@ def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, fo
     from .ingest import ingest as do_ingest
 
     store = do_ingest(list(inputs), output, force=force, salvage=salvage,
-                      quiet=ctx.obj["quiet"])
+                      quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     ranks = [r["rank"] for r in store.ranks]
     info = {"store": str(store.path), "tables": store.row_counts, "ranks": ranks,
             "diagnostics": len(store.meta.get("diagnostics", []))}
@@ -99,7 +115,9 @@ def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, fo
 @main.command(context_settings=CONTEXT)
 @_INPUTS
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("-n", "--top", "top_n", default=10, show_default=True, help="Kernels to list.")
+@click.option("-n", "--top", "top_n", default=10, show_default=True, type=COUNT,
+              help="Kernels to list.")
+@_strict
 @click.pass_context
 def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: int) -> None:
     """A first read-out: span, ranks, devices, steps, event counts, kernel totals, top kernels.
@@ -115,7 +133,7 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
     from .ingest import load
     from .summary import render_summary, summarize
 
-    store = load(list(inputs), quiet=ctx.obj["quiet"])
+    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     s = summarize(store, top_n=top_n)
     if as_json:
         click.echo(json.dumps(s, indent=2))
@@ -128,10 +146,11 @@ def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: 
 @click.option("--by", type=click.Choice(["kernel", "op", "layer", "module-type", "annotation",
                                          "step"]),
               default="kernel", show_default=True, help="What to group GPU time by.")
-@click.option("-n", "top_n", default=20, show_default=True, help="Rows to show.")
+@click.option("-n", "top_n", default=20, show_default=True, type=COUNT, help="Rows to show.")
 @click.option("--rank", type=int, default=None,
               help="Only this rank (default: all ranks together).")
 @click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON.")
+@_strict
 @click.pass_context
 def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank: int | None,
         as_json: bool) -> None:
@@ -159,12 +178,18 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
     """
     from .analysis import Analysis
     from .ingest import load
+    from .progress import Progress
     from .render.top import records, render_top
 
-    store = load(list(inputs), quiet=ctx.obj["quiet"])
+    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     an = Analysis(store)
-    df = an.rollup(by, rank)
-    cov = an.attribution.coverage(rank)
+    prog = Progress("analyse", quiet=ctx.obj["quiet"])
+    prog.stage("attribution" if by != "step" else "breakdown", 0.0)
+    try:
+        df = an.rollup(by, rank)
+        cov = an.attribution.coverage(rank)
+    finally:
+        prog.done()
     if as_json:
         click.echo(json.dumps({"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
                               indent=2, default=str))
@@ -196,12 +221,14 @@ def _rule_options(f):
 @click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), default="never", show_default=True,
               help="Exit 1 when a finding has this severity or higher (for CI).")
 @_rule_options
-@click.option("--device",
+@click.option("--device", callback=device_key,
               help="Device to use for the roofline (a key from `traceinsight devices`).")
-@click.option("--peak-tflops", type=float, help="Dense bf16/fp16 peak in TFLOP/s (unknown GPUs).")
-@click.option("--peak-bw", type=float, help="Memory bandwidth in GB/s (unknown GPUs).")
-@click.option("--params", type=float, help="Model parameters, for the 6·N·tokens MFU estimate.")
-@click.option("--tokens-per-step", type=float,
+@click.option("--peak-tflops", type=POSITIVE,
+              help="Dense bf16/fp16 peak in TFLOP/s (unknown GPUs).")
+@click.option("--peak-bw", type=POSITIVE, help="Memory bandwidth in GB/s (unknown GPUs).")
+@click.option("--params", type=POSITIVE,
+              help="Model parameters, for the 6·N·tokens MFU estimate.")
+@click.option("--tokens-per-step", type=POSITIVE,
               help="Tokens per step over all ranks (MFU estimate).")
 @click.option("--mode", type=click.Choice(["train", "infer"]), default=None,
               help="6·N (train) or 2·N (infer) FLOPs per token; "
@@ -212,16 +239,25 @@ def _rule_options(f):
 @click.option("--recompute", is_flag=True,
               help="Recompute the analysis even when the store already holds the result of the "
                    "same code, rules, thresholds and options (it is cached there by default).")
+@click.option("--memory-snapshot", "memory_snapshots", multiple=True,
+              type=click.Path(path_type=Path),
+              help="A CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot() "
+                   "pickle, or an export_memory_timeline raw file): fragmentation, OOMs and "
+                   "memory over time from the allocator itself. Repeatable (one per rank).")
+@_strict
+@rank_options
 @click.pass_context
 def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None,
              md_out: Path | None, html_out: Path | None, fail_on: str,
              rules_dirs: tuple[Path, ...], overrides: tuple[str, ...], device: str | None,
              peak_tflops: float | None, peak_bw: float | None, params: float | None,
              tokens_per_step: float | None, mode: str | None, verbose: bool,
-             color: bool | None, recompute: bool) -> None:
+             color: bool | None, recompute: bool,
+             memory_snapshots: tuple[Path, ...] = ()) -> None:
     """Why was this run slow? Findings with evidence and advice, ordered by impact.
 
-    INPUTS is a trace file, the per-rank files of one run, a folder of them, or a store.
+    INPUTS is a trace file, the per-rank files of one run, a folder of them, or a store; a
+    CUDA memory snapshot (.pickle) alone gives a memory-only diagnosis.
 
     \b
     Exit codes: 0 done; 1 a finding reached --fail-on; 2 bad input or options.
@@ -231,14 +267,19 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
       traceinsight diagnose traces/ --html report.html --markdown ticket.md
       traceinsight diagnose run.tistore --json result.json --fail-on high
       traceinsight diagnose trace.json.gz --set launch-bound.min_idle_launch_pct=25
+      traceinsight diagnose trace.json.gz --memory-snapshot snapshot.pickle
+      traceinsight diagnose snapshot.pickle
     """
     from .diagnose import diagnose as run_diagnose
     from .ingest import load
     from .metrics.options import RooflineOptions
+    from .outputs import check_files
     from .progress import Progress
     from .render.terminal import render
 
-    store = load(list(inputs), quiet=ctx.obj["quiet"])
+    check_files([json_out, md_out, html_out], inputs)
+    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False),
+                 memory=memory_snapshots)
     opts = RooflineOptions(device=device, peak_tflops=peak_tflops, peak_bw_gbs=peak_bw,
                            params=params, tokens_per_step=tokens_per_step, mode=mode)
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
@@ -288,6 +329,8 @@ def _exit_on(ctx: click.Context, result, fail_on: str) -> None:
 @click.option("--markdown", "md_out", type=click.Path(path_type=Path),
               help="Also write the Markdown summary.")
 @_rule_options
+@_strict
+@rank_options
 @click.pass_context
 def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
            rules_dirs: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
@@ -302,17 +345,20 @@ def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
       traceinsight report traces/ -o report.html --markdown ticket.md
       traceinsight report run.tistore --set comm-bound.min_exposed_comm_pct=20
     """
+    from .outputs import check_files, write_files
     from .render.html import render_html
 
+    check_files([output, md_out], [source])
     result = _result_of(ctx, source, rules_dirs, overrides, None,
                         command=["traceinsight", *sys.argv[1:]])
-    write_atomic(output, render_html(result))
-    click.echo(f"wrote {output}")
+    files = {output: render_html(result)}
     if md_out is not None:
         from .render.markdown import render_markdown
 
-        write_atomic(md_out, render_markdown(result))
-        click.echo(f"wrote {md_out}")
+        files[md_out] = render_markdown(result)
+    write_files(files)  # all or none
+    for f in files:
+        click.echo(f"wrote {f}")
 
 
 def _is_result(path: Path) -> bool:
@@ -339,7 +385,7 @@ def _result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
     from .ingest import load
     from .progress import Progress
 
-    store = load([path], quiet=ctx.obj["quiet"])
+    store = load([path], quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
     try:
         result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
@@ -360,18 +406,21 @@ def _result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
 @click.option("--by", type=click.Choice(["auto", "layer", "op", "class"]), default="auto",
               show_default=True, help="Split compute time by layer (module path), top-level op, or "
                                       "kernel class; auto picks the finest both sides support.")
-@click.option("--fail-if-slower", type=float, metavar="PCT",
+@click.option("--fail-if-slower", type=FINITE, metavar="PCT",
               help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate); "
                    "exit 2 when the runs are not comparable or a side has no step time.")
 @click.option("--allow-incomparable", is_flag=True,
               help="Gate with --fail-if-slower even when the runs are not comparable (different "
                    "model shapes or world sizes): on the normalised change where there is one.")
-@click.option("--tokens-per-step", "tokens", type=float, nargs=2, metavar="BEFORE AFTER",
+@click.option("--tokens-per-step", "tokens", type=POSITIVE, nargs=2, metavar="BEFORE AFTER",
               help="Tokens per step of each side: step time is then also compared per token "
                    "where the work per step differs.")
-@click.option("-n", "top_n", default=12, show_default=True, help="Contributors to list.")
+@click.option("-n", "top_n", default=12, show_default=True, type=COUNT,
+              help="Contributors to list.")
 @_rule_options
-@click.option("--device", help="Device for both sides' roofline (traces only).")
+@click.option("--device", callback=device_key,
+              help="Device for both sides' roofline (traces only).")
+@_strict
 @click.pass_context
 def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None,
             html_out: Path | None, md_out: Path | None, by: str, fail_if_slower: float | None,
@@ -397,8 +446,10 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
     from .comparability import gate
     from .compare import compare as run_compare
     from .metrics.options import RooflineOptions
+    from .outputs import check_files
     from .render.terminal import render_compare
 
+    check_files([json_out, md_out, html_out], [before, after])
     opts = RooflineOptions(device=device)
     a = _result_of(ctx, before, rules_dirs, overrides, opts)
     b = _result_of(ctx, after, rules_dirs, overrides, opts)
@@ -497,51 +548,7 @@ def devices(as_json: bool) -> None:
                          align="llrrrrr", flex=1))
 
 
-@main.command(context_settings={**CONTEXT, "ignore_unknown_options": True,
-                                "allow_interspersed_args": False})
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              default=Path("traceinsight-profile"), show_default=True,
-              help="Folder for the traces (rank-N.pt.trace.json.gz, one per rank).")
-@click.option("--wait", default=1, show_default=True, type=click.IntRange(0),
-              help="Optimizer steps skipped first (start-up).")
-@click.option("--warmup", default=1, show_default=True, type=click.IntRange(0),
-              help="Steps the profiler warms up on (not kept).")
-@click.option("--active", default=3, show_default=True, type=click.IntRange(1),
-              help="Steps recorded.")
-@click.option("--step-on", type=click.Choice(["optimizer", "none"]), default="optimizer",
-              show_default=True, help="What ends a step: each optimizer.step(), or none (record "
-                                      "the whole run as one window, e.g. inference).")
-@click.option("--no-stack", is_flag=True, help="Without Python stacks (less overhead; no layers).")
-@click.option("--no-memory", is_flag=True, help="Without allocator events (no memory rules).")
-@click.option("--force", is_flag=True, help="Replace the traces of an earlier recording in -o.")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def profile(output: Path, wait: int, warmup: int, active: int, step_on: str, no_stack: bool,
-            no_memory: bool, force: bool, command: tuple[str, ...]) -> None:
-    """Record a run without editing its script, then diagnose it.
-
-    COMMAND runs as given, after --. Every Python process it starts records itself (under
-    torchrun: each rank to its own file) with the settings of traceinsight.capture: shapes,
-    memory, stacks, modules and a schedule whose steps are the script's optimizer steps.
-    Exit code: the command's (2 when nothing could be recorded).
-
-    \b
-    Examples:
-      traceinsight profile -- python train.py --epochs 1
-      traceinsight profile -o run/ -- torchrun --nproc_per_node 8 train.py
-      traceinsight profile --step-on none -o infer/ -- python serve_batch.py
-      traceinsight diagnose run/ --html report.html        (the command it prints next)
-    """
-    from .profile_run import Settings, record
-
-    settings = Settings(out=str(output), wait=wait, warmup=warmup, active=active,
-                        step_on=step_on, with_stack=not no_stack, profile_memory=not no_memory)
-    rec = record(list(command), settings, force=force)
-    for line in rec.summary_lines(settings):
-        click.echo(line, err=not rec.files)
-    if rec.returncode:
-        sys.exit(rec.returncode)
-    if not rec.files:
-        sys.exit(2)
+main.add_command(profile)  # traceinsight profile -- COMMAND (cli_profile.py)
 
 
 if __name__ == "__main__":  # pragma: no cover

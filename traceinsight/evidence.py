@@ -293,3 +293,7 @@ def _device(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     rows = [[k, v] for k, v in peaks.items() if v]
     return [table(f"Device roofs: {d['resolved']}", [("dtype", "text"), ("peak", "rate_flops")], rows,
                   note=f"memory bandwidth {d['bandwidth'] / 1e12:.2f} TB/s" if d.get("bandwidth") else None)]
+
+
+from . import memory_evidence  # noqa: E402, F401 - registers the memory-snapshot tables
+from . import rank_evidence  # noqa: E402, F401 - registers the cross-rank tables

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .evidence import _records, provider
+from .evidence import _records, _with_offsets, provider
 from .metrics import MetricSet
 
 
@@ -25,9 +25,13 @@ def _gaps(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     want = _causes(p)
     if want:
         recs = [r for r in recs if r["cause"] in want]
-    return _records("Largest GPU idle gaps", recs[: int(p.get("n", 8))], [
+    # where each gap starts in its step tells gaps of equal length apart (and finds them in a
+    # trace viewer)
+    recs = _with_offsets(recs[: int(p.get("n", 8))], an)
+    return _records("Largest GPU idle gaps", recs, [
         ("rank", "rank", "text"), ("step", "step", "text"), ("dur_ns", "idle", "ns"),
-        ("cause", "cause", "text"), ("launch_to_start_ns", "launch → start", "ns"),
+        ("cause", "cause", "text"), ("at_ns", "into step", "ns"),
+        ("launch_to_start_ns", "launch → start", "ns"),
         ("next_op", "work after the gap launched by", "op")])
 
 

@@ -11,8 +11,15 @@ recorded without a line of it changed.
   ``OUT/rank-<RANK>.pt.trace.json.gz``.
 * Steps: the script never calls ``prof.step()``, so a global optimizer hook does, after each
   ``step()`` of the first optimizer that steps (one step per iteration even with several
-  optimizers). A script without an optimizer (inference) is recorded whole instead with
-  ``--step-on none``: one window from start to exit, no step markers.
+  optimizers). The profiler itself starts at the end of the first step (that step is the
+  first ``wait`` step), so the program's set-up (imports, ``init_process_group``, building
+  the model) is neither traced nor slowed; it stops as soon as its window is written, while
+  the program still runs. (torch 2.13 with gloo: a worker that ran a scheduled profiler
+  aborts at exit now and then, "terminate called without an active exception", with the
+  trace already written; it happens with ``capture.profile`` inside the script too, never
+  with ``--step-on none``.) A script without an optimizer
+  (inference) is recorded whole instead with ``--step-on none``: one window from start to
+  exit, no step markers.
 * At exit the trace is written and a small JSON note for the parent (steps seen, file
   written, why nothing was) goes to a state folder outside ``OUT``.
 """
@@ -97,29 +104,31 @@ class _Recorder:
         self.first_opt: int | None = None
         self.session: Any = None
         self.prof: Any = None
+        self.hook: Any = None
+        self.finished = False
         self.note: dict[str, Any] = {"rank": r, "pid": self.pid, "file": None, "steps": 0,
                                      "step_on": cfg.get("step_on", "optimizer")}
 
     def begin(self) -> None:
-        flags = {"record_shapes": self.cfg.get("record_shapes", True),
-                 "profile_memory": self.cfg.get("profile_memory", True),
-                 "with_stack": self.cfg.get("with_stack", True),
-                 "with_modules": True, "with_flops": True}
+        flags: dict[str, Any] = {"record_shapes": bool(self.cfg.get("record_shapes", True)),
+                                 "profile_memory": bool(self.cfg.get("profile_memory", True)),
+                                 "with_stack": bool(self.cfg.get("with_stack", True)),
+                                 "with_modules": True, "with_flops": True}
         if self.cfg.get("step_on") == "none":
             self._begin_whole(flags)
         else:
             from .capture import profile
 
-            self.session = profile(self.out, wait=int(self.cfg.get("wait", 1)),
+            # the first optimizer step is the first waited step: the profiler starts after it
+            self.session = profile(self.out, wait=max(0, int(self.cfg.get("wait", 1)) - 1),
                                    warmup=int(self.cfg.get("warmup", 1)),
                                    active=int(self.cfg.get("active", 3)), repeat=1, **flags)
-            self.prof = self.session.__enter__()
             import torch.optim.optimizer as optim
 
-            optim.register_optimizer_step_post_hook(self._on_step)
+            self.hook = optim.register_optimizer_step_post_hook(self._on_step)
         atexit.register(self.finish)
 
-    def _begin_whole(self, flags: dict[str, bool]) -> None:
+    def _begin_whole(self, flags: dict[str, Any]) -> None:
         """No schedule: one window from here to exit (no step markers)."""
         import torch
         import torch.profiler
@@ -132,21 +141,33 @@ class _Recorder:
     def _on_step(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self.first_opt is None:
             self.first_opt = id(opt)
-        if id(opt) != self.first_opt or os.getpid() != self.pid:
+        if id(opt) != self.first_opt or os.getpid() != self.pid or self.finished:
             return
         self.steps += 1
+        if self.prof is None:  # the end of the first step: start recording the next ones
+            self.prof = self.session.__enter__()
+            return
         self.prof.step()
+        if self.session.outputs:  # the schedule's window is written: stop profiling right away
+            self.finish()
 
     def finish(self) -> None:
-        if os.getpid() != self.pid:  # a forked child inherited the handler
+        """Stop the profiler, write the trace (if the schedule has not) and the note; at the
+        end of the recorded window, or at exit. Stopping while the program still runs (not at
+        interpreter shutdown) keeps torch's threads out of the exit path."""
+        if os.getpid() != self.pid or self.finished:  # a forked child inherited the handler
             return
+        self.finished = True
+        if self.hook is not None:
+            self.hook.remove()
         try:
             if self.session is not None:
                 import warnings
 
-                with warnings.catch_warnings(record=True):
-                    warnings.simplefilter("always")
-                    self.session.__exit__(None, None, None)
+                if self.prof is not None:
+                    with warnings.catch_warnings(record=True):
+                        warnings.simplefilter("always")
+                        self.session.__exit__(None, None, None)
                 written = list(self.session.outputs)
             else:
                 self.prof.__exit__(None, None, None)

@@ -59,7 +59,7 @@ class Recording:
             more = f" (+{len(self.files) - 4})" if len(self.files) > 4 else ""
             steps = ""
             if settings.step_on == "optimizer":
-                first = settings.wait + settings.warmup
+                first = settings.wait - 1 + settings.warmup  # it starts after the first step
                 steps = (f"; ProfilerStep#{first}..#{first + settings.active - 1}, one per "
                          "optimizer step")
             lines.append(f"traceinsight profile: recorded {len(self.files)} rank(s) in "

@@ -80,7 +80,7 @@ class Progress:
             if now - self.last_draw < 0.1 and fraction < 1.0 and stage == self.last_stage:
                 return
             width = 28
-            filled = int(round(width * fraction))
+            filled = round(width * fraction)
             bar = "█" * filled + "░" * (width - filled)
             line = f"\r{self.label} {stage:<9} {bar} {fraction * 100:5.1f}%  {elapsed:5.1f}s"
             self.stream.write(line)

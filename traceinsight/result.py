@@ -113,10 +113,11 @@ class DiagnosisResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "result") -> DiagnosisResult:
-        if d.get("schema") != RESULT_SCHEMA:
+        if not isinstance(d, dict) or d.get("schema") != RESULT_SCHEMA:
             raise InputError("is not a traceinsight diagnosis result (no schema "
                              f"{RESULT_SCHEMA!r})", path=source,
                              hint="pass the file written by traceinsight diagnose --json")
+        _check_shape(d, source)
         v = int(d.get("version", 0))
         if v > RESULT_VERSION:
             raise InputError(f"result version {v} is newer than this traceinsight reads "
@@ -142,10 +143,52 @@ class DiagnosisResult:
                 data = json.load(f)
         except FileNotFoundError:
             raise InputError("no such file", path=path, hint="check the path")
-        except ValueError as e:
-            raise InputError(f"invalid JSON ({e})", path=path,
-                             hint="pass a result written by traceinsight diagnose --json")
+        except (ValueError, RecursionError) as e:
+            raise InputError(f"invalid JSON ({str(e)[:200]})", path=path,
+                             hint="pass a result written by traceinsight diagnose --json") from None
         return cls.from_dict(data, source=path)
+
+
+#: the JSON type of each top-level field of a result (None: may be null)
+_SHAPE: dict[str, tuple[type | None, ...]] = {
+    "version": (int,), "tool": (dict,), "command": (list,), "trace": (dict,),
+    "headline": (str,), "primary": (str,), "findings": (list,), "rules": (list,),
+    "rule_errors": (list,),
+    "summary": (dict,), "metrics": (dict,), "breakdown": (dict,), "rollups": (dict,),
+    "roofline": (dict, None), "memory": (dict, None), "timeline": (dict, None),
+    "diagnostics": (list,), "extra": (dict,), "host": (dict, None),
+}
+
+
+def _check_shape(d: dict[str, Any], source: str) -> None:
+    """A clear error for a result whose fields have the wrong JSON types (hand-edited or
+    damaged) instead of a crash in the renderers."""
+    def bad(what: str) -> InputError:
+        return InputError(f"is a damaged diagnosis result: {what}", path=source,
+                          hint="write it again with traceinsight diagnose --json")
+
+    for key, types in _SHAPE.items():
+        if key not in d:
+            continue
+        v = d[key]
+        ok = any(v is None if t is None else isinstance(v, t) and not isinstance(v, bool)
+                 for t in types)
+        if not ok:
+            raise bad(f"{key!r} is {type(v).__name__}")
+    for key in ("findings", "rules", "rule_errors", "diagnostics"):
+        if any(not isinstance(x, dict) for x in d.get(key) or []):
+            raise bad(f"an entry of {key!r} is not an object")
+    for f in d.get("findings") or []:
+        for k, t in (("rule", str), ("severity", str), ("evidence", list),
+                     ("recommendations", list)):
+            if k in f and not isinstance(f[k], t):
+                raise bad(f"a finding's {k!r} is {type(f[k]).__name__}")
+        if f.get("impact_pct") is not None and not isinstance(f["impact_pct"], (int, float)):
+            raise bad("a finding's 'impact_pct' is not a number")
+    for key in ("summary", "breakdown"):
+        ranks = (d.get(key) or {}).get("ranks", [])
+        if not isinstance(ranks, list) or any(not isinstance(r, dict) for r in ranks):
+            raise bad(f"{key}.ranks is not a list of objects")
 
 
 def _json_default(o: Any) -> Any:

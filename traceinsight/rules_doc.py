@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .metrics import REGISTRY
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .engine import Rule
+    from .engine_load import Condition, Rule, Text
 
 
 def explain(rule: Rule) -> str:
@@ -35,6 +35,12 @@ def explain(rule: Rule) -> str:
         hi, med = rule.confidence.limits(th)
         lines.append(f"Confidence: high needs {rule.confidence.metric} >= {hi:g}%, medium "
                      f">= {med:g}%; below, the severity is capped")
+    for v in rule.variants:
+        lines += ["", f"Variant {v.name} (tried first; {v.when}):"]
+        if v.applies_if:
+            lines.append("  Applies when: " + " and ".join(c.text(th) for c in v.applies_if))
+        lines.append("  Fires when:   " + " and ".join(c.text(th) for c in v.fires_if))
+        lines += [f"  - {r.describe(th)}" for r in v.recommendations]
     lines.append("")
     lines.append("Thresholds (override with --set " + f"{rule.id}.NAME=VALUE):")
     for t in rule.thresholds.values():
@@ -73,7 +79,11 @@ def rules_markdown(rules: list[Rule]) -> str:
            "min_for_medium}`: below those coverages its severity is capped and the message says "
            "on how much of the run it rests. Without one, a high finding decided by a metric "
            "resting on modelled work (MFU, the roofline split) with under 50% coverage is capped "
-           "at medium.",
+           "at medium. A rule may carry variants: other evidence for the same problem (a memory "
+           "snapshot beside the trace's `[memory]` events) with their own conditions and texts; "
+           "the first variant whose metrics are measured and whose `applies_if` holds decides, "
+           "else the rule's own conditions do. Conditional advice and the confidence cap apply "
+           "whichever decided.",
            "", "| rule | category | what it finds |", "|---|---|---|"]
     for r in sorted(rules, key=lambda r: (r.category, r.id)):
         out.append(f"| [`{r.id}`](#{r.id}) | {r.category} | {r.summary} |")
@@ -86,11 +96,7 @@ def rules_markdown(rules: list[Rule]) -> str:
             applies = " and ".join(f"`{c.text(th)}`" for c in r.applies_if)
             out.append(f"Applies when {applies}.")
         out.append("Fires when " + " and ".join(f"`{c.text(th)}`" for c in r.fires_if) + ".")
-        ladder = []
-        for lv, conds in r.severity:
-            ladder.append(f"{lv} if " + " and ".join(f"`{c.text(th)}`" for c in conds) if conds
-                          else f"{lv} otherwise")
-        out.append("Severity: " + "; ".join(ladder) + ".")
+        out.append(_severity(r.severity, th))
         if r.impact:
             out.append(f"Impact: `{r.impact['metric']}` x {r.impact.get('factor', 1)}.")
         if r.confidence:
@@ -100,7 +106,27 @@ def rules_markdown(rules: list[Rule]) -> str:
         out += ["", "| threshold | default | meaning |", "|---|---|---|"]
         for t in r.thresholds.values():
             out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
-        recs = [f"- {x.text}" + (" *(when " + " and ".join(f"`{c.text(th)}`" for c in x.when)
-                                 + ")*" if x.when else "") for x in r.recommendations]
-        out += ["", "Recommendations:", "", *recs, ""]
+        out += ["", "Recommendations:", "", *_recs(r.recommendations, th), ""]
+        for v in r.variants:
+            out += [f"**Variant `{v.name}`** ({v.when}; tried before the conditions above)."]
+            if v.applies_if:
+                out.append(f"Applies when {_conds(v.applies_if, th)}.")
+            out.append(f"Fires when {_conds(v.fires_if, th)}.")
+            out.append(_severity(v.severity, th))
+            out += ["", "Recommendations:", "", *_recs(v.recommendations, th), ""]
     return "\n".join(out)
+
+
+def _severity(ladder: list[tuple[str, list[Condition]]], th: dict[str, float]) -> str:
+    steps = [f"{lv} if {_conds(conds, th)}" if conds else f"{lv} otherwise"
+             for lv, conds in ladder]
+    return "Severity: " + "; ".join(steps) + "."
+
+
+def _conds(conds: list[Condition], th: dict[str, float]) -> str:
+    return " and ".join(f"`{c.text(th)}`" for c in conds)
+
+
+def _recs(recs: list[Text], th: dict[str, float]) -> list[str]:
+    return [f"- {x.text}" + (f" *(when {_conds(list(x.when), th)})*" if x.when else "")
+            for x in recs]

@@ -234,6 +234,98 @@ OTHER_EVENTS = Table(
     ),
 )
 
+#: the call stack of an allocation as recorded (innermost frame first)
+FRAMES = _c("frames", DICT, "call stack, innermost frame first, one `file:line function` per "
+            "line (home-directory user names redacted)")
+CALL_SITE = _c("call_site", DICT, "the innermost frame of `frames` in user code (not in torch, "
+               "the Python runtime or C++), else the innermost frame")
+
+MEMORY_SEGMENTS = Table(
+    "memory_segments",
+    "Segments of the CUDA caching allocator in a memory snapshot: each is one cudaMalloc'd "
+    "range (reserved memory), cut into the blocks of `memory_blocks`.",
+    (
+        RANK,
+        _c("device", pa.int32(), "GPU device index", nullable=False),
+        _c("address", pa.int64(), "start address (null if beyond int64)"),
+        _c("total_bytes", pa.int64(), "reserved bytes of the segment", nullable=False),
+        _c("allocated_bytes", pa.int64(), "bytes of its blocks in use by tensors (allocated)"),
+        _c("active_bytes", pa.int64(), "allocated bytes plus bytes freed but still awaiting "
+           "their stream (pending_free)"),
+        _c("requested_bytes", pa.int64(), "bytes the callers asked for in its allocated blocks "
+           "(before rounding; null in old snapshots)"),
+        STREAM,
+        _c("pool", DICT, "small (requests up to 1 MiB, 2 MiB segments) / large", nullable=False),
+        _c("pool_id", DICT, "memory pool as `a,b`: `0,0` the default pool, else a private pool "
+           "(a CUDA graph's, a MemPool)"),
+        _c("expandable", pa.bool_(), "an expandable segment (expandable_segments:True)"),
+        CALL_SITE,
+        FRAMES,
+    ),
+)
+
+MEMORY_BLOCKS = Table(
+    "memory_blocks",
+    "Blocks of the allocator's segments in a memory snapshot, in address order: together they "
+    "cover each segment exactly.",
+    (
+        RANK,
+        _c("device", pa.int32(), "GPU device index", nullable=False),
+        _c("segment_address", pa.int64(), "start address of its segment (null if beyond "
+           "int64)"),
+        _c("address", pa.int64(), "start address (null if beyond int64)"),
+        _c("size_bytes", pa.int64(), "block size (requests are rounded up to 512 B)",
+           nullable=False),
+        _c("requested_bytes", pa.int64(), "bytes the caller asked for (allocated and "
+           "pending_free blocks)"),
+        _c("state", DICT, "allocated (in use) / pending_free (freed, awaiting its stream) / "
+           "inactive (cached, free for reuse)", nullable=False),
+        CALL_SITE,
+        FRAMES,
+    ),
+)
+
+MEMORY_ACTIONS = Table(
+    "memory_actions",
+    "The allocator's trace in a memory snapshot (`device_traces`, a ring buffer of the last "
+    "actions before the snapshot): allocations, frees, segments mapped and released, OOMs.",
+    (
+        RANK,
+        _c("device", pa.int32(), "GPU device index", nullable=False),
+        _c("seq", pa.int64(), "position in the device's trace (0: the oldest kept)",
+           nullable=False),
+        _c("ts_ns", pa.int64(), "time, ns since the epoch (null: PyTorch 2.0 snapshots record "
+           "none)"),
+        _c("action", DICT, "alloc / free_requested / free_completed / segment_alloc / "
+           "segment_free / segment_map / segment_unmap / oom / snapshot / annotate, as recorded",
+           nullable=False),
+        _c("addr", pa.int64(), "block or segment address (null for oom, or if beyond int64)"),
+        _c("size_bytes", pa.int64(), "bytes of the block or segment; oom: the request that "
+           "failed"),
+        STREAM,
+        _c("device_free_bytes", pa.int64(), "oom: bytes the driver still reported free"),
+        CALL_SITE,
+        FRAMES,
+    ),
+)
+
+MEMORY_CATEGORIES = Table(
+    "memory_categories",
+    "Memory by what it holds, over time (torch.profiler `export_memory_timeline` raw "
+    "export): each row adds or removes bytes of one category.",
+    (
+        RANK,
+        _c("device", pa.int32(), "GPU device index (null: the export does not record it)"),
+        _c("seq", pa.int64(), "position in the export", nullable=False),
+        _c("ts_ns", pa.int64(), "time, ns since the epoch (null: existed before the window)"),
+        _c("action", DICT, "preexisting / create / increment_version (a tensor changes "
+           "category: one row removes, the next adds) / destroy", nullable=False),
+        _c("delta_bytes", pa.int64(), "bytes added (> 0) or removed (< 0)", nullable=False),
+        _c("category", DICT, "parameter / optimizer_state / input / temporary / activation / "
+           "gradient / autograd_detail / unknown", nullable=False),
+    ),
+)
+
 TABLES: dict[str, Table] = {
     t.name: t
     for t in (
@@ -245,6 +337,10 @@ TABLES: dict[str, Table] = {
         MEMORY_EVENTS,
         FLOWS,
         OTHER_EVENTS,
+        MEMORY_SEGMENTS,
+        MEMORY_BLOCKS,
+        MEMORY_ACTIONS,
+        MEMORY_CATEGORIES,
     )
 }
 

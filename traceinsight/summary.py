@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from . import fmt
+from .safetext import for_terminal
 from .store import TraceStore
 
 SUMMARY_VERSION = 1
@@ -85,10 +86,16 @@ def render_summary(s: dict[str, Any]) -> str:
     out = []
     names = ", ".join(x["name"] for x in s["sources"])
     out.append(f"Trace: {names}")
+    missing = [d for d in s.get("diagnostics", []) if d.get("code") == "rank-missing"]
+    if missing:  # before anything else: every figure below lacks these ranks
+        out.append(f"Warning: {len(missing)} rank file(s) could not be read ("
+                   + ", ".join(str(d.get("source")) for d in missing[:3])
+                   + "); the figures cover the other ranks only")
     out.append("")
     rows = []
     for r in s["ranks"]:
-        devs = sorted({d for d in r["devices"] if d}) or ["(not recorded)"]
+        devs = sorted({d for d in r["devices"] if d}) or [
+            "(GPU not named)" if r.get("kernel_count") else "(no GPU)"]
         steps = r["steps"]
         step_txt = (f"{len(steps)} (#{steps[0]}–#{steps[-1]})" if len(steps) > 1
                     else (f"1 (#{steps[0]})" if steps else "none"))
@@ -122,4 +129,4 @@ def render_summary(s: dict[str, Any]) -> str:
         for d in warn[:10]:
             cnt = f" [{d['count']:,}]" if d.get("count") else ""
             out.append(f"  ! {d.get('source') or ''}: {d['message']}{cnt}")
-    return "\n".join(out)
+    return for_terminal("\n".join(out))

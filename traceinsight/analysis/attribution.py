@@ -638,7 +638,9 @@ def _steps(rank: int, g: pd.DataFrame, rng: pd.DataFrame, launch_t: np.ndarray,
     prev_end = None
     for i in range(len(st)):
         start = int(hs[i]) if prev_end is None else max(int(hs[i]), prev_end)
-        end = max(int(he[i]), int(gpu_end[i]))
+        # never before its start: an activity longer than its step (hostile or damaged input)
+        # is measured in its own window only, so every share stays within 0-100%
+        end = max(int(he[i]), int(gpu_end[i]), start)
         windows.append(StepWindow(rank, int(nums[i]), int(hs[i]), int(he[i]), start, end))
         prev_end = end
     # activities without a launch: the GPU-aware window holding their start

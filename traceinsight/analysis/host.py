@@ -203,7 +203,7 @@ def _modules(an: Any, windows: dict[int, Union], wall: int) -> list[dict[str, An
         return []
     df = df.assign(name=df["name"].astype(str))
     df = df.assign(type=df["name"].map(module_type))
-    rows = []
+    rows: list[dict[str, Any]] = []
     for typ, grp in df.groupby("type"):
         t = 0
         calls = 0
@@ -224,7 +224,7 @@ def _annotations(an: Any, windows: dict[int, Union], wall: int) -> list[dict[str
     """Host time per user annotation (record_function), step markers and loaders aside."""
     rng = _ranges(an)
     rng = rng[~rng["name"].str.startswith("ProfilerStep#")]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for name, grp in rng.groupby("name"):
         t = sum(iv.length(iv.intersect(_union_of(grp[grp["rank"] == rank]), win))
                 for rank, win in windows.items())

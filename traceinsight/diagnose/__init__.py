@@ -19,6 +19,7 @@ from .. import __version__
 from ..analysis import Analysis, with_plain_strings
 from ..analysis.host import host_view
 from ..devices import ENV_VAR as DEVICES_ENV
+from ..distributed import current as current_runner
 from ..engine import evaluate, load_rules
 from ..headline import headline
 from ..metrics import REGISTRY, compute_metrics, coverage_table
@@ -28,6 +29,7 @@ from ..redact import redact_text
 from ..resources import code_digest
 from ..result import DiagnosisResult, clean, primary_of
 from ..store import TraceStore
+from . import memory as memory_parts
 from . import sections
 from .viewer import open_in_viewer
 
@@ -44,6 +46,7 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
     ``progress`` is told each phase (attribution, metrics, rules, sections)."""
     rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
     cmd = [redact_text(str(c)) for c in (command or [])]
+    cache = cache and not current_runner().fresh  # --no-cache
     key = result_key(store, rules, options) if cache else None
     if key:
         cached = _read_cached(store, key)
@@ -111,7 +114,9 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
     dev = ms.evidence.get("device") or {}
-    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message"):
+    mem_only = memory_parts.is_memory_only(store)  # a snapshot diagnosed without a trace
+    mem = memory_parts.section(an, ms, sections.memory(ms))
+    if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message") and not mem_only:
         diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
                       "message": dev["message"], "severity": "warning",
                       "hint": "pass --device NAME (traceinsight devices lists them) or "
@@ -127,8 +132,11 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
-        trace=sections.trace_info(store, an, dev, ms=ms, options=options),
-        headline=headline(findings, ms.values, an),
+        trace={**sections.trace_info(store, an, dev, ms=ms, options=options),
+               **memory_parts.trace_extra(store)},
+        headline=sections.missing_ranks(store) + (
+            memory_parts.headline(findings, ms, mem) if mem_only
+            else headline(findings, ms.values, an)),
         primary=primary_of(findings),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],
@@ -141,15 +149,16 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
         rollups={**sections.rollups(an), "step_basis": sections.step_basis(an, ms),
                  "module_types": an.rollup("module-type").to_dict("records")},
         roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),
-        memory=sections.memory(ms),
+        memory=mem,
         timeline=timeline,
         diagnostics=diags,
         extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
                "collectives": ms.evidence.get("collectives", []),
                "coverage": an.attribution.coverage(),
+               "cross_rank": ms.evidence.get("cross_rank"),
                "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
                            if v is not None},
                "open_in_viewer": open_in_viewer(store, timeline)},
-        host=None if has_gpu else host_view(an),
+        host=None if has_gpu or mem_only else host_view(an),
     )
     return DiagnosisResult.from_dict(clean(result.to_dict()))

@@ -24,6 +24,17 @@ MAX_STEP_ROWS = 4096
 TIMELINE_MAX_ITEMS = 6000
 
 
+def missing_ranks(store: TraceStore) -> str:
+    """The headline's first words when rank files of the folder could not be read ("" when
+    every rank was read): the figures then cover the other ranks only."""
+    miss = [d.source or "?" for d in store.diagnostics if d.code == "rank-missing"]
+    if not miss:
+        return ""
+    names = ", ".join(miss[:3]) + (f" and {len(miss) - 3} more" if len(miss) > 3 else "")
+    return (f"Warning: {len(miss)} rank file{'s' if len(miss) != 1 else ''} could not be read "
+            f"({names}); every figure covers the other ranks only. ")
+
+
 # --- result sections ------------------------------------------------------------------------
 
 def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | None = None,

@@ -10,11 +10,11 @@ reads parquet instead of re-parsing JSON.
 
 from __future__ import annotations
 
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +22,41 @@ import pyarrow as pa
 
 from .. import __version__, schema
 from ..diagnostics import DiagnosticLog
-from ..errors import InputError, TraceFormatError
+from ..errors import InputError, TraceFormatError, TraceInsightError
+from ..outputs import check_store_target
 from ..progress import Progress
 from ..store import TraceStore, is_valid_store, read_meta, write_store
 from . import cache, readers
 from .cache import cache_root
 from .kineto import READER as KINETO
+from .memory_inputs import join as join_memory
+from .memory_inputs import with_memory
+from .memtimeline import READER as MEMORY_TIMELINE
 from .nsys import READER as NSYS
 from .readers import RankRead, Reader, open_trace, register, suffixes
-from .source import SourceFile, list_trace_files, rank_from_filename, read_raw
+from .snapshot import READER as SNAPSHOT
+from .source import SourceFile, materialized, rank_from_filename, read_raw, scan_folder
+
+#: the diagnostic of a rank file in a folder that could not be read
+RANK_MISSING = "rank-missing"
 
 __all__ = ["RankRead", "Reader", "cache_root", "ingest", "load", "register", "resolve_inputs"]
 
 # the readers, tried in this order on each file's first bytes: one line each
+register(MEMORY_TIMELINE)  # before Kineto, which claims any JSON list
 register(KINETO)
 register(NSYS)
+register(SNAPSHOT)
 
 
 @dataclass(frozen=True)
 class Inputs:
-    """The trace files of one run, and whether they came from a directory."""
+    """The trace files of one run, whether they came from a directory, and the candidate
+    files of that directory that could not be read (name, why)."""
 
     files: list[Path]
     from_directory: Path | None
+    unreadable: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def display(self) -> str:
@@ -58,42 +70,77 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
         raise InputError("no input given", hint="pass a trace file, a folder of traces or a store")
     files: list[Path] = []
     directory = None
+    unreadable: list[tuple[str, str]] = []
     for raw in paths:
         p = Path(raw)
-        SourceFile.stat(p)  # raises a clear error for missing files
+        SourceFile.stat(p)  # a clear error for missing, unreadable and special files
         if p.is_dir():
             if len(paths) > 1:
                 raise InputError("a folder must be the only input", path=p,
                                  hint="pass either one folder of per-rank files or the files")
             directory = p
-            files = list_trace_files(p, suffixes())
+            found, problems = scan_folder(p, suffixes())
+            files = found
+            unreadable = [(q.name, why) for q, why in problems]
+            if not files:
+                shown = ", ".join(s for s in suffixes() if s != ".gz")
+                what = (f"no readable trace files ({unreadable[0][0]}: {unreadable[0][1]})"
+                        if unreadable else f"no trace files ({shown})")
+                raise InputError(f"folder holds {what}", path=p,
+                                 hint="point at a trace file or a folder of per-rank trace files")
         else:
             files.append(p)
-    return Inputs(files, directory)
+    return Inputs(files, directory, unreadable)
 
 
 def load(paths: Sequence[str | Path], *, salvage: bool = False, quiet: bool = False,
-         use_cache: bool = True) -> TraceStore:
-    """Open a store, or ingest traces (reusing the cache when the inputs are unchanged)."""
+         use_cache: bool = True, memory: Sequence[str | Path] = (),
+         strict: bool = False) -> TraceStore:
+    """Open a store, or ingest traces (reusing the cache when the inputs are unchanged).
+
+    ``memory``: memory snapshots (or memory-timeline exports) of the same run, joined to the
+    traces. ``strict``: a rank file that could not be read is an error, not a warning."""
+    paths = with_memory(paths, memory)
     if len(paths) == 1 and Path(paths[0]).is_dir() and read_meta(Path(paths[0])) is not None:
-        return TraceStore.open(paths[0])
-    return ingest(paths, None, salvage=salvage, quiet=quiet, use_cache=use_cache)
+        return check_strict(TraceStore.open(paths[0]), strict)
+    return ingest(paths, None, salvage=salvage, quiet=quiet, use_cache=use_cache, strict=strict)
+
+
+def check_strict(store: TraceStore, strict: bool) -> TraceStore:
+    """``store``, or with ``strict`` an error when one of its rank files could not be read."""
+    if strict:
+        missing = [d for d in store.diagnostics if d.code == RANK_MISSING]
+        if missing:
+            raise InputError(f"--strict: {missing[0].message}", path=store.path,
+                             hint="fix or remove the unreadable file, or run without --strict "
+                                  "to diagnose the ranks that could be read")
+    return store
 
 
 def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force: bool = False,
            salvage: bool = False, quiet: bool = False, use_cache: bool = True,
-           progress: Progress | None = None) -> TraceStore:
+           progress: Progress | None = None, strict: bool = False) -> TraceStore:
     """Ingest trace files into a store at ``out`` (default: the content-addressed cache).
 
     An existing store built from the same file contents (and options) is reused. An existing
-    ``out`` built from other inputs is replaced only with ``force``.
+    ``out`` built from other inputs is replaced only with ``force``, and only when it is a
+    store. ``-`` (and ``/dev/stdin``, ``<(...)``) reads a trace from a stream.
     """
-    job = _Job(resolve_inputs(paths), Path(out) if out is not None else None,
-               {"salvage": bool(salvage)}, force=force, use_cache=use_cache)
-    found = _lookup(job)
-    if found is not None:
-        return found
-    return _read_and_write(job, progress or Progress("ingest", quiet=quiet))
+    with materialized(paths) as real:
+        if out is not None:
+            check_store_target(Path(out), real, force=force)
+        inputs = resolve_inputs(real)
+        options: dict[str, Any] = {"salvage": bool(salvage)}
+        if inputs.unreadable:  # a store without those ranks is another store
+            options["unreadable"] = sorted(n for n, _ in inputs.unreadable)
+        job = _Job(inputs, Path(out) if out is not None else None, options, force=force,
+                   use_cache=use_cache)
+        found = _lookup(job)
+        if found is None:
+            _ensure_folder(job.out.parent if job.out is not None else cache.store_path("-").parent,
+                           cache=job.out is None)
+            found = _read_and_write(job, progress or Progress("ingest", quiet=quiet))
+    return check_strict(found, strict)
 
 
 @dataclass
@@ -111,11 +158,6 @@ class _Job:
     def __post_init__(self) -> None:
         self.digests = [None] * len(self.inputs.files)
 
-    @cached_property
-    def quick(self) -> str:
-        """The cache index key: paths, sizes, mtimes and options (nothing read)."""
-        return cache.quick_key(self.inputs.files, self.options)
-
     @property
     def key(self) -> str:
         """The content key, built once (files without a digest yet are hashed first)."""
@@ -131,42 +173,50 @@ class _Job:
 # --- 2. look up a store that already holds the inputs ---------------------------------------
 
 def _lookup(job: _Job) -> TraceStore | None:
-    """The store that holds these inputs already, found without parsing them (None: read)."""
+    """The store that holds these inputs already, found by hashing their bytes (never by
+    size and mtime) without parsing them (None: read)."""
     if job.out is not None:
         return _lookup_target(job, job.out)
     if not job.use_cache:
         return None
-    # same paths, sizes and mtimes as a store already made: nothing is read
-    key = cache.indexed(job.quick)
-    if key and is_valid_store(cache.store_path(key)):
-        return TraceStore.open(cache.store_path(key))
-    # the cache is keyed by content: a copy of a trace seen before needs hashing, no parsing
     cached = cache.store_path(job.key)
     if not job.force and read_meta(cached) is not None and is_valid_store(cached):
-        cache.remember(job.quick, job.key)
         return TraceStore.open(cached)
     return None
 
 
 def _lookup_target(job: _Job, out: Path) -> TraceStore | None:
-    """The ``-o`` store when it holds these inputs; refuses to replace another without force."""
+    """The ``-o`` store when it holds these inputs; refuses to replace another without force
+    (``check_store_target`` has refused anything that is not a store)."""
     meta = read_meta(out)
-    if meta is None:
-        if out.exists() and not job.force and (not out.is_dir() or any(out.iterdir())):
-            raise InputError("exists and is not a trace store", path=out,
-                             hint="choose another output path or pass --force")
+    if meta is None or job.force:
         return None
-    if job.force:
-        return None
-    if cache.same_stat(meta, job.inputs.files, job.options) and is_valid_store(out):
-        return TraceStore.open(out)
-    if meta.get("content_key") == job.key and is_valid_store(out):  # hashed before parsing
-        return TraceStore.open(out)
+    if meta.get("content_key") == job.key and is_valid_store(out):
+        return TraceStore.open(out) if job.use_cache else None  # --no-cache: read again
     raise InputError("already exists and holds other traces", path=out,
                      hint="pass --force to replace it, or choose another -o path")
 
 
 # --- 3. read every file and write the store -------------------------------------------------
+
+def _ensure_folder(folder: Path, *, cache: bool) -> None:
+    """The folder the store goes to exists (made if need be) and is writable; a clear error
+    before any reading when it is not."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        ok = os.access(folder, os.W_OK | os.X_OK)
+    except OSError as e:
+        problem = e.strerror or str(e)
+    else:
+        if ok:
+            return
+        problem = "not writable"
+    where = ("the store cache (TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight)" if cache
+             else "the store's folder")
+    raise InputError(f"cannot write {where}: {problem}", path=folder,
+                     hint="point TRACEINSIGHT_CACHE_DIR at a writable folder" if cache
+                     else "choose an -o path in a writable folder")
+
 
 @dataclass
 class _Read:
@@ -179,17 +229,22 @@ def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
     reads, skipped = _read_all(job, prog)
     key = job.key
     target = job.out if job.out is not None else cache.store_path(key)
-    if job.out is None and target.exists() and not job.force:
-        meta = read_meta(target)
-        if meta is not None and meta.get("content_key") == key and is_valid_store(target):
-            cache.remember(job.quick, key)
-            return TraceStore.open(target)
+    if job.out is None:
+        cache.clean()
+        if target.exists() and not job.force:
+            meta = read_meta(target)
+            if meta is not None and meta.get("content_key") == key and is_valid_store(target):
+                return TraceStore.open(target)
     _assign_ranks(reads, job.inputs)
     prog.update("write", 1.0)
     tables, meta = _assemble(reads, skipped, key, job.options)
-    store = write_store(target, meta, tables, replace=True)
-    if job.out is None:
-        cache.remember(job.quick, key)
+    try:
+        store = write_store(target, meta, tables, replace=True)
+    except OSError as e:
+        where = "the cache folder" if job.out is None else "the store folder"
+        raise InputError(f"cannot write the store: {e.strerror or e}", path=target,
+                         hint=f"check that {where} is writable (TRACEINSIGHT_CACHE_DIR sets "
+                              "the cache's place)") from None
     gpu_rows = sum(r.result.tables["gpu_activities"].num_rows for r in reads)
     prog.done(f"{gpu_rows:,} GPU activities, {len(reads)} rank(s) -> {target}")
     return store
@@ -199,35 +254,45 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
     """Each file through its reader; in a folder of several, files no reader can read are
     skipped with a diagnostic. Files are hashed while they are parsed."""
     inputs = job.inputs
-    total = sum(p.stat().st_size for p in inputs.files) or 1
+    total = sum(_size(p) for p in inputs.files) or 1
     warm = _warm_up_arrow()  # while the first file is read
     done = 0
     reads: list[_Read] = []
     skipped = DiagnosticLog()
+    for name, why in inputs.unreadable:
+        _rank_missing(skipped, name, why)
     for i, p in enumerate(inputs.files):
-        size = p.stat().st_size
+        size = _size(p)
         base = done
 
         def step(stage: str, frac: float, _b: int = base, _s: int = size) -> None:
             prog.update(stage, (_b + frac * _s) / total)
 
         step("read", 0.0)
-        raw = read_raw(p)
+        in_folder = inputs.from_directory is not None and len(inputs.files) > 1
+        try:
+            raw = read_raw(p)
+        except InputError as e:
+            if not in_folder:
+                raise
+            _rank_missing(skipped, p.name, e.message)
+            continue
         warm.join()  # before the parser forks: no thread may run then
         # hash the file in a thread while it is parsed (hashlib releases the GIL); the parser
         # starts it once it has forked its helper process
         hasher = cache.Hasher(raw) if job.digests[i] is None else None
         try:
             reader, data = open_trace(p, raw)
-            kw = {"path": p} if reader.opens_path else {}
-            r = reader.read(data, source=p.name, rank_hint=rank_from_filename(p.name),
-                            salvage=bool(job.options["salvage"]), progress=step,
-                            background=hasher.start if hasher else None, **kw)
+            r = _read_one(reader, data, p, bool(job.options["salvage"]), step,
+                          hasher.start if hasher else None)
             del data
         except TraceFormatError as e:
-            if inputs.from_directory is not None and len(inputs.files) > 1:
-                skipped.add("file-skipped", f"{p.name} skipped: {e.message}", severity="info",
-                            source=p.name)
+            if in_folder:
+                if _looks_like_trace(raw):
+                    _rank_missing(skipped, p.name, e.message)
+                else:
+                    skipped.add("file-skipped", f"{p.name} skipped: {e.message}",
+                                severity="info", source=p.name)
                 done += size
                 continue
             raise
@@ -241,6 +306,7 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
         formats = " or ".join(r.title for r in readers.READERS)
         raise TraceFormatError(f"no {formats} trace found among the files", path=inputs.display,
                                hint="; ".join(d.message for d in skipped.items)[:300] or None)
+    reads = join_memory(reads, inputs.display)  # a snapshot joins its trace's rank
     _one_format(reads, inputs)
     return reads, skipped
 
@@ -255,6 +321,59 @@ def _one_format(reads: list[_Read], inputs: Inputs) -> None:
         raise InputError(f"the files mix trace formats: {listing}", path=inputs.display,
                          hint="diagnose each format on its own (one folder or file list per "
                               "format); compare can put the two results side by side")
+
+
+def _read_one(reader: Reader, data: bytes, p: Path, salvage: bool,
+              step: Any, background: Any) -> RankRead:
+    """``reader.read`` of one file (errors as :func:`_reader_errors` makes them)."""
+    kw = {"path": p} if reader.opens_path else {}
+    return _reader_errors(p, lambda: reader.read(
+        data, source=p.name, rank_hint=rank_from_filename(p.name), **kw, salvage=salvage,
+        progress=step, background=background))
+
+
+def _reader_errors(p: Path, fn: Callable[[], Any]) -> Any:
+    """``fn()``, a reader at work on file ``p``; values no table can hold (beyond int64,
+    nested too deep) become a clear error naming the file instead of an internal error."""
+    try:
+        return fn()
+    except TraceInsightError as e:
+        if e.path is None:  # raised where the file name is not known
+            e.path = p.name
+        raise
+    except RecursionError:
+        raise TraceFormatError("holds values nested too deeply to read (thousands of levels)",
+                               path=p.name, hint="check how the file was produced") from None
+    except (OverflowError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError,
+            TypeError) as e:
+        raise TraceFormatError(
+            f"holds a value out of the range traceinsight reads ({type(e).__name__}: "
+            f"{str(e).splitlines()[0][:120] if str(e) else 'no detail'})", path=p.name,
+            hint="a time, id or count is beyond 64-bit integers or not a number; fix or drop "
+                 "that event (--debug shows where)") from e
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _looks_like_trace(raw: bytes) -> bool:
+    """Whether a file's first bytes look like a Kineto trace (a damaged rank file, not some
+    other JSON that happens to sit in the folder)."""
+    head = raw[:65536]
+    if head.startswith(b"\x1f\x8b"):
+        return True  # a damaged gzip: it was a trace file
+    return b'"traceEvents"' in head or b'"ph"' in head
+
+
+def _rank_missing(log: DiagnosticLog, name: str, why: str) -> None:
+    """A rank file of a folder that could not be read: a warning every output shows."""
+    log.add(RANK_MISSING, f"rank file {name} could not be read ({why}); its rank is missing "
+            "from every figure", severity="warning", source=name,
+            hint="fix or remove the file; --strict makes this an error")
 
 
 def _warm_up_arrow() -> threading.Thread:

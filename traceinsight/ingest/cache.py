@@ -1,9 +1,9 @@
 """The content-addressed store cache: where ingested stores are kept and how they are found.
 
 A store in the cache is named by its content key: a hash of the schema version, the ingest
-options and every input file's sha256 with its rank hint, so a copy of a trace seen before
-needs no parsing. An index maps a quick key (paths, sizes, mtimes) to the content key, so an
-unchanged file is found without even being read.
+options and every input file's sha256 with its rank hint. The key is always computed from the
+bytes (sha256 reads about 1 GB/s, far less than a parse), never from sizes or modification
+times: a trace rewritten in place with its size and mtime kept (``touch -r``) is a new trace.
 """
 
 from __future__ import annotations
@@ -17,9 +17,8 @@ from typing import Any
 
 from .. import schema
 from ..errors import InputError
-from .source import cache_key_for, rank_from_filename
-
-INDEX_MAX = 2000  #: entries kept in the index (the newest half survives a trim)
+from ..outputs import clean_stale
+from .source import rank_from_filename
 
 
 def cache_root() -> Path:
@@ -35,6 +34,11 @@ def store_path(key: str) -> Path:
     return cache_root() / "stores" / key
 
 
+def clean() -> None:
+    """Remove the temporaries of killed ingests from the cache (best effort)."""
+    clean_stale(cache_root() / "stores")
+
+
 def content_key(files: list[Path], digests: list[str], options: dict[str, Any]) -> str:
     """The content key of input ``files`` with sha256 ``digests`` read with ``options``."""
     h = hashlib.sha256()
@@ -43,44 +47,6 @@ def content_key(files: list[Path], digests: list[str], options: dict[str, Any]) 
     for d in sorted(f"{d}:{rank_from_filename(p.name)}" for p, d in zip(files, digests)):
         h.update(d.encode())
     return h.hexdigest()[:32]
-
-
-def quick_key(files: list[Path], options: dict[str, Any]) -> str:
-    """A key from the files' paths, sizes and mtimes and the options (no reading)."""
-    return cache_key_for(files) + json.dumps(options, sort_keys=True)
-
-
-def _index_path() -> Path:
-    return cache_root() / "index.json"
-
-
-def _read_index() -> dict[str, str]:
-    try:
-        data = json.loads(_index_path().read_text())
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
-
-
-def indexed(quick: str) -> str | None:
-    """The content key last stored for quick key ``quick``."""
-    return _read_index().get(quick)
-
-
-def remember(quick: str, key: str) -> None:
-    """Index content key ``key`` under quick key ``quick`` (best effort)."""
-    idx = _read_index()
-    idx[quick] = key
-    if len(idx) > INDEX_MAX:  # keep the index small: drop the oldest entries
-        idx = dict(list(idx.items())[-(INDEX_MAX // 2):])
-    p = _index_path()
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(f".tmp-{os.getpid()}")
-        tmp.write_text(json.dumps(idx))
-        os.replace(tmp, p)
-    except OSError:
-        pass  # the cache is an optimisation
 
 
 def file_digest(path: Path) -> str:
@@ -122,19 +88,3 @@ class Hasher:
             self._run()
         assert self._digest is not None
         return self._digest
-
-
-def same_stat(meta: dict[str, Any], files: list[Path], options: dict[str, Any]) -> bool:
-    """Whether store metadata ``meta`` was made from ``files`` as they are now (path, size and
-    mtime) with ``options``."""
-    if meta.get("ingest_options") != options:
-        return False
-    srcs = {s.get("path"): s for s in meta.get("sources", [])}
-    if len(srcs) != len(files):
-        return False
-    for p in files:
-        s = srcs.get(str(p.resolve()))
-        st = p.stat()
-        if not s or s.get("bytes") != st.st_size or s.get("mtime_ns") != st.st_mtime_ns:
-            return False
-    return True

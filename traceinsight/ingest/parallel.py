@@ -79,6 +79,22 @@ def release_pages(data: bytes, a: int, b: int) -> None:
         fn(start, end - start, 4)  # MADV_DONTNEED
 
 
+def _quiet_orphan(parent: int) -> None:
+    """In a forked helper, first thing: die with the parent (Linux ``PR_SET_PDEATHSIG``)
+    instead of printing a worker traceback when it is killed; Ctrl-C is the parent's."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the parent died before the signal was armed
+        os._exit(0)
+
+
 def _helper(i: int) -> tuple[dict[str, str], Any]:
     """In a forked helper: run part ``i``, write its tables as Arrow IPC files."""
     work, outdir = _SHARED["work"], _SHARED["dir"]
@@ -109,7 +125,8 @@ def fork_and_join(work: Callable[[int], Part], helpers: int, *,
 
     with tempfile.TemporaryDirectory(prefix="traceinsight-parse-") as tmp:
         _SHARED.update(work=work, dir=tmp)
-        pool = multiprocessing.get_context("fork").Pool(helpers)
+        pool = multiprocessing.get_context("fork").Pool(helpers, initializer=_quiet_orphan,
+                                                        initargs=(os.getpid(),))
         try:
             _SHARED.clear()
             results = pool.imap(_helper, range(helpers))

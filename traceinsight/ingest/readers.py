@@ -67,6 +67,9 @@ class RankMeta:
     framework: str | None = None
     display_time_unit: Any = None
     schema_version: Any = None  #: the source format's own version field
+    #: memory inputs (allocator snapshot, memory timeline): the allocator's settings as recorded
+    #: (allow-listed), the snapshot layout, and the memory files joined to this rank
+    memory: dict[str, Any] = field(default_factory=dict)
     #: what names this rank inside its file when a file holds several (nsys: process, GPUs)
     label: str | None = None
     #: what reading this file found (kept in the store's diagnostics, not per rank)
@@ -125,6 +128,9 @@ class Reader:
     read: ReadFn
     #: table -> column -> the source field that fills it (docs/STORE.md)
     column_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: a memory input (allocator snapshot, memory timeline): with traces, its rows join a
+    #: trace's rank instead of being a rank of their own
+    memory: bool = False
     #: ``read`` is also given ``path=`` (the file on disk), for formats opened in place
     opens_path: bool = False
 

@@ -17,7 +17,7 @@ import traceback
 from ..analysis import Analysis
 
 # the metric groups declare their metrics in the registry on import
-from . import comm, copies, memory, mode, precision, roofline, timing
+from . import comm, copies, memory, mode, precision, ranks, roofline, snapshot, timing
 from .options import RooflineOptions
 from .registry import (
     LOWER_BOUND_BELOW_PCT,
@@ -43,8 +43,10 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         ("mode", lambda: mode.compute(an, ms, options)),
         ("timing", lambda: timing.compute(an, ms)),
         ("memory", lambda: memory.compute(an, ms)),
+        ("memory snapshot", lambda: snapshot.compute(an, ms)),
         ("copies", lambda: copies.compute(an, ms)),
         ("communication", lambda: comm.compute(an, ms)),
+        ("cross-rank", lambda: ranks.compute(an, ms)),
         ("roofline", _roofline),
         ("precision", lambda: precision.compute(an, ms, options)),
     )

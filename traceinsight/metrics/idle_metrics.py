@@ -25,7 +25,7 @@ from .idle import (
     IdleSplit,
     idle_split,
 )
-from .registry import MetricSet, declare
+from .registry import MetricSet, declare, declare_fact
 
 NEEDS = "GPU kernels"
 HINT = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"
@@ -80,7 +80,7 @@ for _n, _d in (
     ("host_stall_detail", "the allocator calls and host events behind idle_host_pct"),
     ("sync_detail", "the blocking calls behind idle_sync_pct"),
 ):
-    declare(_n, "text", _d)
+    declare_fact(_n, _d)
 
 #: idle metric -> the causes it sums
 METRIC_CAUSES = {"idle_input_pct": ("input",), "idle_sync_pct": ("sync", "copy"),
@@ -153,12 +153,12 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     ms.evidence["nonsteady"] = _nonsteady_rows(total, wait, wall)
     kind, detail = _nonsteady_text(total, wait, wall, call_rows,
                                    call_df[call_df["cause"] == "capture"])
-    text = ms.evidence.setdefault("text", {})
-    text.update({"nonsteady_kind": kind, "nonsteady_detail": detail,
-                 "host_stall_detail": _stall_text(stall_rows, wall),
-                 "sync_detail": _calls_text(
-                     [r for r in call_rows if r["cause"] in ("copy", "sync")], wall)
-                 or "no blocking call of 50 µs or more"})
+    ms.set_fact("nonsteady_kind", kind)
+    ms.set_fact("nonsteady_detail", detail)
+    ms.set_fact("host_stall_detail", _stall_text(stall_rows, wall))
+    ms.set_fact("sync_detail", _calls_text(
+        [r for r in call_rows if r["cause"] in ("copy", "sync")], wall)
+        or "no blocking call of 50 µs or more")
 
 
 def _call_rows(df: pd.DataFrame, wall: int) -> list[dict]:

@@ -1,8 +1,10 @@
 """The metric registry: every metric is declared once (name, unit, meaning, what capture
 option it needs), and a :class:`MetricSet` holds the values measured for one run.
 
-The metric groups (timing, memory, copies, comm, roofline, precision, mode) declare their
-metrics here on import.
+The metric groups (timing, memory, memory snapshot, copies, comm, cross-rank, roofline,
+precision, mode) declare their metrics here on import. Text facts (what a message quotes: a call
+site, the calls behind a stall) are declared with :func:`declare_fact` and set with
+:meth:`MetricSet.set_fact`; rules name them like metrics, but they are never conditions.
 """
 
 from __future__ import annotations
@@ -26,6 +28,9 @@ class MetricInfo:
 REGISTRY: dict[str, MetricInfo] = {}
 #: a lower-bound metric whose coverage is below this is shown as "≥ value"
 LOWER_BOUND_BELOW_PCT = 50.0
+#: text facts rule messages may quote (a call site to look at): name -> meaning. Their values
+#: are strings in ``MetricSet.evidence["facts"]``.
+FACTS: dict[str, str] = {}
 
 
 def declare(name: str, unit: str, doc: str, *, needs: str | None = None,
@@ -52,6 +57,13 @@ def coverage_table(values: dict[str, float | None]) -> dict[str, dict]:
     return out
 
 
+def declare_fact(name: str, doc: str) -> None:
+    """Add a text fact to :data:`FACTS` (once per name)."""
+    if name in FACTS or name in REGISTRY:  # pragma: no cover - a programming error
+        raise ValueError(f"fact {name} declared twice")
+    FACTS[name] = doc
+
+
 @dataclass
 class MetricSet:
     """Run-level values, per-rank values, evidence tables, and why each missing metric is."""
@@ -76,6 +88,12 @@ class MetricSet:
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)
+
+    def set_fact(self, name: str, text: str) -> None:
+        """A text fact (declared with :func:`declare_fact`) in ``evidence["facts"]``."""
+        if name not in FACTS:  # pragma: no cover - a programming error
+            raise KeyError(f"undeclared fact {name}")
+        self.evidence.setdefault("facts", {})[name] = text
 
     def rank_set(self, rank: int, name: str, value: float | None) -> None:
         if value is not None:

@@ -41,7 +41,7 @@ from ..analysis import Analysis, StepWindow, WindowBreakdown
 from ..analysis import intervals as iv
 from ..analysis.attribution import name_matches
 from .idle import BLOCKING_MIN_NS, COPY_CALL_RE, LAUNCH_CALL_RE, SYNC_CALL_RE, idle_split
-from .registry import MetricSet, declare
+from .registry import MetricSet, declare, declare_fact
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
@@ -84,7 +84,7 @@ for _n, _d in (
     ("slow_steps_detail", "the slow steps, how much slower than the median, and what grew"),
     ("slowest_step_detail", "the slowest slow step and what grew the most in it"),
 ):
-    declare(_n, "text", _d)
+    declare_fact(_n, _d)
 
 STAT_METRICS = ("step_time_p50_ns", "step_time_p90_ns", "step_time_p99_ns", "step_time_max_ns",
                 "step_time_mean_ns", "step_time_cv_pct", "step_time_max_over_p50_ratio",
@@ -443,8 +443,8 @@ def _texts(ms: MetricSet, excluded: list[StepStat], slow: list[dict], slowest: l
                   f"(+{fmt.fmt_ns(x['over_median_ns'])} over the median: {grew})")
     if len(slow) > MAX_DETAIL:
         sl.append(f"{len(slow) - MAX_DETAIL} more")
-    text = ms.evidence.setdefault("text", {})
-    text["steps_excluded_detail"] = "; ".join(ex) if ex else "none"
-    text["slow_steps_detail"] = "; ".join(sl) if sl else f"no step over {SLOW_FACTOR}x the median"
-    text["slowest_step_detail"] = (f"{name(slowest[0]['rank'], slowest[0]['step'])}, "
-                                   f"{slowest[0]['cause']}" if slowest else "none")
+    ms.set_fact("steps_excluded_detail", "; ".join(ex) if ex else "none")
+    ms.set_fact("slow_steps_detail",
+                "; ".join(sl) if sl else f"no step over {SLOW_FACTOR}x the median")
+    ms.set_fact("slowest_step_detail", f"{name(slowest[0]['rank'], slowest[0]['step'])}, "
+                                       f"{slowest[0]['cause']}" if slowest else "none")

@@ -27,6 +27,10 @@ def kernel_count(r: DiagnosisResult) -> int:
     return int(cov.get("kernels") or 0)
 
 
+#: the device line of a memory snapshot (or timeline export) diagnosed without a trace
+MEMORY_ONLY = "memory input only (no profiler trace)"
+
+
 def device_line(r: DiagnosisResult) -> str:
     """One line: which device the run used and how traceinsight knows."""
     dev = r.extra.get("device") or {}
@@ -34,6 +38,8 @@ def device_line(r: DiagnosisResult) -> str:
     resolved = dev.get("resolved")
     how = dev.get("how")
     raw = dev.get("name")
+    if r.trace.get("memory_only"):
+        return MEMORY_ONLY
     if not has_gpu(r):
         return "no GPU (CPU-only trace)"
     if how == "matched" and resolved:
@@ -64,6 +70,8 @@ def device_name(r: DiagnosisResult) -> str:
     """The device in a few words (headers): its name, or why there is none."""
     dev = r.extra.get("device") or {}
     names = list(dict.fromkeys(str(n) for n in r.trace.get("devices") or []))
+    if r.trace.get("memory_only"):
+        return MEMORY_ONLY
     if not has_gpu(r):
         return "no GPU (CPU-only trace)"
     if dev.get("how") == "matched" and names:
@@ -157,7 +165,7 @@ def viewer_hint(r: DiagnosisResult) -> str:
         return ""
     where = (f"search for {v['marker']}, select it and press F to zoom to it"
              if v.get("marker") else "the window shown is the whole GPU span")
-    return (f"load {src} in Perfetto (ui.perfetto.dev, Open trace file) or chrome://tracing "
+    return (f"load {src} at ui.perfetto.dev (Open trace file) or in chrome://tracing "
             f"(Load); {where}: rank {v.get('rank')}, ts {ts[0]:.3f} – {ts[1]:.3f} µs in the "
             "file.")
 

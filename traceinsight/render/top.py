@@ -89,4 +89,4 @@ def render_top(df: pd.DataFrame, by: str, n: int, *, coverage: dict[str, Any], r
     lines.append(table)
     if total_rows > n:
         lines.append(f"… {total_rows - n:,} more (use -n)")
-    return "\n".join(lines)
+    return for_terminal("\n".join(lines))

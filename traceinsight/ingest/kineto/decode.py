@@ -95,25 +95,17 @@ def _decode_top(data: bytes, source: str, diags: DiagnosticLog, *, exact_text: b
         typ = _TopRaw if batched else _TopEvents
     dec = msgspec.json.Decoder(typ, float_hook=str if exact_text else None)
     try:
-        return dec.decode(data)
+        try:
+            return repair.decode_checked(dec.decode, data, source)
+        except msgspec.ValidationError:
+            raise
+        except msgspec.DecodeError as e:
+            return repair.recover(data, str(e), dec.decode, source, diags, salvage=salvage)
     except msgspec.ValidationError as e:
         raise TraceFormatError(
             f"JSON but not a PyTorch profiler trace ({e})", path=source,
             hint="expected an object with a 'traceEvents' list of events (or a bare list of "
                  "events)") from e
-    except msgspec.DecodeError as e:
-        if "truncated" in str(e) and salvage:
-            cut = repair.salvage_truncated(data, diags, source)
-            if cut is not None:
-                return dec.decode(cut)
-        fixed = repair.repair_json(data, str(e), source, diags)
-        try:
-            return dec.decode(fixed)
-        except msgspec.ValidationError as e2:
-            raise TraceFormatError(f"JSON but not a PyTorch profiler trace ({e2})", path=source,
-                                   hint="expected an object with a 'traceEvents' list") from e2
-        except msgspec.DecodeError as e2:
-            raise repair.explain_decode_error(data, str(e2), source) from e2
 
 
 def _events_and_header(top: Any, source: str) -> tuple[list, dict[str, Any], str]:
@@ -394,6 +386,13 @@ def _diagnose_ingest(st: State) -> None:
     if st.negative_durations:
         d.add("negative-durations", "negative durations clamped to 0", source=src,
               count=st.negative_durations)
+    if st.missing_durations:
+        d.add("missing-durations", "complete events without a readable dur read as 0 µs",
+              source=src, count=st.missing_durations)
+    if st.negative_ts:
+        d.add("negative-timestamps", "events with a negative ts (before the trace's time "
+              "origin) kept as recorded: the span and the step windows may be wrong",
+              source=src, count=st.negative_ts)
     for what, n in st.bad.items():
         d.add("invalid-values", f"events or values dropped: {what}", source=src, count=n)
 

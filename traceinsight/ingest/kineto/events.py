@@ -224,6 +224,8 @@ class State:
     thread_names: dict[str, str] = field(default_factory=dict)
     args_dec: dict = field(default_factory=dict)
     negative_durations: int = 0
+    missing_durations: int = 0  #: complete events whose dur is absent or unreadable (read as 0)
+    negative_ts: int = 0  #: events before the time origin
 
     def builders(self) -> dict[str, TableBuilder]:
         """One empty builder per store table."""
@@ -237,7 +239,8 @@ class State:
     def hand_back(self) -> dict[str, Any]:
         """What a helper's state adds to the parent's (picklable)."""
         return {"counts": self.counts, "bad": self.bad, "tstats": self.tstats,
-                "negative": self.negative_durations, "process_names": self.process_names,
+                "negative": self.negative_durations, "missing_dur": self.missing_durations,
+                "negative_ts": self.negative_ts, "process_names": self.process_names,
                 "process_labels": self.process_labels, "thread_names": self.thread_names,
                 "diags": self.diags.items}
 
@@ -248,6 +251,8 @@ class State:
         for k in ("rounded", "invalid", "negative"):
             setattr(self.tstats, k, getattr(self.tstats, k) + getattr(r["tstats"], k))
         self.negative_durations += r["negative"]
+        self.missing_durations += r["missing_dur"]
+        self.negative_ts += r["negative_ts"]
         self.process_names.update(r["process_names"])
         self.process_labels.update(r["process_labels"])
         self.thread_names.update(r["thread_names"])
@@ -256,12 +261,14 @@ class State:
 
 def times(st: State, evs: list[Event], *, with_dur: bool = True) -> tuple[pa.Array, pa.Array]:
     ts = us_to_ns(list(map(TS, evs)), st.tstats)
+    st.negative_ts += int(pc.sum(pc.less(ts, 0)).as_py() or 0)
     if st.base_ns:
-        ts = pc.add(ts, st.base_ns)
+        ts = pc.add_checked(ts, st.base_ns)
     dur = None
     if with_dur:
         dur = us_to_ns(list(map(DUR, evs)), st.tstats)
         if dur.null_count:
+            st.missing_durations += dur.null_count
             dur = pc.fill_null(dur, 0)
         neg = int(pc.sum(pc.less(dur, 0)).as_py() or 0)
         if neg:

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ...redact import clean_text
 from ..columns import (
     TableBuilder,
     dict_col,
@@ -481,9 +482,9 @@ def _meta(st: State, evs: list[Event]) -> None:
             continue
         pid = None if e.pid is None else str(e.pid)
         if e.name == "process_name" and isinstance(x.name, str):
-            st.process_names[pid] = x.name[:200]  # type: ignore[index]
+            st.process_names[pid] = clean_text(x.name)  # type: ignore[index]
         elif e.name == "process_labels" and isinstance(x.labels, str):
-            st.process_labels[pid] = x.labels[:200]  # type: ignore[index]
+            st.process_labels[pid] = clean_text(x.labels)  # type: ignore[index]
         elif e.name == "thread_name" and isinstance(x.name, str):
-            st.thread_names[f"{pid}/{e.tid}"] = x.name[:200]
+            st.thread_names[f"{pid}/{e.tid}"] = clean_text(x.name)
     st.counts["metadata"] += 0  # a 0 entry in event_counts (the events are counted as "meta")

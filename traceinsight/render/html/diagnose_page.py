@@ -21,17 +21,17 @@ from ...vocab import CLASSES, is_more_row
 from .. import describe
 from .cells import css_ident, evidence_columns, table
 from .charts.breakdown import SEGMENTS, class_chart, rank_chart
-from .charts.memory import memory_chart
+from .charts.ranks import ranks_view
 from .charts.roofline import roofline_chart
 from .charts.steps import SLOW_STEP_FACTOR, step_chart
 from .charts.timeline import timeline_chart
 from .environment import render_page
 from .host import host_view
+from .memory_view import capacity_share, memory_view
 
 MAX_STEP_ROWS = 1000
 MAX_RANK_ROWS = 1024
 MAX_RANK_BARS = 64
-MAX_MEMORY_CHARTS = 4
 MAX_RANK_LINES = 16
 EXPOSED_COMM_WARN_PCT = 10.0
 EXPOSED_COMM_BAD_PCT = 20.0
@@ -45,6 +45,9 @@ NAV = [("findings", "Findings"), ("steps", "Steps"), ("breakdown", "GPU time"),
 #: a run without GPU kernels: the host view instead of the GPU sections
 HOST_NAV = [("findings", "Findings"), ("host", "Host time"), ("memory", "Memory"),
             ("diagnostics", "Data quality"), ("metadata", "Run")]
+#: a memory snapshot (or timeline export) diagnosed without a trace
+MEMORY_NAV = [("findings", "Findings"), ("memory", "Memory"), ("diagnostics", "Data quality"),
+              ("metadata", "Run")]
 
 
 def render_html(result: DiagnosisResult) -> str:
@@ -78,17 +81,19 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "host": host,
         "subtitle": _subtitle(r),
         "kpis": _kpis(r),
-        "nav": HOST_NAV if host else NAV,
+        "nav": MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV,
+        "memory_only": bool(r.trace.get("memory_only")),
         "findings": [_finding(f, i) for i, f in enumerate(findings)],
         "rules_fired": len(findings),
         "steps": _steps(r),
         "breakdown": _breakdown(r),
+        "ranks": ranks_view((r.extra or {}).get("cross_rank")),
         "timeline": _timeline(r),
         "layers": _layers(r),
         "ops": _ops(r),
         "kernels": _kernels(r),
         "roofline": _roofline(r),
-        "memory": _memory(r),
+        "memory": memory_view(r),
         "diagnostics": _diagnostics(r),
         "metadata": _metadata(r),
     }
@@ -161,10 +166,9 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
             f"modelled FLOPs / peak; {fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time modelled"
             if c.get("coverage_pct") is not None else "modelled FLOPs / peak")
     if mv.get("peak_reserved_bytes") is not None:
-        cap = mv.get("device_memory_bytes")
+        share = capacity_share(r)  # the same share the memory section quotes
         add("Peak memory", fmt.fmt_bytes(mv["peak_reserved_bytes"]),
-            f"reserved; {fmt.fmt_pct(mv.get('peak_reserved_capacity_pct'), 0)} of "
-            f"{fmt.fmt_bytes(cap)}" if cap else "reserved")
+            f"reserved; {share[0]} of {share[1]}" if share else "reserved")
     if mv.get("kernels_per_step") is not None:
         med = mv.get("median_kernel_ns")
         add("Kernels / step", fmt.fmt_num(mv["kernels_per_step"], 0),
@@ -235,9 +239,9 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
             line = rank_compute.setdefault(srow["rank"], [None] * len(steps))
             line[pos[srow["step"]]] = float(srow.get("compute_ns") or 0)
         if len(rank_compute) > MAX_RANK_LINES:  # the slowest and fastest ranks, by median
-            order = sorted(rank_compute, key=lambda k: _median(
+            by_median = sorted(rank_compute, key=lambda k: _median(
                 [v for v in rank_compute[k] if v is not None]))
-            keep = set(order[: MAX_RANK_LINES // 2] + order[-(MAX_RANK_LINES // 2):])
+            keep = set(by_median[: MAX_RANK_LINES // 2] + by_median[-(MAX_RANK_LINES // 2):])
             rank_compute = {k: v for k, v in rank_compute.items() if k in keep}
     chart, size = step_chart(reps, median, {id(x) for x in slow}, multi, rank_compute)
     # the table: one row per step (its slowest rank), the slowest MAX_STEP_ROWS steps
@@ -452,42 +456,6 @@ def _roofline_why(r: DiagnosisResult) -> str:
                 "(traceinsight devices) or --peak-tflops/--peak-bw.")
     why = miss.get("roof_efficiency_pct") or miss.get("flops_modelled_pct")
     return f"No roofline points: {why}." if why else "No op could be modelled for the roofline."
-
-
-def _memory(r: DiagnosisResult) -> dict[str, Any]:
-    mem = r.memory
-    series = [s for s in (mem or {}).get("timeline") or [] if s.get("ts_ns")]
-    if not mem or not series:
-        return {"empty": "No [memory] events: record with profile_memory=True to see allocated "
-                         "and reserved memory over time."}
-    peak = mem.get("peak") or {}
-    cap = peak.get("capacity_bytes") or r.metrics.get("values", {}).get("device_memory_bytes")
-    key = (peak.get("rank"), peak.get("device"))
-    series = sorted(series, key=lambda s: ((s.get("rank"), s.get("device")) != key,
-                                           -max(s.get("reserved") or [0]), s.get("rank") or 0))
-    charts = [memory_chart(s, cap) for s in series[:MAX_MEMORY_CHARTS]]
-    tops = mem.get("top_allocators") or []
-    growth = mem.get("growth") or {}
-    g_rows = []
-    if growth.get("steps") and growth.get("allocated_at_step_end"):
-        g_rows = [[s, b] for s, b in zip(growth["steps"], growth["allocated_at_step_end"])]
-    return {
-        "empty": "", "charts": charts, "more": max(0, len(series) - MAX_MEMORY_CHARTS),
-        "peak": {"rank": peak.get("rank"), "device": peak.get("device"),
-                 "allocated": fmt.fmt_bytes(peak.get("peak_allocated_bytes")),
-                 "reserved": fmt.fmt_bytes(peak.get("peak_reserved_bytes")),
-                 "gap": fmt.fmt_bytes(peak.get("gap_at_peak_bytes")),
-                 "capacity": fmt.fmt_bytes(cap) if cap else "unknown",
-                 "capacity_pct": fmt.fmt_pct(100 * float(peak.get("peak_reserved_bytes") or 0)
-                                             / cap) if cap else "–"},
-        "top": table("tbl-allocators", [("op", "text"), ("allocated", "bytes"),
-                                        ("allocations", "count")],
-                     [[t.get("op"), t.get("bytes"), t.get("allocations")] for t in tops],
-                     limit=10) if tops else None,
-        "growth": table("tbl-growth", [("step", "text"), ("allocated at step end", "bytes")],
-                        g_rows, limit=10, sortable=False) if g_rows else None,
-        "slope": fmt.fmt_bytes(growth.get("slope")) if growth.get("slope") is not None else "",
-    }
 
 
 # --- diagnostics and metadata -----------------------------------------------------------------

@@ -1,4 +1,11 @@
-"""Allocated and reserved memory of one rank's device over time, against its capacity."""
+"""Allocated and reserved memory of one rank's device over time, against its capacity.
+
+The capacity line is drawn at its true height whenever the capacity fits a scale on which the
+data still fills at least half the plot (:data:`CAPACITY_SCALE`); above that it is named in a
+corner note, never drawn at a height it does not have. Points where allocated exceeds reserved
+(impossible for the allocator, so a defect of the recorded totals) are counted for a
+data-quality note.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,15 @@ from typing import Any
 from .... import fmt
 from ..svg import Svg, path, ticks
 
+#: the capacity is drawn to scale when it is at most this multiple of the data's maximum
+CAPACITY_SCALE = 2.0
 
-def memory_chart(s: dict[str, Any], cap: float | None) -> dict[str, Any]:
-    """The chart of one ``memory.timeline`` series (``ts_ns``, ``allocated``, ``reserved``), with
-    its rank, device and number of points."""
+
+def memory_chart(s: dict[str, Any], cap: float | None, *, x_unit: str = "ns",
+                 label: str | None = None) -> dict[str, Any]:
+    """The chart of one memory series (``ts_ns``, ``allocated``, ``reserved``), with its rank,
+    device, number of points and how often allocated lies above reserved. ``x_unit``: ns (time
+    since the first point) or actions (the position in an allocator trace without times)."""
     ts = [float(t) for t in s.get("ts_ns") or []]
     al = [float(v or 0) for v in s.get("allocated") or []]
     rs = [float(v or 0) for v in s.get("reserved") or []]
@@ -23,11 +35,11 @@ def memory_chart(s: dict[str, Any], cap: float | None) -> dict[str, Any]:
     span = span or 1.0
     dmax = max(rs + al + [1.0])
     capf = float(cap) if cap else 0.0
-    on_scale = bool(cap) and capf <= 1.6 * dmax
-    vmax = (capf * 1.04) if on_scale else dmax * 1.12
+    on_scale = bool(cap) and capf <= CAPACITY_SCALE * dmax
+    vmax = max(capf, dmax) * 1.04 if on_scale else dmax * 1.12
     scale, unit = _byte_unit(vmax)
-    svg = Svg(W, H, f"Memory of rank {s.get('rank')} device {s.get('device')}: allocated and "
-                    "reserved over time")
+    svg = Svg(W, H, label or f"Memory of rank {s.get('rank')} device {s.get('device')}: "
+                             "allocated and reserved over time")
 
     def X(t: float) -> float:
         return L + pw * (t - t0) / span
@@ -40,7 +52,11 @@ def memory_chart(s: dict[str, Any], cap: float | None) -> dict[str, Any]:
         svg.line(L, y, L + pw, y, "grid")
         svg.text(L - 6, y + 4, f"{v:g} {unit}", "axis", "end")
     for v in ticks(span, 8):
-        svg.text(X(t0 + v), T + ph + 16, fmt.fmt_ns(v) if v else "0", "axis", "middle")
+        text = (fmt.fmt_ns(v) if v else "0") if x_unit == "ns" else f"{v:g}"
+        svg.text(X(t0 + v), T + ph + 16, text, "axis", "middle")
+    if x_unit != "ns":
+        svg.text(L + pw, T + ph + 32, "allocator actions (the snapshot records no times)",
+                 "axis", "end")
     if n:
         base = Y(0)
         area = [(X(ts[0]), base)] + [(X(t), Y(a)) for t, a in zip(ts, al)] + [(X(ts[-1]), base)]
@@ -50,20 +66,23 @@ def memory_chart(s: dict[str, Any], cap: float | None) -> dict[str, Any]:
         svg.path(path((X(t), Y(v)) for t, v in zip(ts, rs)), "mem-reserved",
                  f"reserved (peak {fmt.fmt_bytes(max(rs))})")
         i = max(range(n), key=lambda k: al[k])
+        at = f"+{fmt.fmt_ns(ts[i] - t0)}" if x_unit == "ns" else f"action {int(ts[i] - t0)}"
         svg.circle(X(ts[i]), Y(al[i]), 4, "mem-peak",
-                   f"peak allocated {fmt.fmt_bytes(al[i])} at +{fmt.fmt_ns(ts[i] - t0)}; "
-                   f"reserved then {fmt.fmt_bytes(rs[i])}")
-    if cap:
-        yc = Y(float(cap)) if on_scale else T + 1
-        svg.line(L, yc, L + pw, yc, "mem-cap" if on_scale else "mem-cap off-scale",
-                 f"device capacity {fmt.fmt_bytes(cap)}")
-        lbl = (f"capacity {fmt.fmt_bytes(cap)}" if on_scale else
-               f"capacity {fmt.fmt_bytes(cap)} ↑ off scale (peak reserved "
-               f"{fmt.fmt_pct(100 * dmax / float(cap), 1)})")
-        svg.text(L + pw - 4, yc + 13, lbl, "axis cap-lbl", "end")
+                   f"peak allocated {fmt.fmt_bytes(al[i])} at {at}; reserved then "
+                   f"{fmt.fmt_bytes(rs[i])}")
+    if cap and on_scale:
+        yc = Y(capf)
+        svg.line(L, yc, L + pw, yc, "mem-cap", f"device capacity {fmt.fmt_bytes(cap)}")
+        svg.text(L + pw - 4, yc + 13, f"capacity {fmt.fmt_bytes(cap)}", "axis cap-lbl", "end")
+    elif cap:
+        svg.text(L + pw - 4, T + 12, f"capacity {fmt.fmt_bytes(cap)}: above this scale (peak "
+                 f"{fmt.fmt_pct(100 * dmax / capf, 1)} of it)", "axis cap-lbl", "end")
     svg.line(L, T + ph, L + pw, T + ph, "axis-line")
+    above = [a - r for a, r in zip(al, rs) if a > r]
     return {"rank": s.get("rank"), "device": s.get("device"), "chart": svg.to_dict(),
-            "points": n}
+            "points": n, "above_reserved": len(above),
+            "above_reserved_max": max(above, default=0.0),
+            "reserved_missing": n > 0 and not any(rs)}
 
 
 def _byte_unit(v: float) -> tuple[float, str]:

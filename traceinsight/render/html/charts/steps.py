@@ -93,9 +93,9 @@ def step_chart(reps: list[dict[str, Any]], median: float, slow_ids: set[int],
             x, y = pts[0]
             pts = [(x - bw / 2, y), (x + bw / 2, y)]
         known = [v for v in vals if v is not None]
-        tip = (f"rank {rank}: compute per step, median {fmt.fmt_ns(sorted(known)[len(known) // 2])}"
-               f" over {len(known)} steps")
-        svg.polyline(pts, f"rank-line rank-c{k % RANK_COLOURS}", tip, data_rank=str(rank))
+        line_tip = (f"rank {rank}: compute per step, median "
+                    f"{fmt.fmt_ns(sorted(known)[len(known) // 2])} over {len(known)} steps")
+        svg.polyline(pts, f"rank-line rank-c{k % RANK_COLOURS}", line_tip, data_rank=str(rank))
         near = next((e for e in ends if abs(e[1] - pts[-1][1]) < 9), None)
         if near is not None:  # lines that end together share one label
             near[2].append(str(rank))

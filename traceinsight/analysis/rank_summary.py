@@ -1,0 +1,207 @@
+"""Per-rank summaries: what the cross-rank analysis needs of one rank, small and JSON-ready.
+
+A summary holds a rank's totals (the per-rank row of the result's summary, computed by the
+same code), its step windows with their time split (compute, GPU idle, communication and its
+exposed part) and one record per communication kernel (collective kind, process group, sequence
+number where recorded, stream, step, start, duration, message size). It is computed from an
+:class:`~traceinsight.analysis.Analysis` of any store that holds the rank: the rank's own
+partition (``rank=N/``, read alone by a worker: :func:`summarize_partition`), or a whole store
+already analysed in this process. Both give the same summary (``tests/test_ranks.py``).
+
+A partition's summary is cached in its ``derived/`` folder, keyed by the code and the rank's
+source, so a second diagnosis of the job reads it back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from ..resources import code_digest
+from . import Analysis
+
+if TYPE_CHECKING:
+    from ..metrics.registry import MetricSet
+    from ..store import TraceStore
+
+__all__ = ["STEP_KEYS", "RankTask", "rank_summary", "summaries", "summarize_partition"]
+
+#: the time split of a step window kept per rank
+STEP_KEYS = ("wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_exposed_ns",
+             "memcpy_exposed_ns", "memset_exposed_ns", "kernels")
+#: the columns of a rank's collective records
+COLL_KEYS = ("kind", "pg", "seq", "stream", "step", "start_ns", "dur_ns", "bytes", "group_size")
+SUMMARY_VERSION = 1
+
+_DTYPE_BYTES = {"float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8,
+                "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "int8": 1,
+                "uint8": 1, "char": 1, "byte": 1, "bool": 1, "float8_e4m3fn": 1,
+                "float8_e5m2": 1}
+
+
+def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]:
+    """The summary of every rank of the store ``an`` analyses, in rank order (``ms``: its
+    metrics when already computed, for the per-rank memory peaks)."""
+    if ms is None:
+        from ..metrics import memory
+        from ..metrics.registry import MetricSet
+
+        ms = MetricSet()
+        memory.compute(an, ms)
+    ranks = sorted({int(r["rank"]) for r in an.store.ranks})
+    return [rank_summary(an, rank, ms) for rank in ranks]
+
+
+def rank_summary(an: Analysis, rank: int, ms: MetricSet) -> dict[str, Any]:
+    """The summary of rank ``rank`` of the store ``an`` analyses."""
+    from ..diagnose.sections import summary
+
+    rows = summary(_OneRank(an, rank), ms)["ranks"]
+    totals = next((r for r in rows if r["rank"] == rank), {"rank": rank})
+    steps = [{"step": int(w.step), "start_ns": int(w.start_ns), "end_ns": int(w.end_ns),
+              "host_ns": None if w.host_ns is None else int(w.host_ns),
+              **{k: int(getattr(w, k)) for k in STEP_KEYS}}
+             for w in an.breakdown.steps if w.rank == rank and w.step is not None]
+    meta = next((r for r in an.store.ranks if r.get("rank") == rank), {})
+    dist = meta.get("distributed") or {}
+    return {"version": SUMMARY_VERSION, "rank": rank, "totals": totals, "steps": steps,
+            "collectives": collective_records(an, rank),
+            "pg_config": dist.get("pg_config") or [],
+            "world_size": dist.get("world_size")}
+
+
+class _OneRank:
+    """An analysis seen through one rank (what ``sections.summary`` iterates over)."""
+
+    def __init__(self, an: Analysis, rank: int) -> None:
+        self.attribution = an.attribution
+        self.breakdown = an.breakdown
+        self.cache = an.cache  #: the step statistics of the whole analysis, computed once
+        self.store = _RankMetaOnly([r for r in an.store.ranks if r.get("rank") == rank],
+                                   an.store)
+
+
+@dataclass(frozen=True)
+class _RankMetaOnly:
+    ranks: list[dict[str, Any]]
+    whole: Any  #: the store itself (its tables)
+
+    def table(self, name: str, columns: list[str] | None = None) -> Any:
+        return self.whole.table(name, columns)
+
+
+def collective_records(an: Analysis, rank: int) -> dict[str, list[Any]]:
+    """One record per communication kernel of ``rank``, columnar: its collective kind, process
+    group and sequence number (from the ``record_param_comms`` op that launched it, or the
+    kernel's own args), stream, step, start, duration and message size."""
+    from ..metrics.comm import collective_kind
+
+    g = an.attribution.gpu
+    comm = g[(g["rank"] == rank) & (g["kind"] == "kernel") & (g["cls"] == "communication")]
+    comm = comm.sort_values(["start_ns", "stream"], kind="stable")
+    n = len(comm)
+    if not n:
+        return {k: [] for k in COLL_KEYS}
+    ops = an.store.table("cpu_ops")
+    cols = [c for c in ("in_msg_nelems", "out_msg_nelems", "group_size", "dtype",
+                        "collective_name", "pg_name", "seq") if c in ops.column_names]
+    full = ops.select(cols).to_pandas()
+    parent = an.attribution.ops["parent"].to_numpy()
+    has_args = ~pd.isna(full["in_msg_nelems"].to_numpy())
+    m = len(has_args)
+    found = np.full(n, -1, dtype=np.int64)  # the record_param_comms op of each kernel
+    cur = comm["op_idx"].to_numpy(np.int64).copy()
+    for _ in range(8):  # up the op tree to the op that carries the collective's args
+        live = (cur >= 0) & (cur < m) & (found < 0)
+        if not live.any():
+            break
+        hit = np.zeros(n, dtype=bool)
+        hit[live] = has_args[cur[live]]
+        found[hit] = cur[hit]
+        up = live & ~hit
+        nxt = np.full(n, -1, dtype=np.int64)
+        nxt[up] = parent[cur[up]]
+        cur = nxt
+    kinds, pgs, seqs, sizes, groups = [], [], [], [], []
+    names = comm["name"].astype(str).to_numpy()
+    for i in range(n):
+        j = found[i]
+        if j < 0:
+            kinds.append(collective_kind(names[i]))
+            pgs.append(None)
+            seqs.append(None)
+            sizes.append(None)
+            groups.append(None)
+            continue
+        row = full.iloc[j]
+        cname = str(row["collective_name"]) if not pd.isna(row["collective_name"]) else ""
+        kinds.append(collective_kind(cname or names[i]))
+        pgs.append(None if pd.isna(row.get("pg_name")) else str(row["pg_name"]))
+        seq = row.get("seq") if "seq" in row else None
+        seqs.append(None if seq is None or pd.isna(seq) else int(seq))
+        nel = row["out_msg_nelems"] if ("gather" in cname.lower()
+                                        and not pd.isna(row["out_msg_nelems"])) else row[
+            "in_msg_nelems"]
+        bpe = _DTYPE_BYTES.get(str(row["dtype"]).lower().replace("c10::", ""))
+        sizes.append(int(nel) * bpe if bpe is not None and not pd.isna(nel) else None)
+        groups.append(None if pd.isna(row["group_size"]) else int(row["group_size"]))
+    steps = [None if s is None or pd.isna(s) else int(s) for s in comm["step"].to_numpy()]
+    return {"kind": kinds, "pg": pgs, "seq": seqs,
+            "stream": [int(s) for s in comm["stream"].to_numpy()],
+            "step": steps, "start_ns": [int(x) for x in comm["start_ns"].to_numpy()],
+            "dur_ns": [int(x) for x in comm["dur_ns"].to_numpy()],
+            "bytes": sizes, "group_size": groups}
+
+
+# --- one partition, in a worker --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankTask:
+    """Summarise the ranks stored in partition folder ``path`` (``fresh``: ignore the cache)."""
+
+    path: str
+    fresh: bool = False
+
+
+def summarize_partition(task: RankTask) -> list[dict[str, Any]]:
+    """The summaries of the ranks of one partition (runs in a worker: reads that partition's
+    tables alone; a file of several ranks makes one partition of them all)."""
+    from ..store import TraceStore
+
+    store = TraceStore.open(task.path)
+    name = _cache_name(store)
+    if not task.fresh:
+        text = store.read_derived(name)
+        if text:
+            try:
+                cached = json.loads(text)
+                if (isinstance(cached, list) and cached
+                        and all(c.get("version") == SUMMARY_VERSION for c in cached)):
+                    return cached
+            except (ValueError, AttributeError):
+                pass
+    out = summarize_store(store)
+    store.write_derived(name, json.dumps(out))
+    return out
+
+
+def summarize_store(store: TraceStore) -> list[dict[str, Any]]:
+    """The summary of every rank of ``store`` (analysed here)."""
+    from . import plain_strings
+
+    with plain_strings():
+        return summaries(Analysis(store))
+
+
+def _cache_name(store: TraceStore) -> str:
+    import hashlib
+
+    parts = {"code": code_digest(), "sources": [s.get("sha256") for s in
+                                                store.meta.get("sources", [])],
+             "tables": store.meta.get("tables"), "v": SUMMARY_VERSION}
+    key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
+    return f"rank-summary-{key}.json"

@@ -1,0 +1,168 @@
+"""Memory inputs beside traces: an allocator snapshot or a memory-timeline export joins the
+rank of the trace it was recorded with.
+
+``diagnose trace.json.gz --memory-snapshot snap.pickle`` ingests both files into one store.
+The memory file is not a rank of its own: its rows take the rank of its trace (the rank in its
+file name, else the only rank of the run), and the trace's rank metadata lists it under
+``memory.inputs``. Without traces, memory files are the run: a snapshot and a timeline export
+of the same rank are joined the same way.
+"""
+
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+
+from ..errors import InputError
+from ..store import read_meta
+from . import readers
+from .readers import RankRead
+from .source import GZIP_MAGIC, rank_from_filename
+
+
+class _ReadLike(Protocol):
+    path: Path
+    digest: str
+    result: RankRead
+
+
+def with_memory(paths: Sequence[str | Path], memory: Sequence[str | Path]) -> list[Path]:
+    """The inputs of ``diagnose PATHS --memory-snapshot MEMORY``: the trace files (a folder's
+    files listed) and the memory files, each checked to be a memory input by its content."""
+    if not memory:
+        return [Path(p) for p in paths]
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir() and read_meta(p) is not None:
+            raise InputError("a memory snapshot joins traces, not a store", path=p,
+                             hint="pass the trace files with --memory-snapshot")
+        if p.is_dir():  # its trace files, as a folder input lists them
+            sfx = readers.suffixes()
+            out.extend(sorted(q for q in p.iterdir()
+                              if q.is_file() and q.name.lower().endswith(sfx)))
+        else:
+            out.append(p)
+    for raw in memory:
+        p = Path(raw)
+        _check_memory_file(p)
+        out.append(p)
+    return out
+
+
+def _check_memory_file(p: Path) -> None:
+    """``p`` is read by a memory reader (its first bytes, gzip removed)."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(65536)
+    except FileNotFoundError:
+        raise InputError("no such file", path=p, hint="check the --memory-snapshot path") from None
+    except OSError as e:
+        raise InputError(f"cannot read: {e.strerror}", path=p, hint="check the path") from None
+    if head.startswith(GZIP_MAGIC):
+        try:
+            head = zlib.decompressobj(wbits=31).decompress(head, 4096)
+        except (zlib.error, gzip.BadGzipFile):
+            head = b""
+    for r in readers.READERS:
+        if r.sniff(head[:4096]):
+            if r.memory:
+                return
+            raise InputError(f"is a {r.title} file, not a memory snapshot", path=p,
+                             hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() "
+                                  "output or a memory-timeline export; pass traces as inputs")
+    raise InputError("is not a memory snapshot or memory-timeline export", path=p,
+                     hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() output")
+
+
+def is_memory(read: _ReadLike) -> bool:
+    """Whether ``read`` came from a memory reader (snapshot, timeline)."""
+    fmt = read.result.meta.format
+    return any(r.memory and r.name == fmt for r in readers.READERS)
+
+
+def join(reads: list[Any], display: str) -> list[Any]:
+    """``reads`` with each memory read joined to its rank's read (see the module)."""
+    mem = [r for r in reads if is_memory(r)]
+    if not mem:
+        return reads
+    ranks = [r for r in reads if not is_memory(r)]
+    if not ranks:  # a memory-only run: the first snapshot per rank carries the others
+        ranks, mem = _primaries(mem)
+    by_rank = {r.result.meta.rank: r for r in ranks}
+    taken: dict[tuple[int, str], str] = {}
+    for m in mem:
+        hint = rank_from_filename(m.path.name)
+        if hint is not None and hint in by_rank:
+            target = by_rank[hint]
+        elif len(by_rank) == 1:
+            target = next(iter(by_rank.values()))
+        else:
+            raise InputError(
+                f"cannot tell which rank {m.path.name} belongs to", path=display,
+                hint="name the memory file with its rank (e.g. snapshot_rank-3.pickle)")
+        key = (target.result.meta.rank, m.result.meta.format)
+        if key in taken:
+            raise InputError(f"two {m.result.meta.format} files for rank {key[0]}: "
+                             f"{taken[key]} and {m.path.name}", path=display,
+                             hint="give one memory snapshot (and one timeline) per rank")
+        taken[key] = m.path.name
+        _join_one(target, m)
+    return ranks
+
+
+def _primaries(mem: list[Any]) -> tuple[list[Any], list[Any]]:
+    """Without traces: one read per rank carries the rank (snapshots first), others join it."""
+    order = sorted(mem, key=lambda r: r.result.meta.format != "cuda-memory-snapshot")
+    first: dict[int, Any] = {}
+    rest = []
+    for r in order:
+        rank = r.result.meta.rank
+        if rank in first or (r.result.meta.rank_source == "default" and first):
+            rest.append(r)
+        else:
+            first[rank] = r
+    for r in order:  # a file that carries a rank records its own origin too
+        if r in first.values():
+            r.result.meta.memory.setdefault("inputs", []).append(_origin(r))
+    return list(first.values()), rest
+
+
+def _origin(m: Any) -> dict[str, Any]:
+    meta = m.result.meta
+    return {"name": m.path.name, "format": meta.format, "sha256": m.digest,
+            "bytes": _size(m.path), "layout": meta.memory.get("snapshot_layout"),
+            "span_ns": meta.span_ns}
+
+
+def _join_one(target: Any, m: Any) -> None:
+    t, src = target.result, m.result
+    rank = t.meta.rank
+    for name, table in src.tables.items():
+        if not table.num_rows:
+            continue
+        table = table.set_column(table.schema.get_field_index("rank"), "rank",
+                                 pa.array([rank] * table.num_rows, pa.int32()))
+        have = t.tables.get(name)
+        t.tables[name] = (pa.concat_tables([have, table], promote_options="default")
+                          if have is not None and have.num_rows else table)
+    mem = t.meta.memory
+    for k, v in src.meta.memory.items():
+        if k != "inputs":
+            mem.setdefault(k, v)
+    mem.setdefault("inputs", []).append(_origin(m))
+    for name, n in src.counts.items():
+        t.counts[name] = t.counts.get(name, 0) + n
+    t.meta.diagnostics.extend(src.meta.diagnostics)
+
+
+def _size(p: Path) -> int | None:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return None
