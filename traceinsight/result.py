@@ -118,7 +118,7 @@ class DiagnosisResult:
             raise InputError("no such file", path=path, hint="check the path")
         except (ValueError, RecursionError) as e:
             raise InputError(f"invalid JSON ({str(e)[:200]})", path=path,
-                             hint="pass a result written by traceinsight diagnose --json")
+                             hint="pass a result written by traceinsight diagnose --json") from None
         return cls.from_dict(data, source=path)
 
 
