@@ -20,7 +20,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import __version__, schema
+from .. import __version__, prehash, schema
 from ..diagnostics import DiagnosticLog
 from ..errors import InputError, TraceFormatError, TraceInsightError
 from ..outputs import check_store_target
@@ -227,6 +227,9 @@ class _Read:
 
 
 def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
+    for i, p in enumerate(job.inputs.files):  # hashed while the command started (joined:
+        if job.digests[i] is None:             # no thread may run when the reader forks)
+            job.digests[i] = prehash.take(p)
     parent = job.out.parent if job.out is not None else cache.store_path("-").parent
     parts = streamed.Parts(parent, job.out.name if job.out is not None else "ingest")
     try:
