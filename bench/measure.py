@@ -31,7 +31,7 @@ with open(sys.argv[1], "w") as f:
 
 
 class TreeSampler:
-    """Samples the summed RSS (every 50 ms) and PSS (every 200 ms) of a process tree.
+    """Samples the summed RSS (every 50 ms) and PSS (every ``pss_every``-th sample) of a tree.
 
     ``ru_maxrss`` covers one process only; traceinsight parses large files in two forked
     workers, so the fair figure is the whole tree. PSS splits pages shared by several
@@ -39,11 +39,12 @@ class TreeSampler:
     them once per process and is the strict upper bound. Both are reported.
     """
 
-    def __init__(self, root_pid: int, interval: float = 0.05) -> None:
+    def __init__(self, root_pid: int, interval: float = 0.05, pss_every: int = 4) -> None:
         import threading
 
         self.root = root_pid
         self.interval = interval
+        self.pss_every = pss_every
         self.peak_rss_kb = 0
         self.peak_pss_kb = 0
         self._stop = threading.Event()
@@ -89,7 +90,7 @@ class TreeSampler:
         n = 0
         pids: list[int] = []
         while not self._stop.is_set():
-            if n % 5 == 0:  # the tree changes rarely: rescan /proc every 5th sample
+            if n % 2 == 0:  # helpers come and go: rescan /proc every 2nd sample
                 pids = self._tree(self.root)
             rss = 0
             for pid in pids:  # statm is cheap: RSS every sample
@@ -99,7 +100,7 @@ class TreeSampler:
                 except OSError:
                     pass
             self.peak_rss_kb = max(self.peak_rss_kb, rss)
-            if n % 4 == 0:  # smaps_rollup walks the page tables: PSS every 4th sample
+            if n % self.pss_every == 0:  # smaps_rollup walks the page tables
                 self.peak_pss_kb = max(self.peak_pss_kb, sum(self._mem(p)[1] for p in pids))
             n += 1
             self._stop.wait(self.interval)
@@ -110,7 +111,8 @@ class TreeSampler:
 
 
 def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3600,
-            label: str = "", log_lines: tuple[str, ...] = (), sample: bool = True) -> dict:
+            label: str = "", log_lines: tuple[str, ...] = (), sample: bool = True,
+            pss_every: int = 4) -> dict:
     """Run ``cmd`` in a fresh process: wall time, its own peak RSS (wait4 rusage), and (with
     ``sample``) the peak summed RSS / PSS of its process tree."""
     exe = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
@@ -118,8 +120,8 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float
             tempfile.NamedTemporaryFile("r", suffix=".rusage") as rep:
         p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, rep.name, exe, *cmd[1:]],
                              stdout=out, stderr=err, env=env, cwd=str(ROOT), start_new_session=True)
-        sampler = (TreeSampler(p.pid) if sample and os.path.exists("/proc/self/smaps_rollup")
-                   else None)
+        sampler = (TreeSampler(p.pid, pss_every=pss_every)
+                   if sample and os.path.exists("/proc/self/smaps_rollup") else None)
         try:
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -86,7 +86,8 @@ def cli(args: list[Any], cwd: Path, *, stdin: bytes | None = None, timeout: floa
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, 9)
         out, err = p.communicate()
-        raise AssertionError(f"timed out after {timeout} s: {args}\n{err.decode()[-500:]}")
+        raise AssertionError(f"timed out after {timeout} s: {args}\n{err.decode()[-500:]}"
+                             ) from None
     try:
         rc, kb = res.read_text().split()
     finally:

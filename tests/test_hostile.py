@@ -75,7 +75,7 @@ def test_force_never_replaces_the_folder_holding_the_input(tmp_path: Path) -> No
 def test_store_output_is_never_the_working_folder_or_above(tmp_path: Path, out: str) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    t = write(work / "t.json", trace())
+    write(work / "t.json", trace())
     before = snapshot(work)
     error(cli(["ingest", "t.json", "-o", out, "--force"], work), "working folder")
     assert snapshot(work) == before
@@ -329,11 +329,21 @@ def _rules_dir(tmp_path: Path, text: str, name: str = "mine.yaml") -> Path:
 
 def test_billion_laughs_rule_file(tmp_path: Path, t: Path) -> None:
     lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
-    lines += [f"a{i}: &a{i} [{', '.join(['*a%d' % (i - 1)] * 9)}]" for i in range(1, 10)]
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
     d = _rules_dir(tmp_path, "\n".join(lines) + "\n")
     assert len((d / "mine.yaml").read_bytes()) < 2048
     run = cli(["rules", "--rules", d], tmp_path, timeout=60)
     error(run, "mine.yaml", "alias")
+    bounded(run)
+
+
+def test_billion_laughs_device_file(tmp_path: Path) -> None:
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    f = tmp_path / "devices.yaml"
+    f.write_text("\n".join(lines) + "\n")
+    run = cli(["devices"], tmp_path, env={"TRACEINSIGHT_DEVICES": str(f)}, timeout=60)
+    error(run, "devices.yaml", "alias")
     bounded(run)
 
 

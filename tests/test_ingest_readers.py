@@ -107,7 +107,12 @@ def test_kineto_reads_through_the_registry(tmp_path: Path, monkeypatch: pytest.M
         calls.append(kw["source"])
         return kineto.read(data, **kw)
 
-    monkeypatch.setattr(readers, "READERS", [replace(kineto, read=counted)])
+    def counted_stream(path: Path, sink: object, **kw) -> object:  # the large-file entry
+        calls.append(kw["source"])
+        return kineto.stream(path, sink, **kw)
+
+    monkeypatch.setattr(readers, "READERS", [replace(kineto, read=counted,
+                                                     stream=counted_stream)])
     b = KinetoTraceBuilder(rank=3, world_size=4)
     b.launch("k", cpu_start=0, gpu_start=1_000, gpu_dur=2_000)
     p = b.write(tmp_path / "t.json.gz")

@@ -30,7 +30,7 @@ def _no_compute(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_second_diagnosis_is_read_back(store, monkeypatch: pytest.MonkeyPatch) -> None:
     first = dg.diagnose(store, command=["traceinsight", "diagnose", "a"])
     files = list((store.path / "derived").iterdir())
-    key = dg.result_key(store, dg.load_rules(), None)
+    key = dg.result_key(store)
     assert [f.name for f in files] == [f"diagnosis-{key}.json"]
     _no_compute(monkeypatch)
     again = dg.diagnose(store, command=["traceinsight", "diagnose", "b"])

@@ -22,7 +22,7 @@ from .cli_profile import profile
 from .cli_ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
-    from .metrics.options import RooflineOptions
+    from .options import RooflineOptions
     from .result import DiagnosisResult
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -270,9 +270,12 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
       traceinsight diagnose trace.json.gz --memory-snapshot snapshot.pickle
       traceinsight diagnose snapshot.pickle
     """
+    from .prehash import start as start_hashing
+
+    start_hashing(inputs)  # the traces' sha256 (the cache key) while the library imports
     from .diagnose import diagnose as run_diagnose
     from .ingest import load
-    from .metrics.options import RooflineOptions
+    from .options import RooflineOptions
     from .outputs import check_files
     from .progress import Progress
     from .render.terminal import render
@@ -445,7 +448,7 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
     """
     from .comparability import gate
     from .compare import compare as run_compare
-    from .metrics.options import RooflineOptions
+    from .options import RooflineOptions
     from .outputs import check_files
     from .render.terminal import render_compare
 

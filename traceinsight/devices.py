@@ -171,6 +171,9 @@ def _read_yaml(path: Path) -> Any:
                           hint=f"check the path given to --devices or ${ENV_VAR}") from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read device file: {e}", path=path) from None
+    from .safeyaml import refuse_aliases
+
+    refuse_aliases(text, path, "device file")  # a "billion laughs" would expand to GBs
     try:
         return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:

@@ -41,12 +41,7 @@ def load(path: Path, *, what: str = "rule file") -> Any:
         raise ConfigError(f"{what} is not UTF-8 text (byte {e.start:,})", path=path,
                           hint="save the file as UTF-8") from None
     try:
-        for event in yaml.parse(text, Loader=_LOADER):
-            if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
-                line = event.start_mark.line + 1 if event.start_mark else "?"
-                raise ConfigError(f"uses a YAML alias or anchor (line {line}), which a {what} "
-                                  "may not", path=path,
-                                  hint="write the repeated values out in full")
+        refuse_aliases(text, path, what)
         return yaml.load(text, Loader=_LOADER)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
@@ -57,6 +52,20 @@ def load(path: Path, *, what: str = "rule file") -> Any:
     except RecursionError:
         raise ConfigError("YAML is nested too deeply", path=path,
                           hint=f"a {what} is a few levels of mappings and lists") from None
+
+
+def refuse_aliases(text: str, path: Path | str, what: str) -> None:
+    """A clear error when YAML ``text`` uses an anchor or alias (read as events: nothing is
+    expanded). YAML syntax errors pass through to the caller's own loading."""
+    try:
+        events = list(yaml.parse(text, Loader=_LOADER))
+    except yaml.YAMLError:
+        return
+    for event in events:
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
+            line = event.start_mark.line + 1 if event.start_mark else "?"
+            raise ConfigError(f"uses a YAML alias or anchor (line {line}), which a {what} "
+                              "may not", path=path, hint="write the repeated values out in full")
 
 
 def check_format_spec(spec: str | None, field: str, source: str) -> None:

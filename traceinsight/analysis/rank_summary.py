@@ -14,6 +14,7 @@ source, so a second diagnosis of the job reads it back.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -53,14 +54,21 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
         ms = MetricSet()
         memory.compute(an, ms)
     ranks = sorted({int(r["rank"]) for r in an.store.ranks})
-    return [rank_summary(an, rank, ms) for rank in ranks]
+    g = an.attribution.gpu
+    by_rank = {int(k): v for k, v in g.groupby("rank", sort=False)} if len(ranks) > 1 else {}
+    return [rank_summary(an, rank, ms, by_rank.get(rank, g.iloc[:0]) if by_rank else None)
+            for rank in ranks]
 
 
-def rank_summary(an: Analysis, rank: int, ms: MetricSet) -> dict[str, Any]:
-    """The summary of rank ``rank`` of the store ``an`` analyses."""
+def rank_summary(an: Analysis, rank: int, ms: MetricSet,
+                 gpu: pd.DataFrame | None = None) -> dict[str, Any]:
+    """The summary of rank ``rank`` of the store ``an`` analyses (``gpu``: that rank's rows of
+    the attributed GPU activities, when already split out: each rank is then summarised from
+    its own rows, in time linear in the job)."""
     from ..diagnose.sections import summary
 
-    rows = summary(_OneRank(an, rank), ms)["ranks"]
+    one = _OneRank(an, rank, gpu)
+    rows = summary(one, ms)["ranks"]
     totals = next((r for r in rows if r["rank"] == rank), {"rank": rank})
     steps = [{"step": int(w.step), "start_ns": int(w.start_ns), "end_ns": int(w.end_ns),
               "host_ns": None if w.host_ns is None else int(w.host_ns),
@@ -69,7 +77,7 @@ def rank_summary(an: Analysis, rank: int, ms: MetricSet) -> dict[str, Any]:
     meta = next((r for r in an.store.ranks if r.get("rank") == rank), {})
     dist = meta.get("distributed") or {}
     return {"version": SUMMARY_VERSION, "rank": rank, "totals": totals, "steps": steps,
-            "collectives": collective_records(an, rank),
+            "collectives": collective_records(one, rank),
             "pg_config": dist.get("pg_config") or [],
             "world_size": dist.get("world_size")}
 
@@ -77,10 +85,15 @@ def rank_summary(an: Analysis, rank: int, ms: MetricSet) -> dict[str, Any]:
 class _OneRank:
     """An analysis seen through one rank (what ``sections.summary`` iterates over)."""
 
-    def __init__(self, an: Analysis, rank: int) -> None:
-        self.attribution = an.attribution
+    def __init__(self, an: Analysis, rank: int, gpu: pd.DataFrame | None = None) -> None:
+        self.attribution = (an.attribution if gpu is None
+                            else dataclasses.replace(an.attribution, gpu=gpu))
         self.breakdown = an.breakdown
-        self.cache = an.cache  #: the step statistics of the whole analysis, computed once
+        if gpu is not None:  # step statistics are cached for the whole analysis: never from
+            from ..metrics.steps import step_stats  # one rank's rows
+
+            step_stats(an)
+        self.cache = an.cache  #: shared with the whole analysis (step statistics, comm args)
         self.store = _RankMetaOnly([r for r in an.store.ranks if r.get("rank") == rank],
                                    an.store)
 
@@ -94,7 +107,7 @@ class _RankMetaOnly:
         return self.whole.table(name, columns)
 
 
-def collective_records(an: Analysis, rank: int) -> dict[str, list[Any]]:
+def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
     """One record per communication kernel of ``rank``, columnar: its collective kind, process
     group and sequence number (from the ``record_param_comms`` op that launched it, or the
     kernel's own args), stream, step, start, duration and message size."""
@@ -106,10 +119,12 @@ def collective_records(an: Analysis, rank: int) -> dict[str, list[Any]]:
     n = len(comm)
     if not n:
         return {k: [] for k in COLL_KEYS}
-    ops = an.store.table("cpu_ops")
-    cols = [c for c in ("in_msg_nelems", "out_msg_nelems", "group_size", "dtype",
-                        "collective_name", "pg_name", "seq") if c in ops.column_names]
-    full = ops.select(cols).to_pandas()
+    full = an.cache.get("collective_args")
+    if full is None:  # the collective args of every op, converted once per analysis
+        ops = an.store.table("cpu_ops")
+        cols = [c for c in ("in_msg_nelems", "out_msg_nelems", "group_size", "dtype",
+                            "collective_name", "pg_name", "seq") if c in ops.column_names]
+        full = an.cache["collective_args"] = ops.select(cols).to_pandas()
     parent = an.attribution.ops["parent"].to_numpy()
     has_args = ~pd.isna(full["in_msg_nelems"].to_numpy())
     m = len(has_args)

@@ -13,27 +13,49 @@ import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
-from ..analysis import Analysis, with_plain_strings
-from ..analysis.host import host_view
 from ..devices import ENV_VAR as DEVICES_ENV
-from ..distributed import current as current_runner
-from ..engine import evaluate, load_rules
-from ..headline import headline
-from ..metrics import REGISTRY, compute_metrics, coverage_table
-from ..metrics.options import RooflineOptions
-from ..progress import Progress
+from ..options import RooflineOptions
 from ..redact import redact_text
-from ..resources import code_digest
+from ..resources import code_digest, data_dir
 from ..result import DiagnosisResult, clean, primary_of
-from ..store import TraceStore
-from . import memory as memory_parts
-from . import sections
-from .viewer import open_in_viewer
+
+if TYPE_CHECKING:
+    from ..progress import Progress
+    from ..store import TraceStore
 
 __all__ = ["diagnose", "headline", "result_key"]
+
+#: names this module offers that are imported on first use: a result read back from the cache
+#: needs none of the analysis stack (no pandas), so a second ``diagnose`` starts quickly
+_LAZY = {
+    "Analysis": ("..analysis", "Analysis"),
+    "evaluate": ("..engine", "evaluate"),
+    "load_rules": ("..engine", "load_rules"),
+    "compute_metrics": ("..metrics", "compute_metrics"),
+    "headline": ("..headline", "headline"),
+}
+
+
+def _load(name: str) -> Any:
+    """Module global ``name`` of :data:`_LAZY`, imported now (a value set before, e.g. by a
+    test, is kept)."""
+    g = globals()
+    if name not in g:
+        import importlib
+
+        mod, attr = _LAZY[name]
+        m = importlib.import_module(mod, __name__)
+        g[name] = m if attr is None else getattr(m, attr)
+    return g[name]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return _load(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
@@ -44,23 +66,31 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
     same code, rules, thresholds and options is read back from the store's ``derived/``
     folder instead of recomputed (only ``command`` differs); a new result is saved there.
     ``progress`` is told each phase (attribution, metrics, rules, sections)."""
-    rules = load_rules([Path(d) for d in rules_dirs or []], list(overrides or []))
+    from ..distributed import current as current_runner
+
     cmd = [redact_text(str(c)) for c in (command or [])]
     cache = cache and not current_runner().fresh  # --no-cache
-    key = result_key(store, rules, options) if cache else None
+    key = result_key(store, rules_dirs, overrides, options) if cache else None
     if key:
         cached = _read_cached(store, key)
         if cached is not None:
             return dataclasses.replace(cached, command=cmd)
+    from ..progress import Progress
+
+    rules = _load("load_rules")([Path(d) for d in rules_dirs or []], list(overrides or []))
     result = _diagnose(store, rules, options, cmd, progress or Progress("analyse", quiet=True))
     if key:
         store.write_derived(_cache_name(key), result.to_json(indent=None))
     return result
 
 
-def result_key(store: TraceStore, rules: list[Any], options: RooflineOptions | None) -> str | None:
-    """What a diagnosis depends on, hashed: the store's sources, the code, the rules with their
-    thresholds, the options and a user device table. None for a store that is not on disk."""
+def result_key(store: TraceStore, rules_dirs: Sequence[str | Path] | None = None,
+               overrides: Sequence[str] | None = None,
+               options: RooflineOptions | None = None) -> str | None:
+    """What a diagnosis depends on, hashed: the store's sources, the code, the rule files
+    (shipped and ``rules_dirs``) and the ``--set`` overrides as given, the options and a user
+    device table. Rules are hashed as text, not parsed, so a cached result is found without
+    the analysis stack. None for a store that is not on disk."""
     if not store.path.is_dir():
         return None
     dev_file = os.environ.get(DEVICES_ENV)
@@ -75,12 +105,27 @@ def result_key(store: TraceStore, rules: list[Any], options: RooflineOptions | N
         "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
         "tables": store.meta.get("tables"),
         "code": code_digest(),
-        "rules": [dataclasses.asdict(r) for r in rules],
+        "rules": _rules_digest([data_dir("rules"), *(Path(d) for d in rules_dirs or [])]),
+        "overrides": [str(o).strip() for o in overrides or []],
         "options": (options or RooflineOptions()).__dict__,
         "devices": dev,
     }
     text = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _rules_digest(dirs: list[Path]) -> list[str]:
+    """sha256 of each rules folder's ``*.yaml`` files, in the order the rules load."""
+    out = []
+    for d in dirs:
+        h = hashlib.sha256(str(d).encode() + b"\0")
+        try:
+            for f in sorted(d.glob("*.yaml")):
+                h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        except OSError as e:
+            h.update(f"unreadable: {e}".encode())
+        out.append(h.hexdigest())
+    return out
 
 
 def _cache_name(key: str) -> str:
@@ -99,9 +144,25 @@ def _read_cached(store: TraceStore, key: str) -> DiagnosisResult | None:
         return None
 
 
-@with_plain_strings
 def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
               cmd: list[str], progress: Progress) -> DiagnosisResult:
+    from ..analysis import plain_strings
+
+    with plain_strings():
+        return _diagnose_plain(store, rules, options, cmd, progress)
+
+
+def _diagnose_plain(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
+                    cmd: list[str], progress: Progress) -> DiagnosisResult:
+    from ..analysis import Analysis
+    from ..analysis.host import host_view
+    from ..engine import evaluate
+    from ..metrics import REGISTRY, coverage_table
+    from . import memory as memory_parts
+    from . import sections
+    from .viewer import open_in_viewer
+
+    compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
     an = Analysis(store)
     progress.stage("attribution", 0.0)
     an.attribution  # noqa: B018 - computed here so that the phase shows as its own
@@ -136,7 +197,7 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
                **memory_parts.trace_extra(store)},
         headline=sections.missing_ranks(store) + (
             memory_parts.headline(findings, ms, mem) if mem_only
-            else headline(findings, ms.values, an)),
+            else _load("headline")(findings, ms.values, an)),
         primary=primary_of(findings),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],

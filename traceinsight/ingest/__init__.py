@@ -20,14 +20,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import __version__, schema
+from .. import __version__, prehash, schema
 from ..diagnostics import DiagnosticLog
 from ..errors import InputError, TraceFormatError, TraceInsightError
 from ..outputs import check_store_target
 from ..progress import Progress
 from ..store import TraceStore, is_valid_store, read_meta, write_store
-from . import cache, readers
+from . import cache, readers, streamed
 from .cache import cache_root
+from .columns import arrow_without_pandas
 from .kineto import READER as KINETO
 from .memory_inputs import join as join_memory
 from .memory_inputs import with_memory
@@ -226,7 +227,19 @@ class _Read:
 
 
 def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
-    reads, skipped = _read_all(job, prog)
+    for i, p in enumerate(job.inputs.files):  # hashed while the command started (joined:
+        if job.digests[i] is None:             # no thread may run when the reader forks)
+            job.digests[i] = prehash.take(p)
+    parent = job.out.parent if job.out is not None else cache.store_path("-").parent
+    parts = streamed.Parts(parent, job.out.name if job.out is not None else "ingest")
+    try:
+        return _read_and_write_parts(job, prog, parts)
+    finally:
+        parts.cleanup()
+
+
+def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> TraceStore:
+    reads, skipped = _read_all(job, prog, parts)
     key = job.key
     target = job.out if job.out is not None else cache.store_path(key)
     if job.out is None:
@@ -237,7 +250,9 @@ def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
                 return TraceStore.open(target)
     _assign_ranks(reads, job.inputs)
     prog.update("write", 1.0)
-    tables, meta = _assemble(reads, skipped, key, job.options)
+    reads = sorted(reads, key=lambda r: r.result.meta.rank)
+    tables, rows = streamed.store_tables([r.result for r in reads], parts)
+    meta = _store_meta(reads, skipped, key, job.options)
     try:
         store = write_store(target, meta, tables, replace=True)
     except OSError as e:
@@ -245,12 +260,12 @@ def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
         raise InputError(f"cannot write the store: {e.strerror or e}", path=target,
                          hint=f"check that {where} is writable (TRACEINSIGHT_CACHE_DIR sets "
                               "the cache's place)") from None
-    gpu_rows = sum(r.result.tables["gpu_activities"].num_rows for r in reads)
-    prog.done(f"{gpu_rows:,} GPU activities, {len(reads)} rank(s) -> {target}")
+    prog.done(f"{rows['gpu_activities']:,} GPU activities, {len(reads)} rank(s) -> {target}")
     return store
 
 
-def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
+def _read_all(job: _Job, prog: Progress,
+              parts: streamed.Parts) -> tuple[list[_Read], DiagnosticLog]:
     """Each file through its reader; in a folder of several, files no reader can read are
     skipped with a diagnostic. Files are hashed while they are parsed."""
     inputs = job.inputs
@@ -271,7 +286,7 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
         step("read", 0.0)
         in_folder = inputs.from_directory is not None and len(inputs.files) > 1
         try:
-            raw = read_raw(p)
+            head = streamed.head_of(p)
         except InputError as e:
             if not in_folder:
                 raise
@@ -280,15 +295,24 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
         warm.join()  # before the parser forks: no thread may run then
         # hash the file in a thread while it is parsed (hashlib releases the GIL); the parser
         # starts it once it has forked its helper process
-        hasher = cache.Hasher(raw) if job.digests[i] is None else None
+        hasher = streamed.FileHasher(p) if job.digests[i] is None else None
         try:
-            reader, data = open_trace(p, raw)
-            r = _read_one(reader, data, p, bool(job.options["salvage"]), step,
-                          hasher.start if hasher else None)
-            del data
+            r = streamed.read_streamed(p, head, parts, rank_hint=rank_from_filename(p.name),
+                                       progress=step, background=hasher.start if hasher else None,
+                                       wrap=lambda fn, _p=p: _reader_errors(_p, fn))
+            if r is None:  # read whole: the readers without a stream entry, damaged files
+                if hasher and hasher.started:
+                    job.digests[i] = hasher.result()  # no thread may run when the reader forks
+                    hasher = None
+                raw = read_raw(p)
+                reader, data = open_trace(p, raw)
+                del raw
+                r = _read_one(reader, data, p, bool(job.options["salvage"]), step,
+                              hasher.start if hasher else None)
+                del data
         except TraceFormatError as e:
             if in_folder:
-                if _looks_like_trace(raw):
+                if _looks_like_trace(head):
                     _rank_missing(skipped, p.name, e.message)
                 else:
                     skipped.add("file-skipped", f"{p.name} skipped: {e.message}",
@@ -296,8 +320,6 @@ def _read_all(job: _Job, prog: Progress) -> tuple[list[_Read], DiagnosticLog]:
                 done += size
                 continue
             raise
-        finally:
-            del raw
         if hasher:
             job.digests[i] = hasher.result()
         reads.extend(_Read(p, job.digests[i] or "", part) for part in r.parts())
@@ -377,13 +399,11 @@ def _rank_missing(log: DiagnosticLog, name: str, why: str) -> None:
 
 
 def _warm_up_arrow() -> threading.Thread:
-    """Arrow imports pandas on its first Python-list conversion (~0.45 s). Do it in a thread
-    while the trace file is read, so the parser (and the helper it forks) start warm."""
-
-    def run() -> None:
-        pa.array([0])
-
-    t = threading.Thread(target=run, daemon=True)
+    """Arrow's first Python-list conversion looks for pandas, an import the ingest never needs
+    (0.2-0.45 s): that look is made now, without pandas (``columns.arrow_without_pandas``).
+    Returns a finished thread (callers join it before forking)."""
+    arrow_without_pandas()
+    t = threading.Thread(target=lambda: None, daemon=True)
     t.start()
     return t
 
@@ -423,6 +443,12 @@ def _assemble(reads: list[_Read], skipped: DiagnosticLog, key: str,
         parts = [r.result.tables[name] for r in reads]
         tables[name] = (pa.concat_tables(parts, promote_options="default") if len(parts) > 1
                         else parts[0])
+    return tables, _store_meta(reads, skipped, key, options)
+
+
+def _store_meta(reads: list[_Read], skipped: DiagnosticLog, key: str,
+                options: dict[str, Any]) -> dict[str, Any]:
+    """``meta.json`` of a store of ``reads`` (in rank order), less the table counts."""
     diags = DiagnosticLog()
     diags.extend(skipped)
     for r in reads:
@@ -443,4 +469,4 @@ def _assemble(reads: list[_Read], skipped: DiagnosticLog, key: str,
                          for r in reads},
         "diagnostics": diags.to_list(),
     }
-    return tables, meta
+    return meta

@@ -10,6 +10,7 @@ and may be counted. Repeated strings are dictionary-encoded once per distinct va
 from __future__ import annotations
 
 import re
+import sys
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from .. import schema
 
 __all__ = [
     "TableBuilder",
+    "arrow_without_pandas",
     "build_tables",
     "dict_col",
     "dictionary",
@@ -33,6 +35,30 @@ __all__ = [
     "repeat_col",
     "xyz_cols",
 ]
+
+
+class _HoldBackPandas:
+    """A meta-path finder that refuses ``pandas`` (installed only around Arrow's probe)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("pandas is not needed to read a trace")
+
+
+def arrow_without_pandas() -> None:
+    """Arrow looks for pandas on its first conversion of a Python sequence (``pa.array``): an
+    import of 0.2-0.45 s and 40 MB that reading a trace never needs. Let that first look find
+    no pandas. Arrow still imports pandas the first time a conversion needs it
+    (``to_pandas``, ``from_pandas``); until then ``pa.array`` of a pandas object would read it
+    as a plain sequence (nothing in the package converts pandas objects that way)."""
+    if "pandas" in sys.modules:
+        return
+    finder = _HoldBackPandas()
+    sys.meta_path.insert(0, finder)
+    try:
+        pa.array([0])
+    finally:
+        sys.meta_path.remove(finder)
 
 
 class TableBuilder:
@@ -140,12 +166,16 @@ def dictionary(codes: Any, vals: list[str], null_codes: Sequence[int] = ()) -> p
 
 
 def dict_col(values: list) -> pa.Array:
-    """Dictionary-encoded strings (non-strings are converted with str()). Distinct values are
-    found with a Python dict (one hash per value), so each distinct string is converted and
-    copied once."""
+    """Dictionary-encoded strings (non-strings are converted with str()). Text and None are
+    encoded by Arrow in C; a column mixing in other types finds its distinct values with a
+    Python dict (one hash per value), so each distinct value is converted once."""
     n = len(values)
     if values.count(None) == n:
         return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
+    try:
+        return pa.array(values, type=pa.string()).dictionary_encode()
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
     d: dict = {}
     sd = d.setdefault
     codes = [sd(v, len(d)) for v in values]

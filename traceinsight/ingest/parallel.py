@@ -10,6 +10,7 @@ file does not count twice in the memory of the process tree.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import sys
@@ -93,6 +94,177 @@ def _quiet_orphan(parent: int) -> None:
         pass
     if os.getppid() != parent:  # the parent died before the signal was armed
         os._exit(0)
+
+
+# --- chunks claimed one at a time, results handed on in order ------------------------------
+
+#: chunks this process may parse ahead of the one it hands on next (each waits in memory)
+AHEAD = 2
+#: chunks a helper may claim ahead of the one handed on next (their rows wait on disk)
+HELPER_AHEAD = 6
+
+
+def write_ipc(tables: dict[str, pa.Table], folder: str, prefix: str) -> dict[str, str]:
+    """``tables`` as Arrow IPC files in ``folder`` (the paths, by table name)."""
+    files = {}
+    for name, t in tables.items():
+        if t.num_rows == 0:
+            continue
+        path = os.path.join(folder, f"{prefix}_{name}.arrow")
+        with pa.OSFile(path, "wb") as f, pa.ipc.new_file(f, t.schema) as w:
+            w.write_table(t)
+        files[name] = path
+    return files
+
+
+def read_ipc(files: dict[str, str]) -> dict[str, pa.Table]:
+    """The tables of :func:`write_ipc` (memory-mapped; the files are removed once mapped)."""
+    out = {}
+    for name, path in files.items():
+        out[name] = pa.ipc.open_file(pa.memory_map(path)).read_all()
+        os.unlink(path)  # the mapping keeps the data until the table is dropped
+    return out
+
+
+def _claimer(n: int, counter: Any, emitted: Any = None,
+             ahead: int = 0) -> Callable[[], int | None]:
+    """``claim()``: the next unclaimed index (None: all claimed). With ``emitted`` (a shared
+    count of results handed on) it first waits while the next index is more than ``ahead``
+    past it, so a fast helper does not pile up results the parent has yet to take."""
+    import time
+
+    def claim() -> int | None:
+        while emitted is not None and counter.value - emitted.value > ahead:
+            time.sleep(0.005)
+        with counter.get_lock():
+            k = counter.value
+            if k >= n:
+                return None
+            counter.value = k + 1
+            return k
+    return claim
+
+
+def _picklable(e: BaseException) -> BaseException:
+    import pickle
+
+    try:
+        pickle.loads(pickle.dumps(e))
+        return e
+    except Exception:
+        return RuntimeError(f"{type(e).__name__}: {e}")
+
+
+def _claiming_helper(conn: Any, claim: Callable[[], int | None], work: Callable[[int], Part],
+                     folder: str, parent: int) -> None:
+    """A forked helper: parse the chunks it claims, hand each one's tables on as IPC files."""
+    _quiet_orphan(parent)
+    try:
+        while (k := claim()) is not None:
+            tables, extra = work(k)
+            conn.send(("ok", k, write_ipc(tables, folder, f"c{k}"), extra))
+            del tables
+        conn.send(("done",))
+    except BaseException as e:
+        with contextlib.suppress(Exception):
+            conn.send(("error", _picklable(e)))
+    finally:
+        conn.close()
+        os._exit(0)
+
+
+def in_order(n: int, work: Callable[[int], Part], emit: Callable[[int, Part], None], *,
+             helpers: int = 1, forked: Callable[[], None] | None = None) -> None:
+    """Run ``work(k)`` for every ``k < n`` and call ``emit(k, result)`` here, in order of ``k``.
+
+    This process and ``helpers`` forked helpers each claim the next unclaimed ``k`` in turn,
+    so the work balances itself (this process also emits: it claims fewer). A helper's tables
+    come back as Arrow IPC files; its other result must be picklable. ``forked()`` is called
+    once the helpers exist (threads may start then). An exception in a helper, or raised by
+    ``emit``, stops the helpers and is raised here. Without helpers everything runs here.
+    """
+    import multiprocessing
+    import multiprocessing.connection
+    import tempfile
+
+    if helpers < 1 or n < 2:
+        if forked:
+            forked()
+        for k in range(n):
+            emit(k, work(k))
+        return
+    ctx = multiprocessing.get_context("fork")
+    counter, emitted = ctx.Value("q", 0), ctx.Value("q", 0)
+    claim = _claimer(n, counter)
+    helper_claim = _claimer(n, counter, emitted, HELPER_AHEAD)
+    with tempfile.TemporaryDirectory(prefix="traceinsight-parse-") as tmp:
+        procs, conns = [], []
+        try:
+            for _ in range(helpers):
+                mine, theirs = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_claiming_helper, daemon=True,
+                                args=(theirs, helper_claim, work, tmp, os.getpid()))
+                p.start()
+                theirs.close()
+                procs.append(p)
+                conns.append(mine)
+            if forked:
+                forked()
+            _drive(n, work, emit, claim, conns, emitted)
+        finally:
+            for p in procs:
+                if p.is_alive():
+                    p.terminate()
+                p.join()
+            for c in conns:
+                c.close()
+
+
+def _drive(n: int, work: Callable[[int], Part], emit: Callable[[int, Part], None],
+           claim: Callable[[], int | None], conns: list[Any], emitted: Any) -> None:
+    import multiprocessing.connection
+
+    ready: dict[int, tuple[bool, Any, Any]] = {}  # k -> (here, tables or files, extra)
+    live = list(conns)
+    mine_done = False
+    nxt = 0
+
+    def receive(conn: Any) -> None:
+        try:
+            msg = conn.recv()
+        except EOFError:
+            raise RuntimeError("a parse helper process ended unexpectedly") from None
+        if msg[0] == "ok":
+            ready[msg[1]] = (False, msg[2], msg[3])
+        elif msg[0] == "done":
+            live.remove(conn)
+        else:
+            raise msg[1]
+
+    while nxt < n:
+        if nxt in ready:
+            here, tables, extra = ready.pop(nxt)
+            emit(nxt, (tables if here else read_ipc(tables), extra))
+            nxt += 1
+            emitted.value = nxt
+            continue
+        polled = [c for c in live if c.poll()]
+        for c in polled:
+            receive(c)
+        if polled:
+            continue
+        if not mine_done and sum(1 for r in ready.values() if r[0]) < AHEAD:
+            k = claim()
+            if k is None:
+                mine_done = True
+            else:
+                tables, extra = work(k)
+                ready[k] = (True, tables, extra)
+            continue
+        if not live:
+            raise RuntimeError(f"chunk {nxt} of {n} was never parsed")
+        for c in multiprocessing.connection.wait(live):
+            receive(c)
 
 
 def _helper(i: int) -> tuple[dict[str, str], Any]:

@@ -23,6 +23,7 @@ __all__ = [
     "READERS",
     "RankMeta",
     "RankRead",
+    "RankStreamed",
     "Reader",
     "documented",
     "open_trace",
@@ -98,10 +99,31 @@ class RankRead:
     counts: dict[str, int]
     #: further ranks read from the same file (an Nsight Systems capture of several processes)
     more: list[RankRead] = field(default_factory=list)
+    #: tables already written to parquet by a streaming reader (name -> ``sink.StoredTable``);
+    #: rows in ``tables`` (e.g. a memory snapshot joined to this rank) follow them
+    stored: dict[str, Any] = field(default_factory=dict)
 
     def parts(self) -> list[RankRead]:
         """This rank and the further ranks of the same file."""
         return [self, *self.more]
+
+
+@dataclass
+class RankStreamed:
+    """What a streaming read returns: the rank's metadata and event counts (its tables went
+    to the sink it was given)."""
+
+    meta: RankMeta
+    counts: dict[str, int]
+
+
+class StreamFn(Protocol):
+    def __call__(self, path: Path, sink: Any, *, source: str, rank_hint: int | None = None,
+                 progress: ProgressFn | None = None,
+                 background: Callable[[], None] | None = None) -> RankStreamed:
+        """Read the plain (gzip removed) file at ``path`` in bounded pieces, its rows handed
+        to ``sink`` (``ingest/sink.py``) as they come. Raises an exception with
+        ``stream_fallback = True`` when the file must be read whole by ``read``."""
 
 
 class ReadFn(Protocol):
@@ -128,6 +150,8 @@ class Reader:
     read: ReadFn
     #: table -> column -> the source field that fills it (docs/STORE.md)
     column_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: reads a large file without holding it whole (rows written as they come); optional
+    stream: StreamFn | None = None
     #: a memory input (allocator snapshot, memory timeline): with traces, its rows join a
     #: trace's rank instead of being a rank of their own
     memory: bool = False

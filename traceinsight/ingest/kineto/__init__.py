@@ -22,14 +22,18 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from pathlib import Path
 
 from ...diagnostics import DiagnosticLog
-from ..readers import RankRead, Reader
+from ..readers import RankRead, RankStreamed, Reader
+from ..sink import TableSink
 from ..source import json_start
 from ..timeconv import NeedExactText
+from . import stream
 from .decode import FORMAT, read
+from .stream import StreamFallback
 
-__all__ = ["READER", "read_kineto", "sniff"]
+__all__ = ["READER", "StreamFallback", "read_kineto", "sniff", "stream_kineto"]
 
 
 def read_kineto(
@@ -62,6 +66,45 @@ def read_kineto(
                       source=source)
             return read(data, source, rank_hint, diags, exact_text=True, salvage=salvage,
                         progress=progress, background=background)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def stream_kineto(
+    path: Path,
+    sink: TableSink,
+    *,
+    source: str,
+    rank_hint: int | None = None,
+    progress: Callable[[str, float], None] | None = None,
+    background: Callable[[], None] | None = None,
+) -> RankStreamed:
+    """Read the plain Kineto JSON file at ``path`` chunk by chunk into ``sink`` (``stream.py``):
+    the whole file is never in memory. Raises :class:`StreamFallback` when the file must be
+    read whole (``read_kineto``), after ``sink`` has been emptied."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        for exact_text in (False, True):
+            diags = DiagnosticLog()
+            if exact_text:
+                diags.add("timestamps-exact-path",
+                          "fractional timestamps beyond 2**43 µs (float64 cannot hold them to "
+                          "the nanosecond): numbers re-read as text for exact values",
+                          severity="info", source=source)
+            try:
+                meta, counts = stream.stream_kineto(
+                    path, sink, source=source, rank_hint=rank_hint, diags=diags,
+                    exact_text=exact_text, progress=progress, background=background)
+                return RankStreamed(meta, counts)
+            except NeedExactText:
+                sink.reset()
+                background = None  # started already
+            except BaseException:
+                sink.reset()
+                raise
+        raise AssertionError("unreachable")
     finally:
         if was_enabled:
             gc.enable()
@@ -185,5 +228,6 @@ READER = Reader(
     suffixes=(".json", ".json.gz", ".gz"),
     sniff=sniff,
     read=read_kineto,
+    stream=stream_kineto,
     column_sources=_column_sources(),
 )

@@ -124,6 +124,53 @@ def _events_and_header(top: Any, source: str) -> tuple[list, dict[str, Any], str
 
 # --- cutting the event list by text ---------------------------------------------------------
 
+_WS = b" \t\r\n"
+#: most bytes at the end of a file searched for the end of its event list
+TAIL_MAX = 64 << 20
+
+
+def _tail_header(prefix: bytes, tail: bytes) -> tuple[Any, int] | None:
+    """The decoded header and the offset (in ``tail``) of the ']' closing the event list.
+
+    Candidates are the ']' that follow an event's '}' (or the list's '['); the object must
+    decode with the list emptied. Keys after the list may hold lists of objects too (TraceLens
+    writes ``deviceProperties`` there), whose ']' also passes: the leftmost candidate that
+    decodes is the list's end (a ']' inside an event leaves the rest unbalanced)."""
+    end = len(tail)
+    tries = 0
+    found = None
+    while tries < 64:
+        end = tail.rfind(b"]", 0, end)
+        if end < 0:
+            break
+        i = end - 1
+        while i >= 0 and tail[i] in _WS:
+            i -= 1
+        if i < 0 or tail[i] == 0x7D:  # '}'
+            tries += 1
+            try:
+                found = _TOP_DEC.decode(prefix + b"[]" + tail[end + 1:]), end
+            except (msgspec.DecodeError, msgspec.ValidationError):
+                continue
+    return found
+
+
+def find_list_end(prefix: bytes, a: int, size: int,
+                  read: Callable[[int, int], bytes]) -> tuple[Any, int] | None:
+    """The header and the offset of the ']' closing the event list that opens at ``a`` (the
+    '[' after ``prefix``), searched in growing windows at the end of the ``size`` bytes that
+    ``read(at, n)`` returns."""
+    want = 1 << 20
+    while True:
+        at = max(a + 1, size - want)
+        found = _tail_header(prefix, read(at, size - at))
+        if found is not None:
+            return found[0], at + found[1]
+        if at == a + 1 or want >= TAIL_MAX:
+            return None
+        want *= 4
+
+
 class SplitFailed(Exception):
     """A chunk boundary fell inside a string: use the exact (raw-list) path instead."""
 
@@ -156,19 +203,10 @@ def fast_split(data: bytes, chunk_bytes: int) -> Split | None:
         a = data.find(b"[", key)
         if a < 0 or data[key + len(b'"traceEvents"'):a].strip(b" \t\r\n:") != b"":
             return None
-        end = len(data)
-        header = None
-        for _ in range(16):  # the event list ends at the last ']' after which the object parses
-            end = data.rfind(b"]", a, end)
-            if end < 0:
-                return None
-            try:
-                header = _TOP_DEC.decode(data[:a] + b"[]" + data[end + 1:])
-                break
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue
-        if header is None:
+        found = find_list_end(data[:a], a, len(data), lambda at, n: data[at:at + n])
+        if found is None:
             return None
+        header, end = found
         layout = "object"
     else:
         return None
@@ -359,6 +397,14 @@ def _read_split(data: bytes, split: Split, source: str, rank_hint: int | None,
 def _finish(tables: dict[str, pa.Table], header: dict[str, Any], dist: dict[str, Any],
             st: State, layout: str, rank_hint: int | None, n_events: int,
             source: str) -> RankRead:
+    meta = finish_meta(summarize(tables), header, dist, st, layout, rank_hint, n_events, source)
+    return RankRead(tables=tables, meta=meta, counts=dict(st.counts))
+
+
+def finish_meta(summary: dict[str, Any], header: dict[str, Any], dist: dict[str, Any],
+                st: State, layout: str, rank_hint: int | None, n_events: int,
+                source: str) -> RankMeta:
+    """The rank's metadata once every event is read (raises for a trace without activity)."""
     if n_events == 0:
         raise EmptyTraceError("trace holds no events", path=source,
                               hint="the profiler window may have been empty: check the schedule "
@@ -371,8 +417,7 @@ def _finish(tables: dict[str, pa.Table], header: dict[str, Any], dist: dict[str,
         raise EmptyTraceError("trace holds only metadata events, no activity", path=source,
                               hint="the profiler window may have been empty")
     _diagnose_ingest(st)
-    meta = _rank_meta(header, dist, st, tables, layout, rank_hint)
-    return RankRead(tables=tables, meta=meta, counts=dict(st.counts))
+    return _rank_meta(header, dist, st, summary, layout, rank_hint)
 
 
 def _diagnose_ingest(st: State) -> None:
@@ -402,17 +447,41 @@ def _diagnose_ingest(st: State) -> None:
 _SPAN_TABLES = ("gpu_activities", "cpu_ops", "runtime_calls", "ranges", "python_frames")
 
 
-def _rank_meta(header: dict[str, Any], dist: dict[str, Any], st: State,
-               tables: dict[str, pa.Table], layout: str, rank_hint: int | None) -> RankMeta:
+def summarize(tables: dict[str, pa.Table]) -> dict[str, Any]:
+    """What the rank's metadata needs from its tables: the span of its activity, the GPUs
+    used, runtime-call names and kernel categories (:func:`merge_summaries` joins parts)."""
     spans = []
     for name in _SPAN_TABLES:
-        t = tables[name]
-        if t.num_rows:
+        t = tables.get(name)
+        if t is not None and t.num_rows:
             spans.append((pc.min(t["start_ns"]).as_py(),
                           pc.max(pc.add(t["start_ns"], t["dur_ns"])).as_py()))
-    span = [min(s[0] for s in spans), max(s[1] for s in spans)] if spans else None
-    gpu = tables["gpu_activities"]
-    used = sorted(set(pc.unique(gpu["device"]).to_pylist()) - {None}) if gpu.num_rows else []
+    gpu = tables.get("gpu_activities")
+    rt = tables.get("runtime_calls")
+    has_gpu = gpu is not None and gpu.num_rows > 0
+    return {
+        "span": [min(s[0] for s in spans), max(s[1] for s in spans)] if spans else None,
+        "devices": set(pc.unique(gpu["device"]).to_pylist()) - {None} if has_gpu else set(),
+        "rt_names": set(pc.unique(rt["name"].cast(pa.string())).to_pylist())
+        if rt is not None and rt.num_rows else set(),
+        "gpu_cats": set(pc.unique(gpu["cat_raw"].cast(pa.string())).to_pylist())
+        if has_gpu else set(),
+    }
+
+
+def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    spans = [p["span"] for p in parts if p["span"] is not None]
+    return {
+        "span": [min(s[0] for s in spans), max(s[1] for s in spans)] if spans else None,
+        "devices": set().union(*(p["devices"] for p in parts)),
+        "rt_names": set().union(*(p["rt_names"] for p in parts)),
+        "gpu_cats": set().union(*(p["gpu_cats"] for p in parts)),
+    }
+
+
+def _rank_meta(header: dict[str, Any], dist: dict[str, Any], st: State, summary: dict[str, Any],
+               layout: str, rank_hint: int | None) -> RankMeta:
+    span = summary["span"]
     info = kineto_capture_info(header, st.diags, st.source)
     return RankMeta(
         rank=st.rank,
@@ -421,12 +490,12 @@ def _rank_meta(header: dict[str, Any], dist: dict[str, Any], st: State,
         source=st.source,
         format=FORMAT,
         layout=layout,
-        vendor=_vendor(header, tables["runtime_calls"]["name"], gpu),
+        vendor=_vendor(header, summary),
         base_time_ns=st.base_ns or None,
         time_origin="epoch" if (st.base_ns or (span and span[0] > 10**15)) else "trace",
         span_ns=span,
         devices=device_properties(header.get("deviceProperties")),
-        devices_used=used,
+        devices_used=sorted(summary["devices"]),
         distributed=dist,
         exact_text_timestamps=st.exact_text,
         process_names=st.process_names,
@@ -437,11 +506,11 @@ def _rank_meta(header: dict[str, Any], dist: dict[str, Any], st: State,
     )
 
 
-def _vendor(header: dict[str, Any], rt_names: pa.ChunkedArray, gpu: pa.Table) -> str:
+def _vendor(header: dict[str, Any], summary: dict[str, Any]) -> str:
     if any(header.get(k) is not None for k in ("roctracer_version", "hip_runtime_version")):
         return "amd"
-    if len(rt_names):
-        names = pc.unique(rt_names.cast(pa.string())).to_pylist()
+    names = summary["rt_names"]
+    if names:
         if any(isinstance(n, str) and n.startswith("hip") for n in names):
             return "amd"
         if any(isinstance(n, str) and (n.startswith("cuda") or n.startswith("cu")) for n in names):
@@ -455,7 +524,6 @@ def _vendor(header: dict[str, Any], rt_names: pa.ChunkedArray, gpu: pa.Table) ->
             return "nvidia"
         if nm:
             return "other"
-    cats = gpu["cat_raw"] if gpu.num_rows else None
-    if cats is not None and "mtia_ccp_events" in pc.unique(cats.cast(pa.string())).to_pylist():
+    if "mtia_ccp_events" in summary["gpu_cats"]:
         return "mtia"
     return "unknown"

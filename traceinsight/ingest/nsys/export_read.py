@@ -15,7 +15,6 @@ from pathlib import Path, PurePath
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 
 from ... import schema
@@ -114,6 +113,8 @@ def _launch_threads(db: NsysDb) -> set[int]:
 def _fill_unknown_pids(fams: list[Family]) -> None:
     """GPU rows without ``globalPid`` (hand-made exports) take the process of the API call
     with their correlation id, when one process has it."""
+    import pandas as pd  # lazily: the Kineto ingest never needs it
+
     rt = [f for f in fams if f.table == "runtime_calls"]
     if not rt:
         return
@@ -187,6 +188,8 @@ def _counts(fams: list[Family], pids: list[int]) -> dict[str, int]:
 def launch_flows(tables: dict[str, pa.Table], rank: int) -> pa.Table:
     """``launch`` flows from each API call to the GPU activities of its correlation id (the
     links Kineto writes as ``ac2g`` flows; nsys keeps only the ids)."""
+    import pandas as pd  # lazily: the Kineto ingest never needs it
+
     g = tables["gpu_activities"].select(["correlation", "device", "stream", "start_ns"])
     rt = tables["runtime_calls"].select(["correlation", "process", "thread", "start_ns"])
     if not g.num_rows or not rt.num_rows:
