@@ -3,6 +3,7 @@ process (``wait4``) and of its process tree (sampled from ``/proc``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
@@ -39,12 +40,15 @@ class TreeSampler:
     them once per process and is the strict upper bound. Both are reported.
     """
 
-    def __init__(self, root_pid: int, interval: float = 0.05, pss_every: int = 4) -> None:
+    def __init__(self, root_pid: int, interval: float = 0.05, pss_every: int = 4,
+                 kill_above_mb: float | None = None) -> None:
         import threading
 
         self.root = root_pid
         self.interval = interval
         self.pss_every = pss_every
+        self.kill_above_kb = kill_above_mb * 1024 if kill_above_mb else None
+        self.killed_at_kb = 0
         self.peak_rss_kb = 0
         self.peak_pss_kb = 0
         self._stop = threading.Event()
@@ -100,6 +104,10 @@ class TreeSampler:
                 except OSError:
                     pass
             self.peak_rss_kb = max(self.peak_rss_kb, rss)
+            if self.kill_above_kb and rss > self.kill_above_kb and not self.killed_at_kb:
+                self.killed_at_kb = rss  # protect a shared machine: stop the whole group
+                with contextlib.suppress(OSError):
+                    os.killpg(self.root, 9)
             if n % self.pss_every == 0:  # smaps_rollup walks the page tables
                 self.peak_pss_kb = max(self.peak_pss_kb, sum(self._mem(p)[1] for p in pids))
             n += 1
@@ -112,7 +120,7 @@ class TreeSampler:
 
 def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3600,
             label: str = "", log_lines: tuple[str, ...] = (), sample: bool = True,
-            pss_every: int = 4) -> dict:
+            pss_every: int = 4, kill_above_mb: float | None = None) -> dict:
     """Run ``cmd`` in a fresh process: wall time, its own peak RSS (wait4 rusage), and (with
     ``sample``) the peak summed RSS / PSS of its process tree."""
     exe = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
@@ -120,7 +128,7 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float
             tempfile.NamedTemporaryFile("r", suffix=".rusage") as rep:
         p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, rep.name, exe, *cmd[1:]],
                              stdout=out, stderr=err, env=env, cwd=str(ROOT), start_new_session=True)
-        sampler = (TreeSampler(p.pid, pss_every=pss_every)
+        sampler = (TreeSampler(p.pid, pss_every=pss_every, kill_above_mb=kill_above_mb)
                    if sample and os.path.exists("/proc/self/smaps_rollup") else None)
         try:
             p.wait(timeout=timeout)
@@ -154,6 +162,9 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float
     if log_lines:  # keep the child's own timing lines (HTA logs its parse stages)
         res["log"] = [ln.strip() for ln in stderr.splitlines()
                       if any(k in ln for k in log_lines)][-10:]
+    if sampler and sampler.killed_at_kb:
+        res["killed_above_mb"] = kill_above_mb
+        res["killed_at_rss_mb"] = round(sampler.killed_at_kb / 1024, 1)
     if code != 0:
         res["stderr_tail"] = stderr.strip()[-2000:]
         print(f"  ! {label or cmd[0]} failed with exit code {code}:\n{stderr.strip()[-2000:]}",

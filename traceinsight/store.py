@@ -27,6 +27,9 @@ from .errors import StoreError
 from .outputs import clean_stale
 
 META_FILE = "meta.json"
+#: a table with more rows is read for each use, only the columns asked for, and not kept in
+#: memory: a large store's analysis holds its own frames, not a second copy of every table
+CACHE_MAX_ROWS = 2_000_000
 #: sub-folder of cached analysis results (``diagnose`` keys them by code, rules and options)
 DERIVED_DIR = "derived"
 DERIVED_KEEP = 8
@@ -81,6 +84,8 @@ class TraceStore:
                 t = schema.empty_table(name)
             else:
                 try:
+                    if self.row_counts.get(name, 0) > CACHE_MAX_ROWS:  # per use, what is asked
+                        return _restore_schema(name, pq.read_table(f, columns=columns), columns)
                     t = _restore_schema(name, pq.read_table(f))
                 except (pa.ArrowException, OSError, ValueError) as e:
                     raise StoreError(f"{name}.parquet cannot be read ({str(e)[:120]})",
@@ -136,8 +141,10 @@ class TraceStore:
             return False
 
 
-def _restore_schema(name: str, t: pa.Table) -> pa.Table:
+def _restore_schema(name: str, t: pa.Table, columns: list[str] | None = None) -> pa.Table:
     want = schema.TABLES[name].arrow_schema
+    if columns:
+        want = pa.schema([want.field(c) for c in columns])
     if t.schema.equals(want):
         return t
     cols = []
