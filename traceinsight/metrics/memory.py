@@ -4,7 +4,7 @@ Each event carries the allocator-wide ``Total Allocated`` and ``Total Reserved``
 device after the event. Reserved minus allocated is memory the caching allocator holds but
 no tensor uses: cached for reuse, or fragmented (free blocks too small or split to serve the
 next request). Without a snapshot, its size at the reserved peak and the reserved/allocated
-ratio there are the evidence (FORMATS.md 2.1/2.3).
+ratio there are the evidence (docs/FORMATS.md §2.1, §2.2).
 """
 
 from __future__ import annotations
