@@ -1,7 +1,7 @@
 """Attribution: every GPU activity -> its launch -> CPU op -> ancestors, module path, annotation,
 step and phase. Unlinked activity goes to ``[unattributed]``, never dropped.
 
-The chain (FORMATS.md 1.8):
+The chain (docs/FORMATS.md §1.8):
 
 1. kernel / memcpy / memset -> runtime or driver call by ``correlation`` within the rank's
    process (graph launches map one call to many kernels); a missing correlation is recovered

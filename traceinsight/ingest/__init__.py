@@ -22,11 +22,12 @@ import pyarrow as pa
 
 from .. import __version__, prehash, schema
 from ..diagnostics import DiagnosticLog
+from ..distributed import current as current_runner
 from ..errors import InputError, TraceFormatError, TraceInsightError
 from ..outputs import check_store_target
 from ..progress import Progress
 from ..store import TraceStore, is_valid_store, read_meta, write_store
-from . import cache, readers, streamed
+from . import cache, ranks, readers, streamed
 from .cache import cache_root
 from .columns import arrow_without_pandas
 from .kineto import READER as KINETO
@@ -95,12 +96,12 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
 
 
 def load(paths: Sequence[str | Path], *, salvage: bool = False, quiet: bool = False,
-         use_cache: bool = True, memory: Sequence[str | Path] = (),
-         strict: bool = False) -> TraceStore:
+         use_cache: bool = True, strict: bool = False,
+         memory: Sequence[str | Path] = ()) -> TraceStore:
     """Open a store, or ingest traces (reusing the cache when the inputs are unchanged).
 
-    ``memory``: memory snapshots (or memory-timeline exports) of the same run, joined to the
-    traces. ``strict``: a rank file that could not be read is an error, not a warning."""
+    ``strict``: a rank file that could not be read is an error, not a warning. ``memory``:
+    memory snapshots (or memory-timeline exports) of the same run, joined to the traces."""
     paths = with_memory(paths, memory)
     if len(paths) == 1 and Path(paths[0]).is_dir() and read_meta(Path(paths[0])) is not None:
         return check_strict(TraceStore.open(paths[0]), strict)
@@ -135,7 +136,7 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
         if inputs.unreadable:  # a store without those ranks is another store
             options["unreadable"] = sorted(n for n, _ in inputs.unreadable)
         job = _Job(inputs, Path(out) if out is not None else None, options, force=force,
-                   use_cache=use_cache)
+                   use_cache=use_cache and not current_runner().fresh)
         found = _lookup(job)
         if found is None:
             _ensure_folder(job.out.parent if job.out is not None else cache.store_path("-").parent,
@@ -230,6 +231,8 @@ def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
     for i, p in enumerate(job.inputs.files):  # hashed while the command started (joined:
         if job.digests[i] is None:             # no thread may run when the reader forks)
             job.digests[i] = prehash.take(p)
+    if ranks.applies(job.inputs.files):  # several rank files: one task and partition each
+        return ranks.read_and_write(job, prog)
     parent = job.out.parent if job.out is not None else cache.store_path("-").parent
     parts = streamed.Parts(parent, job.out.name if job.out is not None else "ingest")
     try:
@@ -244,7 +247,7 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
     target = job.out if job.out is not None else cache.store_path(key)
     if job.out is None:
         cache.clean()
-        if target.exists() and not job.force:
+        if target.exists() and not job.force and job.use_cache:
             meta = read_meta(target)
             if meta is not None and meta.get("content_key") == key and is_valid_store(target):
                 return TraceStore.open(target)

@@ -4,7 +4,7 @@ Each event carries the allocator-wide ``Total Allocated`` and ``Total Reserved``
 device after the event. Reserved minus allocated is memory the caching allocator holds but
 no tensor uses: cached for reuse, or fragmented (free blocks too small or split to serve the
 next request). Without a snapshot, the evidence is the peak reserved against the peak
-allocated (FORMATS.md 2.1/2.3): what the allocator needed to serve the run against the most
+allocated (docs/FORMATS.md §2.1, §2.2): what the allocator needed to serve the run against the most
 that tensors ever used at once. Reserved minus allocated at an arbitrary moment is not
 fragmentation: after tensors are freed the cache keeps their blocks for the next step, and a
 trace that starts mid-run shows the cache full while few tensors are live.
