@@ -267,3 +267,12 @@ def format_threshold(v: float, unit: str) -> str:
     if unit == "ns":
         return fmt_ns(v)
     return f"{v:g}"
+
+
+def short_site(site: str | None) -> str:
+    """``dir/file.py:line function`` from a stored frame (the last two path parts)."""
+    if not site:
+        return "–"
+    path, _, rest = site.partition(":")
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) + (":" + rest if rest else "")

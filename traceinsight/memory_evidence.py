@@ -8,9 +8,8 @@ from __future__ import annotations
 from typing import Any
 
 from .evidence import provider, table
-from .fmt import fmt_bytes
+from .fmt import fmt_bytes, short_site
 from .metrics import MetricSet
-from .metrics.snapshot import short_site
 
 
 def _view(ms: MetricSet) -> dict[str, Any] | None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..analysis import Analysis
 from ..analysis.snapshot import snapshot_views
+from ..fmt import short_site
 from .registry import MetricSet, declare, declare_fact
 
 NEEDS = "a CUDA memory snapshot"
@@ -136,15 +137,6 @@ def _capacity(an: Analysis, view: dict[str, Any]) -> float | None:
             return float(mine[0]["totalGlobalMem"])
     seen = [o["reserved"] + o["device_free"] for o in view["ooms"] if o["device_free"] is not None]
     return float(max(seen)) if seen else None
-
-
-def short_site(site: str | None) -> str:
-    """``dir/file.py:line function`` from a stored frame (the last two path parts)."""
-    if not site:
-        return "–"
-    path, _, rest = site.partition(":")
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:]) + (":" + rest if rest else "")
 
 
 def _facts(view: dict[str, Any]) -> dict[str, str]:

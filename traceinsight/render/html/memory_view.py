@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from ... import fmt
-from ...metrics.snapshot import short_site
 from ...result import DiagnosisResult
 from .cells import table
 from .charts.categories import categories_chart
@@ -144,9 +143,9 @@ def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
                                    f"{s['device']}: allocated and reserved over its trace")["chart"]
     where = "at the snapshot" if pk.get("at_snapshot") else "at the peak of the trace"
     mt = pk.get("map_totals") or {}
-    seg = segment_chart(s.get("segment_map") or {}, f"Segment map {where}", short_site)
+    seg = segment_chart(s.get("segment_map") or {}, f"Segment map {where}", fmt.short_site)
     at_end = s.get("segment_map_snapshot")
-    seg_end = segment_chart(at_end, "Segment map at the snapshot", short_site) if at_end else None
+    seg_end = segment_chart(at_end, "Segment map at the snapshot", fmt.short_site) if at_end else None
     lede = (f"Rank {s['rank']}, device {s['device']}, at the snapshot: "
             f"{fmt.fmt_bytes(t['reserved'])} reserved in {t['segments']} segments, "
             f"{fmt.fmt_bytes(t['allocated'])} allocated ({fmt.fmt_bytes(t['requested'])} "
@@ -162,19 +161,19 @@ def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
               f"free, {fmt.fmt_bytes(mt.get('stranded'))} of it stranded.")
     live = table("tbl-snap-live", [("call site", "text"), ("bytes", "bytes"),
                                    ("allocations", "count")],
-                 [[short_site(x["call_site"]), x["bytes"], x["allocations"]]
+                 [[fmt.short_site(x["call_site"]), x["bytes"], x["allocations"]]
                   for x in pk.get("live") or []], limit=10)
-    allocs = [{"size": fmt.fmt_bytes(a["bytes"]), "site": short_site(a["call_site"]),
+    allocs = [{"size": fmt.fmt_bytes(a["bytes"]), "site": fmt.short_site(a["call_site"]),
                "frames": (a.get("frames") or "").split("\n")[:MAX_FRAMES_SHOWN]}
               for a in pk.get("top_allocations") or []]
     holes = table("tbl-snap-holes", [("call site", "text"), ("holes", "count"),
                                      ("stranded", "bytes"), ("largest", "bytes")],
-                  [[short_site(h["call_site"]), h["holes"], h["bytes"], h["largest"]]
+                  [[fmt.short_site(h["call_site"]), h["holes"], h["bytes"], h["largest"]]
                    for h in s.get("holes") or []], limit=10) if s.get("holes") else None
     ooms = table("tbl-snap-oom", [("call site", "text"), ("request", "bytes"),
                                   ("free on device", "bytes"), ("free cached", "bytes"),
                                   ("largest free block", "bytes"), ("enough in total", "text")],
-                 [[short_site(o["call_site"]), o["request"], o["device_free"], o["free_cached"],
+                 [[fmt.short_site(o["call_site"]), o["request"], o["device_free"], o["free_cached"],
                    o["largest_free"], "yes" if o["cached_enough"] else "no"]
                   for o in s.get("ooms") or []], limit=10) if s.get("ooms") else None
     it = s.get("iterations") or {}
