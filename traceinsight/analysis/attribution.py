@@ -31,27 +31,14 @@ import pyarrow.compute as pc
 
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
+from ..vocab import UNATTRIBUTED
 from . import categories
-from ..vocab import NO_MODULE, UNATTRIBUTED
 from .intervals import Nesting, take
+from .step_windows import StepWindow, step_windows
 
 GRAPH_REPLAY = "[graph replay]"
 BWD_PREFIX = "autograd::engine::evaluate_function:"
 GRAPH_LAUNCH_NAMES = ("GraphLaunch",)
-
-
-@dataclass
-class StepWindow:
-    rank: int
-    step: int | None  #: N of ProfilerStep#N; None for a whole-trace window
-    host_start_ns: int
-    host_end_ns: int
-    start_ns: int  #: GPU-aware window (TensorBoard definition)
-    end_ns: int
-
-    @property
-    def dur_ns(self) -> int:
-        return self.end_ns - self.start_ns
 
 
 @dataclass
@@ -82,7 +69,7 @@ class Attribution:
             "unattributed_ns": total - attributed,
             "coverage_pct": 100.0 * attributed / total if total else None,
             "by_method_ns": by_method,
-            "kernels": int(len(g)),
+            "kernels": len(g),
             "unattributed_kernels": int((g["op"] == UNATTRIBUTED).sum()),
         }
 
@@ -378,7 +365,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
 
     # --- steps -----------------------------------------------------------------------------
     launch_t = take(rt_all["start_ns"].to_numpy(np.int64), rt_pos, -1)
-    steps, step_of, has_markers = _steps(rank, g, rng, launch_t, has_launch, ops, rt, diags)
+    steps, step_of, has_markers = step_windows(rank, g, rng, launch_t, has_launch, ops, rt, diags)
 
     phase = np.full(n, "forward", dtype=object)
     phase[optimizer] = "optimizer"
@@ -594,63 +581,3 @@ def _gpu_annotation(g: pd.DataFrame, gann: pd.DataFrame) -> np.ndarray:
         ok = pos >= 0
         out[sel[ok]] = grp["name"].to_numpy()[pos[ok]]
     return out
-
-
-def _steps(rank: int, g: pd.DataFrame, rng: pd.DataFrame, launch_t: np.ndarray,
-           has_launch: np.ndarray, ops: pd.DataFrame, rt: pd.DataFrame,
-           diags: DiagnosticLog) -> tuple[list[StepWindow], np.ndarray, bool]:
-    st = rng[rng["kind"] == "step"].sort_values("start_ns")
-    st = st.drop_duplicates("step", keep="first")
-    n = len(g)
-    if not len(st):
-        # one window: the GPU span (first to last GPU activity), as HTA and TraceLens measure
-        # it; a trace without GPU work falls back to its CPU span
-        if n:
-            starts, ends = [int(g["start_ns"].min())], [int(g["end_ns"].max())]
-        else:
-            starts = [int(x) for x in (ops["start_ns"].min() if len(ops) else None,
-                                       rt["start_ns"].min() if len(rt) else None)
-                      if x is not None and not pd.isna(x)]
-            ends = [int(x) for x in ((ops["start_ns"] + ops["dur_ns"]).max() if len(ops) else None,
-                                     (rt["start_ns"] + rt["dur_ns"]).max() if len(rt) else None)
-                    if x is not None and not pd.isna(x)]
-        if not starts:
-            return [], np.full(n, None, dtype=object), False
-        w = StepWindow(rank, None, int(min(starts)), int(max(ends)), int(min(starts)), int(max(ends)))
-        diags.add("no-step-markers", "no ProfilerStep markers: the whole trace is analysed as one "
-                  "window (step-time metrics need prof.step() in the training loop)",
-                  severity="info", source=f"rank {rank}",
-                  hint="record with a torch.profiler schedule and call prof.step() every iteration")
-        return [w], np.full(n, None, dtype=object), False
-    hs = st["start_ns"].to_numpy(np.int64)
-    he = hs + st["dur_ns"].to_numpy(np.int64)
-    nums = st["step"].to_numpy()
-    # host step of each launch: the step whose host window holds the launch
-    k = np.searchsorted(hs, launch_t, side="right") - 1
-    in_host = has_launch & (k >= 0) & (launch_t < he[np.clip(k, 0, None)])
-    step_i = np.where(in_host, k, -1)
-    # GPU-aware windows: end = max(host end, last activity launched in the step)
-    ends = g["end_ns"].to_numpy(np.int64)
-    gpu_end = np.full(len(st), np.iinfo(np.int64).min)
-    if in_host.any():
-        np.maximum.at(gpu_end, step_i[in_host], ends[in_host])
-    windows = []
-    prev_end = None
-    for i in range(len(st)):
-        start = int(hs[i]) if prev_end is None else max(int(hs[i]), prev_end)
-        # never before its start: an activity longer than its step (hostile or damaged input)
-        # is measured in its own window only, so every share stays within 0-100%
-        end = max(int(he[i]), int(gpu_end[i]), start)
-        windows.append(StepWindow(rank, int(nums[i]), int(hs[i]), int(he[i]), start, end))
-        prev_end = end
-    # activities without a launch: the GPU-aware window holding their start
-    ws = np.array([w.start_ns for w in windows])
-    we = np.array([w.end_ns for w in windows])
-    no = ~in_host
-    if no.any():
-        starts = g["start_ns"].to_numpy(np.int64)
-        k2 = np.searchsorted(ws, starts, side="right") - 1
-        ok = no & (k2 >= 0) & (starts < we[np.clip(k2, 0, None)])
-        step_i = np.where(ok, k2, step_i)
-    step_of = take(nums, step_i, None).astype(object)
-    return windows, step_of, True
