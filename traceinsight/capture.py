@@ -29,16 +29,17 @@ import re
 import site
 import sysconfig
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 __all__ = [
-    "CaptureUnavailable",
     "CaptureSession",
+    "CaptureUnavailable",
     "profile",
-    "steps_needed",
-    "sanitize_trace",
     "sanitize_file",
+    "sanitize_trace",
+    "steps_needed",
     "write_trace",
 ]
 
@@ -70,7 +71,7 @@ def _import_torch():
     """Import torch and torch.profiler, or raise :class:`CaptureUnavailable`."""
     try:
         import torch
-        import torch.profiler  # noqa: F401
+        import torch.profiler  # loads the profiler submodule
     except ImportError as exc:  # includes sys.modules['torch'] = None
         raise CaptureUnavailable(TORCH_MISSING_MESSAGE) from exc
     return torch
@@ -284,11 +285,11 @@ def _known_prefixes(script: str | os.PathLike[str] | None) -> list[tuple[str, st
             pairs.append((p, label))
 
     try:
-        sites = list(site.getsitepackages()) + [site.getusersitepackages()]
+        sites = [*site.getsitepackages(), site.getusersitepackages()]
     except Exception:  # pragma: no cover - virtualenv oddities
         sites = []
     paths = sysconfig.get_paths()
-    for s in sites + [paths.get("purelib"), paths.get("platlib")]:
+    for s in [*sites, paths.get("purelib"), paths.get("platlib")]:
         add(s, "<site-packages>")
     add(paths.get("stdlib"), "<stdlib>")
     add(paths.get("platstdlib"), "<stdlib>")

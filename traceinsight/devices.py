@@ -20,17 +20,27 @@ import functools
 import math
 import os
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import yaml
 
 from .errors import ConfigError
 
 __all__ = [
-    "DTYPES", "MATRIX_DTYPES", "DeviceSpec", "Resolution", "builtin_table", "builtin_table_path",
-    "load_table", "list_devices", "lookup", "resolve", "ENV_VAR",
+    "DTYPES",
+    "ENV_VAR",
+    "MATRIX_DTYPES",
+    "DeviceSpec",
+    "Resolution",
+    "builtin_table",
+    "builtin_table_path",
+    "list_devices",
+    "load_table",
+    "lookup",
+    "resolve",
 ]
 
 #: environment variable naming a user device file (same schema as the built-in table)
@@ -268,7 +278,7 @@ def _build(e: Mapping[str, Any], path: Path) -> DeviceSpec:
         name=e["name"], key=e["key"], vendor=e["vendor"],
         peak_flops={d: (float(t[d]) * 1e12 if t.get(d) is not None else None) for d in DTYPES},
         mem_bw=float(e["mem_bw_gbs"]) * 1e9,
-        mem_bytes=int(round(float(e["mem_gib"]) * _GIB)),
+        mem_bytes=round(float(e["mem_gib"]) * _GIB),
         source=e.get("source") or f"user device file {path}",
         per_gcd=bool(e.get("per_gcd", False)),
         match=tuple(pats),

@@ -25,7 +25,7 @@ class Diagnostic:
         return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Diagnostic":
+    def from_dict(cls, d: dict[str, Any]) -> Diagnostic:
         return cls(
             code=str(d.get("code", "unknown")),
             message=str(d.get("message", "")),
@@ -56,7 +56,7 @@ class DiagnosticLog:
             return
         self.items.append(Diagnostic(code, message, severity, source, count, hint))
 
-    def extend(self, other: "DiagnosticLog | list[Diagnostic]") -> None:
+    def extend(self, other: DiagnosticLog | list[Diagnostic]) -> None:
         self.items.extend(other.items if isinstance(other, DiagnosticLog) else other)
 
     def to_list(self) -> list[dict[str, Any]]:

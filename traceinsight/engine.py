@@ -130,7 +130,7 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                 findings.append(outcome)
             else:
                 statuses.append(outcome)
-        except Exception as e:  # noqa: BLE001 - a crashing rule is recorded, others still run
+        except Exception as e:  # a crashing rule is recorded, the others still run
             errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc(limit=5)})
     findings.sort(key=finding_sort_key)

@@ -8,7 +8,8 @@ how to show them.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pandas as pd
 
@@ -56,9 +57,9 @@ def _breakdown(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     rows = []
     for r, b in sorted(an.breakdown.ranks.items()):
         w = b.wall_ns or 1
+        copies = b.memcpy_exposed_ns + b.memset_exposed_ns
         rows.append([r, b.wall_ns, 100 * b.compute_ns / w, 100 * b.comm_exposed_ns / w,
-                     100 * b.comm_hidden_ns / w, 100 * (b.memcpy_exposed_ns + b.memset_exposed_ns) / w,
-                     100 * b.idle_ns / w])
+                     100 * b.comm_hidden_ns / w, 100 * copies / w, 100 * b.idle_ns / w])
     return [table("GPU time breakdown (step windows)",
                   [("rank", "text"), ("window", "ns"), ("compute", "pct"), ("comm exposed", "pct"),
                    ("comm hidden", "pct"), ("copies exposed", "pct"), ("idle", "pct")], rows)]
@@ -76,8 +77,8 @@ def _top_kernels(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     if p.get("max_mean_ns"):
         df = df[df["mean_ns"] <= float(p["max_mean_ns"])].sort_values("calls", ascending=False)
     df = df.head(int(p.get("n", 5)))
-    rows = [[r.name, str(r.cls), int(r.calls), int(r.total_ns), float(r.mean_ns), float(r.share_pct),
-             r.top_op] for r in df.itertuples()]
+    rows = [[r.name, str(r.cls), int(r.calls), int(r.total_ns), float(r.mean_ns),
+             float(r.share_pct), r.top_op] for r in df.itertuples()]
     title = "Top kernels" + (f" ({', '.join(cls)})" if cls else "")
     return [table(title, [("kernel", "kernel"), ("class", "class"), ("calls", "count"),
                           ("total", "ns"), ("mean", "ns"), ("share of GPU time", "pct"),
@@ -215,7 +216,8 @@ def _mem_peak(ms: MetricSet, an: Any, p: dict) -> list[dict]:
                        pk["peak_allocated_bytes"], pk["gap_at_peak_bytes"],
                        pk["reserved_at_allocated_peak"], pk["capacity_bytes"],
                        pk.get("capacity_pct")]]))
-    out += _records("Ops allocating most in the peak step", ms.evidence.get("memory_top_allocators"),
+    out += _records("Ops allocating most in the peak step",
+                    ms.evidence.get("memory_top_allocators"),
                     [("op", "op", "op"), ("bytes", "allocated", "bytes"),
                      ("allocations", "allocations", "count")])
     return out
@@ -244,7 +246,8 @@ def _coll(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     return _records("Collectives", ms.evidence.get("collectives"), [
         ("collective", "collective", "text"), ("count", "calls", "count"),
         ("total_ns", "total", "ns"), ("mean_ns", "mean", "ns"),
-        ("median_bytes", "message (median)", "bytes"), ("busbw_bytes_per_s", "bus bandwidth", "rate_bytes")])
+        ("median_bytes", "message (median)", "bytes"),
+        ("busbw_bytes_per_s", "bus bandwidth", "rate_bytes")])
 
 
 @provider("ranks")
@@ -291,9 +294,11 @@ def _device(ms: MetricSet, an: Any, p: dict) -> list[dict]:
         return []
     peaks = d.get("peaks") or {}
     rows = [[k, v] for k, v in peaks.items() if v]
-    return [table(f"Device roofs: {d['resolved']}", [("dtype", "text"), ("peak", "rate_flops")], rows,
-                  note=f"memory bandwidth {d['bandwidth'] / 1e12:.2f} TB/s" if d.get("bandwidth") else None)]
+    bw = d.get("bandwidth")
+    return [table(f"Device roofs: {d['resolved']}", [("dtype", "text"), ("peak", "rate_flops")],
+                  rows,
+                  note=f"memory bandwidth {bw / 1e12:.2f} TB/s" if bw else None)]
 
 
-from . import memory_evidence  # noqa: E402, F401 - registers the memory-snapshot tables
-from . import rank_evidence  # noqa: E402, F401 - registers the cross-rank tables
+# registers the memory-snapshot and cross-rank tables (they import this module's helpers)
+from . import memory_evidence, rank_evidence  # noqa: E402, F401

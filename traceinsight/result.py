@@ -8,6 +8,7 @@ Tables inside are plain lists of dicts with raw numbers (ns, bytes, %).
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -142,7 +143,7 @@ class DiagnosisResult:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
         except FileNotFoundError:
-            raise InputError("no such file", path=path, hint="check the path")
+            raise InputError("no such file", path=path, hint="check the path") from None
         except (ValueError, RecursionError) as e:
             raise InputError(f"invalid JSON ({str(e)[:200]})", path=path,
                              hint="pass a result written by traceinsight diagnose --json") from None
@@ -208,10 +209,8 @@ def clean(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [clean(v) for v in obj]
     if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        try:
+        with contextlib.suppress(ValueError, AttributeError):
             obj = obj.item()
-        except (ValueError, AttributeError):
-            pass
     if isinstance(obj, float) and (obj != obj or obj in (float("inf"), float("-inf"))):
         return None
     return obj

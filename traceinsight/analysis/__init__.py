@@ -12,12 +12,18 @@ import pandas as pd
 
 from ..store import TraceStore
 from ..vocab import UNATTRIBUTED
+from . import rollups
 from .attribution import Attribution, StepWindow, attribute
 from .breakdown import Breakdown, WindowBreakdown, breakdown
-from . import rollups
 
-__all__ = ["Analysis", "Attribution", "Breakdown", "StepWindow", "WindowBreakdown",
-           "UNATTRIBUTED"]
+__all__ = [
+    "UNATTRIBUTED",
+    "Analysis",
+    "Attribution",
+    "Breakdown",
+    "StepWindow",
+    "WindowBreakdown",
+]
 
 ROLLUPS = ("kernel", "op", "layer", "module-type", "annotation", "step")
 

@@ -62,7 +62,8 @@ class Attribution:
             g = g[g["rank"] == rank]
         total = int(g["dur_ns"].sum())
         attributed = int(g.loc[g["op"] != UNATTRIBUTED, "dur_ns"].sum())
-        by_method = {str(k): int(v) for k, v in g.groupby("method", observed=True)["dur_ns"].sum().items()}
+        by_method = {str(k): int(v)
+                     for k, v in g.groupby("method", observed=True)["dur_ns"].sum().items()}
         return {
             "kernel_time_ns": total,
             "attributed_ns": attributed,
@@ -111,7 +112,7 @@ def attribute(store: TraceStore) -> Attribution:
 
     gpu_parts, sync_parts, steps = [], [], []
     has_steps: dict[int, bool] = {}
-    ranks = sorted(set(int(r["rank"]) for r in store.ranks)) or sorted(set(gpu_all["rank"].unique()))
+    ranks = sorted({int(r["rank"]) for r in store.ranks}) or sorted(set(gpu_all["rank"].unique()))
     for rank in ranks:
         g = gpu_all[gpu_all["rank"] == rank]
         sync_parts.append(g[g["kind"] == "sync"])
@@ -183,8 +184,8 @@ def nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.nd
     ends = starts + intervals["dur_ns"].to_numpy(np.int64)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(n_keys + 1))
-    qcodes = thread_keys(np.asarray(q_proc, dtype=object), np.asarray(q_thread, dtype=object), table) \
-        if len(q_time) else np.empty(0, np.int64)
+    qcodes = thread_keys(np.asarray(q_proc, dtype=object), np.asarray(q_thread, dtype=object),
+                         table) if len(q_time) else np.empty(0, np.int64)
     for k in range(n_keys):
         pos = order[bounds[k]:bounds[k + 1]]
         nest = Nesting.build(starts[pos], ends[pos])
@@ -272,7 +273,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     rt_pos = pd.Index(rt_all.index).get_indexer(launch_row)
     op_idx = take(rt_all["op_idx"].to_numpy(), rt_pos, -1)
     launch_names = take(rt_all["name"].to_numpy(), rt_pos, None)
-    is_graph = np.array([isinstance(x, str) and "GraphLaunch" in x for x in launch_names], dtype=bool)
+    is_graph = np.array([isinstance(x, str) and "GraphLaunch" in x for x in launch_names],
+                        dtype=bool)
 
     # --- 5. External id fallback and cross-check -------------------------------------------
     ext = g["external_id"]
@@ -281,7 +283,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     ext_map = pd.Series(ops_rank["op_idx"].to_numpy(),
                         index=ops_rank["external_id"].fillna(-1).astype("int64").to_numpy())
     ext_map = ext_map[~ext_map.index.duplicated(keep="first")]
-    ext_op = ext_map.reindex(ext.fillna(-1).astype("int64").to_numpy()).fillna(-1).astype("int64").to_numpy()
+    ext_op = (ext_map.reindex(ext.fillna(-1).astype("int64").to_numpy())
+              .fillna(-1).astype("int64").to_numpy())
     ext_op = np.where(ext_valid.to_numpy(), ext_op, -1)
     both = (op_idx >= 0) & (ext_op >= 0)
     if both.any():
@@ -455,8 +458,8 @@ def _corr_from_flows(g: pd.DataFrame, corr: pd.Series, flows: pd.DataFrame) -> p
         return corr
     dev = pd.to_numeric(f["process"], errors="coerce")
     strm = pd.to_numeric(f["thread"].astype(str).str.extract(r"(-?\d+)")[0], errors="coerce")
-    key = pd.MultiIndex.from_arrays([dev.fillna(-1).astype("int64"), strm.fillna(-1).astype("int64"),
-                                     f["ts_ns"].astype("int64")])
+    key = pd.MultiIndex.from_arrays([dev.fillna(-1).astype("int64"),
+                                     strm.fillna(-1).astype("int64"), f["ts_ns"].astype("int64")])
     fid = pd.Series(f["flow_id"].to_numpy(), index=key)
     fid = fid[~fid.index.duplicated(keep="first")]
     need = corr.isna()
@@ -519,7 +522,8 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
     nd = ops_all.loc[nodes]
     fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
     if len(fwd_cand):
-        left = nd[nd["sequence_nr"].notna()][["op_idx", "sequence_nr", "start_ns"]].sort_values("start_ns")
+        left = (nd[nd["sequence_nr"].notna()][["op_idx", "sequence_nr", "start_ns"]]
+                .sort_values("start_ns"))
         right = fwd_cand[["op_idx", "sequence_nr", "start_ns"]].rename(
             columns={"op_idx": "fwd_idx", "start_ns": "fwd_start"}).sort_values("fwd_start")
         if len(left):
@@ -528,7 +532,8 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
             m = pd.merge_asof(left, right, left_on="start_ns", right_on="fwd_start",
                               by="sequence_nr", direction="backward")
             ok = m["fwd_idx"].notna()
-            fwd_of_node.loc[m.loc[ok, "op_idx"].to_numpy()] = m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
+            fwd_of_node.loc[m.loc[ok, "op_idx"].to_numpy()] = \
+                m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
     # fallback: fwd_bwd flows (start on the forward op, end on the backward node)
     missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
     if len(missing) and len(flows):
@@ -561,7 +566,8 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
                   "Sequence number or fwdbwd flow in the window): no module path for their "
                   "kernels", severity="info", source=f"rank {rank}", count=unlinked)
     node_of_op = ops_all.loc[ops.index, "bwd_node"].to_numpy()
-    fwd = np.where(node_of_op >= 0, fwd_of_node.reindex(node_of_op).fillna(-1).astype("int64").to_numpy(), -1)
+    fwd_of = fwd_of_node.reindex(node_of_op).fillna(-1).astype("int64").to_numpy()
+    fwd = np.where(node_of_op >= 0, fwd_of, -1)
     ops_all.loc[ops.index, "fwd_op"] = fwd
 
 

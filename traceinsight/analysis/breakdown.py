@@ -67,7 +67,8 @@ def _u(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return iv.union(df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64))
 
 
-def window_breakdown(g: pd.DataFrame, w: StepWindow, *, step_rows: pd.DataFrame | None = None) -> WindowBreakdown:
+def window_breakdown(g: pd.DataFrame, w: StepWindow, *,
+                     step_rows: pd.DataFrame | None = None) -> WindowBreakdown:
     """Breakdown of rank activity ``g`` (attributed GPU rows of one rank) inside window ``w``."""
     s, e = w.start_ns, w.end_ns
     sel = g[(g["end_ns"] > s) & (g["start_ns"] < e)]

@@ -112,7 +112,8 @@ def hta_breakdown(store: TraceStore, *, emulate_rounding: bool = True, hta_class
                 kept_corr = set(r.loc[r_start < last, "correlation"].dropna().astype("int64"))
                 corr = g["correlation"]
                 has_corr = corr.notna() & (corr >= 0)
-                keep = np.where(has_corr, corr.fillna(-1).astype("int64").isin(kept_corr), start < last)
+                kept = corr.fillna(-1).astype("int64").isin(kept_corr)
+                keep = np.where(has_corr, kept, start < last)
                 steps = [s for s in steps if s != max(steps)]
         g = g[keep]
         start, end = start[keep], end[keep]
@@ -143,7 +144,8 @@ def hta_breakdown(store: TraceStore, *, emulate_rounding: bool = True, hta_class
             compute_pct=round(100 * compute / span, 2) if span else 0.0,
             non_compute_pct=round(100 * non / span, 2) if span else 0.0,
             comm_comp_overlap_pct=None if ov is None else round(ov, 2),
-            kernel_types_us={k: v / scale for k, v in _type_overlaps(comp_u, comm_u, mem_u).items()},
+            kernel_types_us={k: v / scale
+                             for k, v in _type_overlaps(comp_u, comm_u, mem_u).items()},
         ))
     return out
 
@@ -162,8 +164,8 @@ def _type_overlaps(comp, comm, mem) -> dict[str, int]:
     sets = {1: comp, 2: comm, 4: mem}
     pts = []
     for bit, (s, e) in sets.items():
-        pts.append(pd.DataFrame({"t": np.concatenate((s, e)),
-                                 "d": np.concatenate((np.full(len(s), bit), np.full(len(e), -bit)))}))
+        d = np.concatenate((np.full(len(s), bit), np.full(len(e), -bit)))
+        pts.append(pd.DataFrame({"t": np.concatenate((s, e)), "d": d}))
     df = pd.concat(pts, ignore_index=True).sort_values("t", kind="stable")
     t = df["t"].to_numpy()
     running = np.cumsum(df["d"].to_numpy())

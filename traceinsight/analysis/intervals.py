@@ -24,7 +24,8 @@ def take(values: np.ndarray, idx: np.ndarray, fill: object) -> np.ndarray:
     values = np.asarray(values)
     ok = idx >= 0
     if len(values) == 0 or not ok.any():
-        dtype = object if fill is None or isinstance(fill, str) else np.result_type(values.dtype, type(fill))
+        dtype = (object if fill is None or isinstance(fill, str)
+                 else np.result_type(values.dtype, type(fill)))
         return np.full(len(idx), fill, dtype=dtype)
     got = values[np.where(ok, idx, 0)]
     if fill is None or isinstance(fill, str):
@@ -63,7 +64,8 @@ def length(u: tuple[np.ndarray, np.ndarray]) -> int:
     return int((u[1] - u[0]).sum())
 
 
-def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def intersect(a: tuple[np.ndarray, np.ndarray],
+              b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two unions (each disjoint and sorted)."""
     as_, ae = a
     bs, be = b
@@ -84,7 +86,8 @@ def intersect(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
     return s[keep], e[keep]
 
 
-def subtract(a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def subtract(a: tuple[np.ndarray, np.ndarray],
+             b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Parts of union ``a`` not covered by union ``b``."""
     if len(a[0]) == 0 or len(b[0]) == 0:
         return a
@@ -104,7 +107,8 @@ def clip(u: tuple[np.ndarray, np.ndarray], start: int, end: int) -> tuple[np.nda
     return s[keep], e[keep]
 
 
-def overlap_with_windows(u: tuple[np.ndarray, np.ndarray], ws: np.ndarray, we: np.ndarray) -> np.ndarray:
+def overlap_with_windows(u: tuple[np.ndarray, np.ndarray], ws: np.ndarray,
+                         we: np.ndarray) -> np.ndarray:
     """Length of union ``u`` inside each window [ws[i], we[i]) (windows may overlap)."""
     s, e = u
     if len(s) == 0 or len(ws) == 0:
@@ -148,7 +152,7 @@ class Nesting:
     _scale: int
 
     @classmethod
-    def build(cls, starts: np.ndarray, ends: np.ndarray, tolerance_ns: int = 1000) -> "Nesting":
+    def build(cls, starts: np.ndarray, ends: np.ndarray, tolerance_ns: int = 1000) -> Nesting:
         s = np.asarray(starts, I64)
         e = np.asarray(ends, I64).copy()
         n = len(s)
@@ -240,7 +244,8 @@ class Nesting:
         out[ok] = cand[ok]
         return out
 
-    def ancestors_pairs(self, idx: np.ndarray, max_depth: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    def ancestors_pairs(self, idx: np.ndarray,
+                        max_depth: int = 256) -> tuple[np.ndarray, np.ndarray]:
         """(query position, ancestor index) pairs for every ancestor of each ``idx`` (itself
         included), walking the parent array level by level."""
         q = np.arange(len(idx))

@@ -13,7 +13,7 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from ..vocab import NO_MODULE, UNATTRIBUTED
+from ..vocab import NO_MODULE
 from .attribution import Attribution
 from .breakdown import Breakdown
 
@@ -31,7 +31,8 @@ def by_kernel(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
                                      "min_ns", "max_ns", "share_pct", "top_op"])
     agg = g.groupby(["name", "kind"], observed=True, sort=False).agg(
         cls=("cls", "first"), calls=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
-        mean_ns=("dur_ns", "mean"), min_ns=("dur_ns", "min"), max_ns=("dur_ns", "max")).reset_index()
+        mean_ns=("dur_ns", "mean"), min_ns=("dur_ns", "min"),
+        max_ns=("dur_ns", "max")).reset_index()
     top_op = (g.groupby(["name", "kind", "op"], observed=True)["dur_ns"].sum().reset_index()
               .sort_values("dur_ns", ascending=False).drop_duplicates(["name", "kind"])
               .set_index(["name", "kind"])["op"])
@@ -96,7 +97,8 @@ def _top_dims(g: pd.DataFrame, attr: Attribution) -> dict[str, str]:
     if not has.any():
         return {}
     dims = attr.ops["input_dims"].to_numpy()[g["op_idx"].to_numpy()[has]]
-    df = pd.DataFrame({"op": g["op"].to_numpy()[has], "dims": dims, "dur": g["dur_ns"].to_numpy()[has]})
+    df = pd.DataFrame({"op": g["op"].to_numpy()[has], "dims": dims,
+                       "dur": g["dur_ns"].to_numpy()[has]})
     df = df[df["dims"].notna()]
     if not len(df):
         return {}
@@ -104,7 +106,8 @@ def _top_dims(g: pd.DataFrame, attr: Attribution) -> dict[str, str]:
     return dict(best.drop_duplicates("op")[["op", "dims"]].itertuples(index=False, name=None))
 
 
-def by_layer(attr: Attribution, rank: int | None = None, *, inclusive: bool = False) -> pd.DataFrame:
+def by_layer(attr: Attribution, rank: int | None = None, *,
+             inclusive: bool = False) -> pd.DataFrame:
     """Device time per module path, split forward / backward / optimizer / other.
 
     ``inclusive=False``: each kernel counts for its innermost module only (rows add up to the
@@ -198,7 +201,8 @@ def by_annotation(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     out = pd.DataFrame({"annotation": ann.to_numpy(), "dur": g["dur_ns"].to_numpy()}).groupby(
         "annotation").agg(device_ns=("dur", "sum"), kernels=("dur", "size")).reset_index()
     out["share_pct"] = _share(out, "device_ns", total)
-    return out.sort_values(["device_ns", "annotation"], ascending=[False, True]).reset_index(drop=True)
+    out = out.sort_values(["device_ns", "annotation"], ascending=[False, True])
+    return out.reset_index(drop=True)
 
 
 def by_step(bd: Breakdown, rank: int | None = None) -> pd.DataFrame:

@@ -138,7 +138,7 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
             alg = sized["bytes"] / (sized["dur"] / 1e9)
             fac = np.array([bus_factor(str(kind), int(n)) for n in sized["n"]])
             busbw = float(np.median(alg * fac))
-        out.append({"collective": str(kind), "count": int(len(d)), "total_ns": int(d["dur"].sum()),
+        out.append({"collective": str(kind), "count": len(d), "total_ns": int(d["dur"].sum()),
                     "mean_ns": float(d["dur"].mean()), "max_ns": int(d["dur"].max()),
                     "median_bytes": float(sized["bytes"].median()) if len(sized) else None,
                     "busbw_bytes_per_s": busbw})
@@ -181,4 +181,5 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
     spread = mat.max(axis=0) - mat.min(axis=0)
     ms.evidence["collective_skew"] = {"median_spread_ns": float(np.median(spread)),
                                       "max_spread_ns": float(spread.max()),
-                                      "last_arrivals": {int(r): int((last == r).sum()) for r in ranks}}
+                                      "last_arrivals": {int(r): int((last == r).sum())
+                                                        for r in ranks}}

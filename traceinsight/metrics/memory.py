@@ -44,7 +44,8 @@ for _n, _u, _d in (
     ("reserved_gap_pct", "%", "peak reserved minus peak allocated, % of peak reserved"),
     ("allocated_static_pct", "%", "lowest allocated after reserved reached 95% of its peak, % of "
      "peak allocated (100: a footprint that never shrinks)"),
-    ("allocated_growth_bytes_per_step", "bytes", "growth of allocated bytes per step (slope at step ends)"),
+    ("allocated_growth_bytes_per_step", "bytes",
+     "growth of allocated bytes per step (slope at step ends)"),
     ("allocated_growth_steps_pct", "%", "share of step-to-step changes that grew allocated memory"),
     ("oom_events", "count", "[OutOfMemory] events"),
 ):
@@ -175,7 +176,8 @@ def _downsample(ts: np.ndarray, alloc: np.ndarray, res: np.ndarray, n: int = 600
     b = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n - 1)
     df = pd.DataFrame({"b": b, "t": ts, "a": alloc, "r": res})
     agg = df.groupby("b").agg(t=("t", "max"), a=("a", "max"), r=("r", "max"))
-    return {"ts_ns": agg["t"].astype("int64").tolist(), "allocated": agg["a"].astype("int64").tolist(),
+    return {"ts_ns": agg["t"].astype("int64").tolist(),
+            "allocated": agg["a"].astype("int64").tolist(),
             "reserved": agg["r"].astype("int64").tolist(), "max_gap": int((res - alloc).max())}
 
 
@@ -217,9 +219,9 @@ def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     d["thread"] = d["thread"].astype(object)
     pos, _ = nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
                             d["thread"].to_numpy())
-    names = np.where(pos >= 0, ops["name"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None,
-                     "[outside ops]")
-    mods = np.where(pos >= 0, ops["module"].to_numpy()[np.clip(pos, 0, None)] if len(ops) else None, None)
+    at = np.clip(pos, 0, None)
+    names = np.where(pos >= 0, ops["name"].to_numpy()[at] if len(ops) else None, "[outside ops]")
+    mods = np.where(pos >= 0, ops["module"].to_numpy()[at] if len(ops) else None, None)
     df = pd.DataFrame({"op": names, "module": mods, "bytes": d["bytes"].to_numpy()})
     agg = df.groupby("op").agg(bytes=("bytes", "sum"), allocations=("bytes", "size")).reset_index()
     agg = agg.sort_values("bytes", ascending=False).head(8)

@@ -1,12 +1,13 @@
 """Roofline and MFU metrics from per-op FLOPs and bytes (shapes and dtypes); precision metrics
 are in :mod:`traceinsight.metrics.precision`.
 
-For every op instance that launched kernels, :func:`traceinsight.metrics.flops.op_cost` models FLOPs and
-ideal bytes from ``Input Dims``/``Input type``; its device time is the sum of its kernels. Against
-the device's roofs (peak FLOP/s of the op's dtype, memory bandwidth): arithmetic intensity
-AI = FLOPs / bytes; ridge = peak / bandwidth; roof = min(peak, AI x bandwidth); achieved =
-FLOPs / time; the op is memory-bound when AI < ridge. Bytes are ideal traffic (perfect caching),
-so achieved bandwidth is a lower bound of the real traffic, as in TraceLens' PerfModel.
+For every op instance that launched kernels, :func:`traceinsight.metrics.flops.op_cost` models
+FLOPs and ideal bytes from ``Input Dims``/``Input type``; its device time is the sum of its
+kernels. Against the device's roofs (peak FLOP/s of the op's dtype, memory bandwidth):
+arithmetic intensity AI = FLOPs / bytes; ridge = peak / bandwidth; roof = min(peak, AI x
+bandwidth); achieved = FLOPs / time; the op is memory-bound when AI < ridge. Bytes are ideal
+traffic (perfect caching), so achieved bandwidth is a lower bound of the real traffic, as in
+TraceLens' PerfModel.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from .options import RooflineOptions
 from .registry import MetricSet, declare
 
 NEEDS = "input shapes (record_shapes=True) and a known device"
-HINT = "record with record_shapes=True; for an unknown GPU pass --device NAME or --peak-tflops/--peak-bw"
+HINT = ("record with record_shapes=True; for an unknown GPU pass --device NAME or "
+        "--peak-tflops/--peak-bw")
 
 COVERAGE = "flops_modelled_pct"
 declare(COVERAGE, "%", "kernel time of ops whose FLOPs/bytes could be modelled (the coverage of "
@@ -45,11 +47,14 @@ for _n, _u, _d, _lb in (
      "model FLOPs utilisation: modelled FLOPs / (step time x peak of the main dtype)", True),
 ):
     declare(_n, _u, _d, needs=NEEDS, hint=HINT, coverage=COVERAGE, lower_bound=_lb)
-declare("mfu_estimate_pct", "%", "MFU from 6·N·tokens (training) or 2·N·tokens (inference) per step",
+declare("mfu_estimate_pct", "%",
+        "MFU from 6·N·tokens (training) or 2·N·tokens (inference) per step",
         needs="--params and --tokens-per-step", hint="pass --params N --tokens-per-step T")
-declare("device_peak_tflops", "TFLOP/s", "dense bf16/fp16 peak of the device", needs="a known device",
+declare("device_peak_tflops", "TFLOP/s", "dense bf16/fp16 peak of the device",
+        needs="a known device",
         hint="pass --device NAME (see `traceinsight devices`) or --peak-tflops")
-declare("device_bandwidth_gbs", "GB/s", "peak memory bandwidth of the device", needs="a known device",
+declare("device_bandwidth_gbs", "GB/s", "peak memory bandwidth of the device",
+        needs="a known device",
         hint="pass --device NAME or --peak-bw")
 #: per-dtype dense peaks of the device table: 0 when the part has no such unit (bf16 and TF32
 #: on V100, fp8 before Hopper/MI300), missing when the device is unknown. Advice about a dtype
@@ -111,7 +116,8 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     inst = _op_instances(an, kern)
     total_k = float(kern["dur_ns"].sum())
     modelled = inst[inst["flops"].notna()]
-    ms.set("flops_modelled_pct", 100.0 * float(modelled["dev_ns"].sum()) / total_k if total_k else None)
+    ms.set("flops_modelled_pct",
+           100.0 * float(modelled["dev_ns"].sum()) / total_k if total_k else None)
     if spec is None:
         for n in names:
             if n != "flops_modelled_pct":
@@ -134,7 +140,8 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     if not spec.mem_bw:
         for n in names:
             if n != "flops_modelled_pct":
-                ms.set(n, None, why_missing="the device's memory bandwidth is unknown (pass --peak-bw)")
+                ms.set(n, None,
+                       why_missing="the device's memory bandwidth is unknown (pass --peak-bw)")
         return
     bw = float(spec.mem_bw)
     t = m["dev_ns"].to_numpy(np.float64) / 1e9
@@ -152,18 +159,20 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     ms.set("compute_bound_time_pct", 100.0 * t[~mem_bound].sum() / tt if tt else None)
     ms.set("roof_efficiency_pct", 100.0 * float((eff * t).sum() / tt) if tt else None)
     bw_eff = np.minimum((B / t) / bw, 1.0)
-    ms.set("memory_bound_efficiency_pct", 100.0 * float((bw_eff[mem_bound] * t[mem_bound]).sum()
-                                                        / t[mem_bound].sum()) if mem_bound.any() else None,
-           why_missing="no memory-bound op")
+    ms.set("memory_bound_efficiency_pct",
+           100.0 * float((bw_eff[mem_bound] * t[mem_bound]).sum() / t[mem_bound].sum())
+           if mem_bound.any() else None, why_missing="no memory-bound op")
     c_eff = np.minimum(achieved / P, 1.0)
-    ms.set("compute_bound_efficiency_pct", 100.0 * float((c_eff[~mem_bound] * t[~mem_bound]).sum()
-                                                         / t[~mem_bound].sum()) if (~mem_bound).any() else None,
-           why_missing="no compute-bound op")
+    ms.set("compute_bound_efficiency_pct",
+           100.0 * float((c_eff[~mem_bound] * t[~mem_bound]).sum() / t[~mem_bound].sum())
+           if (~mem_bound).any() else None, why_missing="no compute-bound op")
     wall_s = wall / 1e9
     over_mem = np.clip(t - B / bw, 0, None)
     over_cmp = np.clip(t - F / P, 0, None)
-    ms.set("memory_bound_recoverable_pct", 100.0 * float(over_mem[mem_bound].sum()) / wall_s if wall_s else None)
-    ms.set("compute_bound_recoverable_pct", 100.0 * float(over_cmp[~mem_bound].sum()) / wall_s if wall_s else None)
+    ms.set("memory_bound_recoverable_pct",
+           100.0 * float(over_mem[mem_bound].sum()) / wall_s if wall_s else None)
+    ms.set("compute_bound_recoverable_pct",
+           100.0 * float(over_cmp[~mem_bound].sum()) / wall_s if wall_s else None)
     total_flops = float(modelled["flops"].sum())
     ms.set("achieved_tflops", total_flops / (wall_s / n_ranks) / 1e12 / n_ranks if wall_s else None)
     # MFU against the peak of the dominant GEMM dtype
@@ -172,7 +181,8 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     dom_peak = _peak(spec, dom, "gemm", bool(gem["tensor_core"].any()) if len(gem) else True) or lp
     ms.set("mfu_pct", 100.0 * total_flops / ((wall_s / n_ranks) * dom_peak * n_ranks)
            if wall_s and dom_peak else None)
-    m = m.assign(ai=ai, achieved=achieved, roof=roof, eff=eff, bound=np.where(mem_bound, "memory", "compute"),
+    m = m.assign(ai=ai, achieved=achieved, roof=roof, eff=eff,
+                 bound=np.where(mem_bound, "memory", "compute"),
                  over_ns=np.where(mem_bound, over_mem, over_cmp) * 1e9)
     ms.evidence["roofline"] = {**_points(m, spec, bw), "coverage_pct": ms.get(COVERAGE),
                                "coverage_metric": COVERAGE}
@@ -182,9 +192,9 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
 
 
 REG_ROOFLINE = ("flops_modelled_pct", "memory_bound_time_pct", "compute_bound_time_pct",
-                "roof_efficiency_pct", "memory_bound_efficiency_pct", "compute_bound_efficiency_pct",
-                "memory_bound_recoverable_pct", "compute_bound_recoverable_pct", "achieved_tflops",
-                "mfu_pct")
+                "roof_efficiency_pct", "memory_bound_efficiency_pct",
+                "compute_bound_efficiency_pct", "memory_bound_recoverable_pct",
+                "compute_bound_recoverable_pct", "achieved_tflops", "mfu_pct")
 
 
 def _peak(spec, dtype: str, kind: str, tensor_core: bool, roof: str | None = None) -> float | None:
@@ -231,7 +241,8 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     agg["dtype"] = [c.dtype if c else None for c in costs]
     agg["kind"] = [c.kind if c else None for c in costs]
     agg["exact"] = [c.exact if c else None for c in costs]
-    agg["roof"] = [flops.roof_dtype(c, [k]) if c else None for c, k in zip(costs, agg["kname"].astype(str))]
+    agg["roof"] = [flops.roof_dtype(c, [k]) if c else None
+                   for c, k in zip(costs, agg["kname"].astype(str))]
     return agg.reset_index()
 
 

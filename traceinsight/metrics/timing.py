@@ -34,7 +34,8 @@ for _n, _u, _d in (
     ("small_kernel_pct", "%", "kernels shorter than 10 µs, % of kernels"),
     ("small_kernel_time_pct", "%", "time in kernels shorter than 10 µs, % of kernel time"),
     ("median_kernel_ns", "ns", "median kernel duration"),
-    ("launch_latency_p50_ns", "ns", "median time from the end of the launch call to the kernel start"),
+    ("launch_latency_p50_ns", "ns",
+     "median time from the end of the launch call to the kernel start"),
     ("gemm_time_pct", "%", "GEMM kernels (incl. attention and convolution), % of kernel time"),
     ("elementwise_time_pct", "%", "elementwise and reduction kernels, % of kernel time"),
 ):
@@ -122,8 +123,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
                 ms.set("launch_latency_p50_ns", None, why_missing="no kernel has a launch record")
             cls_t = kern.groupby("cls", observed=True)["dur_ns"].sum()
             tot_k = float(d.sum()) or 1.0
-            ms.set("gemm_time_pct", 100.0 * float(cls_t.reindex(["gemm", "attention", "convolution"])
-                                                  .fillna(0).sum()) / tot_k)
+            gemm_like = cls_t.reindex(["gemm", "attention", "convolution"]).fillna(0)
+            ms.set("gemm_time_pct", 100.0 * float(gemm_like.sum()) / tot_k)
             ms.set("elementwise_time_pct", 100.0 * float(cls_t.reindex(["elementwise", "reduction"])
                                                          .fillna(0).sum()) / tot_k)
         else:
@@ -140,7 +141,8 @@ def _launch_latency(kern: pd.DataFrame, rt: pd.DataFrame) -> np.ndarray:
     key = pd.MultiIndex.from_arrays([rt["rank"].to_numpy(), rt["start_ns"].to_numpy(np.int64)])
     dur = pd.Series(rt["dur_ns"].to_numpy(np.int64), index=key)
     dur = dur[~dur.index.duplicated()]
-    k = pd.MultiIndex.from_arrays([kern["rank"].to_numpy(), kern["launch_start_ns"].to_numpy(np.int64)])
+    k = pd.MultiIndex.from_arrays([kern["rank"].to_numpy(),
+                                   kern["launch_start_ns"].to_numpy(np.int64)])
     d = dur.reindex(k).to_numpy()
     ok = ~pd.isna(d)
     return (kern["start_ns"].to_numpy(np.int64)[ok]
@@ -177,7 +179,8 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
         sync_count += len(sync)
         sync_ns += int(sync["dur_ns"].sum())
         names = attr.ops["name"].to_numpy()
-        for idx, call, dur in zip(sync["op_idx"].to_numpy(), sync["name"].astype(str), sync["dur_ns"]):
+        for idx, call, dur in zip(sync["op_idx"].to_numpy(), sync["name"].astype(str),
+                                  sync["dur_ns"]):
             who = f"{names[idx]} → {call}" if idx >= 0 else call
             sync_ops.setdefault(who, []).append(int(dur))
     n_steps = len(windows)

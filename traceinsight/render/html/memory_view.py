@@ -145,7 +145,8 @@ def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
     mt = pk.get("map_totals") or {}
     seg = segment_chart(s.get("segment_map") or {}, f"Segment map {where}", fmt.short_site)
     at_end = s.get("segment_map_snapshot")
-    seg_end = segment_chart(at_end, "Segment map at the snapshot", fmt.short_site) if at_end else None
+    seg_end = (segment_chart(at_end, "Segment map at the snapshot", fmt.short_site)
+               if at_end else None)
     lede = (f"Rank {s['rank']}, device {s['device']}, at the snapshot: "
             f"{fmt.fmt_bytes(t['reserved'])} reserved in {t['segments']} segments, "
             f"{fmt.fmt_bytes(t['allocated'])} allocated ({fmt.fmt_bytes(t['requested'])} "
