@@ -1,5 +1,5 @@
 # Quick start:   make demo   (set up, diagnose the bundled 4-rank sample, write report.html)
-#                make test   (set up with the test extras, run the whole test suite)
+#                make test   (set up with the test extras, lint, run the whole test suite)
 #                make lint   (ruff on the code, tests and tools; mypy on the package)
 # Options:       SKIP_BROWSER=1 make test   no Chromium install; the browser test is skipped
 #                TRACEINSIGHT_SHARED=DIR    the shared real-trace corpus (DIR/traces), default ../shared
@@ -62,7 +62,8 @@ browser:
 	  echo "    (install chromium, or set TRACEINSIGHT_CHROMIUM=/path/to/chrome, or SKIP_BROWSER=1)"; \
 	fi
 
-test: $(VENV)/.dev browser
+# lint first: it takes seconds and fails fast, before the browser install and the suite
+test: $(VENV)/.dev lint browser
 	@if [ -d "$(SHARED)/traces" ]; then \
 	  echo "==> [3/3] running the test suite, with the shared real-trace corpus $(SHARED)/traces"; \
 	else \
@@ -71,8 +72,9 @@ test: $(VENV)/.dev browser
 	fi
 	TRACEINSIGHT_SHARED=$(SHARED) $(PY) -m pytest -q $(if $(SKIP_BROWSER),-m "not browser",)
 
-# not part of `make test` yet: the package still has findings (see the issue)
+# ruff on the code, tests and tools; mypy on the package (config in pyproject.toml)
 lint: $(VENV)/.dev
+	@echo "==> lint: ruff and mypy"
 	$(VENV)/bin/ruff check traceinsight tracegen tests bench
 	$(VENV)/bin/mypy traceinsight
 
@@ -84,4 +86,4 @@ docs: $(VENV)/.base
 	$(PY) -m traceinsight.engine > docs/RULES.md
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache report.html report.md result.json
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache report.html report.md result.json

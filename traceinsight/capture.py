@@ -50,7 +50,8 @@ TORCH_MISSING_MESSAGE = (
 try:  # errors.py has no heavy imports; keep the fallback so capture.py stands alone.
     from traceinsight.errors import InstallError as _InstallError
 except Exception:  # pragma: no cover - only when errors.py is missing/broken
-    _InstallError = None
+    # capture.py copied without the package: no InstallError class to bind the name to
+    _InstallError = None  # type: ignore[misc,assignment]
 
 if _InstallError is not None:
 
@@ -310,7 +311,8 @@ def _make_rewriter(script: str | os.PathLike[str] | None):
             return text
         for prefix, label in prefixes:
             if prefix in text:
-                text = re.sub(re.escape(prefix) + r"(?=[/\\]|$)", lambda _m, lb=label: lb, text)
+                text = re.sub(re.escape(prefix) + r"(?=[/\\]|$)", label.replace("\\", r"\\"),
+                              text)
         text = _SITE_DIR.sub("<site-packages>", text)
         text = _STDLIB_DIR.sub("<stdlib>", text)
         text = _ABS_POSIX.sub("<abs>/", text)

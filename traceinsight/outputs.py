@@ -20,8 +20,12 @@ import stat
 import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from .errors import OutputError
+
+#: a file to write: a path or its text
+_PathT = TypeVar("_PathT", Path, str, "Path | str")
 
 #: kernel file systems: nothing traceinsight writes belongs there
 SYSTEM_TREES = (Path("/proc"), Path("/sys"))
@@ -214,7 +218,7 @@ def _tmp_for(path: Path) -> Path:
     return Path(tmp)
 
 
-def write_files(files: Mapping[Path | str, str | bytes]) -> None:
+def write_files(files: Mapping[_PathT, str | bytes]) -> None:
     """Write every file or none: regular files are written to temporaries first and renamed
     into place only once all are complete; devices and FIFOs are written in place last."""
     regular: list[tuple[Path, Path]] = []

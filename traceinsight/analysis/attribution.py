@@ -396,7 +396,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         "op_idx": op_idx,
         "op": leaf,
         "top_op": top_name,
-        "module": np.where(pd.isna(module), None, module),
+        # None is a valid object-array operand; numpy's stubs type none of where()'s as None
+        "module": np.where(pd.isna(module), None, module),  # type: ignore[call-overload]
         "phase": phase,
         "annotation": annotation,
         "step": step_of,

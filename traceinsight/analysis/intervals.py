@@ -12,14 +12,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 I64 = np.int64
 
 
-def take(values: np.ndarray, idx: np.ndarray, fill: object) -> np.ndarray:
-    """``values[idx]`` where ``idx >= 0``, else ``fill`` (safe when ``values`` is empty)."""
+def take(values: np.ndarray, idx: np.ndarray, fill: Any) -> np.ndarray:
+    """``values[idx]`` where ``idx >= 0``, else ``fill`` (safe when ``values`` is empty). ``fill``
+    is any scalar, None included (numpy's stubs type no operand of ``where`` as None)."""
     idx = np.asarray(idx, dtype=np.int64)
     values = np.asarray(values)
     ok = idx >= 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pandas as pd
@@ -68,7 +68,7 @@ def rank_summary(an: Analysis, rank: int, ms: MetricSet,
     from ..diagnose.sections import summary
 
     one = _OneRank(an, rank, gpu)
-    rows = summary(one, ms)["ranks"]
+    rows = summary(cast(Analysis, one), ms)["ranks"]  # a duck-typed one-rank view
     totals = next((r for r in rows if r["rank"] == rank), {"rank": rank})
     steps = [{"step": int(w.step), "start_ns": int(w.start_ns), "end_ns": int(w.end_ns),
               "host_ns": None if w.host_ns is None else int(w.host_ns),
@@ -141,7 +141,11 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
         nxt = np.full(n, -1, dtype=np.int64)
         nxt[up] = parent[cur[up]]
         cur = nxt
-    kinds, pgs, seqs, sizes, groups = [], [], [], [], []
+    kinds: list[str | None] = []
+    pgs: list[str | None] = []
+    seqs: list[int | None] = []
+    sizes: list[int | None] = []
+    groups: list[int | None] = []
     names = comm["name"].astype(str).to_numpy()
     for i in range(n):
         j = found[i]

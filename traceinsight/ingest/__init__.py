@@ -10,6 +10,7 @@ reads parquet instead of re-parsing JSON.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 import time
@@ -302,7 +303,7 @@ def _read_all(job: _Job, prog: Progress,
         try:
             r = streamed.read_streamed(p, head, parts, rank_hint=rank_from_filename(p.name),
                                        progress=step, background=hasher.start if hasher else None,
-                                       wrap=lambda fn, _p=p: _reader_errors(_p, fn))
+                                       wrap=functools.partial(_reader_errors, p))
             if r is None:  # read whole: the readers without a stream entry, damaged files
                 if hasher and hasher.started:
                     job.digests[i] = hasher.result()  # no thread may run when the reader forks

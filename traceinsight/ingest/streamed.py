@@ -150,14 +150,14 @@ def read_streamed(p: Path, head: bytes, parts: Parts, *, rank_hint: int | None,
         if plain is not p:
             raise unreadable(p, inner, compressed=True)
         return None
-    if reader.stream is None or reader.opens_path or os.environ.get("TRACEINSIGHT_STREAM",
-                                                                    "1") == "0":
+    stream = reader.stream
+    if stream is None or reader.opens_path or os.environ.get("TRACEINSIGHT_STREAM", "1") == "0":
         _drop(plain, p)
         return None
     sink = parts.sink()
     try:
-        got = wrap(lambda: reader.stream(plain, sink, source=p.name, rank_hint=rank_hint,
-                                         progress=progress, background=background))
+        got = wrap(lambda: stream(plain, sink, source=p.name, rank_hint=rank_hint,
+                                  progress=progress, background=background))
     except Exception as e:
         sink.discard()
         if getattr(e, "stream_fallback", False):

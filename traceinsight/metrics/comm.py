@@ -12,6 +12,7 @@ rank's, and by which rank arrives last at the collectives (n-th collective of ea
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -130,7 +131,7 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
     ws = max([r.get("distributed", {}).get("world_size") or 0 for r in an.store.ranks] or [0])
     df = pd.DataFrame({"kind": kinds, "dur": comm["dur_ns"].to_numpy(np.int64), "bytes": size_bytes,
                        "n": np.where(np.isnan(group), ws or 1, group)})
-    out = []
+    out: list[dict[str, Any]] = []
     for kind, d in df.groupby("kind"):
         sized = d[d["bytes"].notna() & (d["dur"] > 0)]
         busbw = None
@@ -152,9 +153,9 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
     steps = [w for w in bd.steps if w.step is not None]
     if len(ranks) < 2 or not steps:
         why = "needs traces of 2 or more ranks" if len(ranks) < 2 else "needs ProfilerStep markers"
-        for n in ("straggler_excess_pct", "straggler_wait_pct", "straggler_rank",
-                  "comm_wait_spread_pct", "last_arrival_share_pct"):
-            ms.set(n, None, why_missing=why)
+        for name in ("straggler_excess_pct", "straggler_wait_pct", "straggler_rank",
+                     "comm_wait_spread_pct", "last_arrival_share_pct"):
+            ms.set(name, None, why_missing=why)
         return
     per_rank = {r: [w for w in steps if w.rank == r] for r in ranks}
     compute = {r: float(np.median([w.compute_ns for w in ws])) for r, ws in per_rank.items() if ws}

@@ -202,6 +202,7 @@ def _growth(an: Analysis, rank: int, ts: np.ndarray, alloc: np.ndarray) -> dict 
 def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     """The ops that allocated most in the step (or trace) of the reserved peak."""
     from ..analysis.attribution import nest_by_thread  # shared time-nesting helper
+    from ..analysis.intervals import take
 
     d = gpu[(gpu["rank"] == worst["rank"]) & (gpu["device"] == worst["device"])
             & (gpu["bytes"].fillna(0) > 0)]
@@ -219,9 +220,8 @@ def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     d["thread"] = d["thread"].astype(object)
     pos, _ = nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
                             d["thread"].to_numpy())
-    at = np.clip(pos, 0, None)
-    names = np.where(pos >= 0, ops["name"].to_numpy()[at] if len(ops) else None, "[outside ops]")
-    mods = np.where(pos >= 0, ops["module"].to_numpy()[at] if len(ops) else None, None)
+    names = take(ops["name"].to_numpy(), pos, "[outside ops]")
+    mods = take(ops["module"].to_numpy(), pos, None)
     df = pd.DataFrame({"op": names, "module": mods, "bytes": d["bytes"].to_numpy()})
     agg = df.groupby("op").agg(bytes=("bytes", "sum"), allocations=("bytes", "size")).reset_index()
     agg = agg.sort_values("bytes", ascending=False).head(8)

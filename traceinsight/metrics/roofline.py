@@ -224,8 +224,8 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     ops = an.attribution.ops.loc[agg.index]
     key = ops[["name", "input_dims", "input_types", "concrete_inputs", "flops"]].astype(object)
     key = key.where(key.notna(), None)
-    cache: dict[tuple, object] = {}
-    costs = []
+    cache: dict[tuple, flops.OpCost | None] = {}
+    costs: list[flops.OpCost | None] = []
     for row in key.itertuples(index=False, name=None):
         c = cache.get(row)
         if c is None and row not in cache:

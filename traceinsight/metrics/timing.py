@@ -187,6 +187,6 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     ms.set("dataloader_pct", 100.0 * dl_total / wall)
     ms.set("syncs_per_step", sync_count / n_steps)
     ms.set("sync_blocked_pct", 100.0 * sync_ns / wall)
-    ms.evidence["sync_calls"] = sorted(
-        ({"call": k, "count": len(v), "per_step": len(v) / n_steps, "total_ns": sum(v)}
-         for k, v in sync_ops.items()), key=lambda x: -x["total_ns"])[:10]
+    by_total = sorted(sync_ops.items(), key=lambda kv: -sum(kv[1]))[:10]
+    ms.evidence["sync_calls"] = [{"call": k, "count": len(v), "per_step": len(v) / n_steps,
+                                  "total_ns": sum(v)} for k, v in by_total]

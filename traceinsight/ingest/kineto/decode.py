@@ -457,15 +457,17 @@ def summarize(tables: dict[str, pa.Table]) -> dict[str, Any]:
             spans.append((pc.min(t["start_ns"]).as_py(),
                           pc.max(pc.add(t["start_ns"], t["dur_ns"])).as_py()))
     gpu = tables.get("gpu_activities")
+    if gpu is not None and not gpu.num_rows:
+        gpu = None
     rt = tables.get("runtime_calls")
-    has_gpu = gpu is not None and gpu.num_rows > 0
     return {
         "span": [min(s[0] for s in spans), max(s[1] for s in spans)] if spans else None,
-        "devices": set(pc.unique(gpu["device"]).to_pylist()) - {None} if has_gpu else set(),
+        "devices": set(pc.unique(gpu["device"]).to_pylist()) - {None} if gpu is not None
+        else set(),
         "rt_names": set(pc.unique(rt["name"].cast(pa.string())).to_pylist())
         if rt is not None and rt.num_rows else set(),
         "gpu_cats": set(pc.unique(gpu["cat_raw"].cast(pa.string())).to_pylist())
-        if has_gpu else set(),
+        if gpu is not None else set(),
     }
 
 

@@ -85,7 +85,7 @@ def heatmap(rows: list[list[int | None]], ranks: list[int], steps: list[int],
             k = i + 1
             while k < n and band(rows[k][j] if j < len(rows[k]) else None) == b:
                 k += 1
-            cells = [rows[x][j] for x in range(i, k) if rows[x][j] is not None]
+            cells = [c for c in (rows[x][j] for x in range(i, k)) if c is not None]
             who = f"rank {ranks[i]}" if k - i == 1 else f"ranks {ranks[i]}–{ranks[k - 1]}"
             if cells:
                 lo_c, hi_c = min(cells), max(cells)
