@@ -33,7 +33,7 @@ from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
 from ..vocab import UNATTRIBUTED
 from . import categories
-from .intervals import Nesting, take
+from .intervals import Nesting, any_ancestor, take
 from .step_windows import StepWindow, step_windows
 
 GRAPH_REPLAY = "[graph replay]"
@@ -359,7 +359,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         ann_parent = np.full(len(ann), -1, dtype=np.int64)
         for _k, (pos, nest) in anests.items():
             ann_parent[pos] = np.where(nest.parent >= 0, pos[np.clip(nest.parent, 0, None)], -1)
-        optimizer[sel] = _any_ancestor(apos, ann_parent, opt_name)
+        optimizer[sel] = any_ancestor(apos, ann_parent, opt_name)
     gann = rng[rng["kind"] == "gpu_annotation"]
     if len(gann):
         need = np.flatnonzero(pd.isna(annotation))
@@ -435,21 +435,6 @@ def name_matches(names: np.ndarray, rx: re.Pattern) -> np.ndarray:
     codes, uniq = pd.factorize(pd.Series(names, dtype=object))
     hit = np.array([isinstance(u, str) and bool(rx.search(u)) for u in uniq], dtype=bool)
     return np.where(codes >= 0, hit[np.clip(codes, 0, None)] if len(hit) else False, False)
-
-
-def _any_ancestor(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """Whether ``idx`` or any ancestor has ``flag`` set (idx -1 -> False)."""
-    out = np.zeros(len(idx), dtype=bool)
-    if not len(flag):
-        return out
-    cur = idx.copy()
-    for _ in range(512):
-        ok = cur >= 0
-        if not ok.any():
-            break
-        out[ok] |= flag[cur[ok]]
-        cur = np.where(ok, parent[np.clip(cur, 0, None)], -1)
-    return out
 
 
 def _corr_from_flows(g: pd.DataFrame, corr: pd.Series, flows: pd.DataFrame) -> pd.Series:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..vocab import CLASSES
+from .intervals import any_ancestor
 from .kernel_table import COMM_OPS, KERNEL_CLASSES, KERNEL_DTYPES, MATRIX_HELPERS, OP_CLASSES
 
 __all__ = ["CLASSES", "COMM_OP_RE", "MATRIX_CLASSES", "classify", "classify_names",
@@ -104,21 +105,6 @@ def _per_unique(values: np.ndarray, fn, default):
     return mapped[np.where(codes >= 0, codes, len(uniq))]
 
 
-def _ancestor_flag(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
-    """Whether op ``idx`` or any of its ancestors has ``flag`` (idx -1 -> False)."""
-    out = np.zeros(len(idx), dtype=bool)
-    if not len(flag):
-        return out
-    cur = idx.copy()
-    for _ in range(512):
-        ok = cur >= 0
-        if not ok.any():
-            break
-        out[ok] |= flag[cur[ok]]
-        cur = np.where(ok, parent[np.clip(cur, 0, None)], -1)
-    return out
-
-
 def _top(idx: np.ndarray, parent: np.ndarray) -> np.ndarray:
     top = idx.copy()
     for _ in range(512):
@@ -149,7 +135,7 @@ def classify(gpu: pd.DataFrame, ops: pd.DataFrame) -> tuple[np.ndarray, np.ndarr
         names = ops["name"].to_numpy()
         parent = ops["parent"].to_numpy(np.int64)
         comm_op = _per_unique(names, lambda s: bool(COMM_OP_RE.search(s)), False).astype(bool)
-        under_comm = _ancestor_flag(op_idx, parent, comm_op)
+        under_comm = any_ancestor(op_idx, parent, comm_op)
         up = under_comm & ~np.isin(cls, MATRIX_CLASSES) & (cls != "communication")
         cls[up] = "communication"
         how[up] = "op"

@@ -66,6 +66,22 @@ def length(u: tuple[np.ndarray, np.ndarray]) -> int:
     return int((u[1] - u[0]).sum())
 
 
+def any_ancestor(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.ndarray:
+    """Whether node ``idx`` or any of its ancestors (``parent``: each node's parent index, -1 at
+    a root) has ``flag`` set (idx -1 -> False)."""
+    out = np.zeros(len(idx), dtype=bool)
+    if not len(flag):
+        return out
+    cur = idx.copy()
+    for _ in range(512):
+        ok = cur >= 0
+        if not ok.any():
+            break
+        out[ok] |= flag[cur[ok]]
+        cur = np.where(ok, parent[np.clip(cur, 0, None)], -1)
+    return out
+
+
 def intersect(a: tuple[np.ndarray, np.ndarray],
               b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two unions (each disjoint and sorted)."""

@@ -138,6 +138,21 @@ class ReadFn(Protocol):
         ``opens_path`` also gets ``path=`` (the file itself, e.g. to open a database)."""
 
 
+
+def column_sources(tables: Mapping[str, Mapping[str, str]],
+                   common: Mapping[str, str]) -> dict[str, dict[str, str]]:
+    """A reader's column sources for :attr:`Reader.column_sources`: per store table, where each
+    of its columns comes from (``tables``: per table, the columns with their own source;
+    ``common``: sources shared by every table), for the columns the schema has."""
+    from .. import schema
+
+    out = {}
+    for name, own in tables.items():
+        cols = schema.TABLES[name].column_names
+        out[name] = {c: own.get(c) or common[c] for c in cols if c in own or c in common}
+    return out
+
+
 @dataclass(frozen=True)
 class Reader:
     """One trace format."""

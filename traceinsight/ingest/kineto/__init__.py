@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...diagnostics import DiagnosticLog
-from ..readers import RankRead, RankStreamed, Reader
+from ..readers import RankRead, RankStreamed, Reader, column_sources
 from ..sink import TableSink
 from ..source import json_start
 from ..timeconv import NeedExactText
@@ -207,16 +207,6 @@ _TABLES = {
 }
 
 
-def _column_sources() -> dict[str, dict[str, str]]:
-    from ... import schema
-
-    out = {}
-    for name, own in _TABLES.items():
-        cols = schema.TABLES[name].column_names
-        out[name] = {c: own.get(c) or _COMMON[c] for c in cols if c in own or c in _COMMON}
-    return out
-
-
 READER = Reader(
     name=FORMAT,
     title="Kineto",
@@ -229,5 +219,5 @@ READER = Reader(
     sniff=sniff,
     read=read_kineto,
     stream=stream_kineto,
-    column_sources=_column_sources(),
+    column_sources=column_sources(_TABLES, _COMMON),
 )

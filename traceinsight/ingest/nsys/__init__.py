@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ...errors import TraceFormatError
-from ..readers import RankRead, Reader
+from ..readers import RankRead, Reader, column_sources
 from ..source import SQLITE_MAGIC
 from .export_read import FORMAT, read_export
 from .report import exported, is_report
@@ -165,16 +165,6 @@ _TABLES = {
 }
 
 
-def _column_sources() -> dict[str, dict[str, str]]:
-    from ... import schema
-
-    out = {}
-    for name, own in _TABLES.items():
-        cols = schema.TABLES[name].column_names
-        out[name] = {c: own.get(c) or _COMMON[c] for c in cols if c in own or c in _COMMON}
-    return out
-
-
 READER = Reader(
     name=FORMAT,
     title="Nsight Systems",
@@ -187,6 +177,6 @@ READER = Reader(
     suffixes=(".sqlite", ".nsys-rep", ".qdrep"),
     sniff=sniff,
     read=read_nsys,
-    column_sources=_column_sources(),
+    column_sources=column_sources(_TABLES, _COMMON),
     opens_path=True,
 )

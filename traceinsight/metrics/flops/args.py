@@ -28,6 +28,20 @@ class _T:
         return self.numel * self.bpe
 
 
+def _shape_list(d: Any) -> list[tuple[int, ...]] | None:
+    """Shapes of a list argument (TensorList, List[Optional[Tensor]]), recorded as nested lists;
+    None when absent, empty or any shape is unusable."""
+    if not isinstance(d, list) or not d or not all(isinstance(x, list) for x in d):
+        return None
+    out = []
+    for x in d:
+        s = _shape(x)
+        if s is None:
+            return None
+        out.append(s)
+    return out
+
+
 class _Args:
     def __init__(self, dims: list, types: list, concrete: list | None, list_dtype: str | None):
         self.dims = dims
@@ -61,19 +75,11 @@ class _Args:
         """TensorList at position i (shapes recorded as nested lists); element type assumed."""
         if i >= len(self.dims):
             return None
-        d = self.dims[i]
-        if not isinstance(d, list) or not d or not all(isinstance(x, list) for x in d):
-            return None
         typ = self.types[i] if i < len(self.types) else None
         if typ not in ("TensorList", "c10::List<std::optional<at::Tensor>>", "GenericList"):
             return None
-        out = []
-        for x in d:
-            s = _shape(x)
-            if s is None:
-                return None
-            out.append(_T(s, self.list_bpe, self.list_dtype))
-        return out
+        shapes = _shape_list(self.dims[i])
+        return None if shapes is None else [_T(s, self.list_bpe, self.list_dtype) for s in shapes]
 
     def c(self, i: int) -> Any:
         return _cval(self.concrete[i]) if i < len(self.concrete) else None

@@ -12,8 +12,9 @@ from .args import (
     _cost,
     _main_dtype,
     _reg,
+    _shape_list,
 )
-from .core import OpCost, _prod, _shape
+from .core import OpCost, _prod
 from .dtypes import _SCALAR_TYPE, _out_dtype
 
 # ---- copies, gathers, fills
@@ -146,16 +147,8 @@ def _index_lists(a: _Args, i: int) -> list[_T] | None:
     """Index tensors of aten::index / index_put_ (List[Optional[Tensor]]), if recorded."""
     if i >= len(a.dims):
         return None
-    d = a.dims[i]
-    if not isinstance(d, list) or not d or not all(isinstance(x, list) for x in d):
-        return None
-    out = []
-    for x in d:
-        s = _shape(x)
-        if s is None:
-            return None
-        out.append(_T(s, 8, "int64"))
-    return out
+    shapes = _shape_list(a.dims[i])
+    return None if shapes is None else [_T(s, 8, "int64") for s in shapes]
 
 
 @_reg(_MODELS, "aten::index")
