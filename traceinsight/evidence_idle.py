@@ -13,18 +13,21 @@ from .evidence import _records, _with_offsets, provider
 from .metrics import MetricSet
 
 
-def _causes(p: dict) -> set[str] | None:
+def _of_causes(ms: MetricSet, key: str, p: dict) -> list[dict]:
+    """Evidence records ``key`` of the causes in ``p["cause"]`` (a name or a list; all when
+    absent)."""
+    recs = ms.evidence.get(key) or []
     want = p.get("cause")
-    return None if not want else {want} if isinstance(want, str) else set(want)
+    if not want:
+        return recs
+    causes = {want} if isinstance(want, str) else set(want)
+    return [r for r in recs if r["cause"] in causes]
 
 
 @provider("idle_gap_causes")
 def _gaps(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     """The largest idle gaps (of the causes in ``cause``, a name or a list)."""
-    recs = ms.evidence.get("idle_gaps") or []
-    want = _causes(p)
-    if want:
-        recs = [r for r in recs if r["cause"] in want]
+    recs = _of_causes(ms, "idle_gaps", p)
     # where each gap starts in its step tells gaps of equal length apart (and finds them in a
     # trace viewer)
     recs = _with_offsets(recs[: int(p.get("n", 8))], an)
@@ -38,10 +41,7 @@ def _gaps(ms: MetricSet, an: Any, p: dict) -> list[dict]:
 @provider("idle_calls")
 def _idle_calls(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     """Runtime calls behind the idle causes (of the causes in ``cause``)."""
-    recs = ms.evidence.get("idle_calls") or []
-    want = _causes(p)
-    if want:
-        recs = [r for r in recs if r["cause"] in want]
+    recs = _of_causes(ms, "idle_calls", p)
     return _records("Runtime calls the GPU idled in", recs[: int(p.get("n", 8))], [
         ("call", "call", "text"), ("cause", "cause", "text"), ("count", "calls", "count"),
         ("total_ns", "host time", "ns"), ("max_ns", "longest", "ns"),
