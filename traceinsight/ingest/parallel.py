@@ -99,7 +99,7 @@ def _quiet_orphan(parent: int) -> None:
 # --- chunks claimed one at a time, results handed on in order ------------------------------
 
 #: chunks this process may parse ahead of the one it hands on next (each waits in memory)
-AHEAD = 2
+AHEAD = 1
 #: chunks a helper may claim ahead of the one handed on next (their rows wait on disk)
 HELPER_AHEAD = 6
 

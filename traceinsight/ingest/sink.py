@@ -30,7 +30,7 @@ __all__ = ["PENDING_BYTES", "ROW_GROUP_ROWS", "StoredTable", "TableSink", "join_
 #: a row group is written once a table has gathered this many rows, or once the rows waiting
 #: in all tables hold this many bytes of Arrow data (the table holding most is written then)
 ROW_GROUP_ROWS = int(os.environ.get("TRACEINSIGHT_ROW_GROUP_ROWS", "1000000"))
-PENDING_BYTES = int(os.environ.get("TRACEINSIGHT_PENDING_BYTES", str(32 << 20)))
+PENDING_BYTES = int(os.environ.get("TRACEINSIGHT_PENDING_BYTES", str(16 << 20)))
 
 
 def _write_options(sch: pa.Schema) -> dict[str, Any]:
@@ -101,6 +101,8 @@ class TableSink:
                                                        **_write_options(sch))
         w.write_table(t, row_group_size=max(1, t.num_rows))
         self.flushed = True
+        del t
+        pa.default_memory_pool().release_unused()  # mimalloc keeps freed pages otherwise
 
     def close(self) -> dict[str, StoredTable]:
         """Write what is pending; every table of the schema gets a file (empty or not)."""

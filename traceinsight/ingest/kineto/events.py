@@ -132,7 +132,11 @@ ARGS = operator.attrgetter("args")
 
 
 def decode_args(events: list[Event], typ: type, dec_cache: dict) -> list:
-    """Decode the raw ``args`` of ``events`` in one batch into ``typ`` (None where absent)."""
+    """Decode the raw ``args`` of ``events`` in one batch into ``typ`` (None where absent).
+
+    (Decoding every event's args with the event, into one struct of all keys, was measured
+    slower on three of four shapes: matching 43 names per object costs more than the second
+    pass, except where args are large, as the 2021 call stacks.)"""
     if not events:
         return []
     dec = dec_cache.get(typ)

@@ -48,7 +48,7 @@ ProgressFn = Callable[[str, float], None]
 
 #: bytes of JSON per chunk: a chunk's text, events and rows are in memory at once (in each
 #: process, and a few chunks' rows wait to be written); smaller chunks cost a little time each
-CHUNK_BYTES = int(os.environ.get("TRACEINSIGHT_STREAM_CHUNK_BYTES", str(8 << 20)))
+CHUNK_BYTES = int(os.environ.get("TRACEINSIGHT_STREAM_CHUNK_BYTES", str(4 << 20)))
 #: most bytes read from the file's start to find the event list
 HEAD_MAX = 64 << 20
 _STEP = 1 << 20

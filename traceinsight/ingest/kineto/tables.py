@@ -202,10 +202,6 @@ def process_batch(events: list[Event], st: State, out: dict[str, TableBuilder]) 
 
 # --- one table per family ------------------------------------------------------------------
 
-def _first(a: Any, b: Any) -> Any:
-    return a if a is not None else b
-
-
 def _stream_of(tid: Any) -> int | None:
     if tid.__class__ is int:
         return tid
@@ -237,7 +233,8 @@ def _ext(a: list) -> pa.Array:
     ids = [x.external_id if x else None for x in a]
     legacy = any(x is not None and x.external_id_legacy is not None for x in a[:64])
     if legacy or ids.count(None) == len(ids):
-        ids = [_first(x.external_id, x.external_id_legacy) if x else None for x in a]
+        ids = [(x.external_id if x.external_id is not None else x.external_id_legacy)
+               if x else None for x in a]
     return int_col(ids)
 
 
@@ -253,15 +250,17 @@ def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -
     cols["kind"] = _kind_col(kind, len(evs))
     cols["device"] = int_col([x.device if x and x.device is not None else e.pid
                               for x, e in zip(a, evs)])
-    stream = []
-    for x, e in zip(a, evs):
-        s = x.stream if x and x.stream is not None else None
-        if s is None or s.__class__ is not int:
-            s = _stream_of(e.tid) if s is None else _stream_of(s)
-        if kind == "sync" and s is not None and s >= 1_000_000:
-            s -= 1_000_000  # Stream Sync rows sit at stream + 1,000,000 (kineto#1356)
-        stream.append(s)
-    cols["stream"] = int_col(stream)
+    stream = [x.stream if x else None for x in a]
+    if kind != "sync" and all(s.__class__ is int for s in stream):  # the usual case
+        cols["stream"] = int_col(stream)
+    else:
+        for i, (s, e) in enumerate(zip(stream, evs)):
+            if s is None or s.__class__ is not int:
+                s = _stream_of(e.tid) if s is None else _stream_of(s)
+            if kind == "sync" and s is not None and s >= 1_000_000:
+                s -= 1_000_000  # Stream Sync rows sit at stream + 1,000,000 (kineto#1356)
+            stream[i] = s
+        cols["stream"] = int_col(stream)
     cols["correlation"] = int_col([x.correlation if x else None for x in a])
     cols["external_id"] = _ext(a)
     grids = xyz_cols([x.grid if x else None for x in a])
@@ -274,7 +273,8 @@ def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -
     cols["blocks_per_sm"] = float_col([x.blocks_per_sm if x else None for x in a])
     cols["warps_per_sm"] = float_col([x.warps_per_sm if x else None for x in a])
     cols["occupancy_pct"] = float_col([x.occupancy if x else None for x in a])
-    cols["bytes"] = int_col([_first(x.bytes, x.size) if x else None for x in a])
+    cols["bytes"] = int_col([(x.bytes if x.bytes is not None else x.size) if x else None
+                             for x in a])
     if kind == "memcpy":
         cols["copy_kind"] = dict_col([_copy_kind(e.name, x.kind if x else None)
                                       for e, x in zip(evs, a)])
@@ -302,7 +302,8 @@ def _runtime(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder
     cols["kind"] = _kind_col(kind, len(evs))
     cols["correlation"] = int_col([x.correlation if x else None for x in a])
     cols["external_id"] = _ext(a)
-    cols["cbid"] = int_col([_first(x.cbid, x.cid) if x else None for x in a])
+    cols["cbid"] = int_col([(x.cbid if x.cbid is not None else x.cid) if x else None
+                            for x in a])
     out["runtime_calls"].add(cols)
 
 
