@@ -72,6 +72,15 @@ def main(argv: list[str] | None = None) -> int:
     res: dict = {"generated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "machine": machine(), "versions": versions(), "trace": info,
                  "target_pss_mb": TARGET_PSS_MB, "load_avg_before": os.getloadavg(), "runs": {}}
+    if a.skip_ingest and Path(a.out).exists():  # keep the ingest figures of the last run
+        old = json.loads(Path(a.out).read_text())
+        res["trace"] = old.get("trace", res["trace"])
+        for k in ("ingest",):
+            if k in old.get("runs", {}):
+                res["runs"][k] = old["runs"][k]
+        for k in ("store_bytes", "store_rows"):
+            if k in old:
+                res[k] = old[k]
     try:
         if not a.skip_ingest:
             print(f"reading {trace.name} once (page cache) ...", file=sys.stderr, flush=True)
@@ -84,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             res["store_bytes"] = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
             meta = json.loads((store / "meta.json").read_text())
             res["store_rows"] = meta.get("tables")
+            counts = meta.get("event_counts", {})
+            res["trace"].setdefault("events", sum(v for c in counts.values()
+                                                  for k, v in c.items() if k != "metadata"))
         print("diagnose ...", file=sys.stderr, flush=True)
         res["runs"]["diagnose"] = measure(
             [py, "-m", "traceinsight", "--quiet", "diagnose", str(store), "--recompute",

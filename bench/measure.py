@@ -123,7 +123,10 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float
             pss_every: int = 4, kill_above_mb: float | None = None) -> dict:
     """Run ``cmd`` in a fresh process: wall time, its own peak RSS (wait4 rusage), and (with
     ``sample``) the peak summed RSS / PSS of its process tree."""
+    import time
+
     exe = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
+    t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.NamedTemporaryFile("r", suffix=".rusage") as rep:
         p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, rep.name, exe, *cmd[1:]],
@@ -146,8 +149,9 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float
     if len(report) == 5:
         wall, maxrss_kb, ut, st, code = (float(report[0]), int(report[1]), float(report[2]),
                                          float(report[3]), int(report[4]))
-    else:  # the launcher itself failed or was killed (timeout)
-        wall, maxrss_kb, ut, st, code = float("nan"), 0, 0.0, 0.0, p.returncode or -9
+    else:  # the launcher itself failed or was killed (timeout, memory ceiling)
+        wall, maxrss_kb, ut, st, code = (time.perf_counter() - t0, 0, 0.0, 0.0,
+                                         p.returncode or -9)
     launcher_kb = 0
     if sampler:
         # the sampled tree includes the ~10 MB launcher; ru_maxrss does not
