@@ -76,13 +76,26 @@ def build(torch):
     return TinyLM()
 
 
+def train_step(model, loss_fn, opt, inputs, targets) -> None:
+    """One training step, its phases named by record_function (forward, backward, optimizer)."""
+    from torch.profiler import record_function
+
+    with record_function("forward"):
+        logits = model(inputs)
+        loss = loss_fn(logits.reshape(-1, VOCAB), targets.reshape(-1))
+    with record_function("backward"):
+        loss.backward()
+    with record_function("optimizer"):
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+
 def record(output: Path, steps: int, plain: bool = False) -> Path | None:
     """Train ``steps`` recorded steps (after the schedule's wait and warmup) and write the
     trace; with ``plain``, train the same loop without any profiler of its own and print each
     step's wall and CPU time as JSON (the loop ``traceinsight profile`` overhead is measured
     on: ``bench/profile_overhead.py``)."""
     import torch
-    from torch.profiler import record_function
     from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(0)
@@ -106,14 +119,7 @@ def record(output: Path, steps: int, plain: bool = False) -> Path | None:
         times, cpu = [], []
         for inputs, targets in loader:
             t0, c0 = time.perf_counter(), time.process_time()
-            with record_function("forward"):
-                logits = model(inputs)
-                loss = loss_fn(logits.reshape(-1, VOCAB), targets.reshape(-1))
-            with record_function("backward"):
-                loss.backward()
-            with record_function("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            train_step(model, loss_fn, opt, inputs, targets)
             times.append(time.perf_counter() - t0)
             cpu.append(time.process_time() - c0)
         print(json.dumps({"step_s": times, "step_cpu_s": cpu}))
@@ -121,14 +127,7 @@ def record(output: Path, steps: int, plain: bool = False) -> Path | None:
     session = profile(output, wait=WAIT, warmup=WARMUP, active=steps, repeat=1)
     with session as prof:
         for inputs, targets in loader:
-            with record_function("forward"):
-                logits = model(inputs)
-                loss = loss_fn(logits.reshape(-1, VOCAB), targets.reshape(-1))
-            with record_function("backward"):
-                loss.backward()
-            with record_function("optimizer"):
-                opt.step()
-                opt.zero_grad(set_to_none=True)
+            train_step(model, loss_fn, opt, inputs, targets)
             prof.step()
     if not session.outputs:
         raise SystemExit("no trace was written")
