@@ -38,6 +38,10 @@ class Column:
     nullable: bool = True
 
 
+#: each table's Arrow schema, built once (keyed by name; the table it was built from)
+_ARROW_SCHEMAS: dict[str, tuple[Table, pa.Schema]] = {}
+
+
 @dataclass(frozen=True, slots=True)
 class Table:
     name: str
@@ -46,7 +50,11 @@ class Table:
 
     @property
     def arrow_schema(self) -> pa.Schema:
-        return pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns])
+        sch = _ARROW_SCHEMAS.get(self.name)
+        if sch is None or sch[0] is not self:
+            sch = _ARROW_SCHEMAS[self.name] = (self, pa.schema(
+                [pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns]))
+        return sch[1]
 
     @property
     def column_names(self) -> list[str]:

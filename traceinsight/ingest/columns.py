@@ -103,7 +103,7 @@ def build_tables(builders: dict[str, TableBuilder]) -> dict[str, pa.Table]:
     return {name: b.table(name) for name, b in builders.items()}
 
 
-def int_col(values: list, stats: Counter | None = None, key: str = "") -> pa.Array:
+def int_col(values: Sequence[Any], stats: Counter | None = None, key: str = "") -> pa.Array:
     """int64 column from Python values; non-integers (text, floats, out of range) -> null,
     counted in ``stats[key]`` when given. Integer text (``"12"``, ``"0x1f"``) is parsed."""
     try:
@@ -133,7 +133,7 @@ def int_col(values: list, stats: Counter | None = None, key: str = "") -> pa.Arr
     return pa.array(out, type=pa.int64())
 
 
-def float_col(values: list) -> pa.Array:
+def float_col(values: Sequence[Any]) -> pa.Array:
     """float64 column; values that are not numbers -> null."""
     try:
         arr = pa.array(values)
@@ -165,7 +165,7 @@ def dictionary(codes: Any, vals: list[str], null_codes: Sequence[int] = ()) -> p
     return pa.DictionaryArray.from_arrays(arr, pa.array(vals, type=pa.string()))
 
 
-def dict_col(values: list) -> pa.Array:
+def dict_col(values: Sequence[Any]) -> pa.Array:
     """Dictionary-encoded strings (non-strings are converted with str()). Text and None are
     encoded by Arrow in C; a column mixing in other types finds its distinct values with a
     Python dict (one hash per value), so each distinct value is converted once."""
@@ -194,6 +194,8 @@ def id_str_col(values: list) -> pa.Array:
         enc = arr.dictionary_encode()
         return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()),
                                               enc.dictionary.cast(pa.string()))
+    if pa.types.is_string(arr.type):  # all text (2021 traces write thread ids so)
+        return arr.dictionary_encode()
     return dict_col(values)
 
 
@@ -213,7 +215,7 @@ def rank_col(n: int, rank: int) -> pa.Array:
 _PRETTY_NL = re.compile(r"[ \t\r]*\n[ \t\r]*")
 
 
-def json_text_col(raws: list) -> pa.Array:
+def json_text_col(raws: Sequence[Any]) -> pa.Array:
     """Raw JSON values (bytes) as text; JSON ``null`` and absent values become null.
 
     All values are joined with NUL, which valid JSON text cannot contain, and split again in
@@ -237,7 +239,7 @@ def json_text_col(raws: list) -> pa.Array:
     return pc.if_else(pc.equal(parts, "null"), pa.scalar(None, pa.string()), parts)
 
 
-def xyz_cols(values: list) -> list[pa.Array]:
+def xyz_cols(values: Sequence[Any]) -> list[pa.Array]:
     """x, y, z int64 columns of ``[x, y, z]`` lists (grid and block sizes)."""
     try:
         arr = pa.array(values, type=pa.list_(pa.int64()))

@@ -11,12 +11,14 @@ from __future__ import annotations
 import operator
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
+from msgspec.structs import astuple
 
 from ... import schema
 from ...diagnostics import DiagnosticLog
@@ -131,31 +133,61 @@ TID = operator.attrgetter("tid")
 ARGS = operator.attrgetter("args")
 
 
+#: args whose first values average more than this many bytes are decoded one value per call
+_LARGE_ARGS = 400
+_SAMPLE = 64
+
+
 def decode_args(events: list[Event], typ: type, dec_cache: dict) -> list:
     """Decode the raw ``args`` of ``events`` in one batch into ``typ`` (None where absent).
 
     (Decoding every event's args with the event, into one struct of all keys, was measured
     slower on three of four shapes: matching 43 names per object costs more than the second
-    pass, except where args are large, as the 2021 call stacks.)"""
+    pass, except where args are large, as the 2021 call stacks; those are decoded without
+    joining them into one buffer first.)"""
     if not events:
         return []
-    dec = dec_cache.get(typ)
-    if dec is None:
-        dec = dec_cache[typ] = msgspec.json.Decoder(list[typ | None])  # type: ignore[valid-type]
-    buf = b"[" + b",".join(list(map(ARGS, events))) + b"]"
+    raws = list(map(ARGS, events))
+    one = dec_cache.get((typ, 1))
+    if one is None:
+        one = dec_cache[(typ, 1)] = msgspec.json.Decoder(typ | None)
     try:
-        return dec.decode(buf)
+        if sum(map(len, raws[:_SAMPLE])) > _LARGE_ARGS * min(len(raws), _SAMPLE):
+            # large args (call stacks): one call per value costs less than copying them
+            # all into one buffer
+            return list(map(one.decode, raws))
+        dec = dec_cache.get(typ)
+        if dec is None:
+            dec = dec_cache[typ] = msgspec.json.Decoder(list[typ | None])  # type: ignore[valid-type]
+        return dec.decode(b"[" + b",".join(raws) + b"]")
     except msgspec.DecodeError:
         # an args value of an unexpected shape (e.g. a list where an object belongs):
         # decode one by one and drop the bad ones
-        one = msgspec.json.Decoder(typ | None)
         out = []
-        for e in events:
+        for r in raws:
             try:
-                out.append(one.decode(e.args))
+                out.append(one.decode(r))
             except msgspec.DecodeError:
                 out.append(None)
         return out
+
+
+_EMPTY: dict[type, Any] = {}
+
+
+def arg_columns(events: list[Event], typ: type, dec_cache: dict) -> dict[str, Sequence[Any]]:
+    """The ``args`` of ``events`` decoded into ``typ`` (:func:`decode_args`), one sequence of
+    values per field of ``typ``; events without args read as ``typ()`` (its defaults)."""
+    a = decode_args(events, typ, dec_cache)
+    fields = typ.__struct_fields__  # type: ignore[attr-defined]
+    if not a:
+        return {f: () for f in fields}
+    if None in a:
+        empty = _EMPTY.get(typ)
+        if empty is None:
+            empty = _EMPTY[typ] = typ()
+        a = [x if x is not None else empty for x in a]
+    return dict(zip(fields, zip(*map(astuple, a))))
 
 
 # --- Kineto's vocabulary -> the store's ----------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,10 +53,12 @@ from .events import (
     PyArgs,
     RuntimeArgs,
     State,
+    arg_columns,
     decode_args,
     times,
 )
 
+Args = dict[str, Sequence[Any]]  #: decoded args, one sequence per key (``arg_columns``)
 _STREAM_RE = re.compile(r"(-?\d+)")
 _COPY_RE = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|HtoA|AtoH|AtoA)\b")
 
@@ -229,13 +231,20 @@ def _common(st: State, evs: list[Event], *, thread: bool = True) -> dict[str, pa
     return cols
 
 
-def _ext(a: list) -> pa.Array:
-    ids = [x.external_id if x else None for x in a]
-    legacy = any(x is not None and x.external_id_legacy is not None for x in a[:64])
+def _ext(a: Args) -> pa.Array:
+    ids = a["external_id"]
+    old = a["external_id_legacy"]
+    legacy = any(x is not None for x in old[:64])
     if legacy or ids.count(None) == len(ids):
-        ids = [(x.external_id if x.external_id is not None else x.external_id_legacy)
-               if x else None for x in a]
+        ids = _either(ids, old)
     return int_col(ids)
+
+
+def _either(p: Sequence[Any], q: Sequence[Any]) -> Sequence[Any]:
+    """``p``'s values, ``q``'s where ``p`` has none."""
+    if p.count(None) == 0 or q.count(None) == len(q):
+        return p
+    return [x if x is not None else y for x, y in zip(p, q)]
 
 
 def _kind_col(kind: str, n: int) -> pa.Array:
@@ -245,12 +254,12 @@ def _kind_col(kind: str, n: int) -> pa.Array:
 def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -> None:
     if not evs:
         return
-    a = decode_args(evs, GpuArgs, st.args_dec)
+    a = arg_columns(evs, GpuArgs, st.args_dec)
     cols = _common(st, evs, thread=False)
     cols["kind"] = _kind_col(kind, len(evs))
-    cols["device"] = int_col([x.device if x and x.device is not None else e.pid
-                              for x, e in zip(a, evs)])
-    stream = [x.stream if x else None for x in a]
+    dev = a["device"]
+    cols["device"] = int_col(_either(dev, list(map(PID, evs))) if None in dev else dev)
+    stream = list(a["stream"])
     if kind != "sync" and all(s.__class__ is int for s in stream):  # the usual case
         cols["stream"] = int_col(stream)
     else:
@@ -261,26 +270,24 @@ def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -
                 s -= 1_000_000  # Stream Sync rows sit at stream + 1,000,000 (kineto#1356)
             stream[i] = s
         cols["stream"] = int_col(stream)
-    cols["correlation"] = int_col([x.correlation if x else None for x in a])
+    cols["correlation"] = int_col(a["correlation"])
     cols["external_id"] = _ext(a)
-    grids = xyz_cols([x.grid if x else None for x in a])
-    blocks = xyz_cols([x.block if x else None for x in a])
+    grids = xyz_cols(a["grid"])
+    blocks = xyz_cols(a["block"])
     for i, axis in enumerate("xyz"):
         cols[f"grid_{axis}"] = grids[i]
         cols[f"block_{axis}"] = blocks[i]
-    cols["registers_per_thread"] = int_col([x.registers if x else None for x in a])
-    cols["shared_memory_bytes"] = int_col([x.shared_memory if x else None for x in a])
-    cols["blocks_per_sm"] = float_col([x.blocks_per_sm if x else None for x in a])
-    cols["warps_per_sm"] = float_col([x.warps_per_sm if x else None for x in a])
-    cols["occupancy_pct"] = float_col([x.occupancy if x else None for x in a])
-    cols["bytes"] = int_col([(x.bytes if x.bytes is not None else x.size) if x else None
-                             for x in a])
+    cols["registers_per_thread"] = int_col(a["registers"])
+    cols["shared_memory_bytes"] = int_col(a["shared_memory"])
+    cols["blocks_per_sm"] = float_col(a["blocks_per_sm"])
+    cols["warps_per_sm"] = float_col(a["warps_per_sm"])
+    cols["occupancy_pct"] = float_col(a["occupancy"])
+    cols["bytes"] = int_col(_either(a["bytes"], a["size"]))
     if kind == "memcpy":
-        cols["copy_kind"] = dict_col([_copy_kind(e.name, x.kind if x else None)
-                                      for e, x in zip(evs, a)])
-    cols["graph_id"] = int_col([x.graph_id if x else None for x in a])
-    cols["graph_node_id"] = int_col([x.graph_node_id if x else None for x in a])
-    cols["collective"] = dict_col([x.collective if x else None for x in a])
+        cols["copy_kind"] = dict_col(list(map(_copy_kind, map(NAME, evs), a["kind"])))
+    cols["graph_id"] = int_col(a["graph_id"])
+    cols["graph_node_id"] = int_col(a["graph_node_id"])
+    cols["collective"] = dict_col(a["collective"])
     out["gpu_activities"].add(cols)
 
 
@@ -297,34 +304,33 @@ def _copy_kind(name: Any, kind: Any) -> str | None:
 def _runtime(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -> None:
     if not evs:
         return
-    a = decode_args(evs, RuntimeArgs, st.args_dec)
+    a = arg_columns(evs, RuntimeArgs, st.args_dec)
     cols = _common(st, evs)
     cols["kind"] = _kind_col(kind, len(evs))
-    cols["correlation"] = int_col([x.correlation if x else None for x in a])
+    cols["correlation"] = int_col(a["correlation"])
     cols["external_id"] = _ext(a)
-    cols["cbid"] = int_col([(x.cbid if x.cbid is not None else x.cid) if x else None
-                            for x in a])
+    cols["cbid"] = int_col(_either(a["cbid"], a["cid"]))
     out["runtime_calls"].add(cols)
 
 
 def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     if not evs:
         return
-    a = decode_args(evs, OpArgs, st.args_dec)
+    a = arg_columns(evs, OpArgs, st.args_dec)
     cols = _common(st, evs)
     cols["external_id"] = _ext(a)
-    cols["sequence_nr"] = int_col([x.sequence_nr if x else None for x in a])
-    cols["fwd_thread"] = int_col([x.fwd_thread if x else None for x in a])
-    dims = [x.input_dims if x else None for x in a]
-    if any(x is not None and x.input_dims is NULL and x.input_dims_legacy is not NULL
-           for x in a[:64]):  # PyTorch <= 1.8 wrote "Input dims"
-        dims = [(x.input_dims if x.input_dims is not NULL else x.input_dims_legacy) if x else None
-                for x in a]
+    cols["sequence_nr"] = int_col(a["sequence_nr"])
+    cols["fwd_thread"] = int_col(a["fwd_thread"])
+    dims = a["input_dims"]
+    old = a["input_dims_legacy"]
+    if any(d is NULL and x is not NULL
+           for d, x in zip(dims[:64], old[:64])):  # PyTorch <= 1.8 wrote "Input dims"
+        dims = [d if d is not NULL else x for d, x in zip(dims, old)]
     cols["input_dims"] = json_text_col(dims)
-    cols["input_types"] = json_text_col([x.input_types if x else None for x in a])
-    cols["concrete_inputs"] = json_text_col([x.concrete_inputs if x else None for x in a])
-    cols["flops"] = float_col([x.flops if x else None for x in a])
-    comm = [i for i, x in enumerate(a) if x is not None and x.collective_name is not None]
+    cols["input_types"] = json_text_col(a["input_types"])
+    cols["concrete_inputs"] = json_text_col(a["concrete_inputs"])
+    cols["flops"] = float_col(a["flops"])
+    comm = [i for i, x in enumerate(a["collective_name"]) if x is not None]
     n = len(evs)
     if comm:
         ca = decode_args([evs[i] for i in comm], CommArgs, st.args_dec)
@@ -349,7 +355,7 @@ def _ranges(st: State, steps: list[Event], ann: list[Event], gann: list[Event],
     for evs, gpu in ((steps, False), (ann, False), (gann, True)):
         if not evs:
             continue
-        a = decode_args(evs, OpArgs, st.args_dec)
+        a = arg_columns(evs, OpArgs, st.args_dec)
         cols = _common(st, evs, thread=not gpu)
         step_nums = []
         kinds = []
@@ -387,12 +393,12 @@ def _python(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     pos = np.flatnonzero(codes == 1)
     n = len(evs)
     if len(pos):
-        a = decode_args([evs[i] for i in pos], PyArgs, st.args_dec)
+        a = arg_columns([evs[i] for i in pos], PyArgs, st.args_dec)
+        at = pos.tolist()
         for col in ("python_id", "parent_id", "module_id"):
             full = [None] * n
-            for i, x in zip(pos.tolist(), a):
-                if x is not None:
-                    full[i] = getattr(x, col)
+            for i, v in zip(at, a[col]):
+                full[i] = v
             cols[col] = int_col(full)
     out["python_frames"].add(cols)
 
@@ -407,9 +413,9 @@ def _device_type_col(codes: pa.Array) -> pa.Array:
 def _memory(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     if not evs:
         return
-    a = decode_args(evs, MemArgs, st.args_dec)
+    a = arg_columns(evs, MemArgs, st.args_dec)
     ts, _ = times(st, evs, with_dur=False)
-    byt = [x.bytes if x else None for x in a]
+    byt = a["bytes"]
     kinds = []
     for e, b in zip(evs, byt):
         if MEMORY_NAMES.get(e.name) == "oom":
@@ -422,12 +428,12 @@ def _memory(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         "process": id_str_col([e.pid for e in evs]),
         "thread": id_str_col([e.tid for e in evs]),
         "ts_ns": ts,
-        "device_type": _device_type_col(int_col([x.device_type if x else None for x in a])),
-        "device": int_col([x.device if x else None for x in a]),
-        "addr": int_col([x.addr if x else None for x in a], st.bad, "memory Addr beyond int64"),
+        "device_type": _device_type_col(int_col(a["device_type"])),
+        "device": int_col(a["device"]),
+        "addr": int_col(a["addr"], st.bad, "memory Addr beyond int64"),
         "bytes": int_col(byt),
-        "total_allocated_bytes": int_col([x.total_allocated if x else None for x in a]),
-        "total_reserved_bytes": int_col([x.total_reserved if x else None for x in a]),
+        "total_allocated_bytes": int_col(a["total_allocated"]),
+        "total_reserved_bytes": int_col(a["total_reserved"]),
     }
     out["memory_events"].add(cols)
 
