@@ -97,6 +97,9 @@ def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, fo
       traceinsight ingest trace.json.gz
       traceinsight ingest traces/ -o run.tistore
     """
+    from .prehash import start as start_hashing
+
+    start_hashing(inputs)  # the traces' sha256 (the content key) while the library imports
     from .ingest import ingest as do_ingest
 
     store = do_ingest(list(inputs), output, force=force, salvage=salvage,
