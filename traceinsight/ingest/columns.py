@@ -28,6 +28,7 @@ __all__ = [
     "dict_col",
     "dictionary",
     "float_col",
+    "from_numpy",
     "id_str_col",
     "int_col",
     "json_text_col",
@@ -35,6 +36,12 @@ __all__ = [
     "repeat_col",
     "xyz_cols",
 ]
+
+
+_INT64 = pa.int64()
+_FLOAT64 = pa.float64()
+_INT32 = pa.int32()
+_NUMPY = {_INT32.id: np.int32, _INT64.id: np.int64, _FLOAT64.id: np.float64}
 
 
 class _HoldBackPandas:
@@ -108,8 +115,10 @@ def int_col(values: Sequence[Any], stats: Counter | None = None, key: str = "") 
     counted in ``stats[key]`` when given. Integer text (``"12"``, ``"0x1f"``) is parsed."""
     try:
         arr = pa.array(values)  # infers: int64 when every value is an int (or None)
-        if pa.types.is_integer(arr.type) or pa.types.is_null(arr.type):
-            return arr.cast(pa.int64())
+        if pa.types.is_integer(arr.type):
+            return arr if arr.type == _INT64 else arr.cast(_INT64)
+        if pa.types.is_null(arr.type):
+            return pa.nulls(len(arr), _INT64)  # (a cast costs more)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
     out = []
@@ -137,9 +146,10 @@ def float_col(values: Sequence[Any]) -> pa.Array:
     """float64 column; values that are not numbers -> null."""
     try:
         arr = pa.array(values)
-        if (pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type)
-                or pa.types.is_null(arr.type)):
-            return arr.cast(pa.float64())
+        if pa.types.is_floating(arr.type) or pa.types.is_integer(arr.type):
+            return arr if arr.type == _FLOAT64 else arr.cast(_FLOAT64)
+        if pa.types.is_null(arr.type):
+            return pa.nulls(len(arr), _FLOAT64)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
     out = []
@@ -149,6 +159,18 @@ def float_col(values: Sequence[Any]) -> pa.Array:
         except (TypeError, ValueError):
             out.append(None)
     return pa.array(out, type=pa.float64())
+
+
+def from_numpy(values: np.ndarray, type_: pa.DataType, mask: np.ndarray | None = None
+               ) -> pa.Array:
+    """A numpy array of ``type_``'s values as an Arrow array (``mask`` True: null), without a
+    copy. (``pa.array`` of a numpy array imports ``numpy.ma`` on first use: 10-15 ms in each
+    parsing process.)"""
+    values = np.ascontiguousarray(values, dtype=_NUMPY[type_.id])
+    validity = None
+    if mask is not None and mask.any():
+        validity = pa.py_buffer(np.packbits(~np.asarray(mask, dtype=bool), bitorder="little"))
+    return pa.Array.from_buffers(type_, len(values), [validity, pa.py_buffer(values)])
 
 
 def dictionary(codes: Any, vals: list[str], null_codes: Sequence[int] = ()) -> pa.Array:
@@ -161,7 +183,7 @@ def dictionary(codes: Any, vals: list[str], null_codes: Sequence[int] = ()) -> p
         remap = np.array([first.setdefault(v, len(first)) for v in vals], dtype=np.int32)
         vals = list(first)
         idx = remap[idx] if len(idx) else idx
-    arr = pa.array(idx, type=pa.int32(), mask=mask if mask is not None and mask.any() else None)
+    arr = from_numpy(idx, _INT32, mask)
     return pa.DictionaryArray.from_arrays(arr, pa.array(vals, type=pa.string()))
 
 
@@ -192,7 +214,8 @@ def id_str_col(values: list) -> pa.Array:
         return dict_col(values)
     if pa.types.is_integer(arr.type):
         enc = arr.dictionary_encode()
-        return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()),
+        idx = enc.indices
+        return pa.DictionaryArray.from_arrays(idx if idx.type == _INT32 else idx.cast(_INT32),
                                               enc.dictionary.cast(pa.string()))
     if pa.types.is_string(arr.type):  # all text (2021 traces write thread ids so)
         return arr.dictionary_encode()
@@ -209,7 +232,7 @@ def repeat_col(vals: Sequence[Any], counts: Sequence[int]) -> pa.Array:
 
 def rank_col(n: int, rank: int) -> pa.Array:
     """The ``rank`` column of ``n`` rows."""
-    return pa.array(np.full(n, rank, dtype=np.int32))
+    return from_numpy(np.full(n, rank, dtype=np.int32), _INT32)
 
 
 _PRETTY_NL = re.compile(r"[ \t\r]*\n[ \t\r]*")

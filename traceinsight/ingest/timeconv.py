@@ -19,6 +19,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .columns import from_numpy
+
+_INT64 = pa.int64()
 _NUM_RE = r"^(?P<sign>[-+]?)(?P<int>\d*)(?:\.(?P<frac>\d*))?$"
 
 
@@ -70,7 +73,7 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
         arr = None
     if arr is not None and pa.types.is_integer(arr.type):
         try:
-            res = pc.multiply_checked(arr.cast(pa.int64()), 1000)
+            res = pc.multiply_checked(arr if arr.type == _INT64 else arr.cast(_INT64), 1000)
         except (pa.ArrowInvalid, OverflowError):
             res = None  # beyond int64 ns: let the text path report it
         if res is not None:
@@ -87,7 +90,7 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
         stats.negative += int(np.count_nonzero(ns < 0))
         null = floats.null_count
         mask = None if not null else ~pc.is_valid(floats).to_numpy(zero_copy_only=False)
-        return pa.array(ns, type=pa.int64(), mask=mask)
+        return from_numpy(ns, _INT64, mask)
     elif arr is not None and pa.types.is_string(arr.type):
         return text_us_to_ns(arr, stats)
     text = pa.array([v if v.__class__ is str or v is None else _to_text(v) for v in values],
@@ -142,5 +145,5 @@ def text_us_to_ns(text: pa.Array, stats: ConversionStats | None = None) -> pa.Ar
             else:
                 out[i] = v
                 mask[i] = False
-        return pa.array(out, type=pa.int64(), mask=mask)
+        return from_numpy(out, _INT64, mask)
     return ns

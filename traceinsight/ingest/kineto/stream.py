@@ -232,7 +232,8 @@ class _Run:
         process_batch(evs, cst, builders)
         n = len(evs)
         del evs
-        tables = build_tables(builders)
+        # tables without rows are left out (each would cost an empty table per chunk)
+        tables = build_tables({k: v for k, v in builders.items() if v.batches})
         return tables, {"state": cst.hand_back(), "events": n, "summary": summarize(tables)}
 
     def work(self, k: int) -> parallel.Part:

@@ -21,6 +21,7 @@ from ..columns import (
     TableBuilder,
     dict_col,
     float_col,
+    from_numpy,
     id_str_col,
     int_col,
     json_text_col,
@@ -248,7 +249,7 @@ def _either(p: Sequence[Any], q: Sequence[Any]) -> Sequence[Any]:
 
 
 def _kind_col(kind: str, n: int) -> pa.Array:
-    return pa.array([kind] * n, type=pa.string()).dictionary_encode()
+    return repeat_col([kind], [n])
 
 
 def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -> None:
@@ -389,7 +390,7 @@ def _python(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
                             np.where(is_builtin.to_numpy(zero_copy_only=False), 2, 0))
     codes = kind_of_name.astype(np.int32)[names.indices.to_numpy(zero_copy_only=False)]
     cols["frame_kind"] = pa.DictionaryArray.from_arrays(
-        pa.array(codes, type=pa.int32()), pa.array(["function", "module", "builtin"]))
+        from_numpy(codes, pa.int32()), pa.array(["function", "module", "builtin"]))
     pos = np.flatnonzero(codes == 1)
     n = len(evs)
     if len(pos):
