@@ -266,6 +266,13 @@ def xyz_cols(values: Sequence[Any]) -> list[pa.Array]:
     """x, y, z int64 columns of ``[x, y, z]`` lists (grid and block sizes)."""
     try:
         arr = pa.array(values, type=pa.list_(pa.int64()))
+        n = len(arr)
+        if n and not arr.null_count:
+            flat = arr.flatten()
+            if (len(flat) == 3 * n and not flat.null_count
+                    and (np.diff(arr.offsets.to_numpy()) == 3).all()):  # the usual case
+                xyz = flat.to_numpy().reshape(n, 3)
+                return [from_numpy(xyz[:, i], _INT64) for i in range(3)]
         if pc.min(pc.list_value_length(arr)).as_py() in (None, 3) or arr.null_count == len(arr):
             return [pc.list_element(arr, i) if arr.null_count < len(arr)
                     else pa.nulls(len(arr), pa.int64()) for i in range(3)]

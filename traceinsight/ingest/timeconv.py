@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 from .columns import from_numpy
 
 _INT64 = pa.int64()
+_FLOAT64 = pa.float64()
 _NUM_RE = r"^(?P<sign>[-+]?)(?P<int>\d*)(?:\.(?P<frac>\d*))?$"
 
 
@@ -77,11 +78,12 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
         except (pa.ArrowInvalid, OverflowError):
             res = None  # beyond int64 ns: let the text path report it
         if res is not None:
-            stats.negative += int(pc.sum(pc.less(res, 0)).as_py() or 0)
+            stats.negative += count_negative(res)
             return res
     elif arr is not None and (pa.types.is_floating(arr.type) or pa.types.is_null(arr.type)):
-        floats = arr.cast(pa.float64())
-        x = pc.fill_null(floats, 0.0).to_numpy(zero_copy_only=False)
+        floats = arr if arr.type == _FLOAT64 else arr.cast(_FLOAT64)
+        x = (pc.fill_null(floats, 0.0) if floats.null_count else floats).to_numpy(
+            zero_copy_only=False)
         too_big = len(x) and float(np.max(np.abs(x))) >= EXACT_FLOAT_LIMIT_US
         if not np.isfinite(x).all() or too_big:
             raise NeedExactText()
@@ -96,6 +98,13 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
     text = pa.array([v if v.__class__ is str or v is None else _to_text(v) for v in values],
                     type=pa.string())
     return text_us_to_ns(text, stats)
+
+
+def count_negative(arr: pa.Array) -> int:
+    """How many values of the integer array ``arr`` are below 0 (nulls are not)."""
+    if arr.null_count == 0:  # numpy on Arrow's buffer: a pyarrow compute call costs more
+        return int(np.count_nonzero(arr.to_numpy() < 0))
+    return int(pc.sum(pc.less(arr, 0)).as_py() or 0)
 
 
 def _to_text(v: object) -> str | None:

@@ -454,8 +454,12 @@ def summarize(tables: dict[str, pa.Table]) -> dict[str, Any]:
     for name in _SPAN_TABLES:
         t = tables.get(name)
         if t is not None and t.num_rows:
-            spans.append((pc.min(t["start_ns"]).as_py(),
-                          pc.max(pc.add(t["start_ns"], t["dur_ns"])).as_py()))
+            start, dur = t["start_ns"], t["dur_ns"]
+            if start.null_count or dur.null_count:
+                spans.append((pc.min(start).as_py(), pc.max(pc.add(start, dur)).as_py()))
+            else:  # numpy: a pyarrow compute call costs more on a chunk's rows
+                s = start.to_numpy()
+                spans.append((int(s.min()), int((s + dur.to_numpy()).max())))
     gpu = tables.get("gpu_activities")
     if gpu is not None and not gpu.num_rows:
         gpu = None

@@ -23,7 +23,7 @@ from msgspec.structs import astuple
 from ... import schema
 from ...diagnostics import DiagnosticLog
 from ..columns import TableBuilder
-from ..timeconv import ConversionStats, us_to_ns
+from ..timeconv import ConversionStats, count_negative, us_to_ns
 
 NULL = msgspec.Raw(b"null")
 
@@ -297,7 +297,7 @@ class State:
 
 def times(st: State, evs: list[Event], *, with_dur: bool = True) -> tuple[pa.Array, pa.Array]:
     ts = us_to_ns(list(map(TS, evs)), st.tstats)
-    st.negative_ts += int(pc.sum(pc.less(ts, 0)).as_py() or 0)
+    st.negative_ts += count_negative(ts)
     if st.base_ns:
         ts = pc.add_checked(ts, st.base_ns)
     dur = None
@@ -306,7 +306,7 @@ def times(st: State, evs: list[Event], *, with_dur: bool = True) -> tuple[pa.Arr
         if dur.null_count:
             st.missing_durations += dur.null_count
             dur = pc.fill_null(dur, 0)
-        neg = int(pc.sum(pc.less(dur, 0)).as_py() or 0)
+        neg = count_negative(dur)
         if neg:
             st.negative_durations += neg
             dur = pc.max_element_wise(dur, 0)
