@@ -131,6 +131,8 @@ NAME = operator.attrgetter("name")
 PID = operator.attrgetter("pid")
 TID = operator.attrgetter("tid")
 ARGS = operator.attrgetter("args")
+CAT = operator.attrgetter("cat")
+ID = operator.attrgetter("id")
 
 
 #: args whose first values average more than this many bytes are decoded one value per call

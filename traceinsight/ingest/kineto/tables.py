@@ -7,6 +7,7 @@ one call. Columns that are constant within a (phase, category) run cost no per-e
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import re
 from collections.abc import Callable, Sequence
@@ -32,10 +33,12 @@ from ..columns import (
 from ..timeconv import us_to_ns
 from .events import (
     BUILTIN_PREFIX,
+    CAT,
     DEVICE_TYPES,
     EVENT_SHAPES,
     FLOW_KINDS,
     FLOW_PHASES,
+    ID,
     MEMORY_NAMES,
     MODULE_PREFIX,
     NAME,
@@ -111,7 +114,7 @@ def _run_col(evs: list[Event], pick: Callable[[tuple], Any],
 def _cat_col(evs: list[Event]) -> pa.Array:
     runs = getattr(evs, "cat_runs", None)
     if runs is None:
-        return dict_col([e.cat for e in evs])
+        return dict_col(list(map(CAT, evs)))
     return repeat_col([c for (_, c), _ in runs], [n for _, n in runs])
 
 
@@ -371,7 +374,7 @@ def _ranges(st: State, steps: list[Event], ann: list[Event], gann: list[Event],
         cols["step"] = pa.array(step_nums, type=pa.int64())
         cols["external_id"] = _ext(a)
         if gpu:
-            cols["device"] = int_col([e.pid for e in evs])
+            cols["device"] = int_col(list(map(PID, evs)))
             cols["stream"] = int_col([_stream_of(e.tid) for e in evs])
         out["ranges"].add(cols)
 
@@ -417,17 +420,11 @@ def _memory(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     a = arg_columns(evs, MemArgs, st.args_dec)
     ts, _ = times(st, evs, with_dur=False)
     byt = a["bytes"]
-    kinds = []
-    for e, b in zip(evs, byt):
-        if MEMORY_NAMES.get(e.name) == "oom":
-            kinds.append("oom")
-        else:
-            kinds.append("free" if isinstance(b, int) and b < 0 else "alloc")
     cols = {
         "rank": rank_col(len(evs), st.rank),
-        "kind": dict_col(kinds),
-        "process": id_str_col([e.pid for e in evs]),
-        "thread": id_str_col([e.tid for e in evs]),
+        "kind": _memory_kinds(evs, byt),
+        "process": id_str_col(list(map(PID, evs))),
+        "thread": id_str_col(list(map(TID, evs))),
         "ts_ns": ts,
         "device_type": _device_type_col(int_col(a["device_type"])),
         "device": int_col(a["device"]),
@@ -437,6 +434,35 @@ def _memory(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         "total_reserved_bytes": int_col(a["total_reserved"]),
     }
     out["memory_events"].add(cols)
+
+
+def _memory_kinds(evs: list[Event], byt: Sequence[Any]) -> pa.Array:
+    """``oom`` for ``[OutOfMemory]`` events, ``free`` where Bytes is a negative integer, else
+    ``alloc`` (dictionary strings in the order they first occur)."""
+    raw = None
+    if "[OutOfMemory]" not in map(NAME, evs):
+        with contextlib.suppress(pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            raw = pa.array(byt)
+    if raw is not None and (pa.types.is_integer(raw.type) or pa.types.is_null(raw.type)):
+        if pa.types.is_null(raw.type):
+            free = np.zeros(len(raw), dtype=bool)
+        elif raw.null_count:
+            free = pc.fill_null(pc.less(raw, 0), False).to_numpy(zero_copy_only=False)
+        else:  # the usual case: integers only
+            free = raw.to_numpy() < 0
+        vals = ["free", "alloc"] if free[0] else ["alloc", "free"]
+        codes = free != bool(free[0])  # 0: the first value's kind, 1: the other
+        if not codes.any():
+            vals = vals[:1]
+        return pa.DictionaryArray.from_arrays(from_numpy(codes, pa.int32()),
+                                              pa.array(vals, pa.string()))
+    kinds = []
+    for e, b in zip(evs, byt):
+        if MEMORY_NAMES.get(e.name) == "oom":
+            kinds.append("oom")
+        else:
+            kinds.append("free" if isinstance(b, int) and b < 0 else "alloc")
+    return dict_col(kinds)
 
 
 def _flow_kind(cat: Any) -> Any:
@@ -452,9 +478,9 @@ def _flows(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         "kind": _run_col(evs, lambda k: _flow_kind(k[1]),
                          lambda e: _flow_kind(e.cat if e.cat is not None else (e.name or ""))),
         "phase": _run_col(evs, lambda k: FLOW_PHASES.get(k[0]), lambda e: FLOW_PHASES.get(e.ph)),
-        "flow_id": int_col([e.id for e in evs], st.bad, "flow id beyond int64"),
-        "process": id_str_col([e.pid for e in evs]),
-        "thread": id_str_col([e.tid for e in evs]),
+        "flow_id": int_col(list(map(ID, evs)), st.bad, "flow id beyond int64"),
+        "process": id_str_col(list(map(PID, evs))),
+        "thread": id_str_col(list(map(TID, evs))),
         "ts_ns": ts,
     }
     out["flows"].add(cols)
@@ -472,11 +498,11 @@ def _other(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         "rank": rank_col(len(evs), st.rank),
         "event_shape": dict_col([shape(e.ph, "other") for e in evs]),
         "name": dict_col([e.name if e.name is not None else "" for e in evs]),
-        "process": id_str_col([e.pid for e in evs]),
-        "thread": id_str_col([e.tid for e in evs]),
+        "process": id_str_col(list(map(PID, evs))),
+        "thread": id_str_col(list(map(TID, evs))),
         "start_ns": ts,
         "dur_ns": dur,
-        "cat_raw": dict_col([e.cat for e in evs]),
+        "cat_raw": dict_col(list(map(CAT, evs))),
     }
     out["other_events"].add(cols)
 
