@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import multiprocessing
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -97,6 +95,9 @@ class Runner:
         # fork: the workers start at once with this process's imports (forkserver or spawn
         # would import pyarrow and pandas again in each, ~1 s, and re-run an unguarded
         # __main__); the tasks start no threads of this process's and share nothing with it
+        import multiprocessing  # imported here, as the next: every command starts faster
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
         ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
         n = min(self.workers, len(items))
         with ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
