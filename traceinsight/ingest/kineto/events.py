@@ -13,7 +13,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import pyarrow as pa
@@ -124,6 +124,35 @@ class MetaArgs(msgspec.Struct, gc=False):
     labels: Any = None
 
 
+class OpMetaArgs(OpArgs, gc=False):
+    """The args of CPU ops, annotations and metadata events: what :class:`OpEvent` decodes."""
+
+    name: Any = None
+    labels: Any = None
+
+
+#: the categories an :class:`OpEvent` may have (as written; others fail its decode early)
+_OP_CATS = Literal["cpu_op", "Operator", "operator", "user_annotation", "User", "user",
+                   "gpu_user_annotation"]
+
+
+class OpEvent(msgspec.Struct, gc=False):
+    """An event of a chunk of CPU ops (and metadata) only, ``args`` decoded with the event:
+    the 2021 traces write long runs of ops whose args (call stacks) a second pass would scan
+    again. Another phase or category fails the decode at once (the chunk is then decoded as
+    :class:`Event`); :func:`ops_only` tells whether a chunk decoded so may be used."""
+
+    ph: Literal["X", "M"] | None = None
+    cat: _OP_CATS | None = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    args: OpMetaArgs | None = None
+
+
 TS = operator.attrgetter("ts")
 PH = operator.attrgetter("ph")
 DUR = operator.attrgetter("dur")
@@ -133,6 +162,7 @@ TID = operator.attrgetter("tid")
 ARGS = operator.attrgetter("args")
 CAT = operator.attrgetter("cat")
 ID = operator.attrgetter("id")
+_COLLECTIVE = operator.attrgetter("collective_name")
 
 
 #: args whose first values average more than this many bytes are decoded one value per call
@@ -149,6 +179,10 @@ def decode_args(events: list[Event], typ: type, dec_cache: dict) -> list:
     joining them into one buffer first.)"""
     if not events:
         return []
+    if events[0].__class__ is OpEvent:  # decoded with the events (``ops_only`` holds)
+        if typ is not OpArgs and typ is not MetaArgs:
+            raise TypeError(f"{typ.__name__} args of an op chunk")  # pragma: no cover
+        return list(map(ARGS, events))
     raws = list(map(ARGS, events))
     one = dec_cache.get((typ, 1))
     if one is None:
@@ -181,6 +215,8 @@ def arg_columns(events: list[Event], typ: type, dec_cache: dict) -> dict[str, Se
     """The ``args`` of ``events`` decoded into ``typ`` (:func:`decode_args`), one sequence of
     values per field of ``typ``; events without args read as ``typ()`` (its defaults)."""
     a = decode_args(events, typ, dec_cache)
+    if events and events[0].__class__ is OpEvent:
+        typ = OpMetaArgs  # the struct the args were decoded into (its keys include typ's)
     fields = typ.__struct_fields__  # type: ignore[attr-defined]
     if not a:
         return {f: () for f in fields}
@@ -241,6 +277,42 @@ STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 MEMORY_NAMES = {"[memory]": "memory", "[OutOfMemory]": "oom"}
 MODULE_PREFIX = "nn.Module: "
 BUILTIN_PREFIX = "<built-in "
+
+
+#: X-event families whose args :class:`OpMetaArgs` holds
+_OP_FAMILIES = frozenset({"op", "annotation", "gpu_annotation"})
+
+
+def ops_only(events: list) -> bool:
+    """Whether a chunk decoded as :class:`OpEvent` may be used: every event is a CPU op, an
+    annotation or a metadata event (the decode let only their phases and categories pass,
+    and events without them), and no op is a collective (their ``CommArgs`` are read from the
+    raw args)."""
+    phs = set(map(PH, events))
+    if None in phs:
+        return False
+    if ("X" in phs and None in set(map(CAT, events))
+            and any(e.ph == "X" and e.cat is None for e in events)):  # X without a cat
+        return False
+    named = list(map(_COLLECTIVE, filter(None, map(ARGS, events))))
+    return named.count(None) == len(named)
+
+
+def looks_ops_only(events: list) -> bool:
+    """Whether every 64th event is a CPU op, an annotation or a metadata event (a chunk of
+    :class:`Event`: then the next chunk is likely one of ops only)."""
+    try:
+        pairs = set(zip(map(PH, events[::64]), map(CAT, events[::64])))
+    except TypeError:  # an unhashable category
+        return False
+    for ph, cat in pairs:
+        if ph == "M":
+            continue
+        if ph != "X" or cat.__class__ is not str:
+            return False
+        if (X_FAMILY.get(cat) or X_FAMILY.get(cat.lower())) not in _OP_FAMILIES:
+            return False
+    return True
 
 
 # --- per-file state ------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from .decode import (
     merge_summaries,
     summarize,
 )
-from .events import Event, State
+from .events import Event, OpEvent, State, looks_ops_only, ops_only
 from .tables import process_batch
 
 ProgressFn = Callable[[str, float], None]
@@ -160,8 +160,10 @@ def _next_sep(fd: int, at: int, last: int) -> tuple[int, int] | None:
     return None
 
 
-def _decode_range(fd: int, a: int, b: int, exact_text: bool) -> list[Event] | None:
-    """The events of bytes ``[a, b)`` (whole events), None when they do not decode."""
+def _decode_range(fd: int, a: int, b: int, exact_text: bool,
+                  ops: bool = False) -> list[Event] | None:
+    """The events of bytes ``[a, b)`` (whole events), None when they do not decode; ``ops``:
+    as :class:`~.events.OpEvent` (the caller checks :func:`~.events.ops_only`)."""
     buf = bytearray(b - a + 2)
     buf[0] = 0x5B  # '['
     view = memoryview(buf)
@@ -169,7 +171,7 @@ def _decode_range(fd: int, a: int, b: int, exact_text: bool) -> list[Event] | No
     if got != b - a:
         view[1:-1] = _pread(fd, b - a, a)
     buf[-1] = 0x5D  # ']'
-    dec = _decoder(exact_text)
+    dec = _decoder(exact_text, ops)
     try:
         return dec.decode(buf)
     except (msgspec.DecodeError, msgspec.ValidationError):
@@ -178,14 +180,14 @@ def _decode_range(fd: int, a: int, b: int, exact_text: bool) -> list[Event] | No
         view.release()
 
 
-_DECODERS: dict[bool, msgspec.json.Decoder] = {}
+_DECODERS: dict[tuple[bool, bool], msgspec.json.Decoder] = {}
 
 
-def _decoder(exact_text: bool) -> msgspec.json.Decoder:
-    dec = _DECODERS.get(exact_text)
+def _decoder(exact_text: bool, ops: bool = False) -> msgspec.json.Decoder:
+    dec = _DECODERS.get((exact_text, ops))
     if dec is None:
-        dec = _DECODERS[exact_text] = msgspec.json.Decoder(
-            list[Event], float_hook=str if exact_text else None)
+        dec = _DECODERS[(exact_text, ops)] = msgspec.json.Decoder(
+            list[OpEvent] if ops else list[Event], float_hook=str if exact_text else None)
     return dec
 
 
@@ -221,11 +223,24 @@ class _Run:
         self.events = 0
         self.summaries: list[dict[str, Any]] = []
         self.skip_to = 0  #: chunks before this were read as part of an earlier, longer chunk
+        #: whether the last chunk this process read held CPU ops only (2021 traces write long
+        #: runs of them): the next is then first decoded with their args (``OpEvent``)
+        self.ops_ahead = False
 
     def parse(self, a: int, b: int) -> parallel.Part | None:
-        evs = _decode_range(self.fd, a, b, self.st.exact_text)
+        evs: list | None = None
+        if self.ops_ahead and not self.st.exact_text:
+            evs = _decode_range(self.fd, a, b, False, ops=True)
+            if evs is not None and not ops_only(evs):
+                evs = None
         if evs is None:
-            return None
+            evs = _decode_range(self.fd, a, b, self.st.exact_text)
+            if evs is None:
+                self.ops_ahead = False
+                return None
+            self.ops_ahead = looks_ops_only(evs)
+        else:
+            self.ops_ahead = True
         cst = self.st.fresh()
         cst.args_dec = self.st.args_dec  # decoders are reused by every chunk of a process
         builders = cst.builders()
