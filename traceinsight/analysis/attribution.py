@@ -22,13 +22,16 @@ Every activity records ``method`` in {time, graph, external_id, none}.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import schema
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
 from ..vocab import UNATTRIBUTED
@@ -79,62 +82,139 @@ def _to_str(s: pd.Series) -> np.ndarray:
     return s.astype(object).where(s.notna(), None).to_numpy()
 
 
+#: the activity columns attribution reads (the rest stays in the store)
+GPU_COLUMNS = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation",
+               "external_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+               "blocks_per_sm", "occupancy_pct", "bytes", "copy_kind"]
+#: the flow kinds attribution follows (launch ends recover correlations; fwd_bwd links backward)
+FLOW_KINDS = ("launch", "fwd_bwd")
+
+
 def attribute(store: TraceStore) -> Attribution:
-    """Attribute every GPU activity of every rank in ``store``."""
+    """Attribute every GPU activity of every rank in ``store``.
+
+    Each table is read once with the columns attribution needs and split by rank once (a
+    single-rank store is not copied), so memory stays near one copy of the rank's rows."""
     diags = DiagnosticLog()
-    gpu_all = store.table("gpu_activities").to_pandas()
-    rt_all = store.table("runtime_calls").to_pandas()
-    ops_all = store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
-                                      "external_id", "sequence_nr", "input_dims", "input_types",
-                                      "concrete_inputs", "flops"]).to_pandas()
-    rng_all = store.table("ranges").to_pandas()
+    gpu_all = _frame(store.table("gpu_activities", GPU_COLUMNS), own=True)
+    rt_all = _frame(store.table("runtime_calls", _all_columns("runtime_calls")), own=True)
+    ops_all = _frame(store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns",
+                                             "dur_ns", "external_id", "sequence_nr",
+                                             "input_dims", "input_types", "concrete_inputs",
+                                             "flops"]), own=True)
+    rng_all = _frame(store.table("ranges", _all_columns("ranges")), own=True)
     py = store.table("python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
                                        "frame_kind"])
-    py_all = (py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py).to_pandas()
-    flows_all = store.table("flows").to_pandas()
+    py_all = _frame(py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py,
+                    own=True)
+    del py
+    flows = _LazyFlows(store)  # read only when a correlation or a backward link is missing
 
-    for df in (gpu_all, rt_all, ops_all, rng_all, py_all, flows_all):
-        for c in ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind",
-                  "collective"):
-            if c in df.columns:
-                df[c] = df[c].astype(object)
-
-    ops_all = ops_all.reset_index(drop=True)
     ops_all["op_idx"] = np.arange(len(ops_all), dtype=np.int64)
     ops_all["parent"] = -1
     ops_all["depth"] = -1
     ops_all["module"] = None
     ops_all["bwd_node"] = -1
     ops_all["fwd_op"] = -1
-
-    rt_all = rt_all.reset_index(drop=True)
     rt_all["op_idx"] = -1
 
     gpu_parts, sync_parts, steps = [], [], []
     has_steps: dict[int, bool] = {}
     ranks = sorted({int(r["rank"]) for r in store.ranks}) or sorted(set(gpu_all["rank"].unique()))
+    split = {name: _by_rank(df) for name, df in (("gpu", gpu_all), ("rt", rt_all),
+                                                   ("ops", ops_all), ("rng", rng_all),
+                                                   ("mods", py_all))}
     for rank in ranks:
-        g = gpu_all[gpu_all["rank"] == rank]
-        sync_parts.append(g[g["kind"] == "sync"])
-        g = g[g["kind"] != "sync"].copy()
-        rt = rt_all[rt_all["rank"] == rank]
-        ops = ops_all[ops_all["rank"] == rank]
-        rng = rng_all[rng_all["rank"] == rank]
-        mods = py_all[py_all["rank"] == rank]
-        flows = flows_all[flows_all["rank"] == rank]
-        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows, ops_all, rt_all, diags)
+        g = _rank_rows(gpu_all, split["gpu"], rank)
+        is_sync = (g["kind"] == "sync").to_numpy()
+        if is_sync.any():
+            sync_parts.append(g[is_sync])
+            g = g[~is_sync]
+        rt = _rank_rows(rt_all, split["rt"], rank)
+        ops = _rank_rows(ops_all, split["ops"], rank)
+        rng = _rank_rows(rng_all, split["rng"], rank)
+        mods = _rank_rows(py_all, split["mods"], rank)
+        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows.of(rank), ops_all, rt_all,
+                              diags)
         gpu_parts.append(res[0])
         steps.extend(res[1])
         has_steps[rank] = res[2]
+    del g, rt, ops, rng, mods, split, flows, py_all
 
     gpu = pd.concat(gpu_parts, ignore_index=True) if gpu_parts else _empty_gpu()
     gpu["cls"], gpu["cls_how"] = categories.classify(gpu, ops_all)
     categories.check_communication(store, gpu, ops_all, diags)
-    syncs = pd.concat(sync_parts, ignore_index=True) if sync_parts else gpu_all.iloc[0:0]
+    syncs = pd.concat(sync_parts, ignore_index=True) if sync_parts else gpu_all.iloc[0:0].copy()
+    del gpu_all
     for c in ("kind", "cls", "cls_how", "method", "phase"):
         if c in gpu.columns:
             gpu[c] = gpu[c].astype("category")
     return Attribution(gpu, ops_all, steps, has_steps, syncs, rt_all, diags)
+
+
+_STR_COLUMNS = ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind",
+                "collective")
+
+
+def _frame(t: pa.Table, own: bool = False) -> pd.DataFrame:
+    """A table as pandas with the analysis' plain object strings (one shared object per
+    distinct value) and a fresh 0..n-1 index. ``own``: nothing else refers to this table
+    object (a selection or a filter of the store's), so its Arrow memory is released column
+    by column as pandas takes it over, instead of both copies living at once."""
+    df = t.to_pandas(split_blocks=True, self_destruct=True) if own else t.to_pandas()
+    for c in _STR_COLUMNS:
+        if c in df.columns:
+            df[c] = df[c].astype(object)
+    return df
+
+
+def _all_columns(table: str) -> list[str]:
+    return schema.TABLES[table].column_names
+
+
+def _by_rank(df: pd.DataFrame) -> dict[int, np.ndarray] | None:
+    """Row positions of each rank; None when every row is of one rank (no split needed)."""
+    if not len(df):
+        return {}
+    r = df["rank"].to_numpy()
+    if (r == r[0]).all():
+        return None
+    return {int(k): v for k, v in df.groupby("rank", sort=False).indices.items()}
+
+
+def _rank_rows(df: pd.DataFrame, split: dict[int, np.ndarray] | None,
+               rank: int) -> pd.DataFrame:
+    """The rows of ``rank`` (index kept): the frame itself when it holds one rank only."""
+    if split is None:
+        return df if int(df["rank"].iat[0]) == rank else df.iloc[0:0]
+    pos = split.get(rank)
+    return df.iloc[pos] if pos is not None else df.iloc[0:0]
+
+
+class _LazyFlows:
+    """The launch and fwd_bwd flows of each rank, read from the store on first use (most
+    traces never need them: every activity has its correlation, every backward node its
+    Sequence number)."""
+
+    def __init__(self, store: TraceStore) -> None:
+        self.store = store
+        self.frame: pd.DataFrame | None = None
+        self.split: dict[int, np.ndarray] | None = None
+
+    def of(self, rank: int) -> Callable[[], pd.DataFrame]:
+        def get() -> pd.DataFrame:
+            if self.frame is None:
+                t = self.store.table("flows")
+                self.frame = (_frame(t.filter(pc.is_in(t["kind"], pa.array(FLOW_KINDS))),
+                                     own=True) if t.num_rows else _frame(t))
+                self.split = _by_rank(self.frame)
+            return _rank_rows(self.frame, self.split, rank) if len(self.frame) else self.frame
+        return get
+
+
+def _rows(df: pd.DataFrame, pos: np.ndarray) -> pd.DataFrame:
+    """Rows at positions ``pos`` (ascending); the frame itself when that is all of them."""
+    return df if len(pos) == len(df) else df.iloc[pos]
 
 
 def _empty_gpu() -> pd.DataFrame:
@@ -220,7 +300,7 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
 
 
 def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
-                    rng: pd.DataFrame, mods: pd.DataFrame, flows: pd.DataFrame,
+                    rng: pd.DataFrame, mods: pd.DataFrame, flows: Callable[[], pd.DataFrame],
                     ops_all: pd.DataFrame, rt_all: pd.DataFrame,
                     diags: DiagnosticLog) -> tuple[pd.DataFrame, list[StepWindow], bool]:
     n = len(g)
@@ -229,8 +309,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
 
     # --- 1. activity -> launch (correlation) ---------------------------------------------
     corr = g["correlation"].copy()
-    if corr.isna().any() and len(flows):
-        corr = _corr_from_flows(g, corr, flows)
+    if corr.isna().any() and len(fl := flows()):
+        corr = _corr_from_flows(g, corr, fl)
     rt_c = rt[rt["correlation"].notna()]
     dup = rt_c["correlation"].duplicated(keep="first")
     if dup.any():
@@ -244,9 +324,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     has_launch = launch_row >= 0
 
     # --- 2. launch -> enclosing cpu op (per thread) ---------------------------------------
-    rt_rank = rt_all.loc[rt.index]
-    op_of_rt, op_nests = nest_by_thread(ops, rt_rank, rt_rank["start_ns"].to_numpy(np.int64),
-                                        rt_rank["process"].to_numpy(), rt_rank["thread"].to_numpy())
+    op_of_rt, op_nests = nest_by_thread(ops, rt, rt["start_ns"].to_numpy(np.int64),
+                                        rt["process"].to_numpy(), rt["thread"].to_numpy())
     # op positions are local to ``ops``: map to global op_idx
     op_global = ops["op_idx"].to_numpy()
     rt_op = take(op_global, op_of_rt, -1)
@@ -279,9 +358,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     # --- 5. External id fallback and cross-check -------------------------------------------
     ext = g["external_id"]
     ext_valid = ext.notna() & (ext != g["correlation"])
-    ops_rank = ops_all[ops_all["rank"] == rank]
-    ext_map = pd.Series(ops_rank["op_idx"].to_numpy(),
-                        index=ops_rank["external_id"].fillna(-1).astype("int64").to_numpy())
+    ext_map = pd.Series(ops["op_idx"].to_numpy(),
+                        index=ops["external_id"].fillna(-1).astype("int64").to_numpy())
     ext_map = ext_map[~ext_map.index.duplicated(keep="first")]
     ext_op = (ext_map.reindex(ext.fillna(-1).astype("int64").to_numpy())
               .fillna(-1).astype("int64").to_numpy())
@@ -324,7 +402,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     top_name[launch_only] = leaf[launch_only]
 
     # --- 3/4. modules, backward link -------------------------------------------------------
-    _modules_and_backward(rank, ops_all, mods, flows, diags)
+    _modules_and_backward(rank, ops_all, ops["op_idx"].to_numpy(), mods, flows, diags)
     mod_all = ops_all["module"].to_numpy()
     fwd_all = ops_all["fwd_op"].to_numpy()
     bwd_all = ops_all["bwd_node"].to_numpy()
@@ -471,10 +549,11 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     return _paths(names, parent)
 
 
-def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
-                          flows: pd.DataFrame, diags: DiagnosticLog) -> None:
-    sel = ops_all["rank"] == rank
-    ops = ops_all[sel]
+def _modules_and_backward(rank: int, ops_all: pd.DataFrame, rank_pos: np.ndarray,
+                          mods: pd.DataFrame, flows: Callable[[], pd.DataFrame],
+                          diags: DiagnosticLog) -> None:
+    """Module path, backward node and forward op of the ops at ``rank_pos`` (one rank's)."""
+    ops = _rows(ops_all, rank_pos)
     if not len(ops):
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
@@ -503,8 +582,9 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
     if not len(nodes):
         return
     # forward op of each backward node: same Sequence number, latest forward op before it
-    seq = ops_all["sequence_nr"]
-    fwd_cand = ops_all[sel & seq.notna() & (ops_all["bwd_node"] < 0)]
+    mine = _rows(ops_all, rank_pos)  # with the backward nodes just set
+    fwd_cand = mine[mine["sequence_nr"].notna() & (mine["bwd_node"] < 0)]
+    del mine
     nd = ops_all.loc[nodes]
     fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
     if len(fwd_cand):
@@ -522,8 +602,9 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
                 m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
     # fallback: fwd_bwd flows (start on the forward op, end on the backward node)
     missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
-    if len(missing) and len(flows):
-        fb = flows[flows["kind"] == "fwd_bwd"]
+    fl = flows() if len(missing) else None
+    if fl is not None and len(fl):
+        fb = fl[fl["kind"] == "fwd_bwd"]
         s = fb[fb["phase"] == "start"].set_index("flow_id")
         f = fb[fb["phase"] == "end"]
         if len(s) and len(f):

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from .. import schema
 from ..resources import code_digest
 from . import Analysis
 
@@ -121,10 +122,10 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
         return {k: [] for k in COLL_KEYS}
     full = an.cache.get("collective_args")
     if full is None:  # the collective args of every op, converted once per analysis
-        ops = an.store.table("cpu_ops")
+        names = schema.TABLES["cpu_ops"].column_names
         cols = [c for c in ("in_msg_nelems", "out_msg_nelems", "group_size", "dtype",
-                            "collective_name", "pg_name", "seq") if c in ops.column_names]
-        full = an.cache["collective_args"] = ops.select(cols).to_pandas()
+                            "collective_name", "pg_name", "seq") if c in names]
+        full = an.cache["collective_args"] = an.store.table("cpu_ops", cols).to_pandas()
     parent = an.attribution.ops["parent"].to_numpy()
     has_args = ~pd.isna(full["in_msg_nelems"].to_numpy())
     m = len(has_args)

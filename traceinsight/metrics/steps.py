@@ -309,11 +309,11 @@ class _RankEvents:
                       attr.runtime[attr.runtime["rank"] == rank]]
             for table, kinds in (("ranges", ("annotation", "gpu_annotation", "nvtx")),
                                  ("python_frames", None)):
-                t = self.an.store.table(table)
+                t = self.an.store.table(table, ["rank", "start_ns", "dur_ns"]
+                                        + (["kind"] if kinds else []))
                 if not t.num_rows:
                     continue
-                df = t.select(["rank", "start_ns", "dur_ns"] + (["kind"] if kinds else []))
-                df = df.to_pandas()
+                df = t.to_pandas()
                 df = df[df["rank"] == rank]
                 if kinds:
                     df = df[df["kind"].astype(str).isin(kinds)]
