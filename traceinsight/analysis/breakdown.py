@@ -71,7 +71,7 @@ def window_breakdown(g: pd.DataFrame, w: StepWindow, *,
                      step_rows: pd.DataFrame | None = None) -> WindowBreakdown:
     """Breakdown of rank activity ``g`` (attributed GPU rows of one rank) inside window ``w``."""
     s, e = w.start_ns, w.end_ns
-    sel = g[(g["end_ns"] > s) & (g["start_ns"] < e)]
+    sel = g[(g["end_ns"] > s) & (g["start_ns"] < e)]  # all of them when given overlapping rows
     kern = sel[sel["kind"] == "kernel"]
     comm_mask = kern["cls"] == "communication"
     C = iv.clip(_u(kern[~comm_mask]), s, e)
@@ -129,14 +129,44 @@ def breakdown(attr: Attribution) -> Breakdown:
     steps: list[WindowBreakdown] = []
     ranks: dict[int, WindowBreakdown] = {}
     g_all = attr.gpu
+    by_rank = g_all.groupby("rank", sort=False).indices if len(g_all) else {}
     for rank in sorted(set(w.rank for w in attr.steps)):
-        g = g_all[g_all["rank"] == rank]
+        pos = by_rank.get(rank)
+        g = g_all if pos is not None and len(pos) == len(g_all) else \
+            g_all.iloc[pos if pos is not None else []]
         wins = [w for w in attr.steps if w.rank == rank]
+        find = _Finder(g)
         parts = []
         for w in wins:
-            rows = g[g["step"] == w.step] if w.step is not None else g
-            parts.append(window_breakdown(g, w, step_rows=rows))
+            rows = find.step(w.step) if w.step is not None else g
+            parts.append(window_breakdown(find.overlapping(w.start_ns, w.end_ns), w,
+                                          step_rows=rows))
         steps.extend(parts)
         if parts:
             ranks[rank] = _sum(rank, parts)
     return Breakdown(steps, ranks)
+
+
+class _Finder:
+    """The rows of one rank's activities overlapping a window, or of one step, without a
+    scan of every row per window (windows x rows grows fast on long traces)."""
+
+    def __init__(self, g: pd.DataFrame) -> None:
+        self.g = g
+        start = g["start_ns"].to_numpy(np.int64)
+        self.order = np.argsort(start, kind="stable")
+        self.starts = start[self.order]
+        self.ends = g["end_ns"].to_numpy(np.int64)
+        self.max_dur = int((self.ends - start).max()) if len(g) else 0
+        self.steps = g.groupby("step", sort=False, dropna=True).indices if len(g) else {}
+
+    def overlapping(self, s: int, e: int) -> pd.DataFrame:
+        """Rows with end > s and start < e, in their original order."""
+        lo = np.searchsorted(self.starts, s - self.max_dur, side="left")
+        hi = np.searchsorted(self.starts, e, side="left")
+        cand = np.sort(self.order[lo:hi])
+        return self.g.iloc[cand[self.ends[cand] > s]]
+
+    def step(self, step: int) -> pd.DataFrame:
+        pos = self.steps.get(step)
+        return self.g.iloc[pos if pos is not None else []]
