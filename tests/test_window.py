@@ -119,3 +119,26 @@ def test_cli_max_memory(store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert window.max_memory_mb() == window.DEFAULT_MAX_MB
     invoke(["diagnose", str(store.path), "--max-memory", "-5"], exit_code=2,
            stderr_contains="--max-memory")
+
+
+def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> None:
+    from tracegen.workloads import build_ranks
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r, b in enumerate(build_ranks(Workload(layers=1, steps=STEPS, world_size=2,
+                                               comm_bytes=1 << 20))):
+        b.write(str(folder / f"rank-{r}.json.gz"))
+    store = ingest([folder], tmp_path / "job.tistore", quiet=True)
+    assert store.meta.get("partitions")
+    ws = window.bounded(store, _limit_for(store, 0.45))
+    assert isinstance(ws, window.WindowedStore)
+    start = ws.window.start_ns
+    g = ws.table("gpu_activities", ["rank", "start_ns"])
+    assert sorted(set(g["rank"].to_pylist())) == [0, 1]
+    assert pc.min(g["start_ns"]).as_py() >= start
+    whole = store.table("gpu_activities", ["rank", "start_ns"])
+    assert g.num_rows == pc.sum(pc.greater_equal(whole["start_ns"], start)).as_py()
+    r = dg.diagnose(store, cache=False, max_memory_mb=_limit_for(store, 0.45))
+    assert r.trace["window"]["steps"] == 4 and r.trace["ranks"] == [0, 1]
+    assert [x["rank"] for x in r.summary["ranks"]] == [0, 1]

@@ -106,10 +106,12 @@ class Window:
 
 
 def plan(store: TraceStore, max_mb: float) -> Window | None:
-    """The window of last steps that fits ``max_mb``; None when the whole store fits, or it
-    is not one folder on disk (a rank-partitioned store is diagnosed rank by rank)."""
+    """The window of last steps that fits ``max_mb``; None when the whole store fits or it is
+    not on disk. For a store of several ranks the steps are the lowest rank's and the window
+    is the same time range on every rank (an edge step cut by clock offsets between hosts is
+    excluded as pre-trace work by the step analysis)."""
     est = estimate_mb(store)
-    if est <= max_mb or not (store.path / "meta.json").is_file() or partitions.names(store.meta):
+    if est <= max_mb or not (store.path / "meta.json").is_file():
         return None
     frac = max(0.0, (max_mb - BASE_MB)) / max(1.0, est - BASE_MB)
     steps = _steps(store)
@@ -149,18 +151,25 @@ class WindowedStore(TraceStore):
         col = TIME_COLUMN.get(name)
         if col is None or self.window is None:
             return super().table(name, columns)
-        f = self.path / f"{name}.parquet"
-        if not f.is_file():
+        folders = [self.path / f for f in partitions.names(self.meta)] or [self.path]
+        parts = []
+        for folder in folders:
+            f = folder / f"{name}.parquet"
+            if not f.is_file():
+                continue
+            try:
+                t = pq.read_table(f, columns=columns,
+                                  filters=[(col, ">=", self.window.start_ns)])
+            except (pa.ArrowException, OSError, ValueError) as e:
+                where = f.relative_to(self.path)
+                raise StoreError(f"{where} cannot be read ({str(e)[:120]})", path=self.path,
+                                 hint="the store is damaged: re-ingest the trace with -o STORE "
+                                      "--force") from None
+            parts.append(_restore_schema(name, t, columns))
+        if not parts:
             t = schema.empty_table(name)
             return t.select(columns) if columns else t
-        try:
-            t = pq.read_table(f, columns=columns,
-                              filters=[(col, ">=", self.window.start_ns)])
-        except (pa.ArrowException, OSError, ValueError) as e:
-            raise StoreError(f"{name}.parquet cannot be read ({str(e)[:120]})", path=self.path,
-                             hint="the store is damaged: re-ingest the trace with -o STORE "
-                                  "--force") from None
-        return _restore_schema(name, t, columns)
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts).unify_dictionaries()
 
 
 def _steps(store: TraceStore) -> tuple[Any, Any, Any] | None:
