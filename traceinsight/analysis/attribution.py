@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
 from ..vocab import UNATTRIBUTED
-from . import categories
+from . import by_rank, categories
 from .intervals import Nesting, any_ancestor, take
 from .step_windows import StepWindow, step_windows
 
@@ -57,9 +57,8 @@ class Attribution:
         return sorted(set(int(r) for r in self.gpu["rank"].unique())) if len(self.gpu) else []
 
     def coverage(self, rank: int | None = None) -> dict[str, Any]:
-        g = self.gpu[self.gpu["kind"] == "kernel"]
-        if rank is not None:
-            g = g[g["rank"] == rank]
+        g = self.gpu if rank is None else by_rank.rows(self.gpu, rank)
+        g = g[g["kind"] == "kernel"]
         total = int(g["dur_ns"].sum())
         attributed = int(g.loc[g["op"] != UNATTRIBUTED, "dur_ns"].sum())
         by_method = {str(k): int(v)
@@ -113,16 +112,23 @@ def attribute(store: TraceStore) -> Attribution:
     gpu_parts, sync_parts, steps = [], [], []
     has_steps: dict[int, bool] = {}
     ranks = sorted({int(r["rank"]) for r in store.ranks}) or sorted(set(gpu_all["rank"].unique()))
+    # each table split by rank once (row positions; ops_all changes as ranks are attributed)
+    parts = {k: by_rank.positions(df) for k, df in (("gpu", gpu_all), ("rt", rt_all),
+                                                     ("ops", ops_all), ("rng", rng_all),
+                                                     ("mods", py_all), ("flows", flows_all))}
+    none = np.empty(0, np.int64)
+    is_node = name_matches(ops_all["name"].to_numpy(), re.compile("^" + re.escape(BWD_PREFIX)))
     for rank in ranks:
-        g = gpu_all[gpu_all["rank"] == rank]
+        g = gpu_all.take(parts["gpu"].get(rank, none))
         sync_parts.append(g[g["kind"] == "sync"])
         g = g[g["kind"] != "sync"].copy()
-        rt = rt_all[rt_all["rank"] == rank]
-        ops = ops_all[ops_all["rank"] == rank]
-        rng = rng_all[rng_all["rank"] == rank]
-        mods = py_all[py_all["rank"] == rank]
-        flows = flows_all[flows_all["rank"] == rank]
-        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows, ops_all, rt_all, diags)
+        rt = rt_all.take(parts["rt"].get(rank, none))
+        ops = ops_all.take(parts["ops"].get(rank, none))
+        rng = rng_all.take(parts["rng"].get(rank, none))
+        mods = py_all.take(parts["mods"].get(rank, none))
+        flows = flows_all.take(parts["flows"].get(rank, none))
+        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows, ops_all, rt_all, diags,
+                              parts["ops"].get(rank, none), is_node)
         gpu_parts.append(res[0])
         steps.extend(res[1])
         has_steps[rank] = res[2]
@@ -222,7 +228,10 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
 def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
                     rng: pd.DataFrame, mods: pd.DataFrame, flows: pd.DataFrame,
                     ops_all: pd.DataFrame, rt_all: pd.DataFrame,
-                    diags: DiagnosticLog) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+                    diags: DiagnosticLog, ops_pos: np.ndarray, is_node: np.ndarray
+                    ) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+    """Attribute one rank's activities; ``ops_pos`` are the rank's rows of ``ops_all`` and
+    ``is_node`` marks the backward nodes among all ops."""
     n = len(g)
     g = g.reset_index(drop=True)
     g["end_ns"] = g["start_ns"] + g["dur_ns"]
@@ -279,7 +288,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     # --- 5. External id fallback and cross-check -------------------------------------------
     ext = g["external_id"]
     ext_valid = ext.notna() & (ext != g["correlation"])
-    ops_rank = ops_all[ops_all["rank"] == rank]
+    ops_rank = ops_all.iloc[ops_pos]
     ext_map = pd.Series(ops_rank["op_idx"].to_numpy(),
                         index=ops_rank["external_id"].fillna(-1).astype("int64").to_numpy())
     ext_map = ext_map[~ext_map.index.duplicated(keep="first")]
@@ -324,7 +333,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     top_name[launch_only] = leaf[launch_only]
 
     # --- 3/4. modules, backward link -------------------------------------------------------
-    _modules_and_backward(rank, ops_all, mods, flows, diags)
+    _modules_and_backward(rank, ops_all, mods, flows, diags, ops_pos, is_node)
     mod_all = ops_all["module"].to_numpy()
     fwd_all = ops_all["fwd_op"].to_numpy()
     bwd_all = ops_all["bwd_node"].to_numpy()
@@ -472,9 +481,9 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
 
 
 def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
-                          flows: pd.DataFrame, diags: DiagnosticLog) -> None:
-    sel = ops_all["rank"] == rank
-    ops = ops_all[sel]
+                          flows: pd.DataFrame, diags: DiagnosticLog, ops_pos: np.ndarray,
+                          is_node: np.ndarray) -> None:
+    ops = ops_all.iloc[ops_pos]
     if not len(ops):
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
@@ -485,9 +494,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
         mod = take(paths, mpos, None)
         ops_all.loc[ops.index, "module"] = mod
     # backward node of every op: nearest ancestor-or-self named evaluate_function:
-    names = ops_all["name"].to_numpy()
     parent = ops_all["parent"].to_numpy()
-    is_node = name_matches(names, re.compile("^" + re.escape(BWD_PREFIX)))
     idx = ops["op_idx"].to_numpy()
     node = np.full(len(idx), -1, dtype=np.int64)
     cur = idx.copy()
@@ -504,7 +511,8 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
         return
     # forward op of each backward node: same Sequence number, latest forward op before it
     seq = ops_all["sequence_nr"]
-    fwd_cand = ops_all[sel & seq.notna() & (ops_all["bwd_node"] < 0)]
+    mine = ops_all.iloc[ops_pos]
+    fwd_cand = mine[seq.iloc[ops_pos].notna() & (mine["bwd_node"] < 0)]
     nd = ops_all.loc[nodes]
     fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
     if len(fwd_cand):

@@ -126,7 +126,9 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
                             "collective_name", "pg_name", "seq") if c in ops.column_names]
         full = an.cache["collective_args"] = ops.select(cols).to_pandas()
     parent = an.attribution.ops["parent"].to_numpy()
-    has_args = ~pd.isna(full["in_msg_nelems"].to_numpy())
+    has_args = an.cache.get("collective_has_args")
+    if has_args is None:
+        has_args = an.cache["collective_has_args"] = ~pd.isna(full["in_msg_nelems"].to_numpy())
     m = len(has_args)
     found = np.full(n, -1, dtype=np.int64)  # the record_param_comms op of each kernel
     cur = comm["op_idx"].to_numpy(np.int64).copy()
