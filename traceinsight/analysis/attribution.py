@@ -416,6 +416,9 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         "block_y": g["block_y"].to_numpy(), "block_z": g["block_z"].to_numpy(),
         "blocks_per_sm": g["blocks_per_sm"].to_numpy(),
         "occupancy_pct": g["occupancy_pct"].to_numpy(),
+        # a communication kernel's own process group and sequence number (newer PyTorch)
+        "pg_name": g["pg_name"].to_numpy() if "pg_name" in g else None,
+        "seq": g["seq"].to_numpy() if "seq" in g else None,
     })
     kern = out["kind"] == "kernel"
     n_un = int(((out["op"] == UNATTRIBUTED) & kern).sum())
