@@ -128,7 +128,7 @@ def attribute(store: TraceStore) -> Attribution:
         mods = py_all.take(parts["mods"].get(rank, none))
         flows = flows_all.take(parts["flows"].get(rank, none))
         res = _attribute_rank(rank, g, rt, ops, rng, mods, flows, ops_all, rt_all, diags,
-                              parts["ops"].get(rank, none), is_node)
+                              is_node)
         gpu_parts.append(res[0])
         steps.extend(res[1])
         has_steps[rank] = res[2]
@@ -228,10 +228,10 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
 def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
                     rng: pd.DataFrame, mods: pd.DataFrame, flows: pd.DataFrame,
                     ops_all: pd.DataFrame, rt_all: pd.DataFrame,
-                    diags: DiagnosticLog, ops_pos: np.ndarray, is_node: np.ndarray
+                    diags: DiagnosticLog, is_node: np.ndarray
                     ) -> tuple[pd.DataFrame, list[StepWindow], bool]:
-    """Attribute one rank's activities; ``ops_pos`` are the rank's rows of ``ops_all`` and
-    ``is_node`` marks the backward nodes among all ops."""
+    """Attribute one rank's activities (``ops``: its rows of ``ops_all``; ``is_node`` marks
+    the backward nodes among all ops)."""
     n = len(g)
     g = g.reset_index(drop=True)
     g["end_ns"] = g["start_ns"] + g["dur_ns"]
@@ -288,7 +288,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     # --- 5. External id fallback and cross-check -------------------------------------------
     ext = g["external_id"]
     ext_valid = ext.notna() & (ext != g["correlation"])
-    ops_rank = ops_all.iloc[ops_pos]
+    ops_rank = ops  # op_idx and external_id do not change while ranks are attributed
     ext_map = pd.Series(ops_rank["op_idx"].to_numpy(),
                         index=ops_rank["external_id"].fillna(-1).astype("int64").to_numpy())
     ext_map = ext_map[~ext_map.index.duplicated(keep="first")]
@@ -333,7 +333,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     top_name[launch_only] = leaf[launch_only]
 
     # --- 3/4. modules, backward link -------------------------------------------------------
-    _modules_and_backward(rank, ops_all, mods, flows, diags, ops_pos, is_node)
+    _modules_and_backward(rank, ops_all, ops, mods, flows, diags, is_node)
     mod_all = ops_all["module"].to_numpy()
     fwd_all = ops_all["fwd_op"].to_numpy()
     bwd_all = ops_all["bwd_node"].to_numpy()
@@ -483,10 +483,11 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     return _paths(names, parent)
 
 
-def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
-                          flows: pd.DataFrame, diags: DiagnosticLog, ops_pos: np.ndarray,
+def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
+                          mods: pd.DataFrame, flows: pd.DataFrame, diags: DiagnosticLog,
                           is_node: np.ndarray) -> None:
-    ops = ops_all.iloc[ops_pos]
+    """Module path, backward node and forward op of the rank's ops (``ops``: its rows of
+    ``ops_all`` as taken before attribution: their identity columns only are read)."""
     if not len(ops):
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
@@ -513,9 +514,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
     if not len(nodes):
         return
     # forward op of each backward node: same Sequence number, latest forward op before it
-    seq = ops_all["sequence_nr"]
-    mine = ops_all.iloc[ops_pos]
-    fwd_cand = mine[seq.iloc[ops_pos].notna() & (mine["bwd_node"] < 0)]
+    fwd_cand = ops[ops["sequence_nr"].notna().to_numpy() & (node < 0)]
     nd = ops_all.loc[nodes]
     fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
     if len(fwd_cand):
