@@ -3,7 +3,8 @@ from a split made in one pass over a table, instead of filtering the whole job's
 every rank (which made an N-rank job cost N times the whole job).
 
 ``rows(df, rank)`` is ``df[df["rank"] == rank]`` exactly (same rows, order, index and
-dtypes); the split is computed on first use and kept for as long as ``df`` lives.
+dtypes); the split (row positions) is computed on first use and kept for as long as ``df``
+lives, with the rows of the rank asked for last (not a second copy of the whole table).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-#: per table (by identity): (the table, {rank: row positions}, {rank: rows taken})
+#: per table (by identity): (the table, {rank: row positions}, {last rank: its rows})
 _SPLITS: dict[int, tuple[weakref.ref, dict[int, np.ndarray], dict[int, pd.DataFrame]]] = {}
 
 
@@ -31,6 +32,7 @@ def rows(df: pd.DataFrame, rank: int) -> pd.DataFrame:
     if got is None:
         p = pos.get(rank)
         got = df.iloc[0:0] if p is None else df.take(p)
+        taken.clear()  # the last rank's rows only: per-rank steps ask for one rank at a time
         taken[rank] = got
     return got
 

@@ -160,9 +160,10 @@ def _py_frames(an: Analysis, rank: int) -> pd.DataFrame:
 def _host_events(an: Analysis, rank: int, frames: bool
                  ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """The rank's annotation ranges and CPU ops (and python frames of 0.5 ms or more), with
-    their names factorised (cached: every pattern of ``rank_ranges`` reads them)."""
-    key = ("idle_host_events", rank, frames)
-    if key not in an.cache:
+    their names factorised (kept for the rank asked for last: the patterns of ``rank_ranges``
+    are asked for one rank after another)."""
+    key = ("idle_host_events", frames)
+    if an.cache.get(key, (None,))[0] != rank:
         if "idle_annotations" not in an.cache:
             rng = an.store.table("ranges", ["rank", "kind", "name", "start_ns", "dur_ns",
                                             "thread"]).to_pandas()
@@ -174,8 +175,8 @@ def _host_events(an: Analysis, rank: int, frames: bool
             parts.append(_py_frames(an, rank).assign(thread=None))
         df = pd.concat([p.astype({"name": object}) for p in parts], ignore_index=True)
         codes, uniq = pd.factorize(df["name"].astype(str))
-        an.cache[key] = (df, codes, np.asarray(uniq, dtype=object))
-    return an.cache[key]
+        an.cache[key] = (rank, (df, codes, np.asarray(uniq, dtype=object)))
+    return an.cache[key][1]
 
 
 def rank_ranges(an: Analysis, rank: int, rx: re.Pattern, *, frames: bool = False
