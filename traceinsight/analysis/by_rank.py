@@ -46,11 +46,6 @@ def table_rows(an: Any, table: str, columns: tuple[str, ...], rank: int) -> pd.D
     return rows(an.cache[key], rank)
 
 
-def forget(df: pd.DataFrame) -> None:
-    """Drop the split of ``df`` (call after changing its rows or columns in place)."""
-    _SPLITS.pop(id(df), None)
-
-
 def _split(df: pd.DataFrame) -> tuple[dict[int, np.ndarray], dict[int, pd.DataFrame]]:
     key = id(df)
     hit = _SPLITS.get(key)
