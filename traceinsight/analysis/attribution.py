@@ -35,7 +35,7 @@ from .. import schema
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
 from ..vocab import UNATTRIBUTED
-from . import categories
+from . import by_rank, categories
 from .intervals import Nesting, any_ancestor, take
 from .step_windows import StepWindow, step_windows
 
@@ -60,9 +60,8 @@ class Attribution:
         return sorted(set(int(r) for r in self.gpu["rank"].unique())) if len(self.gpu) else []
 
     def coverage(self, rank: int | None = None) -> dict[str, Any]:
-        g = self.gpu[self.gpu["kind"] == "kernel"]
-        if rank is not None:
-            g = g[g["rank"] == rank]
+        g = self.gpu if rank is None else by_rank.rows(self.gpu, rank)
+        g = g[g["kind"] == "kernel"]
         total = int(g["dur_ns"].sum())
         attributed = int(g.loc[g["op"] != UNATTRIBUTED, "dur_ns"].sum())
         by_method = {str(k): int(v)
@@ -85,7 +84,7 @@ def _to_str(s: pd.Series) -> np.ndarray:
 #: the activity columns attribution reads (the rest stays in the store)
 GPU_COLUMNS = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation",
                "external_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-               "blocks_per_sm", "occupancy_pct", "bytes", "copy_kind"]
+               "blocks_per_sm", "occupancy_pct", "bytes", "copy_kind", "pg_name", "seq"]
 #: the flow kinds attribution follows (launch ends recover correlations; fwd_bwd links backward)
 FLOW_KINDS = ("launch", "fwd_bwd")
 
@@ -124,6 +123,7 @@ def attribute(store: TraceStore) -> Attribution:
     split = {name: _by_rank(df) for name, df in (("gpu", gpu_all), ("rt", rt_all),
                                                    ("ops", ops_all), ("rng", rng_all),
                                                    ("mods", py_all))}
+    is_node = name_matches(ops_all["name"].to_numpy(), re.compile("^" + re.escape(BWD_PREFIX)))
     for rank in ranks:
         g = _rank_rows(gpu_all, split["gpu"], rank)
         is_sync = (g["kind"] == "sync").to_numpy()
@@ -135,7 +135,7 @@ def attribute(store: TraceStore) -> Attribution:
         rng = _rank_rows(rng_all, split["rng"], rank)
         mods = _rank_rows(py_all, split["mods"], rank)
         res = _attribute_rank(rank, g, rt, ops, rng, mods, flows.of(rank), ops_all, rt_all,
-                              diags)
+                              diags, is_node)
         gpu_parts.append(res[0])
         steps.extend(res[1])
         has_steps[rank] = res[2]
@@ -210,11 +210,6 @@ class _LazyFlows:
                 self.split = _by_rank(self.frame)
             return _rank_rows(self.frame, self.split, rank) if len(self.frame) else self.frame
         return get
-
-
-def _rows(df: pd.DataFrame, pos: np.ndarray) -> pd.DataFrame:
-    """Rows at positions ``pos`` (ascending); the frame itself when that is all of them."""
-    return df if len(pos) == len(df) else df.iloc[pos]
 
 
 def _empty_gpu() -> pd.DataFrame:
@@ -302,7 +297,10 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
 def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
                     rng: pd.DataFrame, mods: pd.DataFrame, flows: Callable[[], pd.DataFrame],
                     ops_all: pd.DataFrame, rt_all: pd.DataFrame,
-                    diags: DiagnosticLog) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+                    diags: DiagnosticLog, is_node: np.ndarray
+                    ) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+    """Attribute one rank's activities (``ops``: its rows of ``ops_all``; ``is_node`` marks
+    the backward nodes among all ops)."""
     n = len(g)
     g = g.reset_index(drop=True)
     g["end_ns"] = g["start_ns"] + g["dur_ns"]
@@ -402,7 +400,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     top_name[launch_only] = leaf[launch_only]
 
     # --- 3/4. modules, backward link -------------------------------------------------------
-    _modules_and_backward(rank, ops_all, ops["op_idx"].to_numpy(), mods, flows, diags)
+    _modules_and_backward(rank, ops_all, ops, mods, flows, diags, is_node)
     mod_all = ops_all["module"].to_numpy()
     fwd_all = ops_all["fwd_op"].to_numpy()
     bwd_all = ops_all["bwd_node"].to_numpy()
@@ -485,6 +483,9 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         "block_y": g["block_y"].to_numpy(), "block_z": g["block_z"].to_numpy(),
         "blocks_per_sm": g["blocks_per_sm"].to_numpy(),
         "occupancy_pct": g["occupancy_pct"].to_numpy(),
+        # a communication kernel's own process group and sequence number (newer PyTorch)
+        "pg_name": g["pg_name"].to_numpy() if "pg_name" in g else None,
+        "seq": g["seq"].to_numpy() if "seq" in g else None,
     })
     kern = out["kind"] == "kernel"
     n_un = int(((out["op"] == UNATTRIBUTED) & kern).sum())
@@ -549,11 +550,11 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     return _paths(names, parent)
 
 
-def _modules_and_backward(rank: int, ops_all: pd.DataFrame, rank_pos: np.ndarray,
+def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
                           mods: pd.DataFrame, flows: Callable[[], pd.DataFrame],
-                          diags: DiagnosticLog) -> None:
-    """Module path, backward node and forward op of the ops at ``rank_pos`` (one rank's)."""
-    ops = _rows(ops_all, rank_pos)
+                          diags: DiagnosticLog, is_node: np.ndarray) -> None:
+    """Module path, backward node and forward op of the rank's ops (``ops``: its rows of
+    ``ops_all`` as taken before attribution: their identity columns only are read)."""
     if not len(ops):
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
@@ -564,9 +565,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, rank_pos: np.ndarray
         mod = take(paths, mpos, None)
         ops_all.loc[ops.index, "module"] = mod
     # backward node of every op: nearest ancestor-or-self named evaluate_function:
-    names = ops_all["name"].to_numpy()
     parent = ops_all["parent"].to_numpy()
-    is_node = name_matches(names, re.compile("^" + re.escape(BWD_PREFIX)))
     idx = ops["op_idx"].to_numpy()
     node = np.full(len(idx), -1, dtype=np.int64)
     cur = idx.copy()
@@ -582,9 +581,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, rank_pos: np.ndarray
     if not len(nodes):
         return
     # forward op of each backward node: same Sequence number, latest forward op before it
-    mine = _rows(ops_all, rank_pos)  # with the backward nodes just set
-    fwd_cand = mine[mine["sequence_nr"].notna() & (mine["bwd_node"] < 0)]
-    del mine
+    fwd_cand = ops[ops["sequence_nr"].notna().to_numpy() & (node < 0)]
     nd = ops_all.loc[nodes]
     fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
     if len(fwd_cand):

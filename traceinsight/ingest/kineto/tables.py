@@ -281,6 +281,8 @@ def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -
     cols["graph_id"] = int_col([x.graph_id if x else None for x in a])
     cols["graph_node_id"] = int_col([x.graph_node_id if x else None for x in a])
     cols["collective"] = dict_col([x.collective if x else None for x in a])
+    cols["pg_name"] = dict_col([x.pg_name if x else None for x in a])
+    cols["seq"] = int_col([x.seq if x else None for x in a])
     out["gpu_activities"].add(cols)
 
 
@@ -341,6 +343,7 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         cols["group_size"] = spread([x.group_size if x else None for x in ca], int_col)
         cols["dtype"] = spread([x.dtype if x else None for x in ca], dict_col)
         cols["pg_name"] = spread([x.pg_name if x else None for x in ca], dict_col)
+        cols["seq"] = spread([x.seq if x else None for x in ca], int_col)
     out["cpu_ops"].add(cols)
 
 
