@@ -85,8 +85,6 @@ def _to_str(s: pd.Series) -> np.ndarray:
 GPU_COLUMNS = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation",
                "external_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
                "blocks_per_sm", "occupancy_pct", "bytes", "copy_kind", "pg_name", "seq"]
-#: the flow kinds attribution follows (launch ends recover correlations; fwd_bwd links backward)
-FLOW_KINDS = ("launch", "fwd_bwd")
 
 
 def attribute(store: TraceStore) -> Attribution:
@@ -192,23 +190,24 @@ def _rank_rows(df: pd.DataFrame, split: dict[int, np.ndarray] | None,
 
 
 class _LazyFlows:
-    """The launch and fwd_bwd flows of each rank, read from the store on first use (most
-    traces never need them: every activity has its correlation, every backward node its
-    Sequence number)."""
+    """The flows of one kind (``launch`` ends recover correlations; ``fwd_bwd`` links backward
+    nodes) of each rank, read from the store on first use: most traces need neither (every
+    activity has its correlation, every backward node its Sequence number), and a trace that
+    needs one kind does not pay for the other."""
 
     def __init__(self, store: TraceStore) -> None:
         self.store = store
-        self.frame: pd.DataFrame | None = None
-        self.split: dict[int, np.ndarray] | None = None
+        self.frames: dict[str, tuple[pd.DataFrame, dict[int, np.ndarray] | None]] = {}
 
-    def of(self, rank: int) -> Callable[[], pd.DataFrame]:
-        def get() -> pd.DataFrame:
-            if self.frame is None:
+    def of(self, rank: int) -> Callable[[str], pd.DataFrame]:
+        def get(kind: str) -> pd.DataFrame:
+            if kind not in self.frames:
                 t = self.store.table("flows")
-                self.frame = (_frame(t.filter(pc.is_in(t["kind"], pa.array(FLOW_KINDS))),
-                                     own=True) if t.num_rows else _frame(t))
-                self.split = _by_rank(self.frame)
-            return _rank_rows(self.frame, self.split, rank) if len(self.frame) else self.frame
+                f = _frame(t.filter(pc.equal(t["kind"], kind)), own=True) if t.num_rows \
+                    else _frame(t)
+                self.frames[kind] = (f, _by_rank(f))
+            f, split = self.frames[kind]
+            return _rank_rows(f, split, rank) if len(f) else f
         return get
 
 
@@ -295,7 +294,7 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
 
 
 def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
-                    rng: pd.DataFrame, mods: pd.DataFrame, flows: Callable[[], pd.DataFrame],
+                    rng: pd.DataFrame, mods: pd.DataFrame, flows: Callable[[str], pd.DataFrame],
                     ops_all: pd.DataFrame, rt_all: pd.DataFrame,
                     diags: DiagnosticLog, is_node: np.ndarray
                     ) -> tuple[pd.DataFrame, list[StepWindow], bool]:
@@ -307,7 +306,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
 
     # --- 1. activity -> launch (correlation) ---------------------------------------------
     corr = g["correlation"].copy()
-    if corr.isna().any() and len(fl := flows()):
+    if corr.isna().any() and len(fl := flows("launch")):
         corr = _corr_from_flows(g, corr, fl)
     rt_c = rt[rt["correlation"].notna()]
     dup = rt_c["correlation"].duplicated(keep="first")
@@ -551,7 +550,7 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
 
 
 def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
-                          mods: pd.DataFrame, flows: Callable[[], pd.DataFrame],
+                          mods: pd.DataFrame, flows: Callable[[str], pd.DataFrame],
                           diags: DiagnosticLog, is_node: np.ndarray) -> None:
     """Module path, backward node and forward op of the rank's ops (``ops``: its rows of
     ``ops_all`` as taken before attribution: their identity columns only are read)."""
@@ -599,7 +598,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
                 m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
     # fallback: fwd_bwd flows (start on the forward op, end on the backward node)
     missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
-    fl = flows() if len(missing) else None
+    fl = flows("fwd_bwd") if len(missing) else None
     if fl is not None and len(fl):
         fb = fl[fl["kind"] == "fwd_bwd"]
         s = fb[fb["phase"] == "start"].set_index("flow_id")
