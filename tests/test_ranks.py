@@ -297,3 +297,19 @@ def test_collective_seq_is_stored_and_matches_out_of_order(tmp_path: Path) -> No
     c = cross_rank(recs)
     assert c["matching"]["by"] == {"process group and sequence number": 2 * len(c1["seq"])}
     assert c["matching"]["matched"] == len(c1["seq"])
+
+
+def test_rank_tables_break_ties_by_waits_then_compute() -> None:
+    """Identical ranks (own work tied): the rank the others waited for comes first among the
+    slowest, then the one with more compute; the fastest table ends with them."""
+    from traceinsight.analysis.collectives import TOP_RANKS, rank_tables
+
+    rows = [{"rank": r, "own_ns": 100, "last_arrivals": 0, "compute_ns": 50}
+            for r in range(TOP_RANKS + 4)]
+    rows[7]["last_arrivals"] = 3
+    rows[5]["compute_ns"] = 60
+    rows[9]["own_ns"] = 90
+    t = rank_tables(rows)
+    assert [r["rank"] for r in t["top_ranks"]][:4] == [7, 5, 0, 1]
+    assert [r["rank"] for r in t["bottom_ranks"]][:3] == [9, 0, 1]
+    assert len(t["top_ranks"]) == TOP_RANKS
