@@ -127,7 +127,9 @@ def test_parallel_ingest_reports_unreadable_and_duplicate_ranks(tmp_path: Path) 
 def test_straggler_sample_matches_collectives_and_names_the_slow_rank(straggler_result) -> None:
     cross = straggler_result.extra["cross_rank"]
     assert cross["matching"]["matched"] == 16
-    assert cross["matching"]["by"] == {"n-th of its kind in its process group": 64}
+    # the simulator writes Process Group Name and Seq on the NCCL kernels (stored since
+    # schema 3): collectives match by (process group, sequence number)
+    assert cross["matching"]["by"] == {"process group and sequence number": 64}
     (pg,) = cross["groups"]
     assert pg["group"] == "pg 0" and pg["ranks"] == 4 and pg["kinds"] == ["all_reduce"]
     # the simulator's bus bandwidth is 100 GB/s (less a fixed latency per collective)
@@ -247,3 +249,67 @@ def test_cli_jobs_and_no_cache(tmp_path: Path) -> None:
     assert json.loads(again)["store"] == str(store)
     assert json.loads((store / "meta.json").read_text())["created_utc"] >= made
     assert (store / "rank=3" / "meta.json").is_file()
+
+
+def test_many_rank_report_draws_every_rank_and_stays_small(straggler_result) -> None:
+    """200 ranks (the sample's ranks repeated): the GPU-time chart draws a bar for every rank
+    (no cap at 64, the compact form), the rank table lists them all, and the page stays small."""
+    from traceinsight.render.html.diagnose_page import build_view
+    from traceinsight.result import DiagnosisResult
+
+    d = json.loads(straggler_result.to_json())
+    n = 200
+
+    def spread(rows: list[dict]) -> list[dict]:
+        return [{**rows[i % len(rows)], "rank": i} for i in range(n)]
+
+    d["breakdown"]["ranks"] = spread(d["breakdown"]["ranks"])
+    d["summary"]["ranks"] = spread(d["summary"]["ranks"])
+    r = DiagnosisResult.from_dict(d)
+    b = build_view(r)["breakdown"]
+    bars = [it for it in b["chart"]["items"] if it["a"].get("class") == "hit"]
+    assert [it["title"].split(" ·")[0] for it in bars] == [f"rank {i}" for i in range(n)]
+    assert b["more_ranks"] == 0
+    html = render_html(r)
+    assert "more ranks in the table below" not in html
+    assert len(html) < 3_000_000
+
+
+def test_collective_seq_is_stored_and_matches_out_of_order(tmp_path: Path) -> None:
+    """``Seq`` and ``Process Group Name`` of the kernels' args are stored; a rank that issues
+    its collectives in another order than its peer still matches each one to its own."""
+    from tracegen.workloads import Workload, build_ranks
+
+    w = Workload(hidden=256, seq=128, batch=1, layers=1, steps=2, world_size=2,
+                 comm_bytes=1 << 20, memory=False, with_stack=False, record_shapes=False)
+    for r, b in enumerate(build_ranks(w)):
+        b.write(str(tmp_path / f"rank-{r}.json.gz"))
+    store = ingest([tmp_path], tmp_path / "store", quiet=True)
+    g = store.table("gpu_activities", ["rank", "seq", "pg_name"]).to_pandas()
+    got = g.dropna(subset=["seq"])
+    assert len(got) and set(got["pg_name"].astype(str)) == {"0"}
+    assert sorted(got[got["rank"] == 0]["seq"]) == sorted(got[got["rank"] == 1]["seq"])
+    recs = summaries(Analysis(store))
+    assert all(s is not None for x in recs for s in x["collectives"]["seq"])
+    # rank 1's records reversed: matching by sequence number is order-free
+    c1 = recs[1]["collectives"]
+    recs[1]["collectives"] = {k: list(reversed(v)) for k, v in c1.items()}
+    c = cross_rank(recs)
+    assert c["matching"]["by"] == {"process group and sequence number": 2 * len(c1["seq"])}
+    assert c["matching"]["matched"] == len(c1["seq"])
+
+
+def test_rank_tables_break_ties_by_waits_then_compute() -> None:
+    """Identical ranks (own work tied): the rank the others waited for comes first among the
+    slowest, then the one with more compute; the fastest table ends with them."""
+    from traceinsight.analysis.collectives import TOP_RANKS, rank_tables
+
+    rows = [{"rank": r, "own_ns": 100, "last_arrivals": 0, "compute_ns": 50}
+            for r in range(TOP_RANKS + 4)]
+    rows[7]["last_arrivals"] = 3
+    rows[5]["compute_ns"] = 60
+    rows[9]["own_ns"] = 90
+    t = rank_tables(rows)
+    assert [r["rank"] for r in t["top_ranks"]][:4] == [7, 5, 0, 1]
+    assert [r["rank"] for r in t["bottom_ranks"]][:3] == [9, 0, 1]
+    assert len(t["top_ranks"]) == TOP_RANKS

@@ -242,6 +242,10 @@ def _rule_options(f):
 @click.option("--recompute", is_flag=True,
               help="Recompute the analysis even when the store already holds the result of the "
                    "same code, rules, thresholds and options (it is cached there by default).")
+@click.option("--max-memory", "max_memory", type=POSITIVE, metavar="MB", default=None,
+              help="Memory the analysis may use (default 4096, or $TRACEINSIGHT_MAX_MEMORY_MB). "
+                   "A trace that would need more is diagnosed on its last steps that fit, "
+                   "and the report says which.")
 @click.option("--memory-snapshot", "memory_snapshots", multiple=True,
               type=click.Path(path_type=Path),
               help="A CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot() "
@@ -255,7 +259,7 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
              rules_dirs: tuple[Path, ...], overrides: tuple[str, ...], device: str | None,
              peak_tflops: float | None, peak_bw: float | None, params: float | None,
              tokens_per_step: float | None, mode: str | None, verbose: bool,
-             color: bool | None, recompute: bool,
+             color: bool | None, recompute: bool, max_memory: float | None = None,
              memory_snapshots: tuple[Path, ...] = ()) -> None:
     """Why was this run slow? Findings with evidence and advice, ordered by impact.
 
@@ -271,6 +275,7 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
       traceinsight diagnose run.tistore --json result.json --fail-on high
       traceinsight diagnose trace.json.gz --set launch-bound.min_idle_launch_pct=25
       traceinsight diagnose trace.json.gz --memory-snapshot snapshot.pickle
+      traceinsight diagnose huge.pt.trace.json --max-memory 8000
       traceinsight diagnose snapshot.pickle
     """
     from .prehash import start as start_hashing
@@ -292,7 +297,7 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
     try:
         result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
                               command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
-                              cache=not recompute, progress=prog)
+                              cache=not recompute, progress=prog, max_memory_mb=max_memory)
     except BaseException:
         prog.stop()
         raise

@@ -25,7 +25,7 @@ import pyarrow as pa
 
 #: Bump when a table or column changes meaning or type. A store of another version is
 #: re-ingested (the cache) or refused with a hint (an explicit ``-o`` store).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: collective process group and sequence number (pg_name, seq)
 
 DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -110,6 +110,9 @@ GPU_ACTIVITIES = Table(
         _c("graph_id", pa.int64(), "CUDA/HIP graph id when launched from a graph"),
         _c("graph_node_id", pa.int64(), "graph node id"),
         _c("collective", DICT, "collective name carried on a communication kernel"),
+        _c("pg_name", DICT, "process group name carried on a communication kernel"),
+        _c("seq", pa.int64(), "collective sequence number in its process group, carried on a "
+           "communication kernel"),
         CAT,
     ),
 )
@@ -148,6 +151,7 @@ CPU_OPS = Table(
         _c("group_size", pa.int32(), "collective process-group size"),
         _c("dtype", DICT, "collective element type"),
         _c("pg_name", DICT, "process group name"),
+        _c("seq", pa.int64(), "collective sequence number in its process group"),
         CAT,
     ),
 )

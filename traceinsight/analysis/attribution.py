@@ -22,17 +22,20 @@ Every activity records ``method`` in {time, graph, external_id, none}.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import schema
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
 from ..vocab import UNATTRIBUTED
-from . import categories
+from . import by_rank, categories
 from .intervals import Nesting, any_ancestor, take
 from .step_windows import StepWindow, step_windows
 
@@ -57,9 +60,8 @@ class Attribution:
         return sorted(set(int(r) for r in self.gpu["rank"].unique())) if len(self.gpu) else []
 
     def coverage(self, rank: int | None = None) -> dict[str, Any]:
-        g = self.gpu[self.gpu["kind"] == "kernel"]
-        if rank is not None:
-            g = g[g["rank"] == rank]
+        g = self.gpu if rank is None else by_rank.rows(self.gpu, rank)
+        g = g[g["kind"] == "kernel"]
         total = int(g["dur_ns"].sum())
         attributed = int(g.loc[g["op"] != UNATTRIBUTED, "dur_ns"].sum())
         by_method = {str(k): int(v)
@@ -79,62 +81,134 @@ def _to_str(s: pd.Series) -> np.ndarray:
     return s.astype(object).where(s.notna(), None).to_numpy()
 
 
+#: the activity columns attribution reads (the rest stays in the store)
+GPU_COLUMNS = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation",
+               "external_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
+               "blocks_per_sm", "occupancy_pct", "bytes", "copy_kind", "pg_name", "seq"]
+
+
 def attribute(store: TraceStore) -> Attribution:
-    """Attribute every GPU activity of every rank in ``store``."""
+    """Attribute every GPU activity of every rank in ``store``.
+
+    Each table is read once with the columns attribution needs and split by rank once (a
+    single-rank store is not copied), so memory stays near one copy of the rank's rows."""
     diags = DiagnosticLog()
-    gpu_all = store.table("gpu_activities").to_pandas()
-    rt_all = store.table("runtime_calls").to_pandas()
-    ops_all = store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
-                                      "external_id", "sequence_nr", "input_dims", "input_types",
-                                      "concrete_inputs", "flops"]).to_pandas()
-    rng_all = store.table("ranges").to_pandas()
+    gpu_all = _frame(store.table("gpu_activities", GPU_COLUMNS), own=True)
+    rt_all = _frame(store.table("runtime_calls", _all_columns("runtime_calls")), own=True)
+    ops_all = _frame(store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns",
+                                             "dur_ns", "external_id", "sequence_nr",
+                                             "input_dims", "input_types", "concrete_inputs",
+                                             "flops"]), own=True)
+    rng_all = _frame(store.table("ranges", _all_columns("ranges")), own=True)
     py = store.table("python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
                                        "frame_kind"])
-    py_all = (py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py).to_pandas()
-    flows_all = store.table("flows").to_pandas()
+    py_all = _frame(py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py,
+                    own=True)
+    del py
+    flows = _LazyFlows(store)  # read only when a correlation or a backward link is missing
 
-    for df in (gpu_all, rt_all, ops_all, rng_all, py_all, flows_all):
-        for c in ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind",
-                  "collective"):
-            if c in df.columns:
-                df[c] = df[c].astype(object)
-
-    ops_all = ops_all.reset_index(drop=True)
     ops_all["op_idx"] = np.arange(len(ops_all), dtype=np.int64)
     ops_all["parent"] = -1
     ops_all["depth"] = -1
     ops_all["module"] = None
     ops_all["bwd_node"] = -1
     ops_all["fwd_op"] = -1
-
-    rt_all = rt_all.reset_index(drop=True)
     rt_all["op_idx"] = -1
 
     gpu_parts, sync_parts, steps = [], [], []
     has_steps: dict[int, bool] = {}
     ranks = sorted({int(r["rank"]) for r in store.ranks}) or sorted(set(gpu_all["rank"].unique()))
+    split = {name: _by_rank(df) for name, df in (("gpu", gpu_all), ("rt", rt_all),
+                                                   ("ops", ops_all), ("rng", rng_all),
+                                                   ("mods", py_all))}
+    is_node = name_matches(ops_all["name"].to_numpy(), re.compile("^" + re.escape(BWD_PREFIX)))
     for rank in ranks:
-        g = gpu_all[gpu_all["rank"] == rank]
-        sync_parts.append(g[g["kind"] == "sync"])
-        g = g[g["kind"] != "sync"].copy()
-        rt = rt_all[rt_all["rank"] == rank]
-        ops = ops_all[ops_all["rank"] == rank]
-        rng = rng_all[rng_all["rank"] == rank]
-        mods = py_all[py_all["rank"] == rank]
-        flows = flows_all[flows_all["rank"] == rank]
-        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows, ops_all, rt_all, diags)
+        g = _rank_rows(gpu_all, split["gpu"], rank)
+        is_sync = (g["kind"] == "sync").to_numpy()
+        if is_sync.any():
+            sync_parts.append(g[is_sync])
+            g = g[~is_sync]
+        rt = _rank_rows(rt_all, split["rt"], rank)
+        ops = _rank_rows(ops_all, split["ops"], rank)
+        rng = _rank_rows(rng_all, split["rng"], rank)
+        mods = _rank_rows(py_all, split["mods"], rank)
+        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows.of(rank), ops_all, rt_all,
+                              diags, is_node)
         gpu_parts.append(res[0])
         steps.extend(res[1])
         has_steps[rank] = res[2]
+    del g, rt, ops, rng, mods, split, flows, py_all
 
     gpu = pd.concat(gpu_parts, ignore_index=True) if gpu_parts else _empty_gpu()
     gpu["cls"], gpu["cls_how"] = categories.classify(gpu, ops_all)
     categories.check_communication(store, gpu, ops_all, diags)
-    syncs = pd.concat(sync_parts, ignore_index=True) if sync_parts else gpu_all.iloc[0:0]
+    syncs = pd.concat(sync_parts, ignore_index=True) if sync_parts else gpu_all.iloc[0:0].copy()
+    del gpu_all
     for c in ("kind", "cls", "cls_how", "method", "phase"):
         if c in gpu.columns:
             gpu[c] = gpu[c].astype("category")
     return Attribution(gpu, ops_all, steps, has_steps, syncs, rt_all, diags)
+
+
+_STR_COLUMNS = ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind",
+                "collective")
+
+
+def _frame(t: pa.Table, own: bool = False) -> pd.DataFrame:
+    """A table as pandas with the analysis' plain object strings (one shared object per
+    distinct value) and a fresh 0..n-1 index. ``own``: nothing else refers to this table
+    object (a selection or a filter of the store's), so its Arrow memory is released column
+    by column as pandas takes it over, instead of both copies living at once."""
+    df = t.to_pandas(split_blocks=True, self_destruct=True) if own else t.to_pandas()
+    for c in _STR_COLUMNS:
+        if c in df.columns:
+            df[c] = df[c].astype(object)
+    return df
+
+
+def _all_columns(table: str) -> list[str]:
+    return schema.TABLES[table].column_names
+
+
+def _by_rank(df: pd.DataFrame) -> dict[int, np.ndarray] | None:
+    """Row positions of each rank; None when every row is of one rank (no split needed)."""
+    if not len(df):
+        return {}
+    r = df["rank"].to_numpy()
+    if (r == r[0]).all():
+        return None
+    return {int(k): v for k, v in df.groupby("rank", sort=False).indices.items()}
+
+
+def _rank_rows(df: pd.DataFrame, split: dict[int, np.ndarray] | None,
+               rank: int) -> pd.DataFrame:
+    """The rows of ``rank`` (index kept): the frame itself when it holds one rank only."""
+    if split is None:
+        return df if int(df["rank"].iat[0]) == rank else df.iloc[0:0]
+    pos = split.get(rank)
+    return df.iloc[pos] if pos is not None else df.iloc[0:0]
+
+
+class _LazyFlows:
+    """The flows of one kind (``launch`` ends recover correlations; ``fwd_bwd`` links backward
+    nodes) of each rank, read from the store on first use: most traces need neither (every
+    activity has its correlation, every backward node its Sequence number), and a trace that
+    needs one kind does not pay for the other."""
+
+    def __init__(self, store: TraceStore) -> None:
+        self.store = store
+        self.frames: dict[str, tuple[pd.DataFrame, dict[int, np.ndarray] | None]] = {}
+
+    def of(self, rank: int) -> Callable[[str], pd.DataFrame]:
+        def get(kind: str) -> pd.DataFrame:
+            if kind not in self.frames:
+                t = self.store.table("flows")
+                f = _frame(t.filter(pc.equal(t["kind"], kind)), own=True) if t.num_rows \
+                    else _frame(t)
+                self.frames[kind] = (f, _by_rank(f))
+            f, split = self.frames[kind]
+            return _rank_rows(f, split, rank) if len(f) else f
+        return get
 
 
 def _empty_gpu() -> pd.DataFrame:
@@ -220,17 +294,20 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
 
 
 def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
-                    rng: pd.DataFrame, mods: pd.DataFrame, flows: pd.DataFrame,
+                    rng: pd.DataFrame, mods: pd.DataFrame, flows: Callable[[str], pd.DataFrame],
                     ops_all: pd.DataFrame, rt_all: pd.DataFrame,
-                    diags: DiagnosticLog) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+                    diags: DiagnosticLog, is_node: np.ndarray
+                    ) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+    """Attribute one rank's activities (``ops``: its rows of ``ops_all``; ``is_node`` marks
+    the backward nodes among all ops)."""
     n = len(g)
     g = g.reset_index(drop=True)
     g["end_ns"] = g["start_ns"] + g["dur_ns"]
 
     # --- 1. activity -> launch (correlation) ---------------------------------------------
     corr = g["correlation"].copy()
-    if corr.isna().any() and len(flows):
-        corr = _corr_from_flows(g, corr, flows)
+    if corr.isna().any() and len(fl := flows("launch")):
+        corr = _corr_from_flows(g, corr, fl)
     rt_c = rt[rt["correlation"].notna()]
     dup = rt_c["correlation"].duplicated(keep="first")
     if dup.any():
@@ -244,9 +321,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     has_launch = launch_row >= 0
 
     # --- 2. launch -> enclosing cpu op (per thread) ---------------------------------------
-    rt_rank = rt_all.loc[rt.index]
-    op_of_rt, op_nests = nest_by_thread(ops, rt_rank, rt_rank["start_ns"].to_numpy(np.int64),
-                                        rt_rank["process"].to_numpy(), rt_rank["thread"].to_numpy())
+    op_of_rt, op_nests = nest_by_thread(ops, rt, rt["start_ns"].to_numpy(np.int64),
+                                        rt["process"].to_numpy(), rt["thread"].to_numpy())
     # op positions are local to ``ops``: map to global op_idx
     op_global = ops["op_idx"].to_numpy()
     rt_op = take(op_global, op_of_rt, -1)
@@ -279,9 +355,8 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     # --- 5. External id fallback and cross-check -------------------------------------------
     ext = g["external_id"]
     ext_valid = ext.notna() & (ext != g["correlation"])
-    ops_rank = ops_all[ops_all["rank"] == rank]
-    ext_map = pd.Series(ops_rank["op_idx"].to_numpy(),
-                        index=ops_rank["external_id"].fillna(-1).astype("int64").to_numpy())
+    ext_map = pd.Series(ops["op_idx"].to_numpy(),
+                        index=ops["external_id"].fillna(-1).astype("int64").to_numpy())
     ext_map = ext_map[~ext_map.index.duplicated(keep="first")]
     ext_op = (ext_map.reindex(ext.fillna(-1).astype("int64").to_numpy())
               .fillna(-1).astype("int64").to_numpy())
@@ -324,7 +399,7 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     top_name[launch_only] = leaf[launch_only]
 
     # --- 3/4. modules, backward link -------------------------------------------------------
-    _modules_and_backward(rank, ops_all, mods, flows, diags)
+    _modules_and_backward(rank, ops_all, ops, mods, flows, diags, is_node)
     mod_all = ops_all["module"].to_numpy()
     fwd_all = ops_all["fwd_op"].to_numpy()
     bwd_all = ops_all["bwd_node"].to_numpy()
@@ -407,6 +482,9 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         "block_y": g["block_y"].to_numpy(), "block_z": g["block_z"].to_numpy(),
         "blocks_per_sm": g["blocks_per_sm"].to_numpy(),
         "occupancy_pct": g["occupancy_pct"].to_numpy(),
+        # a communication kernel's own process group and sequence number (newer PyTorch)
+        "pg_name": g["pg_name"].to_numpy() if "pg_name" in g else None,
+        "seq": g["seq"].to_numpy() if "seq" in g else None,
     })
     kern = out["kind"] == "kernel"
     n_un = int(((out["op"] == UNATTRIBUTED) & kern).sum())
@@ -471,10 +549,11 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     return _paths(names, parent)
 
 
-def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
-                          flows: pd.DataFrame, diags: DiagnosticLog) -> None:
-    sel = ops_all["rank"] == rank
-    ops = ops_all[sel]
+def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
+                          mods: pd.DataFrame, flows: Callable[[str], pd.DataFrame],
+                          diags: DiagnosticLog, is_node: np.ndarray) -> None:
+    """Module path, backward node and forward op of the rank's ops (``ops``: its rows of
+    ``ops_all`` as taken before attribution: their identity columns only are read)."""
     if not len(ops):
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
@@ -485,9 +564,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
         mod = take(paths, mpos, None)
         ops_all.loc[ops.index, "module"] = mod
     # backward node of every op: nearest ancestor-or-self named evaluate_function:
-    names = ops_all["name"].to_numpy()
     parent = ops_all["parent"].to_numpy()
-    is_node = name_matches(names, re.compile("^" + re.escape(BWD_PREFIX)))
     idx = ops["op_idx"].to_numpy()
     node = np.full(len(idx), -1, dtype=np.int64)
     cur = idx.copy()
@@ -503,8 +580,7 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
     if not len(nodes):
         return
     # forward op of each backward node: same Sequence number, latest forward op before it
-    seq = ops_all["sequence_nr"]
-    fwd_cand = ops_all[sel & seq.notna() & (ops_all["bwd_node"] < 0)]
+    fwd_cand = ops[ops["sequence_nr"].notna().to_numpy() & (node < 0)]
     nd = ops_all.loc[nodes]
     fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
     if len(fwd_cand):
@@ -522,8 +598,9 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, mods: pd.DataFrame,
                 m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
     # fallback: fwd_bwd flows (start on the forward op, end on the backward node)
     missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
-    if len(missing) and len(flows):
-        fb = flows[flows["kind"] == "fwd_bwd"]
+    fl = flows("fwd_bwd") if len(missing) else None
+    if fl is not None and len(fl):
+        fb = fl[fl["kind"] == "fwd_bwd"]
         s = fb[fb["phase"] == "start"].set_index("flow_id")
         f = fb[fb["phase"] == "end"]
         if len(s) and len(f):

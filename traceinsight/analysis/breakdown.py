@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from . import by_rank
 from . import intervals as iv
 from .attribution import Attribution, StepWindow
 
@@ -63,29 +64,90 @@ class WindowBreakdown:
         return 100.0 * getattr(self, f"{part}_ns") / self.wall_ns if self.wall_ns else 0.0
 
 
-def _u(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-    return iv.union(df["start_ns"].to_numpy(np.int64), df["end_ns"].to_numpy(np.int64))
+class RankRows:
+    """One rank's attributed GPU rows as arrays: what the window breakdowns read (built once
+    per rank, so a window costs array operations over the rank's rows, not table selections)."""
+
+    def __init__(self, g: pd.DataFrame) -> None:
+        self.s = g["start_ns"].to_numpy(np.int64)
+        self.e = g["end_ns"].to_numpy(np.int64)
+        self.dur = g["dur_ns"].to_numpy(np.int64)
+        kind = g["kind"].astype(object).to_numpy()
+        self.kernel = kind == "kernel"
+        self.memcpy = kind == "memcpy"
+        self.memset = kind == "memset"
+        cls = g["cls"]
+        self.comm = (cls == "communication").to_numpy(dtype=bool, na_value=False)
+        # kernel classes in the order a groupby over the column lists them
+        if isinstance(cls.dtype, pd.CategoricalDtype):
+            self.cls_code = cls.cat.codes.to_numpy(np.int64)
+            self.cls_name = [str(c) for c in cls.cat.categories]
+        else:
+            codes, uniq = pd.factorize(cls, sort=True)
+            self.cls_code, self.cls_name = codes.astype(np.int64), [str(c) for c in uniq]
+        self.step = g["step"]
+        # rows by start time, so a window's rows are found by binary search, not a scan
+        self.order = np.argsort(self.s, kind="stable")
+        self.sorted_s = self.s[self.order]
+        self.max_dur = int((self.e - self.s).max()) if len(self.s) else 0
+        self._steps: dict[Any, np.ndarray] | None = None
+
+    def in_step(self, step: int | None) -> np.ndarray:
+        """Rows (positions, ascending) of step ``step``; all rows for the whole-trace window."""
+        if step is None:
+            return np.arange(len(self.s))
+        if self._steps is None:
+            self._steps = (self.step.groupby(self.step, sort=False, dropna=True).indices
+                           if len(self.step) else {})
+        return self._steps.get(step, np.empty(0, dtype=np.int64))
+
+    def around(self, s: int, e: int) -> RankRows:
+        """The rows that can overlap [s, e): started before ``e`` and at most the longest
+        activity before ``s`` (original order kept)."""
+        lo = np.searchsorted(self.sorted_s, s - self.max_dur, side="left")
+        hi = np.searchsorted(self.sorted_s, e, side="left")
+        if lo == 0 and hi == len(self.s):
+            return self
+        idx = np.sort(self.order[lo:hi])
+        sub = object.__new__(RankRows)
+        for a in ("s", "e", "dur", "kernel", "memcpy", "memset", "comm", "cls_code"):
+            setattr(sub, a, getattr(self, a)[idx])
+        sub.cls_name = self.cls_name
+        return sub
 
 
-def window_breakdown(g: pd.DataFrame, w: StepWindow, *,
-                     step_rows: pd.DataFrame | None = None) -> WindowBreakdown:
-    """Breakdown of rank activity ``g`` (attributed GPU rows of one rank) inside window ``w``."""
+def _u(r: RankRows, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return iv.union(r.s[m], r.e[m])
+
+
+def window_breakdown(g: pd.DataFrame | RankRows, w: StepWindow, *,
+                     in_step: np.ndarray | None = None) -> WindowBreakdown:
+    """Breakdown of rank activity ``g`` (attributed GPU rows of one rank) inside window ``w``;
+    the kernel counts are of the rows ``in_step`` (positions or a mask over ``g``; default: the
+    kernels inside the window)."""
+    rows = g if isinstance(g, RankRows) else RankRows(g)
     s, e = w.start_ns, w.end_ns
-    sel = g[(g["end_ns"] > s) & (g["start_ns"] < e)]
-    kern = sel[sel["kind"] == "kernel"]
-    comm_mask = kern["cls"] == "communication"
-    C = iv.clip(_u(kern[~comm_mask]), s, e)
-    M = iv.clip(_u(kern[comm_mask]), s, e)
-    Y = iv.clip(_u(sel[sel["kind"] == "memcpy"]), s, e)
-    S = iv.clip(_u(sel[sel["kind"] == "memset"]), s, e)
-    allu = iv.clip(_u(sel), s, e)
+    r = rows.around(s, e)
+    sel = (r.e > s) & (r.s < e)
+    kern = sel & r.kernel
+    comm = kern & r.comm
+    C = iv.clip(_u(r, kern & ~r.comm), s, e)
+    M = iv.clip(_u(r, comm), s, e)
+    Y = iv.clip(_u(r, sel & r.memcpy), s, e)
+    S = iv.clip(_u(r, sel & r.memset), s, e)
+    allu = iv.clip(_u(r, sel), s, e)
     CM = iv.union(np.concatenate((C[0], M[0])), np.concatenate((C[1], M[1])))
     CMY = iv.union(np.concatenate((CM[0], Y[0])), np.concatenate((CM[1], Y[1])))
     busy = iv.length(allu)
     by_class = {}
-    for cls, grp in kern.groupby("cls", observed=True):
-        by_class[str(cls)] = iv.length(iv.clip(_u(grp), s, e))
-    in_step = step_rows if step_rows is not None else kern
+    for code in np.unique(r.cls_code[kern]):
+        if code >= 0:
+            by_class[r.cls_name[code]] = iv.length(iv.clip(_u(r, kern & (r.cls_code == code)),
+                                                           s, e))
+    if in_step is not None:
+        k_dur = rows.dur[in_step][rows.kernel[in_step]]
+    else:
+        k_dur = r.dur[sel & r.kernel]
     return WindowBreakdown(
         rank=w.rank, step=w.step, start_ns=s, end_ns=e, wall_ns=e - s,
         busy_ns=busy, idle_ns=(e - s) - busy,
@@ -94,8 +156,8 @@ def window_breakdown(g: pd.DataFrame, w: StepWindow, *,
         comm_hidden_ns=iv.length(iv.intersect(M, C)),
         memcpy_ns=iv.length(Y), memcpy_exposed_ns=iv.length(iv.subtract(Y, CM)),
         memset_ns=iv.length(S), memset_exposed_ns=iv.length(iv.subtract(S, CMY)),
-        kernel_sum_ns=int(in_step.loc[in_step["kind"] == "kernel", "dur_ns"].sum()),
-        kernels=int((in_step["kind"] == "kernel").sum()),
+        kernel_sum_ns=int(k_dur.sum()),
+        kernels=len(k_dur),
         host_ns=(w.host_end_ns - w.host_start_ns) if w.step is not None else None,
         by_class_ns=by_class,
     )
@@ -129,13 +191,13 @@ def breakdown(attr: Attribution) -> Breakdown:
     steps: list[WindowBreakdown] = []
     ranks: dict[int, WindowBreakdown] = {}
     g_all = attr.gpu
-    for rank in sorted(set(w.rank for w in attr.steps)):
-        g = g_all[g_all["rank"] == rank]
-        wins = [w for w in attr.steps if w.rank == rank]
-        parts = []
-        for w in wins:
-            rows = g[g["step"] == w.step] if w.step is not None else g
-            parts.append(window_breakdown(g, w, step_rows=rows))
+    per_rank: dict[int, list[StepWindow]] = {}
+    for w in attr.steps:
+        per_rank.setdefault(w.rank, []).append(w)
+    for rank in sorted(per_rank):
+        rows = RankRows(by_rank.rows(g_all, rank))
+        parts = [window_breakdown(rows, w, in_step=rows.in_step(w.step))
+                 for w in per_rank[rank]]
         steps.extend(parts)
         if parts:
             ranks[rank] = _sum(rank, parts)

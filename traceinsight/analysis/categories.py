@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from ..vocab import CLASSES
+from . import by_rank
 from .intervals import any_ancestor
 from .kernel_table import COMM_OPS, KERNEL_CLASSES, KERNEL_DTYPES, MATRIX_HELPERS, OP_CLASSES
 
@@ -175,12 +176,12 @@ def check_communication(store, gpu: pd.DataFrame, ops: pd.DataFrame, diags) -> N
         rank = r.get("rank")
         if ws <= 1 or rank is None:
             continue
-        k = kern[kern["rank"] == rank]
+        k = by_rank.rows(kern, rank)
         if not len(k) or (k["cls"].astype(object) == "communication").any():
             continue
         comm_ops = 0
         if len(ops):
-            o = ops[ops["rank"] == rank]["name"].dropna().astype(str)
+            o = by_rank.rows(ops, rank)["name"].dropna().astype(str)
             comm_ops = int(o.map(lambda s: bool(COMM_OP_RE.search(s))).sum())
         seen = (f"; {comm_ops:,} collective CPU ops were recorded, so their kernels were lost or "
                 "have names the kernel table does not know") if comm_ops else ""

@@ -76,8 +76,7 @@ def cross_rank(summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
         "steps": steps,
         "heatmaps": heat,
         "distributions": _distributions(table),
-        "top_ranks": sorted(table, key=lambda r: -(r["own_ns"] or 0))[:TOP_RANKS],
-        "bottom_ranks": sorted(table, key=lambda r: (r["own_ns"] or 0))[:TOP_RANKS],
+        **rank_tables(table),
         "last_arrivals": {str(int(k)): int(v) for k, v in sorted(last.items())},
     }
     out["straggler"] = (straggler_profile(out, summaries, slow, own, colls)
@@ -272,6 +271,21 @@ def _own_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
             for s in summaries for w in s.get("steps") or []]
     return pd.DataFrame(rows, columns=["rank", "step", "wall_ns", "own_ns", "compute_ns",
                                        "idle_ns", "comm_exposed_ns", "comm_ns"])
+
+
+def rank_tables(table: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """The slowest (``top_ranks``) and fastest (``bottom_ranks``) :data:`TOP_RANKS` ranks."""
+    return {"top_ranks": sorted(table, key=lambda r: (tuple(-x for x in _slowness(r)),
+                                                      r["rank"]))[:TOP_RANKS],
+            "bottom_ranks": sorted(table, key=lambda r: (_slowness(r), r["rank"]))[:TOP_RANKS]}
+
+
+def _slowness(row: dict[str, Any]) -> tuple[int, int, int]:
+    """How slow a rank is, for the slowest/fastest ranks tables: its own work per step, then
+    (ties, as in jobs of identical ranks) how often the others waited for it, then its
+    compute. Among equals the lower rank comes first in both tables."""
+    return (int(row["own_ns"] or 0), int(row["last_arrivals"] or 0),
+            int(row["compute_ns"] or 0))
 
 
 def _slowest(own: pd.DataFrame) -> int | None:

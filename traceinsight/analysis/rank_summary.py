@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
+from .. import schema
 from ..resources import code_digest
 from . import Analysis
 
@@ -121,12 +122,14 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
         return {k: [] for k in COLL_KEYS}
     full = an.cache.get("collective_args")
     if full is None:  # the collective args of every op, converted once per analysis
-        ops = an.store.table("cpu_ops")
+        names = schema.TABLES["cpu_ops"].column_names
         cols = [c for c in ("in_msg_nelems", "out_msg_nelems", "group_size", "dtype",
-                            "collective_name", "pg_name", "seq") if c in ops.column_names]
-        full = an.cache["collective_args"] = ops.select(cols).to_pandas()
+                            "collective_name", "pg_name", "seq") if c in names]
+        full = an.cache["collective_args"] = an.store.table("cpu_ops", cols).to_pandas()
     parent = an.attribution.ops["parent"].to_numpy()
-    has_args = ~pd.isna(full["in_msg_nelems"].to_numpy())
+    has_args = an.cache.get("collective_has_args")
+    if has_args is None:
+        has_args = an.cache["collective_has_args"] = ~pd.isna(full["in_msg_nelems"].to_numpy())
     m = len(has_args)
     found = np.full(n, -1, dtype=np.int64)  # the record_param_comms op of each kernel
     cur = comm["op_idx"].to_numpy(np.int64).copy()
@@ -147,20 +150,27 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
     sizes: list[int | None] = []
     groups: list[int | None] = []
     names = comm["name"].astype(str).to_numpy()
+    # the kernel's own args (newer PyTorch copies Process Group Name and Seq onto it)
+    k_pg = comm["pg_name"].to_numpy() if "pg_name" in comm else np.full(n, None)
+    k_seq = comm["seq"].to_numpy() if "seq" in comm else np.full(n, None)
     for i in range(n):
         j = found[i]
         if j < 0:
             kinds.append(collective_kind(names[i]))
-            pgs.append(None)
-            seqs.append(None)
+            has_seq = not (pd.isna(k_seq[i]) or pd.isna(k_pg[i]))
+            pgs.append(str(k_pg[i]) if has_seq else None)
+            seqs.append(int(k_seq[i]) if has_seq else None)
             sizes.append(None)
             groups.append(None)
             continue
         row = full.iloc[j]
         cname = str(row["collective_name"]) if not pd.isna(row["collective_name"]) else ""
         kinds.append(collective_kind(cname or names[i]))
-        pgs.append(None if pd.isna(row.get("pg_name")) else str(row["pg_name"]))
+        pg = row.get("pg_name")
         seq = row.get("seq") if "seq" in row else None
+        if (seq is None or pd.isna(seq)) and not pd.isna(k_seq[i]):  # the kernel's own
+            seq, pg = k_seq[i], k_pg[i]
+        pgs.append(None if pg is None or pd.isna(pg) else str(pg))
         seqs.append(None if seq is None or pd.isna(seq) else int(seq))
         nel = row["out_msg_nelems"] if ("gather" in cname.lower()
                                         and not pd.isna(row["out_msg_nelems"])) else row[

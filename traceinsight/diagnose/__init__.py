@@ -61,13 +61,18 @@ def __getattr__(name: str) -> Any:
 def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
              rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
              command: Sequence[str] | None = None, cache: bool = True,
-             progress: Progress | None = None) -> DiagnosisResult:
+             progress: Progress | None = None,
+             max_memory_mb: float | None = None) -> DiagnosisResult:
     """Diagnose a store. With ``cache`` a result computed before from the same store by the
     same code, rules, thresholds and options is read back from the store's ``derived/``
     folder instead of recomputed (only ``command`` differs); a new result is saved there.
-    ``progress`` is told each phase (attribution, metrics, rules, sections)."""
+    ``progress`` is told each phase (attribution, metrics, rules, sections). A store whose
+    analysis would need more than ``max_memory_mb`` (default: ``$TRACEINSIGHT_MAX_MEMORY_MB``
+    or 4096) is diagnosed on its last steps that fit (:mod:`traceinsight.window`)."""
     from ..distributed import current as current_runner
+    from ..window import bounded
 
+    store = bounded(store, max_memory_mb)
     cmd = [redact_text(str(c)) for c in (command or [])]
     cache = cache and not current_runner().fresh  # --no-cache
     key = result_key(store, rules_dirs, overrides, options) if cache else None
@@ -104,6 +109,7 @@ def result_key(store: TraceStore, rules_dirs: Sequence[str | Path] | None = None
         "schema": store.meta.get("schema_version"),
         "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
         "tables": store.meta.get("tables"),
+        "window": store.meta.get("window"),
         "code": code_digest(),
         "rules": _rules_digest([data_dir("rules"), *(Path(d) for d in rules_dirs or [])]),
         "overrides": [str(o).strip() for o in overrides or []],
@@ -174,6 +180,9 @@ def _diagnose_plain(store: TraceStore, rules: list[Any], options: RooflineOption
     has_gpu = bool(ms.values.get("has_gpu"))
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
+    window = getattr(store, "window", None)
+    if window is not None:
+        diags.insert(0, window.diagnostic())
     dev = ms.evidence.get("device") or {}
     mem_only = memory_parts.is_memory_only(store)  # a snapshot diagnosed without a trace
     mem = memory_parts.section(an, ms, sections.memory(ms))
@@ -194,7 +203,8 @@ def _diagnose_plain(store: TraceStore, rules: list[Any], options: RooflineOption
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
         trace={**sections.trace_info(store, an, dev, ms=ms, options=options),
-               **memory_parts.trace_extra(store)},
+               **memory_parts.trace_extra(store),
+               **({"window": window.to_dict()} if window is not None else {})},
         headline=sections.missing_ranks(store) + (
             memory_parts.headline(findings, ms, mem) if mem_only
             else _load("headline")(findings, ms.values, an)),

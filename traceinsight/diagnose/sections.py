@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
+from ..analysis import Analysis, by_rank
 from ..metrics import MetricSet
 from ..metrics.options import RooflineOptions
 from ..metrics.steps import step_stats
@@ -81,13 +81,20 @@ def _q(values: list[float]) -> dict[str, float] | None:
 def summary(an: Analysis, ms: MetricSet) -> dict[str, Any]:
     g = an.attribution.gpu
     out = []
+    steps_of: dict[int, list] = {}
+    for s in an.breakdown.steps:
+        if s.step is not None:
+            steps_of.setdefault(s.rank, []).append(s)
+    stats_of: dict[int, list] = {}
+    for st in step_stats(an):
+        stats_of.setdefault(st.rank, []).append(st)
     for r in an.store.ranks:
         rank = r["rank"]
-        gr = g[g["rank"] == rank]
+        gr = by_rank.rows(g, rank)
         kern = gr[gr["kind"] == "kernel"]
         w = an.breakdown.ranks.get(rank)
-        steps = [s for s in an.breakdown.steps if s.rank == rank and s.step is not None]
-        stats = [s for s in step_stats(an) if s.rank == rank]
+        steps = steps_of.get(rank, [])
+        stats = stats_of.get(rank, [])
         pr = ms.per_rank.get(rank, {})
         cov = an.attribution.coverage(rank)
         out.append({
@@ -121,7 +128,8 @@ def _int(v: Any) -> int | None:
 
 
 def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
-    k = g[(g["rank"] == rank) & (g["kind"] == "kernel")]
+    k = by_rank.rows(g, rank)
+    k = k[k["kind"] == "kernel"]
     tot = float(k["dur_ns"].sum())
     if not tot:
         return None

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
+from ..analysis import Analysis, by_rank
 from .registry import MetricSet, declare
 
 declare("collectives_per_step", "count", "communication kernels per step",
@@ -157,7 +157,10 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
                      "comm_wait_spread_pct", "last_arrival_share_pct"):
             ms.set(name, None, why_missing=why)
         return
-    per_rank = {r: [w for w in steps if w.rank == r] for r in ranks}
+    per_rank: dict[int, list] = {r: [] for r in ranks}
+    for w in steps:
+        if w.rank in per_rank:
+            per_rank[w.rank].append(w)
     compute = {r: float(np.median([w.compute_ns for w in ws])) for r, ws in per_rank.items() if ws}
     comm_t = {r: float(np.median([w.comm_ns for w in ws])) for r, ws in per_rank.items() if ws}
     wall = float(np.median([w.wall_ns for w in steps])) or 1.0
@@ -171,7 +174,7 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
               "step_ns": float(np.median([w.wall_ns for w in per_rank[r]]))} for r in ranks]
     ms.evidence["ranks"] = table
     # last arrival: align the n-th communication kernel of every rank
-    starts = {r: np.sort(comm[comm["rank"] == r]["start_ns"].to_numpy(np.int64)) for r in ranks}
+    starts = {r: np.sort(by_rank.rows(comm, r)["start_ns"].to_numpy(np.int64)) for r in ranks}
     n = min((len(v) for v in starts.values()), default=0)
     if n == 0:
         ms.set("last_arrival_share_pct", None, why_missing="no communication kernels")

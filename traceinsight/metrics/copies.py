@@ -27,7 +27,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
+from ..analysis import Analysis, by_rank
 from ..analysis import intervals as iv
 from .registry import MetricSet, declare
 
@@ -86,7 +86,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     by_pair: dict[tuple[str, str], int] = {}
     d2h = 0
     for rank, d in cp.groupby("rank", sort=True):
-        kern = g[(g["rank"] == rank) & (g["kind"] == "kernel")]
+        kern = by_rank.rows(g, rank)
+        kern = kern[kern["kind"] == "kernel"]
         busy = iv.union(kern["start_ns"].to_numpy(np.int64), kern["end_ns"].to_numpy(np.int64))
         ws = np.array([w.start_ns for w in windows if w.rank == rank], dtype=np.int64)
         we = np.array([w.end_ns for w in windows if w.rank == rank], dtype=np.int64)

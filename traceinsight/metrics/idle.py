@@ -39,7 +39,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from .. import fmt
-from ..analysis import Analysis
+from ..analysis import Analysis, by_rank
 from ..analysis import intervals as iv
 from ..analysis.attribution import name_matches, thread_keys
 
@@ -144,14 +144,39 @@ def _py_frames(an: Analysis, rank: int) -> pd.DataFrame:
     """Python frames of the rank lasting at least ``STALL_MIN_NS`` (cached)."""
     key = ("idle_py", rank)
     if key not in an.cache:
-        py = an.store.table("python_frames", ["rank", "name", "start_ns", "dur_ns"])
-        if py.num_rows:
-            df = py.filter(pc.and_(pc.equal(py["rank"], rank),
-                                   pc.greater_equal(py["dur_ns"], STALL_MIN_NS))).to_pandas()
+        if "idle_py_long" not in an.cache:
+            py = an.store.table("python_frames", ["rank", "name", "start_ns", "dur_ns"])
+            an.cache["idle_py_long"] = (
+                py.filter(pc.greater_equal(py["dur_ns"], STALL_MIN_NS)).to_pandas()
+                if py.num_rows else None)
+        if an.cache["idle_py_long"] is not None:
+            df = by_rank.rows(an.cache["idle_py_long"], rank).reset_index(drop=True)
         else:
             df = pd.DataFrame({"name": [], "start_ns": [], "dur_ns": []})
         an.cache[key] = df[["name", "start_ns", "dur_ns"]].astype({"name": object})
     return an.cache[key]
+
+
+def _host_events(an: Analysis, rank: int, frames: bool
+                 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """The rank's annotation ranges and CPU ops (and python frames of 0.5 ms or more), with
+    their names factorised (kept for the rank asked for last: the patterns of ``rank_ranges``
+    are asked for one rank after another)."""
+    key = ("idle_host_events", frames)
+    if an.cache.get(key, (None,))[0] != rank:
+        if "idle_annotations" not in an.cache:
+            rng = an.store.table("ranges", ["rank", "kind", "name", "start_ns", "dur_ns",
+                                            "thread"]).to_pandas()
+            an.cache["idle_annotations"] = rng[rng["kind"].astype(str).isin(["annotation"])]
+        rng = by_rank.rows(an.cache["idle_annotations"], rank)
+        ops = by_rank.rows(an.attribution.ops, rank)[["name", "start_ns", "dur_ns", "thread"]]
+        parts = [rng[["name", "start_ns", "dur_ns", "thread"]], ops]
+        if frames:
+            parts.append(_py_frames(an, rank).assign(thread=None))
+        df = pd.concat([p.astype({"name": object}) for p in parts], ignore_index=True)
+        codes, uniq = pd.factorize(df["name"].astype(str))
+        an.cache[key] = (rank, (df, codes, np.asarray(uniq, dtype=object)))
+    return an.cache[key][1]
 
 
 def rank_ranges(an: Analysis, rank: int, rx: re.Pattern, *, frames: bool = False
@@ -160,18 +185,9 @@ def rank_ranges(an: Analysis, rank: int, rx: re.Pattern, *, frames: bool = False
     ``frames``, python frames of 0.5 ms or more) whose names match ``rx``."""
     key = ("rank_ranges", rank, rx.pattern, frames)
     if key not in an.cache:
-        rng = an.store.table("ranges", ["rank", "kind", "name", "start_ns", "dur_ns", "thread"]
-                             ).to_pandas()
-        rng = rng[(rng["rank"] == rank) & rng["kind"].astype(str).isin(["annotation"])]
-        ops = an.attribution.ops
-        ops = ops[ops["rank"] == rank][["name", "start_ns", "dur_ns", "thread"]]
-        parts = [rng[["name", "start_ns", "dur_ns", "thread"]], ops]
-        if frames:
-            parts.append(_py_frames(an, rank).assign(thread=None))
-        df = pd.concat([p.astype({"name": object}) for p in parts], ignore_index=True)
-        names = df["name"].astype(str)
-        hits = {n for n in pd.unique(names) if rx.search(n)}
-        sel = df[names.isin(hits)] if len(df) else df
+        df, codes, uniq = _host_events(an, rank, frames)
+        hit = np.array([bool(rx.search(n)) for n in uniq], dtype=bool)
+        sel = df[hit[codes]] if len(df) else df
         s = sel["start_ns"].to_numpy(np.int64)
         an.cache[key] = (s, s + sel["dur_ns"].to_numpy(np.int64), sel)
     return an.cache[key]
@@ -195,10 +211,9 @@ def _host_stalls(an: Analysis, rank: int, rt: pd.DataFrame
     qs, qe = busy[1][:-1], busy[0][1:]
     long = (qe - qs) >= STALL_MIN_NS
     quiet = (qs[long], qe[long])
-    ops = an.attribution.ops
-    frames = [_py_frames(an, rank),
-              ops[(ops["rank"] == rank) & (ops["dur_ns"] >= STALL_MIN_NS)][
-                  ["name", "start_ns", "dur_ns"]]]
+    ops = by_rank.rows(an.attribution.ops, rank)
+    frames = [_py_frames(an, rank), ops[ops["dur_ns"] >= STALL_MIN_NS][
+        ["name", "start_ns", "dur_ns"]]]
     df = pd.concat([f.astype({"name": object}) for f in frames], ignore_index=True)
     if len(df) and len(quiet[0]):
         es = df["start_ns"].to_numpy(np.int64)
@@ -319,8 +334,8 @@ def _rank_host(an: Analysis, rank: int) -> _RankHost:
 
 
 def _rank_host_uncached(an: Analysis, rank: int) -> _RankHost:
-    rt = an.attribution.runtime
-    rt = rt[rt["rank"] == rank].sort_values("start_ns", kind="stable").reset_index(drop=True)
+    rt = by_rank.rows(an.attribution.runtime, rank).sort_values(
+        "start_ns", kind="stable").reset_index(drop=True)
     tkey = thread_keys(rt["process"].to_numpy(), rt["thread"].to_numpy(), an.cache.setdefault(
         "idle_threads", {}))
     cause, role, family = _classify_calls(rt)

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from .. import fmt
-from ..analysis import Analysis
+from ..analysis import Analysis, by_rank
 from .idle import (
     BLOCKING_MIN_NS,
     CAUSES,
@@ -116,9 +116,11 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     stalls, calls = [], []
     nonsteady_ns = 0
     waits: list[tuple[float, dict]] = []
+    wins: dict[int, list] = {}
+    for w in attr.steps:
+        wins.setdefault(w.rank, []).append(w)
     for r in ranks:
-        s, _ = idle_split(an, r, g_all[g_all["rank"] == r], [w for w in attr.steps if w.rank == r],
-                          top=None)
+        s, _ = idle_split(an, r, by_rank.rows(g_all, r), wins.get(r, []), top=None)
         total.add(s)
         wall_r = bd.ranks[r].wall_ns
         ms.rank_set(r, "idle_launch_pct", _pct(s.launch_ns, wall_r))

@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from .. import fmt
-from ..analysis import Analysis, StepWindow, WindowBreakdown
+from ..analysis import Analysis, StepWindow, WindowBreakdown, by_rank
 from ..analysis import intervals as iv
 from ..analysis.attribution import name_matches
 from .idle import BLOCKING_MIN_NS, COPY_CALL_RE, LAUNCH_CALL_RE, SYNC_CALL_RE, idle_split
@@ -151,7 +151,7 @@ def _step_stats(an: Analysis) -> list[StepStat]:
             continue
         wins = sorted((w for w in attr.steps if w.rank == rank and w.step is not None),
                       key=lambda w: w.start_ns)
-        g = attr.gpu[attr.gpu["rank"] == rank]
+        g = by_rank.rows(attr.gpu, rank)
         idle: dict[Any, dict[str, int]] = {}
         for x in idle_split(an, rank, g, wins, top=None)[1] if len(g) else []:
             part = IDLE_PART.get(x["cause"], "idle_unknown")
@@ -254,8 +254,7 @@ class _RankEvents:
         self.lt = g["launch_start_ns"].to_numpy(np.int64)
         self.step = g["step"].to_numpy()
         self.busy = iv.union(self.s, self.e)
-        rt = an.attribution.runtime
-        rt = rt[rt["rank"] == rank]
+        rt = by_rank.rows(an.attribution.runtime, rank)
         self.names = rt["name"].astype(str).to_numpy()
         self.cs = rt["start_ns"].to_numpy(np.int64)
         self.ce = self.cs + rt["dur_ns"].to_numpy(np.int64)
@@ -305,16 +304,13 @@ class _RankEvents:
     def _host_events(self) -> list[tuple[np.ndarray, np.ndarray]]:
         if self._host is None:
             attr, rank = self.an.attribution, self.rank
-            frames = [attr.ops[attr.ops["rank"] == rank],
-                      attr.runtime[attr.runtime["rank"] == rank]]
+            frames = [by_rank.rows(attr.ops, rank), by_rank.rows(attr.runtime, rank)]
             for table, kinds in (("ranges", ("annotation", "gpu_annotation", "nvtx")),
                                  ("python_frames", None)):
-                t = self.an.store.table(table)
-                if not t.num_rows:
+                df = by_rank.table_rows(self.an, table, ("rank", "start_ns", "dur_ns")
+                                        + (("kind",) if kinds else ()), rank)
+                if not len(df):
                     continue
-                df = t.select(["rank", "start_ns", "dur_ns"] + (["kind"] if kinds else []))
-                df = df.to_pandas()
-                df = df[df["rank"] == rank]
                 if kinds:
                     df = df[df["kind"].astype(str).isin(kinds)]
                 frames.append(df)

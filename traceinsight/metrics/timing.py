@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
+from ..analysis import Analysis, by_rank
 from ..analysis import intervals as iv
 from . import idle_metrics, steps
 from .idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
@@ -161,14 +161,16 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     sync_count = 0
     sync_ns = 0
     sync_ops: dict[str, list[int]] = {}
+    wins: dict[int, list] = {}
+    for w in windows:
+        wins.setdefault(w.rank, []).append(w)
     for r in ranks:
-        ws = [w for w in windows if w.rank == r]
+        ws = wins.get(r, [])
         dl_s, dl_e, _ = rank_ranges(an, r, DATALOADER_RE)
         DL = iv.union(dl_s, dl_e)
         dl_total += int(iv.overlap_with_windows(DL, np.array([w.host_start_ns for w in ws]),
                                                 np.array([w.host_end_ns for w in ws])).sum())
-        rt = attr.runtime
-        rt = rt[rt["rank"] == r]
+        rt = by_rank.rows(attr.runtime, r)
         sync = rt[rt["name"].astype(str).str.match(SYNC_RE)]
         hs = np.array([w.host_start_ns for w in ws])
         he = np.array([w.host_end_ns for w in ws])

@@ -145,6 +145,8 @@ _TABLES = {
         "graph_id": "`args[\"graph id\"]`",
         "graph_node_id": "`args[\"graph node id\"]`",
         "collective": "`args[\"Collective name\"]`",
+        "pg_name": "`args[\"Process Group Name\"]` (communication kernels)",
+        "seq": "`args[\"Seq\"]` (communication kernels)",
     },
     "runtime_calls": {
         "kind": "`cat`: cuda_runtime, runtime, xpu_runtime, mtia_runtime, privateuse1_runtime "
@@ -164,6 +166,7 @@ _TABLES = {
         "group_size": "`args[\"Group size\"]`",
         "dtype": "`args.dtype`",
         "pg_name": "`args[\"Process Group Name\"]`",
+        "seq": "`args[\"Seq\"]`",
     },
     "ranges": {
         "kind": "`ProfilerStep#N` (cat cpu_op, user_annotation) -> step; cat user_annotation, "

@@ -75,6 +75,8 @@ class GpuArgs(_Launched, gc=False):
     size: Any = None  # MTIA dma_request
     kind: Any = None  # ROCm memcpy direction
     collective: Any = _f("Collective name")
+    pg_name: Any = _f("Process Group Name")
+    seq: Any = _f("Seq")
 
 
 class RuntimeArgs(_Launched, gc=False):
@@ -102,6 +104,7 @@ class CommArgs(msgspec.Struct, gc=False):
     group_size: Any = _f("Group size")
     dtype: Any = None
     pg_name: Any = _f("Process Group Name")
+    seq: Any = _f("Seq")
 
 
 class PyArgs(msgspec.Struct, gc=False):

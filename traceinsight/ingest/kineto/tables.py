@@ -292,6 +292,8 @@ def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -
     cols["graph_id"] = int_col(a["graph_id"])
     cols["graph_node_id"] = int_col(a["graph_node_id"])
     cols["collective"] = dict_col(a["collective"])
+    cols["pg_name"] = dict_col(a["pg_name"])
+    cols["seq"] = int_col(a["seq"])
     out["gpu_activities"].add(cols)
 
 
@@ -351,6 +353,7 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         cols["group_size"] = spread([x.group_size if x else None for x in ca], int_col)
         cols["dtype"] = spread([x.dtype if x else None for x in ca], dict_col)
         cols["pg_name"] = spread([x.pg_name if x else None for x in ca], dict_col)
+        cols["seq"] = spread([x.seq if x else None for x in ca], int_col)
     out["cpu_ops"].add(cols)
 
 

@@ -31,7 +31,6 @@ from .memory_view import capacity_share, memory_view
 
 MAX_STEP_ROWS = 1000
 MAX_RANK_ROWS = 1024
-MAX_RANK_BARS = 64
 MAX_RANK_LINES = 16
 EXPOSED_COMM_WARN_PCT = 10.0
 EXPOSED_COMM_BAD_PCT = 20.0
@@ -297,7 +296,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     if not ranks or not r.metrics.get("values", {}).get("has_gpu"):
         return {"empty": "No GPU activity in this trace: record with activities=[CPU, CUDA] "
                          "(ProfilerActivity.CUDA) on a GPU machine."}
-    shown = ranks[:MAX_RANK_BARS]
+    shown = ranks  # every rank: past 64 the chart takes its compact form
     summ = {s.get("rank"): s for s in r.summary.get("ranks", [])}
     rows = []
     for w in ranks[:MAX_RANK_ROWS]:

@@ -1,0 +1,144 @@
+"""A store whose analysis would need more memory than ``--max-memory`` is diagnosed on its last
+steps that fit (``traceinsight.window``), and the result says so; a store that fits is
+diagnosed whole, unchanged."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from conftest import invoke
+
+import traceinsight.diagnose as dg
+from tracegen.workloads import Workload, build
+from traceinsight import window
+from traceinsight.analysis import Analysis
+from traceinsight.ingest import ingest
+
+STEPS = 10
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    p = tmp_path_factory.mktemp("win") / "ten_steps.json.gz"
+    build(Workload(layers=2, steps=STEPS)).write(str(p))
+    return p
+
+
+@pytest.fixture()
+def store(trace: Path, tmp_path: Path):
+    return ingest([trace], tmp_path / "s.tistore", quiet=True)
+
+
+def _limit_for(store, fraction: float) -> float:
+    """The limit under which ``fraction`` of the steps fit."""
+    return window.BASE_MB + (window.estimate_mb(store) - window.BASE_MB) * fraction
+
+
+def test_estimate_prices_each_table(store) -> None:
+    rows = store.row_counts
+    expect = window.BASE_MB + sum(rows.get(t, 0) * b
+                                  for t, b in window.BYTES_PER_ROW.items()) / 1e6
+    assert window.estimate_mb(store) == pytest.approx(expect)
+    assert rows["cpu_ops"] > 0 and rows["gpu_activities"] > 0
+
+
+def test_a_store_that_fits_is_not_windowed(store) -> None:
+    assert window.plan(store, window.DEFAULT_MAX_MB) is None
+    assert window.bounded(store) is store
+    r = dg.diagnose(store, cache=False)
+    assert "window" not in r.trace
+    assert not [d for d in r.diagnostics if d["code"] == "analysis-window"]
+
+
+def test_plan_takes_the_last_steps_that_fit(store) -> None:
+    nums, starts, durs = window._steps(store)
+    assert len(nums) == STEPS
+    w = window.plan(store, _limit_for(store, 0.45))
+    assert w is not None
+    assert (w.steps, w.steps_total) == (4, STEPS)  # int(10 * 0.45)
+    assert (w.first_step, w.last_step) == (int(nums[-4]), int(nums[-1]))
+    assert w.start_ns == int(starts[-4])
+    assert w.step_ms["all"]["steps"] == STEPS and w.step_ms["window"]["steps"] == 4
+    assert w.step_ms["window"]["max"] == pytest.approx(durs[-4:].max() / 1e6)
+
+
+def test_windowed_store_serves_only_the_window(store) -> None:
+    w = window.plan(store, _limit_for(store, 0.45))
+    ws = window.bounded(store, _limit_for(store, 0.45))
+    assert isinstance(ws, window.WindowedStore) and ws.window == w
+    for name, col in window.TIME_COLUMN.items():
+        whole, part = store.table(name), ws.table(name)
+        want = int(pc.sum(pc.greater_equal(whole[col], w.start_ns)).as_py() or 0) \
+            if whole.num_rows else 0
+        assert part.num_rows == want, name
+        if part.num_rows:
+            assert pc.min(part[col]).as_py() >= w.start_ns
+    assert ws.table("cpu_ops", ["name", "start_ns"]).column_names == ["name", "start_ns"]
+    # the activities attributed are exactly the window's
+    an = Analysis(ws)
+    g = store.table("gpu_activities")
+    in_win = pc.and_(pc.greater_equal(g["start_ns"], w.start_ns), pc.not_equal(g["kind"], "sync"))
+    assert len(an.attribution.gpu) == pc.sum(in_win).as_py()
+
+
+def test_windowed_diagnosis_says_which_steps(store) -> None:
+    limit = _limit_for(store, 0.45)
+    r = dg.diagnose(store, cache=False, max_memory_mb=limit)
+    win = r.trace["window"]
+    assert (win["steps"], win["steps_total"]) == (4, STEPS)
+    d = r.diagnostics[0]
+    assert d["code"] == "analysis-window" and d["severity"] == "warning"
+    assert d["count"] == STEPS - 4
+    assert f"its last 4 of {STEPS} steps (#{win['first_step']}-#{win['last_step']})" in d["message"]
+    assert "--max-memory" in d["hint"]
+    # the step metrics describe the window's steps only; the first one, whose GPU was still
+    # busy with work launched before the window, is excluded as pre-trace work
+    rank = r.summary["ranks"][0]
+    assert rank["steps"] == 4
+    assert [(x["step"], x["reason"]) for x in rank["steps_excluded"]] == \
+        [(win["first_step"], "pre-trace work")]
+
+
+def test_window_is_part_of_the_cache_key(store) -> None:
+    whole = dg.diagnose(store)
+    part = dg.diagnose(store, max_memory_mb=_limit_for(store, 0.45))
+    assert "window" not in whole.trace and part.trace["window"]["steps"] == 4
+    assert dg.diagnose(store).to_dict() | {"command": []} == whole.to_dict() | {"command": []}
+
+
+def test_cli_max_memory(store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    limit = _limit_for(store, 0.25)
+    res = invoke(["diagnose", str(store.path), "--max-memory", f"{limit:.3f}", "--no-color"])
+    assert f"diagnosed its last 2 of {STEPS} steps" in " ".join(res.stdout.split())
+    monkeypatch.setenv(window.ENV_VAR, f"{limit:.3f}")
+    assert window.max_memory_mb() == pytest.approx(float(f"{limit:.3f}"))
+    assert window.max_memory_mb(123) == 123.0
+    monkeypatch.setenv(window.ENV_VAR, "lots")
+    assert window.max_memory_mb() == window.DEFAULT_MAX_MB
+    invoke(["diagnose", str(store.path), "--max-memory", "-5"], exit_code=2,
+           stderr_contains="--max-memory")
+
+
+def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> None:
+    from tracegen.workloads import build_ranks
+
+    folder = tmp_path / "job"
+    folder.mkdir()
+    for r, b in enumerate(build_ranks(Workload(layers=1, steps=STEPS, world_size=2,
+                                               comm_bytes=1 << 20))):
+        b.write(str(folder / f"rank-{r}.json.gz"))
+    store = ingest([folder], tmp_path / "job.tistore", quiet=True)
+    assert store.meta.get("partitions")
+    ws = window.bounded(store, _limit_for(store, 0.45))
+    assert isinstance(ws, window.WindowedStore)
+    start = ws.window.start_ns
+    g = ws.table("gpu_activities", ["rank", "start_ns"])
+    assert sorted(set(g["rank"].to_pylist())) == [0, 1]
+    assert pc.min(g["start_ns"]).as_py() >= start
+    whole = store.table("gpu_activities", ["rank", "start_ns"])
+    assert g.num_rows == pc.sum(pc.greater_equal(whole["start_ns"], start)).as_py()
+    r = dg.diagnose(store, cache=False, max_memory_mb=_limit_for(store, 0.45))
+    assert r.trace["window"]["steps"] == 4 and r.trace["ranks"] == [0, 1]
+    assert [x["rank"] for x in r.summary["ranks"]] == [0, 1]
