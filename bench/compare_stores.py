@@ -47,7 +47,8 @@ def inputs(match: list[str]) -> list[str]:
     files = sorted(str(p) for p in (SHARED / "kineto").rglob("*")
                    if p.is_file() and p.name.endswith((".json", ".json.gz")))
     cache = HERE / ".cache"
-    files += sorted(str(p) for p in cache.glob("shape_*.json"))
+    files += sorted(str(p) for p in cache.glob("shape_*.json")
+                    if not p.name.endswith(".info.json"))
     files += sorted(str(p) for p in cache.glob("bench_128mb_*.pt.trace.json"))
     return [f for f in files if not match or any(m in f for m in match)]
 
