@@ -216,3 +216,30 @@ def test_compare_names_the_runs_by_their_folders(tmp_path: Path) -> None:
     (0, "0"), (None, "–")])
 def test_one_unit_rule_for_durations(ns, text) -> None:
     assert fmt.fmt_ns(ns) == text
+
+
+def test_the_command_ends_fast_with_its_exit_code_and_whole_outputs(tmp_path: Path) -> None:
+    """``traceinsight`` (and ``python -m traceinsight``) end without the interpreter's teardown
+    once a command has finished: the exit code, the printed text and the files written must
+    be exactly those of a normal exit."""
+    import json
+    import subprocess
+    import sys
+
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    scripts = tomllib.loads((root / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["traceinsight"] == "traceinsight.__main__:run"
+    py = [sys.executable, "-m", "traceinsight"]
+    out = tmp_path / "r.json"
+    sample = SAMPLES / "synthetic_h100_healthy.json.gz"
+    ok = subprocess.run([*py, "--quiet", "diagnose", str(sample), "--json", str(out),
+                         "--no-color"], capture_output=True, text=True, timeout=300, cwd=root)
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.startswith("traceinsight diagnose — synthetic_h100_healthy.json.gz")
+    assert "Rules:" in ok.stdout and ok.stdout.endswith("\n")
+    assert json.loads(out.read_text())["headline"]
+    bad = subprocess.run([*py, "diagnose", str(tmp_path / "missing.json")], capture_output=True,
+                         text=True, timeout=120, cwd=root)
+    assert bad.returncode == 2 and "missing.json" in bad.stderr
