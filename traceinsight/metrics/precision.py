@@ -46,6 +46,9 @@ declare("matrix_dtype_known_pct", "%", "GEMM/convolution/attention kernel time w
 declare("fp32_gemm_time_pct", "%", "GEMM/convolution/attention time in fp32 on CUDA cores or AMD "
         "fp32 matrix cores (not TF32, not 16/8/4-bit), % of kernel time",
         needs=NEEDS_KERNELS, hint=HINT_SHAPES, coverage="matrix_dtype_known_pct")
+declare("fp32_gemm_time_ns", "ns", "the kernel time behind fp32_gemm_time_pct: GEMM/convolution/"
+        "attention kernels in fp32 on CUDA cores or AMD fp32 matrix cores",
+        needs=NEEDS_KERNELS, hint=HINT_SHAPES, coverage="matrix_dtype_known_pct")
 declare("fp32_gemm_step_pct", "%", "the same fp32 matrix time, % of step time",
         needs=NEEDS_KERNELS, hint=HINT_SHAPES, coverage="matrix_dtype_known_pct")
 for _d, _what in (("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "TF32 (AMD: xf32)")):
@@ -75,11 +78,13 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
     by_dtype = mat.groupby(mat["dtype"].fillna("unknown"))["dur_ns"].sum()
     ms.evidence["matrix_dtypes"] = {str(d): float(v) for d, v in by_dtype.items()}
     if not total:
-        for n in ("matrix_dtype_known_pct", "fp32_gemm_time_pct", "fp32_gemm_step_pct"):
+        for n in ("matrix_dtype_known_pct", "fp32_gemm_time_pct", "fp32_gemm_time_ns",
+                  "fp32_gemm_step_pct"):
             ms.set(n, None, why_missing="no GPU kernels")
     elif not mat_ns:
         ms.set("matrix_dtype_known_pct", None, why_missing="no GEMM/convolution/attention kernels")
         ms.set("fp32_gemm_time_pct", 0.0)
+        ms.set("fp32_gemm_time_ns", 0.0)
         ms.set("fp32_gemm_step_pct", 0.0 if wall else None, why_missing="no step windows")
     else:
         known = 100.0 * known_ns / mat_ns
@@ -89,9 +94,11 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
                    "time is unknown: the kernel names do not show it and no input types were "
                    "recorded")
             ms.set("fp32_gemm_time_pct", None, why_missing=why)
+            ms.set("fp32_gemm_time_ns", None, why_missing=why)
             ms.set("fp32_gemm_step_pct", None, why_missing=why)
         else:
             ms.set("fp32_gemm_time_pct", 100.0 * fp32_ns / total)
+            ms.set("fp32_gemm_time_ns", fp32_ns)
             ms.set("fp32_gemm_step_pct", min(100.0, 100.0 * fp32_ns / wall) if wall else None,
                    why_missing="no step windows")
     # the device: which dtypes it accelerates, and by how much over the fp32 path in use
