@@ -142,3 +142,18 @@ def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> N
     r = dg.diagnose(store, cache=False, max_memory_mb=_limit_for(store, 0.45))
     assert r.trace["window"]["steps"] == 4 and r.trace["ranks"] == [0, 1]
     assert [x["rank"] for x in r.summary["ranks"]] == [0, 1]
+
+
+@pytest.mark.parametrize("steps", ["none", "one"])
+def test_without_two_steps_the_window_is_the_last_part_of_the_span(
+        store, steps: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No step markers (or a single step): the window is the last share of the recorded span
+    that fits, and the message says so."""
+    real = window._steps(store)
+    monkeypatch.setattr(window, "_steps", lambda s: None if steps == "none"
+                        else tuple(a[-1:] for a in real))
+    w = window.plan(store, _limit_for(store, 0.25))
+    lo, hi = store.ranks[0]["span_ns"]
+    assert w is not None and w.first_step is None and w.steps == 0
+    assert w.start_ns == int(hi - 0.25 * (hi - lo))
+    assert "its last 25% of the span (too few step markers to choose steps by)" in w.message()

@@ -88,7 +88,8 @@ class Window:
     def message(self) -> str:
         steps = (f"its last {self.steps:,} of {self.steps_total:,} steps "
                  f"(#{self.first_step}-#{self.last_step})" if self.first_step is not None
-                 else f"its last {100 * self.fraction:.0f}% of the span (no step markers)")
+                 else f"its last {100 * self.fraction:.0f}% of the span (too few step markers "
+                      "to choose steps by)")
         text = (f"trace too large to analyse whole within {self.max_mb:,.0f} MB (needs about "
                 f"{self.estimate_mb:,.0f} MB): diagnosed {steps}")
         w, a = self.step_ms.get("window") or {}, self.step_ms.get("all") or {}
@@ -115,7 +116,7 @@ def plan(store: TraceStore, max_mb: float) -> Window | None:
         return None
     frac = max(0.0, (max_mb - BASE_MB)) / max(1.0, est - BASE_MB)
     steps = _steps(store)
-    if steps is None or len(steps) < 2:
+    if steps is None or len(steps[0]) < 2:
         span = [r["span_ns"] for r in store.ranks if r.get("span_ns")]
         if not span:
             return None
