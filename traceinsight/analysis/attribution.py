@@ -28,15 +28,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema
 from ..diagnostics import DiagnosticLog
 from ..store import TraceStore
 from ..vocab import UNATTRIBUTED
 from . import by_rank, categories
 from .intervals import Nesting, any_ancestor, take
+from .rank_tables import (
+    GPU_COLUMNS,
+    LazyFlows,
+    all_columns,
+    frame,
+    rank_rows,
+)
 from .step_windows import StepWindow, step_windows
 
 GRAPH_REPLAY = "[graph replay]"
@@ -81,31 +86,25 @@ def _to_str(s: pd.Series) -> np.ndarray:
     return s.astype(object).where(s.notna(), None).to_numpy()
 
 
-#: the activity columns attribution reads (the rest stays in the store)
-GPU_COLUMNS = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation",
-               "external_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-               "blocks_per_sm", "occupancy_pct", "bytes", "copy_kind", "pg_name", "seq"]
-
-
 def attribute(store: TraceStore) -> Attribution:
     """Attribute every GPU activity of every rank in ``store``.
 
     Each table is read once with the columns attribution needs and split by rank once (a
     single-rank store is not copied), so memory stays near one copy of the rank's rows."""
     diags = DiagnosticLog()
-    gpu_all = _frame(store.table("gpu_activities", GPU_COLUMNS), own=True)
-    rt_all = _frame(store.table("runtime_calls", _all_columns("runtime_calls")), own=True)
-    ops_all = _frame(store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns",
+    gpu_all = frame(store.table("gpu_activities", GPU_COLUMNS), own=True)
+    rt_all = frame(store.table("runtime_calls", all_columns("runtime_calls")), own=True)
+    ops_all = frame(store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns",
                                              "dur_ns", "external_id", "sequence_nr",
                                              "input_dims", "input_types", "concrete_inputs",
                                              "flops"]), own=True)
-    rng_all = _frame(store.table("ranges", _all_columns("ranges")), own=True)
+    rng_all = frame(store.table("ranges", all_columns("ranges")), own=True)
     py = store.table("python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
                                        "frame_kind"])
-    py_all = _frame(py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py,
+    py_all = frame(py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py,
                     own=True)
     del py
-    flows = _LazyFlows(store)  # read only when a correlation or a backward link is missing
+    flows = LazyFlows(store)  # read only when a correlation or a backward link is missing
 
     ops_all["op_idx"] = np.arange(len(ops_all), dtype=np.int64)
     ops_all["parent"] = -1
@@ -118,26 +117,23 @@ def attribute(store: TraceStore) -> Attribution:
     gpu_parts, sync_parts, steps = [], [], []
     has_steps: dict[int, bool] = {}
     ranks = sorted({int(r["rank"]) for r in store.ranks}) or sorted(set(gpu_all["rank"].unique()))
-    split = {name: _by_rank(df) for name, df in (("gpu", gpu_all), ("rt", rt_all),
-                                                   ("ops", ops_all), ("rng", rng_all),
-                                                   ("mods", py_all))}
     is_node = name_matches(ops_all["name"].to_numpy(), re.compile("^" + re.escape(BWD_PREFIX)))
     for rank in ranks:
-        g = _rank_rows(gpu_all, split["gpu"], rank)
+        g = rank_rows(gpu_all, rank)
         is_sync = (g["kind"] == "sync").to_numpy()
         if is_sync.any():
             sync_parts.append(g[is_sync])
             g = g[~is_sync]
-        rt = _rank_rows(rt_all, split["rt"], rank)
-        ops = _rank_rows(ops_all, split["ops"], rank)
-        rng = _rank_rows(rng_all, split["rng"], rank)
-        mods = _rank_rows(py_all, split["mods"], rank)
+        rt = rank_rows(rt_all, rank)
+        ops = rank_rows(ops_all, rank)
+        rng = rank_rows(rng_all, rank)
+        mods = rank_rows(py_all, rank)
         res = _attribute_rank(rank, g, rt, ops, rng, mods, flows.of(rank), ops_all, rt_all,
                               diags, is_node)
         gpu_parts.append(res[0])
         steps.extend(res[1])
         has_steps[rank] = res[2]
-    del g, rt, ops, rng, mods, split, flows, py_all
+    del g, rt, ops, rng, mods, flows, py_all
 
     gpu = pd.concat(gpu_parts, ignore_index=True) if gpu_parts else _empty_gpu()
     gpu["cls"], gpu["cls_how"] = categories.classify(gpu, ops_all)
@@ -148,67 +144,6 @@ def attribute(store: TraceStore) -> Attribution:
         if c in gpu.columns:
             gpu[c] = gpu[c].astype("category")
     return Attribution(gpu, ops_all, steps, has_steps, syncs, rt_all, diags)
-
-
-_STR_COLUMNS = ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind",
-                "collective")
-
-
-def _frame(t: pa.Table, own: bool = False) -> pd.DataFrame:
-    """A table as pandas with the analysis' plain object strings (one shared object per
-    distinct value) and a fresh 0..n-1 index. ``own``: nothing else refers to this table
-    object (a selection or a filter of the store's), so its Arrow memory is released column
-    by column as pandas takes it over, instead of both copies living at once."""
-    df = t.to_pandas(split_blocks=True, self_destruct=True) if own else t.to_pandas()
-    for c in _STR_COLUMNS:
-        if c in df.columns:
-            df[c] = df[c].astype(object)
-    return df
-
-
-def _all_columns(table: str) -> list[str]:
-    return schema.TABLES[table].column_names
-
-
-def _by_rank(df: pd.DataFrame) -> dict[int, np.ndarray] | None:
-    """Row positions of each rank; None when every row is of one rank (no split needed)."""
-    if not len(df):
-        return {}
-    r = df["rank"].to_numpy()
-    if (r == r[0]).all():
-        return None
-    return {int(k): v for k, v in df.groupby("rank", sort=False).indices.items()}
-
-
-def _rank_rows(df: pd.DataFrame, split: dict[int, np.ndarray] | None,
-               rank: int) -> pd.DataFrame:
-    """The rows of ``rank`` (index kept): the frame itself when it holds one rank only."""
-    if split is None:
-        return df if int(df["rank"].iat[0]) == rank else df.iloc[0:0]
-    pos = split.get(rank)
-    return df.iloc[pos] if pos is not None else df.iloc[0:0]
-
-
-class _LazyFlows:
-    """The flows of one kind (``launch`` ends recover correlations; ``fwd_bwd`` links backward
-    nodes) of each rank, read from the store on first use: most traces need neither (every
-    activity has its correlation, every backward node its Sequence number), and a trace that
-    needs one kind does not pay for the other."""
-
-    def __init__(self, store: TraceStore) -> None:
-        self.store = store
-        self.frames: dict[str, tuple[pd.DataFrame, dict[int, np.ndarray] | None]] = {}
-
-    def of(self, rank: int) -> Callable[[str], pd.DataFrame]:
-        def get(kind: str) -> pd.DataFrame:
-            if kind not in self.frames:
-                t = self.store.table("flows")
-                f = _frame(t.filter(pc.equal(t["kind"], kind)), own=True) if t.num_rows \
-                    else _frame(t)
-                self.frames[kind] = (f, _by_rank(f))
-            f, split = self.frames[kind]
-            return _rank_rows(f, split, rank) if len(f) else f
-        return get
 
 
 def _empty_gpu() -> pd.DataFrame:
