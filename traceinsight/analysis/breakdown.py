@@ -101,53 +101,41 @@ class RankRows:
                            if len(self.step) else {})
         return self._steps.get(step, np.empty(0, dtype=np.int64))
 
-    def around(self, s: int, e: int) -> RankRows:
-        """The rows that can overlap [s, e): started before ``e`` and at most the longest
-        activity before ``s`` (original order kept)."""
+    def overlapping(self, s: int, e: int) -> np.ndarray:
+        """Rows (positions, ascending) overlapping [s, e): the candidates, started before
+        ``e`` and at most the longest activity before ``s``, found by binary search."""
         lo = np.searchsorted(self.sorted_s, s - self.max_dur, side="left")
         hi = np.searchsorted(self.sorted_s, e, side="left")
-        if lo == 0 and hi == len(self.s):
-            return self
-        idx = np.sort(self.order[lo:hi])
-        sub = object.__new__(RankRows)
-        for a in ("s", "e", "dur", "kernel", "memcpy", "memset", "comm", "cls_code"):
-            setattr(sub, a, getattr(self, a)[idx])
-        sub.cls_name = self.cls_name
-        return sub
+        near = np.sort(self.order[lo:hi])
+        return near[(self.e[near] > s) & (self.s[near] < e)]
 
 
-def _u(r: RankRows, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return iv.union(r.s[m], r.e[m])
+def _u(r: RankRows, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return iv.union(r.s[rows], r.e[rows])
 
 
-def window_breakdown(g: pd.DataFrame | RankRows, w: StepWindow, *,
-                     in_step: np.ndarray | None = None) -> WindowBreakdown:
-    """Breakdown of rank activity ``g`` (attributed GPU rows of one rank) inside window ``w``;
-    the kernel counts are of the rows ``in_step`` (positions or a mask over ``g``; default: the
-    kernels inside the window)."""
-    rows = g if isinstance(g, RankRows) else RankRows(g)
+def window_breakdown(r: RankRows, w: StepWindow, in_step: np.ndarray) -> WindowBreakdown:
+    """Breakdown of one rank's attributed GPU rows ``r`` inside window ``w``; the kernel
+    counts are of the rows ``in_step`` (positions: the step's, or all for a whole-trace
+    window)."""
     s, e = w.start_ns, w.end_ns
-    r = rows.around(s, e)
-    sel = (r.e > s) & (r.s < e)
-    kern = sel & r.kernel
-    comm = kern & r.comm
-    C = iv.clip(_u(r, kern & ~r.comm), s, e)
-    M = iv.clip(_u(r, comm), s, e)
-    Y = iv.clip(_u(r, sel & r.memcpy), s, e)
-    S = iv.clip(_u(r, sel & r.memset), s, e)
+    sel = r.overlapping(s, e)
+    kern = sel[r.kernel[sel]]
+    is_comm = r.comm[kern]
+    C = iv.clip(_u(r, kern[~is_comm]), s, e)
+    M = iv.clip(_u(r, kern[is_comm]), s, e)
+    Y = iv.clip(_u(r, sel[r.memcpy[sel]]), s, e)
+    S = iv.clip(_u(r, sel[r.memset[sel]]), s, e)
     allu = iv.clip(_u(r, sel), s, e)
     CM = iv.union(np.concatenate((C[0], M[0])), np.concatenate((C[1], M[1])))
     CMY = iv.union(np.concatenate((CM[0], Y[0])), np.concatenate((CM[1], Y[1])))
     busy = iv.length(allu)
     by_class = {}
-    for code in np.unique(r.cls_code[kern]):
+    codes = r.cls_code[kern]
+    for code in np.unique(codes):
         if code >= 0:
-            by_class[r.cls_name[code]] = iv.length(iv.clip(_u(r, kern & (r.cls_code == code)),
-                                                           s, e))
-    if in_step is not None:
-        k_dur = rows.dur[in_step][rows.kernel[in_step]]
-    else:
-        k_dur = r.dur[sel & r.kernel]
+            by_class[r.cls_name[code]] = iv.length(iv.clip(_u(r, kern[codes == code]), s, e))
+    k_dur = r.dur[in_step][r.kernel[in_step]]
     return WindowBreakdown(
         rank=w.rank, step=w.step, start_ns=s, end_ns=e, wall_ns=e - s,
         busy_ns=busy, idle_ns=(e - s) - busy,
@@ -196,7 +184,7 @@ def breakdown(attr: Attribution) -> Breakdown:
         per_rank.setdefault(w.rank, []).append(w)
     for rank in sorted(per_rank):
         rows = RankRows(by_rank.rows(g_all, rank))
-        parts = [window_breakdown(rows, w, in_step=rows.in_step(w.step))
+        parts = [window_breakdown(rows, w, rows.in_step(w.step))
                  for w in per_rank[rank]]
         steps.extend(parts)
         if parts:
