@@ -74,23 +74,27 @@ def check(path: Path, meta: dict[str, Any],
 
 
 def read_table(path: Path, meta: dict[str, Any], name: str,
-               restore: Callable[[str, pa.Table], pa.Table]) -> pa.Table:
-    """Table ``name`` of every partition, in rank order (``restore`` conforms each one to the
-    schema). Dictionary columns are unified, as a single file would read."""
+               restore: Callable[..., pa.Table], columns: list[str] | None = None,
+               filters: list[tuple[str, str, Any]] | None = None) -> pa.Table:
+    """Table ``name`` of every partition in rank order (of the store folder itself when it
+    has none): ``columns`` only, the rows that pass ``filters`` (parquet row groups outside
+    them are skipped by their statistics); ``restore`` conforms each part to the schema.
+    Dictionary columns are unified, as a single file would read."""
     parts = []
-    for folder in names(meta):
+    for folder in names(meta) or [""]:
         f = path / folder / f"{name}.parquet"
         if not f.is_file():
             continue
         try:
-            t = restore(name, pq.read_table(f))
+            t = restore(name, pq.read_table(f, columns=columns, filters=filters), columns)
         except (pa.ArrowException, OSError, ValueError) as e:
-            raise StoreError(f"{folder}/{name}.parquet cannot be read ({str(e)[:120]})",
+            raise StoreError(f"{f.relative_to(path)} cannot be read ({str(e)[:120]})",
                              path=path, hint=_HINT) from None
         if t.num_rows:
             parts.append(t)
     if not parts:
-        return schema.empty_table(name)
+        t = schema.empty_table(name)
+        return t.select(columns) if columns else t
     t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     return t.unify_dictionaries() if len(parts) > 1 else t
 

@@ -23,10 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
-from . import partitions, schema
-from .errors import StoreError
+from . import partitions
 from .store import TraceStore, _restore_schema
 
 __all__ = ["DEFAULT_MAX_MB", "ENV_VAR", "Window", "WindowedStore", "bounded", "estimate_mb",
@@ -152,25 +150,8 @@ class WindowedStore(TraceStore):
         col = TIME_COLUMN.get(name)
         if col is None or self.window is None:
             return super().table(name, columns)
-        folders = [self.path / f for f in partitions.names(self.meta)] or [self.path]
-        parts = []
-        for folder in folders:
-            f = folder / f"{name}.parquet"
-            if not f.is_file():
-                continue
-            try:
-                t = pq.read_table(f, columns=columns,
-                                  filters=[(col, ">=", self.window.start_ns)])
-            except (pa.ArrowException, OSError, ValueError) as e:
-                where = f.relative_to(self.path)
-                raise StoreError(f"{where} cannot be read ({str(e)[:120]})", path=self.path,
-                                 hint="the store is damaged: re-ingest the trace with -o STORE "
-                                      "--force") from None
-            parts.append(_restore_schema(name, t, columns))
-        if not parts:
-            t = schema.empty_table(name)
-            return t.select(columns) if columns else t
-        return parts[0] if len(parts) == 1 else pa.concat_tables(parts).unify_dictionaries()
+        return partitions.read_table(self.path, self.meta, name, _restore_schema, columns,
+                                     filters=[(col, ">=", self.window.start_ns)])
 
 
 def _steps(store: TraceStore) -> tuple[Any, Any, Any] | None:
