@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from .... import fmt
-from ..svg import Svg, path, ticks
-from .memory import _byte_unit
+from ..svg import Svg, path
+from .memory import byte_time_axes
 
 
 def categories_chart(v: dict[str, Any]) -> dict[str, Any]:
@@ -23,7 +23,6 @@ def categories_chart(v: dict[str, Any]) -> dict[str, Any]:
     span = span or 1.0
     tops = [sum(max(series[c][i], 0.0) for c in cats) for i in range(n)]
     vmax = max([*tops, 1.0]) * 1.08
-    scale, unit = _byte_unit(vmax)
     svg = Svg(W, H, f"Memory of rank {v.get('rank')} by category over time")
 
     def X(t: float) -> float:
@@ -32,12 +31,8 @@ def categories_chart(v: dict[str, Any]) -> dict[str, Any]:
     def Y(b: float) -> float:
         return T + ph - ph * b / vmax
 
-    for tv in ticks(vmax / scale, 4):
-        y = Y(tv * scale)
-        svg.line(L, y, L + pw, y, "grid")
-        svg.text(L - 6, y + 4, f"{tv:g} {unit}", "axis", "end")
-    for tv in ticks(span, 8):
-        svg.text(X(t0 + tv), T + ph + 16, fmt.fmt_ns(tv) if tv else "0", "axis", "middle")
+    byte_time_axes(svg, (L, T, pw, ph), X, Y, vmax, t0, span,
+                   lambda tv: fmt.fmt_ns(tv) if tv else "0")
     below = [0.0] * n
     for c in cats:
         above = [b + max(series[c][i], 0.0) for i, b in enumerate(below)]

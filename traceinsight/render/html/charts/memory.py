@@ -9,6 +9,7 @@ data-quality note.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from .... import fmt
@@ -37,7 +38,6 @@ def memory_chart(s: dict[str, Any], cap: float | None, *, x_unit: str = "ns",
     capf = float(cap) if cap else 0.0
     on_scale = bool(cap) and capf <= CAPACITY_SCALE * dmax
     vmax = max(capf, dmax) * 1.04 if on_scale else dmax * 1.12
-    scale, unit = _byte_unit(vmax)
     svg = Svg(W, H, label or f"Memory of rank {s.get('rank')} device {s.get('device')}: "
                              "allocated and reserved over time")
 
@@ -47,13 +47,9 @@ def memory_chart(s: dict[str, Any], cap: float | None, *, x_unit: str = "ns",
     def Y(v: float) -> float:
         return T + ph - ph * v / vmax
 
-    for v in ticks(vmax / scale, 4):
-        y = Y(v * scale)
-        svg.line(L, y, L + pw, y, "grid")
-        svg.text(L - 6, y + 4, f"{v:g} {unit}", "axis", "end")
-    for v in ticks(span, 8):
-        text = (fmt.fmt_ns(v) if v else "0") if x_unit == "ns" else f"{v:g}"
-        svg.text(X(t0 + v), T + ph + 16, text, "axis", "middle")
+    byte_time_axes(svg, (L, T, pw, ph), X, Y, vmax, t0, span,
+                   (lambda v: fmt.fmt_ns(v) if v else "0") if x_unit == "ns"
+                   else (lambda v: f"{v:g}"))
     if x_unit != "ns":
         svg.text(L + pw, T + ph + 32, "allocator actions (the snapshot records no times)",
                  "axis", "end")
@@ -83,6 +79,22 @@ def memory_chart(s: dict[str, Any], cap: float | None, *, x_unit: str = "ns",
             "points": n, "above_reserved": len(above),
             "above_reserved_max": max(above, default=0.0),
             "reserved_missing": n > 0 and not any(rs)}
+
+
+def byte_time_axes(svg: Svg, box: tuple[float, float, float, float],
+                   X: Callable[[float], float], Y: Callable[[float], float], vmax: float,
+                   t0: float, span: float, x_text: Callable[[float], str]) -> None:
+    """The axes of a bytes-over-time chart in the plot ``box`` (left, top, width, height):
+    grid lines and byte labels (one unit for the axis) up to ``vmax``, ``x_text`` labels along
+    the time from ``t0`` over ``span``."""
+    L, T, pw, ph = box
+    scale, unit = _byte_unit(vmax)
+    for v in ticks(vmax / scale, 4):
+        y = Y(v * scale)
+        svg.line(L, y, L + pw, y, "grid")
+        svg.text(L - 6, y + 4, f"{v:g} {unit}", "axis", "end")
+    for v in ticks(span, 8):
+        svg.text(X(t0 + v), T + ph + 16, x_text(v), "axis", "middle")
 
 
 def _byte_unit(v: float) -> tuple[float, str]:
