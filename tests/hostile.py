@@ -189,5 +189,14 @@ def ok(run: Run) -> Run:
     return run
 
 
+def ok_or_error(run: Run, *fragments: str) -> None:
+    """Either outcome is right for input that is odd but may be read: a clean success, or the
+    one-line error of :func:`error` naming ``fragments``."""
+    if run.rc == 0:
+        ok(run)
+    else:
+        error(run, *fragments)
+
+
 def bounded(run: Run, mb: float = PEAK_MB) -> None:
     assert run.peak_mb < mb, f"peak {run.peak_mb:.0f} MB >= {mb} MB"
