@@ -82,10 +82,6 @@ class Attribution:
         }
 
 
-def _to_str(s: pd.Series) -> np.ndarray:
-    return s.astype(object).where(s.notna(), None).to_numpy()
-
-
 def attribute(store: TraceStore) -> Attribution:
     """Attribute every GPU activity of every rank in ``store``.
 
@@ -150,12 +146,6 @@ def _empty_gpu() -> pd.DataFrame:
     cols = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "end_ns", "cls",
             "op", "top_op", "op_idx", "module", "phase", "annotation", "step", "method"]
     return pd.DataFrame({c: [] for c in cols})
-
-
-def _group_codes(df: pd.DataFrame, cols: list[str]) -> np.ndarray:
-    if not len(df):
-        return np.empty(0, np.int64)
-    return df.groupby(cols, sort=False, dropna=False).ngroup().to_numpy()
 
 
 def thread_keys(proc: np.ndarray, thr: np.ndarray, table: dict) -> np.ndarray:

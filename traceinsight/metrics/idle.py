@@ -116,26 +116,9 @@ class IdleSplit:
     def total_ns(self) -> int:
         return sum(self.ns.values())
 
-    # the names the rules use
-    @property
-    def input_ns(self) -> int:
-        return self.ns["input"]
-
-    @property
-    def host_ns(self) -> int:
-        return self.ns["host"] + self.ns["alloc"]
-
-    @property
-    def sync_ns(self) -> int:
-        return self.ns["sync"] + self.ns["copy"]
-
     @property
     def launch_ns(self) -> int:
         return self.ns["launch"]
-
-    @property
-    def device_wait_ns(self) -> int:
-        return self.ns["dependency"]
 
 
 # --- host-side interval sets ------------------------------------------------------------------
