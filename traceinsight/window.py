@@ -156,15 +156,18 @@ class WindowedStore(TraceStore):
 
 def _steps(store: TraceStore) -> tuple[Any, Any, Any] | None:
     """(step numbers, host starts, host durations) of the lowest rank's ProfilerStep ranges,
-    in time order, one per step number."""
+    in time order, one per step number (only a store too large to analyse whole gets here:
+    the analysis stack is imported then)."""
+    from .analysis.step_windows import host_steps
+
     t = store.table("ranges", ["rank", "kind", "step", "start_ns", "dur_ns"])
     if not t.num_rows:
         return None
-    t = t.filter(pc.and_(pc.equal(t["kind"], "step"), pc.is_valid(t["step"])))
+    t = t.filter(pc.equal(t["kind"], "step"))
     if not t.num_rows:
         return None
     t = t.filter(pc.equal(t["rank"], pc.min(t["rank"])))
-    df = t.to_pandas().sort_values("start_ns", kind="stable").drop_duplicates("step")
+    df = host_steps(t.to_pandas()).dropna(subset=["step"])
     return (df["step"].to_numpy(), df["start_ns"].to_numpy(), df["dur_ns"].to_numpy())
 
 

@@ -28,6 +28,13 @@ class StepWindow:
         return self.end_ns - self.start_ns
 
 
+def host_steps(rng: pd.DataFrame) -> pd.DataFrame:
+    """One rank's ``ProfilerStep#N`` host ranges (rows of ``ranges``) in time order, the first
+    of each step number."""
+    st = rng[rng["kind"] == "step"].sort_values("start_ns")
+    return st.drop_duplicates("step", keep="first")
+
+
 def step_windows(rank: int, g: pd.DataFrame, rng: pd.DataFrame, launch_t: np.ndarray,
                  has_launch: np.ndarray, ops: pd.DataFrame, rt: pd.DataFrame,
                  diags: DiagnosticLog) -> tuple[list[StepWindow], np.ndarray, bool]:
@@ -35,8 +42,7 @@ def step_windows(rank: int, g: pd.DataFrame, rng: pd.DataFrame, launch_t: np.nda
     step) and whether the trace had step markers. ``launch_t`` is each activity's launch time
     (valid where ``has_launch``); ``ops`` / ``rt`` give the CPU span of a trace without GPU
     work."""
-    st = rng[rng["kind"] == "step"].sort_values("start_ns")
-    st = st.drop_duplicates("step", keep="first")
+    st = host_steps(rng)
     n = len(g)
     if not len(st):
         # one window: the GPU span (first to last GPU activity), as HTA and TraceLens measure
