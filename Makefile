@@ -82,8 +82,8 @@ bench: $(VENV)/.dev
 	$(PY) bench/bench_ingest.py --repeat 3 --hta-repeat 2
 
 docs: $(VENV)/.base
-	$(PY) -m traceinsight.schema > docs/STORE.md
-	$(PY) -m traceinsight.engine > docs/RULES.md
+	$(PY) -m traceinsight.store.schema > docs/STORE.md
+	$(PY) -m traceinsight.engine.evaluate > docs/RULES.md
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache report.html report.md result.json

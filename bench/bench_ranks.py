@@ -50,9 +50,9 @@ CACHE = ROOT / "bench" / ".cache"
 DRIVER = """\
 import json, sys
 from pathlib import Path
-from traceinsight.distributed import Runner, using
+from traceinsight.util.distributed import Runner, using
 from traceinsight.ingest import ingest
-from traceinsight.store import TraceStore
+from traceinsight.store.core import TraceStore
 op, src, out, jobs, sched = sys.argv[1:6]
 if __name__ == "__main__":
     with using(Runner(jobs=int(jobs), scheduler=sched or None, fresh=True)):

@@ -41,7 +41,7 @@ REPO = HERE.parent
 if str(REPO) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
-from traceinsight.capture import profile, sanitize_trace, write_trace  # noqa: E402
+from traceinsight.capture import profile, sanitize_trace, write_trace
 
 DEFAULT_OUTPUT = HERE / "cpu_transformer_train.pt.trace.json.gz"
 MAX_BYTES = 2 * 1024 * 1024

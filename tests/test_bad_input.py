@@ -187,7 +187,7 @@ def test_huge_integers_are_kept_or_reported(tmp_path: Path) -> None:
                      "ts": 1, "cat": "fwdbwd", "name": "fwdbwd"})
     p = b.write(tmp_path / "big.json")
     invoke(["ingest", p, "-o", tmp_path / "s"])
-    from traceinsight.store import TraceStore
+    from traceinsight.store.core import TraceStore
 
     st = TraceStore.open(tmp_path / "s")
     assert st.row_counts["cpu_ops"] == 1 and st.row_counts["flows"] == 1

@@ -193,7 +193,7 @@ def test_report_of_a_trace_diagnoses_it(tmp_path: Path) -> None:
 # --- devices: the peak table --------------------------------------------------------------------
 
 def _table() -> list[dict[str, Any]]:
-    doc = yaml.safe_load((REPO / "traceinsight" / "data" / "devices.yaml").read_text())
+    doc = yaml.safe_load((REPO / "traceinsight" / "devices" / "devices.yaml").read_text())
     return doc["devices"]
 
 

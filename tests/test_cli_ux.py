@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, invoke
 
-from traceinsight import fmt
 from traceinsight.cli import main
-from traceinsight.progress import Progress
 from traceinsight.render import describe
+from traceinsight.util import fmt
+from traceinsight.util.progress import Progress
 
 STRAGGLER = SAMPLES / "synthetic_straggler_4rank"
 LAUNCH = SAMPLES / "synthetic_h100_launch_bound.json.gz"
@@ -133,7 +133,7 @@ def test_top_by_module_type_aggregates_instances() -> None:
 # --- what the terminal says --------------------------------------------------------------------
 
 def test_rules_never_cut_prose() -> None:
-    from traceinsight.engine import load_rules
+    from traceinsight.engine.evaluate import load_rules
 
     out = invoke(["rules"], exit_code=0).stdout
     assert "…" not in out
@@ -150,7 +150,7 @@ def test_terminal_says_steps_by_ranks_and_one_device_line() -> None:
 
 
 def test_device_line_says_how_the_device_was_known(straggler_result) -> None:
-    from traceinsight.devices import resolve
+    from traceinsight.devices.table import resolve
 
     r = straggler_result
     unknown = dataclasses.replace(r, extra={**r.extra, "device": {"how": "unknown"}})

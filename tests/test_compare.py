@@ -11,7 +11,7 @@ import pytest
 from conftest import KINETO, invoke, requires_corpus
 
 from tracegen.synth import KinetoTraceBuilder
-from traceinsight.compare import compare
+from traceinsight.compare.explain import compare
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest, load
 
@@ -155,7 +155,7 @@ def test_cli_gate_and_outputs(tmp_path: Path) -> None:
 
 def test_compare_and_a_saved_result_load_without_pandas() -> None:
     """Comparing or rendering saved results needs no analysis stack."""
-    code = ("import sys; import traceinsight.compare, traceinsight.result, traceinsight.redact; "
+    code = ("import sys; import traceinsight.compare.explain, traceinsight.result, traceinsight.util.redact; "
             "import traceinsight.cli; heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); "
             "assert not heavy, heavy")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)

@@ -16,8 +16,8 @@ import pytest
 from conftest import KINETO, invoke, requires_corpus
 from test_compare import BASE, US, layered, result
 
-from traceinsight.comparability import CHECKS, MIN_STEPS, gate
-from traceinsight.compare import compare
+from traceinsight.compare.comparability import CHECKS, MIN_STEPS, gate
+from traceinsight.compare.explain import compare
 from traceinsight.diagnose import diagnose
 from traceinsight.diagnose.signature import name_dtype
 from traceinsight.ingest import load

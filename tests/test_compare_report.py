@@ -32,7 +32,7 @@ from conftest import invoke  # noqa: E402
 from test_compare import US, layered, result  # noqa: E402
 from test_report import assert_self_contained, parse, strip_code_spans  # noqa: E402
 
-from traceinsight.compare import compare  # noqa: E402
+from traceinsight.compare.explain import compare  # noqa: E402
 from traceinsight.diagnose import diagnose  # noqa: E402
 from traceinsight.render.html import (  # noqa: E402
     WATERFALL_TOP,
@@ -269,7 +269,7 @@ def test_markdown_lists_top_10_and_the_rest_as_others(run: dict) -> None:
 # --- one formatter ----------------------------------------------------------------------------
 
 def test_every_view_signs_a_faster_change_with_the_true_minus(run: dict) -> None:
-    """Terminal, Markdown and HTML format a change through traceinsight.fmt: − (U+2212), never -."""
+    """Terminal, Markdown and HTML format a change through traceinsight.util.fmt: − (U+2212), never -."""
     tmp = run["tmp"]
     c = compare(result(run["b"], tmp), result(run["a"], tmp))
     assert c["total_delta_ns"] == -330 * US

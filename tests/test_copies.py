@@ -17,7 +17,7 @@ from conftest import KINETO, requires_corpus
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.diagnose import diagnose
-from traceinsight.engine import evaluate, load_rules
+from traceinsight.engine.evaluate import evaluate, load_rules
 from traceinsight.ingest import ingest
 from traceinsight.metrics import compute_metrics
 from traceinsight.metrics.copies import classify

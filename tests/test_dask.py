@@ -11,10 +11,10 @@ import pytest
 from conftest import SAMPLES
 
 from traceinsight.diagnose import diagnose
-from traceinsight.distributed import Runner, using
 from traceinsight.errors import ConfigError
 from traceinsight.ingest import ingest
-from traceinsight.schema import TABLES
+from traceinsight.store.schema import TABLES
+from traceinsight.util.distributed import Runner, using
 
 distributed = pytest.importorskip("distributed")
 

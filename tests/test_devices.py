@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from traceinsight import devices
-from traceinsight.devices import DTYPES, DeviceSpec, load_table, lookup, resolve
+from traceinsight.devices import table as devices
+from traceinsight.devices.table import DTYPES, DeviceSpec, load_table, lookup, resolve
 from traceinsight.errors import ConfigError
 
 GIB = 1 << 30
@@ -210,7 +210,7 @@ def test_list_devices_is_the_table() -> None:
 def test_table_is_package_data() -> None:
     path = devices.builtin_table_path()
     assert path.is_file()
-    assert path.parent.parent == Path(devices.__file__).resolve().parent
+    assert path.parent == Path(devices.__file__).resolve().parent
 
 
 # --------------------------------------------------------------------------------- overrides
@@ -373,7 +373,7 @@ def test_device_spec_is_hashable_and_frozen() -> None:
 def test_accelerated_dtypes_per_part(key: str, fast: set, not_fast: set) -> None:
     """The table records which matrix dtypes each part runs faster than fp32: precision advice
     (bf16 / fp16 + GradScaler / TF32 / fp8) is drawn from it."""
-    from traceinsight.devices import MATRIX_DTYPES
+    from traceinsight.devices.table import MATRIX_DTYPES
 
     spec = lookup(key)
     got = {d for d in MATRIX_DTYPES if spec.accelerates(d)}

@@ -26,7 +26,7 @@ from tracegen import workloads
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.diagnose import diagnose
-from traceinsight.engine import evaluate, load_rules, parse_rule
+from traceinsight.engine.evaluate import evaluate, load_rules, parse_rule
 from traceinsight.errors import ConfigError
 from traceinsight.ingest import ingest
 from traceinsight.metrics import MetricSet, compute_metrics, coverage_table

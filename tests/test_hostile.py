@@ -421,7 +421,7 @@ def test_non_finite_literals_are_missing_values(tmp_path: Path, literal: str) ->
     text = text.replace('"dur": 123.25, "args"', f'"dur": {literal}, "args"', 1)
     p = write(tmp_path / "t.json", text.encode())
     ok(cli(["ingest", p, "-o", "s"], tmp_path))
-    from traceinsight.store import TraceStore
+    from traceinsight.store.core import TraceStore
 
     st = TraceStore.open(tmp_path / "s")
     k = st.table("gpu_activities").to_pylist()

@@ -16,11 +16,11 @@ from conftest import TRACES, requires_corpus
 
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.idle import CAUSES, idle_split
 from traceinsight.diagnose import diagnose
-from traceinsight.engine import evaluate, load_rules
+from traceinsight.engine.evaluate import evaluate, load_rules
 from traceinsight.ingest import ingest
 from traceinsight.metrics import compute_metrics
-from traceinsight.metrics.idle import CAUSES, idle_split
 from traceinsight.metrics.idle_metrics import METRIC_CAUSES
 
 US, MS = 1_000, 1_000_000

@@ -15,8 +15,9 @@ import pyarrow as pa
 import pytest
 
 from tracegen.workloads import Workload, build
-from traceinsight.ingest import kineto, parallel
-from traceinsight.ingest.kineto import decode
+from traceinsight.ingest import parallel
+from traceinsight.ingest.readers import kineto
+from traceinsight.ingest.readers.kineto import decode
 
 
 def _plain(t: pa.Table) -> list[str]:

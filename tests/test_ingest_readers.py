@@ -11,11 +11,12 @@ import pyarrow as pa
 import pytest
 
 from tracegen.synth import KinetoTraceBuilder
-from traceinsight import schema
 from traceinsight.errors import TraceFormatError
-from traceinsight.ingest import ingest, readers
+from traceinsight.ingest import ingest
 from traceinsight.ingest.columns import dict_col, int_col, rank_col
-from traceinsight.ingest.readers import RankMeta, RankRead, Reader
+from traceinsight.ingest.readers import base as readers
+from traceinsight.ingest.readers.base import RankMeta, RankRead, Reader
+from traceinsight.store import schema
 
 MAGIC = b"FAKETRACE v1\n"
 

@@ -24,9 +24,9 @@ from conftest import REFERENCE, TRACES, invoke, requires_corpus
 
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest
-from traceinsight.ingest.nsys.cuda import api_name
-from traceinsight.ingest.nsys.nvtx import parse
-from traceinsight.store import TraceStore
+from traceinsight.ingest.readers.nsys.cuda import api_name
+from traceinsight.ingest.readers.nsys.nvtx import parse
+from traceinsight.store.core import TraceStore
 
 NSYS = TRACES / "nsys"
 REF = REFERENCE / "nsys"

@@ -16,7 +16,7 @@ from tracegen import workloads
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.diagnose import diagnose
-from traceinsight.engine import evaluate, load_rules
+from traceinsight.engine.evaluate import evaluate, load_rules
 from traceinsight.ingest import ingest
 from traceinsight.metrics import compute_metrics
 

@@ -15,8 +15,14 @@ from pathlib import Path
 import pytest
 from conftest import invoke
 
-from traceinsight.profile_child import is_target, rank
-from traceinsight.profile_run import SITE_DIR, Settings, command_line, environment, prepare_out
+from traceinsight.capture.profile_child import is_target, rank
+from traceinsight.capture.profile_run import (
+    SITE_DIR,
+    Settings,
+    command_line,
+    environment,
+    prepare_out,
+)
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 requires_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch not installed (extra [torch])")

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from conftest import KINETO, SAMPLES, invoke, requires_corpus
 
-from traceinsight import partitions
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.collectives import cross_rank
 from traceinsight.analysis.rank_summary import (
@@ -19,12 +18,13 @@ from traceinsight.analysis.rank_summary import (
     summarize_partition,
 )
 from traceinsight.diagnose import diagnose
-from traceinsight.distributed import Runner, using
 from traceinsight.errors import InputError
 from traceinsight.ingest import ingest
 from traceinsight.render.html import render_html
-from traceinsight.schema import TABLES
-from traceinsight.store import TraceStore, write_store
+from traceinsight.store import partitions
+from traceinsight.store.core import TraceStore, write_store
+from traceinsight.store.schema import TABLES
+from traceinsight.util.distributed import Runner, using
 
 STRAGGLER = SAMPLES / "synthetic_straggler_4rank"
 COMM = SAMPLES / "synthetic_comm_bound_4rank"

@@ -21,15 +21,15 @@ import pytest
 from conftest import corpus_id, corpus_kineto_files, requires_corpus
 
 from tracegen.synth import KinetoTraceBuilder
-from traceinsight import fmt
 from traceinsight.diagnose import diagnose
-from traceinsight.engine import format_value
+from traceinsight.engine.evaluate import format_value
 from traceinsight.ingest import ingest
-from traceinsight.redact import REDACTED
 from traceinsight.render.html import build_view, render_html
 from traceinsight.render.markdown import esc, render_markdown
 from traceinsight.render.terminal import render_table
 from traceinsight.result import DiagnosisResult
+from traceinsight.util import fmt
+from traceinsight.util.redact import REDACTED
 
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_OP = "<img src=x onerror=alert(1)>"

@@ -73,7 +73,7 @@ def test_at_most_a_few_results_are_kept(store) -> None:
 
 
 def dg_keep() -> int:
-    from traceinsight.store import DERIVED_KEEP
+    from traceinsight.store.core import DERIVED_KEEP
 
     return DERIVED_KEEP
 

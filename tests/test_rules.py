@@ -21,7 +21,7 @@ from conftest import REPO
 from tracegen import workloads
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
-from traceinsight.engine import evaluate, load_rules
+from traceinsight.engine.evaluate import evaluate, load_rules
 from traceinsight.ingest import ingest
 from traceinsight.metrics import compute_metrics
 from traceinsight.result import SEVERITY_RANK
@@ -201,6 +201,6 @@ def test_a_crashing_rule_is_recorded_and_others_still_run(tmp_path_factory: pyte
 
 
 def test_rules_doc_is_current() -> None:
-    from traceinsight.engine import rules_markdown
+    from traceinsight.engine.evaluate import rules_markdown
 
     assert (REPO / "docs" / "RULES.md").read_text() == rules_markdown(load_rules()) + "\n"

@@ -24,7 +24,7 @@ from tracegen.snapshot import (
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest, load
-from traceinsight.ingest.snapshot import unpickle
+from traceinsight.ingest.readers.snapshot import unpickle
 
 TIMELINE = TRACES / "memory" / "hta" / "memory_analysis" / "memory_timeline.raw.gz"
 

@@ -20,7 +20,7 @@ from conftest import TRACES, requires_corpus
 from tracegen import workloads
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.diagnose import diagnose
-from traceinsight.headline import bound_sentence, headline
+from traceinsight.diagnose.verdict import bound_sentence, headline
 from traceinsight.ingest import ingest
 from traceinsight.result import DiagnosisResult, Finding, primary_of
 

@@ -11,10 +11,11 @@ import pytest
 from conftest import invoke
 
 from tracegen.synth import KinetoTraceBuilder
-from traceinsight import schema
 from traceinsight.errors import StoreError, TraceInsightError
-from traceinsight.ingest import ingest, load, readers
-from traceinsight.store import TraceStore
+from traceinsight.ingest import ingest, load
+from traceinsight.ingest.readers import base as readers
+from traceinsight.store import schema
+from traceinsight.store.core import TraceStore
 
 FAKE_TOKEN = "hf_FAKEtokenFAKEtokenFAKEtoken1234"
 
@@ -90,7 +91,7 @@ def test_existing_store_of_other_traces_needs_force(tmp_path: Path) -> None:
 
 
 def test_failed_write_leaves_no_store(tmp_path: Path, monkeypatch) -> None:
-    import traceinsight.store as st
+    import traceinsight.store.core as st
 
     calls = {"n": 0}
     real = pq.write_table

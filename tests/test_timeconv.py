@@ -12,7 +12,12 @@ from test_ingest_corpus import load_json
 
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.ingest import ingest
-from traceinsight.ingest.timeconv import ConversionStats, NeedExactText, text_us_to_ns, us_to_ns
+from traceinsight.ingest.readers.kineto.timeconv import (
+    ConversionStats,
+    NeedExactText,
+    text_us_to_ns,
+    us_to_ns,
+)
 
 
 def test_integer_microseconds_are_exact() -> None:

@@ -36,9 +36,9 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     assert len(rules) == len(list((REPO / "rules").glob("*.yaml")))
     assert {f"traceinsight/_data/templates/{t}"
             for t in ("report.html", "compare.html", "base.html", "_macros.html")} <= templates
-    assert "traceinsight/data/devices.yaml" in names
+    assert "traceinsight/devices/devices.yaml" in names
     assert "traceinsight/py.typed" in names  # PEP 561: users' type checkers read our hints
-    assert "traceinsight/_profile_site/sitecustomize.py" in names  # `traceinsight profile`
+    assert "traceinsight/capture/_profile_site/sitecustomize.py" in names  # `traceinsight profile`
     assert not [n for n in names if n.endswith((".swp", "~", ".pyc"))]
     # the trace builders and the simulator are for tests, samples and benchmarks only
     top = {n.split("/")[0] for n in names}
@@ -58,7 +58,7 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     listing = run([sys.executable, "-m", "traceinsight", "rules", "--explain", "comm-bound"],
                   cwd=tmp_path, env=env).stdout
     assert "file: comm-bound.yaml" in listing
-    where = run([sys.executable, "-c", "import traceinsight.resources as r; "
+    where = run([sys.executable, "-c", "import traceinsight.util.resources as r; "
                  "print(r.data_dir('rules')); print(r.data_dir('templates'))"],
                 cwd=tmp_path, env=env).stdout
     # THEN the rules and templates come from the installed wheel, not the checkout

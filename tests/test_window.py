@@ -1,5 +1,5 @@
 """A store whose analysis would need more memory than ``--max-memory`` is diagnosed on its last
-steps that fit (``traceinsight.window``), and the result says so; a store that fits is
+steps that fit (``traceinsight.store.window``), and the result says so; a store that fits is
 diagnosed whole, unchanged."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from conftest import invoke
 
 import traceinsight.diagnose as dg
 from tracegen.workloads import Workload, build
-from traceinsight import window
 from traceinsight.analysis import Analysis
 from traceinsight.ingest import ingest
+from traceinsight.store import window
 
 STEPS = 10
 

@@ -544,7 +544,7 @@ def test_bundled_samples_are_current() -> None:
 def test_device_peaks_come_from_the_device_table(device: str) -> None:
     """The trace's device name resolves to the table entry the simulator takes its peaks from,
     and every peak the simulator uses is the table's unless the preset overrides it."""
-    from traceinsight import devices
+    from traceinsight.devices import table as devices
 
     dev = DEVICES[device]
     assert devices.resolve(dev.props, table=devices.builtin_table()).spec == dev.spec

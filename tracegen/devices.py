@@ -3,7 +3,7 @@
 Each :class:`SimDevice` holds the ``deviceProperties`` entry a profiler writes for that GPU (name,
 memory, compute capability, SM count: real values, so traceinsight's device matcher resolves the
 trace as it would a real one) and takes its **peaks from traceinsight's device table**
-(``traceinsight/data/devices.yaml`` through :mod:`traceinsight.devices`, the built-in table only,
+(``traceinsight/devices/devices.yaml`` through :mod:`traceinsight.devices.table`, the built-in table only,
 so a ``TRACEINSIGHT_DEVICES`` file never changes a generated trace). The simulated kernels run
 at a fraction of these peaks, and the analysis measures them against the same table.
 
@@ -22,14 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from traceinsight import devices as _table
+from traceinsight.devices import table as _table
 
 
 @functools.cache
 def _spec(key: str) -> _table.DeviceSpec:
     spec = _table.lookup(key, _table.builtin_table())
     if spec is None:
-        raise KeyError(f"device key {key!r} is not in traceinsight/data/devices.yaml")
+        raise KeyError(f"device key {key!r} is not in traceinsight/devices/devices.yaml")
     return spec
 
 
@@ -37,7 +37,7 @@ def _spec(key: str) -> _table.DeviceSpec:
 class SimDevice:
     """One modelled GPU: its trace properties and its peaks (FLOP/s and bytes/s)."""
 
-    table_key: str  #: the entry of traceinsight/data/devices.yaml that holds its peaks
+    table_key: str  #: the entry of traceinsight/devices/devices.yaml that holds its peaks
     props: Mapping[str, Any]  #: the ``deviceProperties`` entry (without ``id``)
     vendor: str = "nvidia"
     #: dtype -> FLOP/s used instead of the table's (documented per preset)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .cli import main
+from traceinsight.cli import main
 
 
 def run() -> None:

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .errors import InputError
+from traceinsight.errors import InputError
 
 RESULT_SCHEMA = "traceinsight.diagnosis"
 RESULT_VERSION = 1

@@ -10,11 +10,11 @@ from functools import cached_property, wraps
 
 import pandas as pd
 
-from ..store import TraceStore
-from ..vocab import UNATTRIBUTED
-from . import rollups
-from .attribution import Attribution, StepWindow, attribute
-from .breakdown import Breakdown, WindowBreakdown, breakdown
+from traceinsight.analysis import rollups
+from traceinsight.analysis.attribution import Attribution, StepWindow, attribute
+from traceinsight.analysis.breakdown import Breakdown, WindowBreakdown, breakdown
+from traceinsight.store.core import TraceStore
+from traceinsight.util.vocab import UNATTRIBUTED
 
 __all__ = [
     "UNATTRIBUTED",

@@ -30,19 +30,19 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from ..diagnostics import DiagnosticLog
-from ..store import TraceStore
-from ..vocab import UNATTRIBUTED
-from . import by_rank, categories
-from .intervals import Nesting, any_ancestor, take
-from .rank_tables import (
+from traceinsight.analysis import by_rank, categories
+from traceinsight.analysis.intervals import Nesting, any_ancestor, take
+from traceinsight.analysis.rank_tables import (
     GPU_COLUMNS,
     LazyFlows,
     all_columns,
     frame,
     rank_rows,
 )
-from .step_windows import StepWindow, step_windows
+from traceinsight.analysis.step_windows import StepWindow, step_windows
+from traceinsight.diagnostics import DiagnosticLog
+from traceinsight.store.core import TraceStore
+from traceinsight.util.vocab import UNATTRIBUTED
 
 GRAPH_REPLAY = "[graph replay]"
 BWD_PREFIX = "autograd::engine::evaluate_function:"

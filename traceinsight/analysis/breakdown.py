@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import by_rank
-from . import intervals as iv
-from .attribution import Attribution, StepWindow
+from traceinsight.analysis import by_rank
+from traceinsight.analysis import intervals as iv
+from traceinsight.analysis.attribution import Attribution, StepWindow
 
 PARTS = ("compute", "comm_exposed", "memcpy_exposed", "memset_exposed", "idle")
 

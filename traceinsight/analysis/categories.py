@@ -25,10 +25,16 @@ from functools import lru_cache
 import numpy as np
 import pandas as pd
 
-from ..vocab import CLASSES
-from . import by_rank
-from .intervals import any_ancestor
-from .kernel_table import COMM_OPS, KERNEL_CLASSES, KERNEL_DTYPES, MATRIX_HELPERS, OP_CLASSES
+from traceinsight.analysis import by_rank
+from traceinsight.analysis.intervals import any_ancestor
+from traceinsight.analysis.kernel_table import (
+    COMM_OPS,
+    KERNEL_CLASSES,
+    KERNEL_DTYPES,
+    MATRIX_HELPERS,
+    OP_CLASSES,
+)
+from traceinsight.util.vocab import CLASSES
 
 __all__ = ["CLASSES", "COMM_OP_RE", "MATRIX_CLASSES", "classify", "classify_names",
            "is_matrix_helper", "kernel_class", "kernel_dtype", "op_class"]

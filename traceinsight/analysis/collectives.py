@@ -192,7 +192,7 @@ def _per_collective(m: pd.DataFrame, offsets: dict[int, int],
     n = out["group_size"].where(out["group_size"].notna(),
                                 pg.map(lambda p: sizes.get(p, np.nan)))
     out["n"] = n.where(n.notna(), out["ranks"]).astype(np.int64)
-    from ..metrics.comm import bus_factor  # the one table of nccl-tests factors
+    from traceinsight.metrics.comm import bus_factor  # the one table of nccl-tests factors
     secs = out["transfer_ns"].clip(lower=1) / 1e9
     out["algbw"] = out["bytes"] / secs
     out["busbw"] = out["algbw"] * [bus_factor(str(k), int(x)) for k, x in

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import fmt
-from . import intervals as iv
+from traceinsight.analysis import intervals as iv
+from traceinsight.util import fmt
 
 #: host ranges and ops that load input (same patterns as the GPU input-bound rule)
 DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..store import TraceStore
-from . import intervals as iv
-from .categories import kernel_class
+from traceinsight.analysis import intervals as iv
+from traceinsight.analysis.categories import kernel_class
+from traceinsight.store.core import TraceStore
 
 HTA_COMM = re.compile(r"(^nccl.*)|(^hip)|(^hccl)|(.*ncclKernel.*)")
 HTA_MEMORY = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")

@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from .. import schema
-from ..resources import code_digest
-from . import Analysis
+from traceinsight.analysis import Analysis
+from traceinsight.store import schema
+from traceinsight.util.resources import code_digest
 
 if TYPE_CHECKING:
-    from ..metrics.registry import MetricSet
-    from ..store import TraceStore
+    from traceinsight.metrics.registry import MetricSet
+    from traceinsight.store.core import TraceStore
 
 __all__ = ["STEP_KEYS", "RankTask", "rank_summary", "summaries", "summarize_partition"]
 
@@ -49,8 +49,8 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
     """The summary of every rank of the store ``an`` analyses, in rank order (``ms``: its
     metrics when already computed, for the per-rank memory peaks)."""
     if ms is None:
-        from ..metrics import memory
-        from ..metrics.registry import MetricSet
+        from traceinsight.metrics import memory
+        from traceinsight.metrics.registry import MetricSet
 
         ms = MetricSet()
         memory.compute(an, ms)
@@ -66,7 +66,7 @@ def rank_summary(an: Analysis, rank: int, ms: MetricSet,
     """The summary of rank ``rank`` of the store ``an`` analyses (``gpu``: that rank's rows of
     the attributed GPU activities, when already split out: each rank is then summarised from
     its own rows, in time linear in the job)."""
-    from ..diagnose.sections import summary
+    from traceinsight.diagnose.sections import summary
 
     one = _OneRank(an, rank, gpu)
     rows = summary(cast(Analysis, one), ms)["ranks"]  # a duck-typed one-rank view
@@ -91,7 +91,7 @@ class _OneRank:
                             else dataclasses.replace(an.attribution, gpu=gpu))
         self.breakdown = an.breakdown
         if gpu is not None:  # step statistics are cached for the whole analysis: never from
-            from ..metrics.steps import step_stats  # one rank's rows
+            from traceinsight.metrics.steps import step_stats  # one rank's rows
 
             step_stats(an)
         self.cache = an.cache  #: shared with the whole analysis (step statistics, comm args)
@@ -112,7 +112,7 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
     """One record per communication kernel of ``rank``, columnar: its collective kind, process
     group and sequence number (from the ``record_param_comms`` op that launched it, or the
     kernel's own args), stream, step, start, duration and message size."""
-    from ..metrics.comm import collective_kind
+    from traceinsight.metrics.comm import collective_kind
 
     g = an.attribution.gpu
     comm = g[(g["rank"] == rank) & (g["kind"] == "kernel") & (g["cls"] == "communication")]
@@ -199,7 +199,7 @@ class RankTask:
 def summarize_partition(task: RankTask) -> list[dict[str, Any]]:
     """The summaries of the ranks of one partition (runs in a worker: reads that partition's
     tables alone; a file of several ranks makes one partition of them all)."""
-    from ..store import TraceStore
+    from traceinsight.store.core import TraceStore
 
     store = TraceStore.open(task.path)
     name = _cache_name(store)
@@ -220,7 +220,7 @@ def summarize_partition(task: RankTask) -> list[dict[str, Any]]:
 
 def summarize_store(store: TraceStore) -> list[dict[str, Any]]:
     """The summary of every rank of ``store`` (analysed here)."""
-    from . import plain_strings
+    from traceinsight.analysis import plain_strings
 
     with plain_strings():
         return summaries(Analysis(store))

@@ -10,9 +10,9 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema
-from ..store import TraceStore
-from . import by_rank
+from traceinsight.analysis import by_rank
+from traceinsight.store import schema
+from traceinsight.store.core import TraceStore
 
 __all__ = ["GPU_COLUMNS", "LazyFlows", "all_columns", "frame", "rank_rows"]
 

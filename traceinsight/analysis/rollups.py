@@ -13,9 +13,9 @@ from collections import Counter
 import numpy as np
 import pandas as pd
 
-from ..vocab import NO_MODULE
-from .attribution import Attribution
-from .breakdown import Breakdown
+from traceinsight.analysis.attribution import Attribution
+from traceinsight.analysis.breakdown import Breakdown
+from traceinsight.util.vocab import NO_MODULE
 
 NO_ANNOTATION = "[no annotation]"
 

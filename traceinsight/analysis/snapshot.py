@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from . import allocator_replay as ar
+from traceinsight.analysis import allocator_replay as ar
 
 MAX_MAP_SEGMENTS = 48
 MAX_MAP_BLOCKS = 160

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..diagnostics import DiagnosticLog
-from .intervals import take
+from traceinsight.analysis.intervals import take
+from traceinsight.diagnostics import DiagnosticLog
 
 
 @dataclass

@@ -15,27 +15,27 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__
-from ..devices import ENV_VAR as DEVICES_ENV
-from ..options import RooflineOptions
-from ..redact import redact_text
-from ..resources import code_digest, data_dir
-from ..result import DiagnosisResult, clean, primary_of
+from traceinsight import __version__
+from traceinsight.devices.table import ENV_VAR as DEVICES_ENV
+from traceinsight.options import RooflineOptions
+from traceinsight.result import DiagnosisResult, clean, primary_of
+from traceinsight.util.redact import redact_text
+from traceinsight.util.resources import code_digest, data_dir
 
 if TYPE_CHECKING:
-    from ..progress import Progress
-    from ..store import TraceStore
+    from traceinsight.store.core import TraceStore
+    from traceinsight.util.progress import Progress
 
 __all__ = ["diagnose", "headline", "result_key"]
 
 #: names this module offers that are imported on first use: a result read back from the cache
 #: needs none of the analysis stack (no pandas), so a second ``diagnose`` starts quickly
 _LAZY = {
-    "Analysis": ("..analysis", "Analysis"),
-    "evaluate": ("..engine", "evaluate"),
-    "load_rules": ("..engine", "load_rules"),
-    "compute_metrics": ("..metrics", "compute_metrics"),
-    "headline": ("..headline", "headline"),
+    "Analysis": ("traceinsight.analysis", "Analysis"),
+    "evaluate": ("traceinsight.engine.evaluate", "evaluate"),
+    "load_rules": ("traceinsight.engine.evaluate", "load_rules"),
+    "compute_metrics": ("traceinsight.metrics", "compute_metrics"),
+    "headline": ("traceinsight.diagnose.verdict", "headline"),
 }
 
 
@@ -47,7 +47,7 @@ def _load(name: str) -> Any:
         import importlib
 
         mod, attr = _LAZY[name]
-        m = importlib.import_module(mod, __name__)
+        m = importlib.import_module(mod)
         g[name] = m if attr is None else getattr(m, attr)
     return g[name]
 
@@ -68,9 +68,9 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
     folder instead of recomputed (only ``command`` differs); a new result is saved there.
     ``progress`` is told each phase (attribution, metrics, rules, sections). A store whose
     analysis would need more than ``max_memory_mb`` (default: ``$TRACEINSIGHT_MAX_MEMORY_MB``
-    or 4096) is diagnosed on its last steps that fit (:mod:`traceinsight.window`)."""
-    from ..distributed import current as current_runner
-    from ..window import bounded
+    or 4096) is diagnosed on its last steps that fit (:mod:`traceinsight.store.window`)."""
+    from traceinsight.store.window import bounded
+    from traceinsight.util.distributed import current as current_runner
 
     store = bounded(store, max_memory_mb)
     cmd = [redact_text(str(c)) for c in (command or [])]
@@ -80,7 +80,7 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
         cached = _read_cached(store, key)
         if cached is not None:
             return dataclasses.replace(cached, command=cmd)
-    from ..progress import Progress
+    from traceinsight.util.progress import Progress
 
     rules = _load("load_rules")([Path(d) for d in rules_dirs or []], list(overrides or []))
     result = _diagnose(store, rules, options, cmd, progress or Progress("analyse", quiet=True))
@@ -152,7 +152,7 @@ def _read_cached(store: TraceStore, key: str) -> DiagnosisResult | None:
 
 def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
               cmd: list[str], progress: Progress) -> DiagnosisResult:
-    from ..analysis import plain_strings
+    from traceinsight.analysis import plain_strings
 
     with plain_strings():
         return _diagnose_plain(store, rules, options, cmd, progress)
@@ -160,13 +160,13 @@ def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | No
 
 def _diagnose_plain(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
                     cmd: list[str], progress: Progress) -> DiagnosisResult:
-    from ..analysis import Analysis
-    from ..analysis.host import host_view
-    from ..engine import evaluate
-    from ..metrics import REGISTRY, coverage_table
-    from . import memory as memory_parts
-    from . import sections
-    from .viewer import open_in_viewer
+    from traceinsight.analysis import Analysis
+    from traceinsight.analysis.host import host_view
+    from traceinsight.diagnose import memory as memory_parts
+    from traceinsight.diagnose import sections
+    from traceinsight.diagnose.viewer import open_in_viewer
+    from traceinsight.engine.evaluate import evaluate
+    from traceinsight.metrics import REGISTRY, coverage_table
 
     compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
     an = Analysis(store)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import fmt
-from ..analysis import Analysis
-from ..analysis.memcategories import categories_view
-from ..metrics import MetricSet
-from ..result import SEVERITY_RANK, Finding
-from ..store import TraceStore
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.memcategories import categories_view
+from traceinsight.metrics import MetricSet
+from traceinsight.result import SEVERITY_RANK, Finding
+from traceinsight.store.core import TraceStore
+from traceinsight.util import fmt
 
 #: tables a trace fills; a store with none of their rows holds memory inputs only
 TRACE_TABLES = ("gpu_activities", "runtime_calls", "cpu_ops", "ranges", "python_frames",

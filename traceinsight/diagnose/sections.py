@@ -1,7 +1,7 @@
 """The sections of a :class:`DiagnosisResult` built from an :class:`Analysis` and its
 :class:`MetricSet`: trace info, per-rank summary, breakdown, rollups, the exact step basis,
 roofline (or why it is empty), memory and the representative-step timeline (the headline is
-:mod:`traceinsight.headline`)."""
+:mod:`traceinsight.diagnose.verdict`)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis, by_rank
-from ..metrics import MetricSet
-from ..metrics.options import RooflineOptions
-from ..metrics.steps import step_stats
-from ..metrics.timing import idle_split
-from ..store import TraceStore
-from ..vocab import NO_MODULE
-from .signature import signature_fields
+from traceinsight.analysis import Analysis, by_rank
+from traceinsight.diagnose.signature import signature_fields
+from traceinsight.metrics import MetricSet
+from traceinsight.metrics.options import RooflineOptions
+from traceinsight.metrics.steps import step_stats
+from traceinsight.metrics.timing import idle_split
+from traceinsight.store.core import TraceStore
+from traceinsight.util.vocab import NO_MODULE
 
 MAX_ROWS = 500
 MAX_STEP_ROWS = 4096

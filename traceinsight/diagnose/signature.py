@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
-from ..metrics import MetricSet
-from ..metrics.flops import dtype_of
-from ..metrics.mode import mode_of
-from ..metrics.options import RooflineOptions
+from traceinsight.analysis import Analysis
+from traceinsight.metrics import MetricSet
+from traceinsight.metrics.flops import dtype_of
+from traceinsight.metrics.mode import mode_of
+from traceinsight.metrics.options import RooflineOptions
 
 #: hex digits kept of a signature's sha256
 SIG_HEX = 16

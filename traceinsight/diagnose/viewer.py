@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..store import TraceStore
+from traceinsight.store.core import TraceStore
 
 
 def open_in_viewer(store: TraceStore, timeline: dict[str, Any] | None) -> dict[str, Any] | None:

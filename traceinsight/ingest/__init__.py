@@ -21,24 +21,32 @@ from typing import Any
 
 import pyarrow as pa
 
-from .. import __version__, prehash, schema
-from ..diagnostics import DiagnosticLog
-from ..distributed import current as current_runner
-from ..errors import InputError, TraceFormatError, TraceInsightError
-from ..outputs import check_store_target
-from ..progress import Progress
-from ..store import TraceStore, is_valid_store, read_meta, write_store
-from . import cache, ranks, readers, streamed
-from .cache import cache_root
-from .columns import arrow_without_pandas
-from .kineto import READER as KINETO
-from .memory_inputs import join as join_memory
-from .memory_inputs import with_memory
-from .memtimeline import READER as MEMORY_TIMELINE
-from .nsys import READER as NSYS
-from .readers import RankRead, Reader, open_trace, register, suffixes
-from .snapshot import READER as SNAPSHOT
-from .source import SourceFile, materialized, rank_from_filename, read_raw, scan_folder
+from traceinsight import __version__
+from traceinsight.diagnostics import DiagnosticLog
+from traceinsight.errors import InputError, TraceFormatError, TraceInsightError
+from traceinsight.ingest import cache, prehash, ranks, streamed
+from traceinsight.ingest.cache import cache_root
+from traceinsight.ingest.columns import arrow_without_pandas
+from traceinsight.ingest.memory_inputs import join as join_memory
+from traceinsight.ingest.memory_inputs import with_memory
+from traceinsight.ingest.readers import base as readers
+from traceinsight.ingest.readers.base import RankRead, Reader, open_trace, register, suffixes
+from traceinsight.ingest.readers.kineto import READER as KINETO
+from traceinsight.ingest.readers.memtimeline import READER as MEMORY_TIMELINE
+from traceinsight.ingest.readers.nsys import READER as NSYS
+from traceinsight.ingest.readers.snapshot import READER as SNAPSHOT
+from traceinsight.ingest.source import (
+    SourceFile,
+    materialized,
+    rank_from_filename,
+    read_raw,
+    scan_folder,
+)
+from traceinsight.store import schema
+from traceinsight.store.core import TraceStore, is_valid_store, read_meta, write_store
+from traceinsight.util.distributed import current as current_runner
+from traceinsight.util.outputs import check_store_target
+from traceinsight.util.progress import Progress
 
 #: the diagnostic of a rank file in a folder that could not be read
 RANK_MISSING = "rank-missing"

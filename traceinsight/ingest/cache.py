@@ -15,10 +15,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from .. import schema
-from ..errors import InputError
-from ..outputs import clean_stale
-from .source import rank_from_filename
+from traceinsight.errors import InputError
+from traceinsight.ingest.source import rank_from_filename
+from traceinsight.store import schema
+from traceinsight.util.outputs import clean_stale
 
 
 def cache_root() -> Path:
@@ -52,7 +52,7 @@ def content_key(files: list[Path], digests: list[str], options: dict[str, Any]) 
 def file_digest(path: Path) -> str:
     """sha256 of a file, read in 8 MiB pieces (or taken from ``prehash``, which may have
     hashed the unchanged file while the command started)."""
-    from ..prehash import take
+    from traceinsight.ingest.prehash import take
 
     got = take(path)
     if got is not None:

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import schema
+from traceinsight.store import schema
 
 __all__ = [
     "TableBuilder",

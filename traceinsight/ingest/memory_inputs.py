@@ -18,11 +18,11 @@ from typing import Any, Protocol
 
 import pyarrow as pa
 
-from ..errors import InputError
-from ..store import read_meta
-from . import readers
-from .readers import RankRead
-from .source import GZIP_MAGIC, rank_from_filename
+from traceinsight.errors import InputError
+from traceinsight.ingest.readers import base as readers
+from traceinsight.ingest.readers.base import RankRead
+from traceinsight.ingest.source import GZIP_MAGIC, rank_from_filename
+from traceinsight.store.core import read_meta
 
 
 class _ReadLike(Protocol):

@@ -22,12 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import __version__, partitions, schema
-from ..diagnostics import DiagnosticLog
-from ..distributed import current
-from ..errors import InputError, TraceFormatError
-from ..progress import Progress
-from ..store import (
+from traceinsight import __version__
+from traceinsight.diagnostics import DiagnosticLog
+from traceinsight.errors import InputError, TraceFormatError
+from traceinsight.ingest import cache
+from traceinsight.ingest.readers import base as readers
+from traceinsight.ingest.source import GZIP_MAGIC
+from traceinsight.store import partitions, schema
+from traceinsight.store.core import (
     META_FILE,
     STORE_FORMAT,
     TraceStore,
@@ -35,11 +37,11 @@ from ..store import (
     is_valid_store,
     read_meta,
 )
-from . import cache, readers
-from .source import GZIP_MAGIC
+from traceinsight.util.distributed import current
+from traceinsight.util.progress import Progress
 
 if TYPE_CHECKING:
-    from . import _Job
+    from traceinsight.ingest import _Job
 
 __all__ = ["applies", "read_and_write"]
 
@@ -109,7 +111,7 @@ def read_rank(task: RankTask) -> RankDone:
 
     Errors a folder's ingest turns into diagnostics come back as data; others are raised by
     the caller."""
-    from . import _looks_like_trace, ingest
+    from traceinsight.ingest import _looks_like_trace, ingest
 
     if task.in_worker:
         os.environ["TRACEINSIGHT_WORKERS"] = "1"
@@ -151,7 +153,7 @@ def _head(p: Path) -> bytes:
 
 def read_and_write(job: _Job, prog: Progress) -> TraceStore:
     """Ingest ``job``'s files one task per file into a rank-partitioned store."""
-    from . import _rank_missing
+    from traceinsight.ingest import _rank_missing
 
     inputs = job.inputs
     target_dir = job.out.parent if job.out is not None else cache.store_path("x").parent

@@ -23,7 +23,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .. import schema
+from traceinsight.store import schema
 
 __all__ = ["PENDING_BYTES", "ROW_GROUP_ROWS", "StoredTable", "TableSink", "join_parts"]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError, TraceFormatError, UnsupportedTraceVersion
+from traceinsight.errors import InputError, TraceFormatError, UnsupportedTraceVersion
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"

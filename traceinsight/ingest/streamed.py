@@ -19,12 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import schema
-from ..errors import InputError
-from . import readers
-from .readers import RankRead, Reader
-from .sink import StoredTable, TableSink, join_parts
-from .source import GZIP_MAGIC, gunzip_pieces, unreadable
+from traceinsight.errors import InputError
+from traceinsight.ingest.readers import base as readers
+from traceinsight.ingest.readers.base import RankRead, Reader
+from traceinsight.ingest.sink import StoredTable, TableSink, join_parts
+from traceinsight.ingest.source import GZIP_MAGIC, gunzip_pieces, unreadable
+from traceinsight.store import schema
 
 __all__ = ["FileHasher", "Parts", "head_of", "read_streamed", "store_tables"]
 

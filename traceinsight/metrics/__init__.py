@@ -14,12 +14,22 @@ from __future__ import annotations
 
 import traceback
 
-from ..analysis import Analysis
+from traceinsight.analysis import Analysis
 
 # the metric groups declare their metrics in the registry on import
-from . import comm, copies, memory, mode, precision, ranks, roofline, snapshot, timing
-from .options import RooflineOptions
-from .registry import (
+from traceinsight.metrics import (
+    comm,
+    copies,
+    memory,
+    mode,
+    precision,
+    ranks,
+    roofline,
+    snapshot,
+    timing,
+)
+from traceinsight.metrics.options import RooflineOptions
+from traceinsight.metrics.registry import (
     LOWER_BOUND_BELOW_PCT,
     REGISTRY,
     MetricInfo,

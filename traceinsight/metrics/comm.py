@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis, by_rank
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis, by_rank
+from traceinsight.metrics.registry import MetricSet, declare
 
 declare("collectives_per_step", "count", "communication kernels per step",
         needs="communication kernels")

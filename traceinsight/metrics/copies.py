@@ -27,9 +27,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis, by_rank
-from ..analysis import intervals as iv
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import intervals as iv
+from traceinsight.metrics.registry import MetricSet, declare
 
 KINDS = ("pageable", "pinned", "host", "d2d", "peer", "other")
 LABELS = {"pageable": "host copies, pageable memory", "pinned": "host copies, pinned memory",

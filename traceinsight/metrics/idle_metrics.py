@@ -14,9 +14,8 @@ from typing import Any
 
 import pandas as pd
 
-from .. import fmt
-from ..analysis import Analysis, by_rank
-from .idle import (
+from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis.idle import (
     BLOCKING_MIN_NS,
     CAUSES,
     NONSTEADY,
@@ -25,7 +24,8 @@ from .idle import (
     IdleSplit,
     idle_split,
 )
-from .registry import MetricSet, declare, declare_fact
+from traceinsight.metrics.registry import MetricSet, declare, declare_fact
+from traceinsight.util import fmt
 
 NEEDS = "GPU kernels"
 HINT = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"

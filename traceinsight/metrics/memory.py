@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis
+from traceinsight.metrics.registry import MetricSet, declare
 
 NEEDS = "[memory] events"
 HINT = "record with profile_memory=True"
@@ -201,8 +201,8 @@ def _growth(an: Analysis, rank: int, ts: np.ndarray, alloc: np.ndarray) -> dict 
 
 def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     """The ops that allocated most in the step (or trace) of the reserved peak."""
-    from ..analysis.attribution import nest_by_thread  # shared time-nesting helper
-    from ..analysis.intervals import take
+    from traceinsight.analysis.attribution import nest_by_thread  # shared time-nesting helper
+    from traceinsight.analysis.intervals import take
 
     d = gpu[(gpu["rank"] == worst["rank"]) & (gpu["device"] == worst["device"])
             & (gpu["bytes"].fillna(0) > 0)]

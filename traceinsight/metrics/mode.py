@@ -24,9 +24,9 @@ import re
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
-from .options import RooflineOptions
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis
+from traceinsight.metrics.options import RooflineOptions
+from traceinsight.metrics.registry import MetricSet, declare
 
 BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function|AccumulateGrad")
 OPTIMIZER_RE = re.compile(r"^(?:Optimizer|optimizer)\.(?:step|zero_grad)")

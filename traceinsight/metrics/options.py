@@ -3,6 +3,6 @@ in :mod:`traceinsight.options`, importable without the analysis stack."""
 
 from __future__ import annotations
 
-from ..options import RooflineOptions
+from traceinsight.options import RooflineOptions
 
 __all__ = ["RooflineOptions"]

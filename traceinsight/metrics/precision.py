@@ -16,7 +16,7 @@ helpers such as split-K reductions and Winograd transforms left out) gets an inp
 ``matrix_dtype_known_pct`` the share of matrix-kernel time whose dtype is known: below 50% the
 fp32 share is not measured (a rule on it is "not evaluated", never "passed" at 0%).
 
-The device table (:mod:`traceinsight.devices`) says which dtypes the part accelerates; the
+The device table (:mod:`traceinsight.devices.table`) says which dtypes the part accelerates; the
 ``*_speedup_ratio`` metrics are its peaks over the peak the fp32 work runs at (missing where the
 part has no such units: no bf16 or TF32 on V100, fp8 only on Hopper/Blackwell/MI300), and every
 precision recommendation of the low-precision rule is conditional on them.
@@ -27,10 +27,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
-from ..analysis.categories import MATRIX_CLASSES, is_matrix_helper, kernel_dtype
-from .options import RooflineOptions
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.categories import MATRIX_CLASSES, is_matrix_helper, kernel_dtype
+from traceinsight.metrics.options import RooflineOptions
+from traceinsight.metrics.registry import MetricSet, declare
 
 MIN_KNOWN_PCT = 50.0  #: below this share of known matrix time the fp32 share is not measured
 FP32_PATHS = ("fp32", "fp32_matrix")
@@ -63,7 +63,7 @@ declare("low_precision_speedup_ratio", "ratio", "the device's fastest 16-bit mat
 
 
 def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) -> None:
-    from .roofline import resolve_device
+    from traceinsight.metrics.roofline import resolve_device
 
     g = an.attribution.gpu
     kern = g[g["kind"].astype(object) == "kernel"] if len(g) else g
@@ -160,7 +160,7 @@ def _matrix_kernels(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
 
 def _op_dtypes(an: Analysis, op_idx: np.ndarray) -> np.ndarray:
     """The recorded input dtype of each launching op (None when not recorded or not floating)."""
-    from .flops import dtype_of
+    from traceinsight.metrics.flops import dtype_of
 
     out = np.full(len(op_idx), None, dtype=object)
     ops = an.attribution.ops

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import partitions
-from ..analysis import Analysis
-from ..analysis.collectives import cross_rank, straggler_profile
-from ..analysis.rank_summary import RankTask, summaries, summarize_partition
-from ..distributed import current
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.collectives import cross_rank, straggler_profile
+from traceinsight.analysis.rank_summary import RankTask, summaries, summarize_partition
+from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.store import partitions
+from traceinsight.util.distributed import current
 
 declare("straggler_slow_steps_pct", "%", "share of the steps in which the straggler rank is "
         "the slowest rank (its time outside exposed communication)",

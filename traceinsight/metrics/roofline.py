@@ -15,11 +15,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis
-from ..analysis.attribution import name_matches
-from ..analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
-from .options import RooflineOptions
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.attribution import name_matches
+from traceinsight.analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
+from traceinsight.metrics.options import RooflineOptions
+from traceinsight.metrics.registry import MetricSet, declare
 
 NEEDS = "input shapes (record_shapes=True) and a known device"
 HINT = ("record with record_shapes=True; for an unknown GPU pass --device NAME or "
@@ -68,7 +68,7 @@ for _d in DTYPE_PEAKS:
 
 def resolve_device(an: Analysis, opts: RooflineOptions):
     """The device spec for the run (from the first rank's deviceProperties, or the options)."""
-    from .. import devices
+    from traceinsight.devices import table as devices
 
     props = None
     for r in an.store.ranks:
@@ -219,7 +219,7 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     kn = has["name"].astype(object).to_numpy()
     tc = has.assign(tc=name_matches(kn, TENSOR_CORE_RE) & ~name_matches(kn, FP32_GEMM_RE))
     agg["tensor_core"] = tc.groupby("op_idx")["tc"].any()
-    from . import flops
+    from traceinsight.metrics import flops
 
     ops = an.attribution.ops.loc[agg.index]
     key = ops[["name", "input_dims", "input_types", "concrete_inputs", "flops"]].astype(object)

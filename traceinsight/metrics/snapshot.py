@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..analysis import Analysis
-from ..analysis.snapshot import snapshot_views
-from ..fmt import short_site
-from .registry import MetricSet, declare, declare_fact
+from traceinsight.analysis import Analysis
+from traceinsight.analysis.snapshot import snapshot_views
+from traceinsight.metrics.registry import MetricSet, declare, declare_fact
+from traceinsight.util.fmt import short_site
 
 NEEDS = "a CUDA memory snapshot"
 HINT = ("dump one with torch.cuda.memory._record_memory_history() ... "

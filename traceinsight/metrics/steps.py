@@ -36,12 +36,18 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .. import fmt
-from ..analysis import Analysis, StepWindow, WindowBreakdown, by_rank
-from ..analysis import intervals as iv
-from ..analysis.attribution import name_matches
-from .idle import BLOCKING_MIN_NS, COPY_CALL_RE, LAUNCH_CALL_RE, SYNC_CALL_RE, idle_split
-from .registry import MetricSet, declare, declare_fact
+from traceinsight.analysis import Analysis, StepWindow, WindowBreakdown, by_rank
+from traceinsight.analysis import intervals as iv
+from traceinsight.analysis.attribution import name_matches
+from traceinsight.analysis.idle import (
+    BLOCKING_MIN_NS,
+    COPY_CALL_RE,
+    LAUNCH_CALL_RE,
+    SYNC_CALL_RE,
+    idle_split,
+)
+from traceinsight.metrics.registry import MetricSet, declare, declare_fact
+from traceinsight.util import fmt
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"

@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from ..analysis import Analysis, by_rank
-from ..analysis import intervals as iv
-from . import idle_metrics, steps
-from .idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
-from .registry import MetricSet, declare
+from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import intervals as iv
+from traceinsight.analysis.idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
+from traceinsight.metrics import idle_metrics, steps
+from traceinsight.metrics.registry import MetricSet, declare
 
 NEEDS_STEPS = "ProfilerStep markers"
 HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"

@@ -10,8 +10,8 @@ import re
 import textwrap
 from typing import Any
 
-from .. import fmt
-from ..result import DiagnosisResult
+from traceinsight.result import DiagnosisResult
+from traceinsight.util import fmt
 
 #: diagnostics the device line already says (rendered there, not as data-quality warnings)
 DEVICE_CODES = ("device-unknown", "device-guessed")

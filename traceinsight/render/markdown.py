@@ -12,10 +12,10 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .. import fmt
-from ..result import DiagnosisResult, finding_sort_key
-from ..vocab import is_more_row
-from . import describe
+from traceinsight.render import describe
+from traceinsight.result import DiagnosisResult, finding_sort_key
+from traceinsight.util import fmt
+from traceinsight.util.vocab import is_more_row
 
 SEV_LABEL = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW", "info": "INFO"}
 TOP_N = 8
@@ -173,7 +173,7 @@ COMPARE_TOP_N = 10
 
 
 def render_compare_markdown(c: dict[str, Any]) -> str:
-    """A compact ticket body of a compare (the dict of ``traceinsight.compare.compare``): the
+    """A compact ticket body of a compare (the dict of ``traceinsight.compare.explain.compare``): the
     headline, step time before / after, the top contributors with signed deltas, findings that
     changed and new / gone counts. No HTML and no links; names are code spans."""
     a, b = c.get("before") or {}, c.get("after") or {}

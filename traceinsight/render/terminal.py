@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from .. import fmt
-from ..result import DiagnosisResult
-from ..safetext import for_terminal
-from . import describe
+from traceinsight.render import describe
+from traceinsight.result import DiagnosisResult
+from traceinsight.util import fmt
+from traceinsight.util.safetext import for_terminal
 
 SEV_STYLE = {"high": ("HIGH", "red"), "medium": ("MED ", "yellow"), "low": ("LOW ", "cyan"),
              "info": ("INFO", "white")}
@@ -193,7 +193,7 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
 # --- compare ----------------------------------------------------------------------------------
 
 def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> str:
-    """The terminal view of a compare (the dict of ``traceinsight.compare.compare``): step time,
+    """The terminal view of a compare (the dict of ``traceinsight.compare.explain.compare``): step time,
     the top ``n`` contributors with signed deltas, findings that changed, new / gone names."""
     width = width or fmt.terminal_width()
     a, b = c["before"], c["after"]

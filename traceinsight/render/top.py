@@ -8,8 +8,8 @@ from typing import Any
 
 import pandas as pd
 
-from .. import fmt
-from ..safetext import for_terminal
+from traceinsight.util import fmt
+from traceinsight.util.safetext import for_terminal
 
 
 def _clean(v: Any) -> Any:

@@ -54,11 +54,22 @@ import math
 from dataclasses import replace
 from typing import Any
 
-from . import conv, matmul, movement, pointwise  # noqa: F401 - each registers its op models
-from .args import _COMPOSITE_MODELS, _MODELS, _Args, _main_dtype, _Model
-from .core import KINDS, OpCost, _as_list
-from .dtypes import PEAK_DTYPE_FOR, bytes_per_element, dtype_of, roof_dtype
-from .pointwise import _FOREACH_COST, _FUSED_OPT, ELEMENTWISE_COST, _elementwise, _foreach
+from traceinsight.metrics.flops import conv, matmul, movement, pointwise  # noqa: F401 - each registers its op models
+from traceinsight.metrics.flops.args import _COMPOSITE_MODELS, _MODELS, _Args, _main_dtype, _Model
+from traceinsight.metrics.flops.core import KINDS, OpCost, _as_list
+from traceinsight.metrics.flops.dtypes import (
+    PEAK_DTYPE_FOR,
+    bytes_per_element,
+    dtype_of,
+    roof_dtype,
+)
+from traceinsight.metrics.flops.pointwise import (
+    _FOREACH_COST,
+    _FUSED_OPT,
+    ELEMENTWISE_COST,
+    _elementwise,
+    _foreach,
+)
 
 __all__ = [
     "COMPOSITE_OPS",

@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .core import OpCost, _cval, _prod, _shape
-from .dtypes import _DTYPE_BPE, _FLOAT, _out_dtype, _type_info
+from traceinsight.metrics.flops.core import OpCost, _cval, _prod, _shape
+from traceinsight.metrics.flops.dtypes import _DTYPE_BPE, _FLOAT, _out_dtype, _type_info
 
 
 @dataclass(frozen=True)

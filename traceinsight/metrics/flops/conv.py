@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from .args import (
+from traceinsight.metrics.flops.args import (
     _COMPOSITE_MODELS,
     _MODELS,
     _Args,
@@ -15,7 +15,7 @@ from .args import (
     _main_dtype,
     _reg,
 )
-from .core import OpCost, _prod
+from traceinsight.metrics.flops.core import OpCost, _prod
 
 # ---- convolution
 

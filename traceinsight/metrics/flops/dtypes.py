@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from .core import OpCost, _as_list
+from traceinsight.metrics.flops.core import OpCost, _as_list
 
 # ------------------------------------------------------------------------------------ dtypes
 
@@ -111,7 +111,7 @@ def roof_dtype(cost: OpCost, kernel_names: Iterable[str] = ()) -> str | None:
     (:func:`traceinsight.analysis.categories.kernel_dtype`): TF32 tensor-core kernels
     (``*tf32*``, ``*xf32*``, ``*s1688gemm*``, or a tensor-core kernel fed fp32 inputs) run at the
     TF32 peak, AMD fp32 MFMA kernels (``Cijk_..._S.._MI16x16x1``) at the fp32 matrix peak."""
-    from ...analysis.categories import kernel_dtype
+    from traceinsight.analysis.categories import kernel_dtype
 
     base = PEAK_DTYPE_FOR.get(cost.dtype)
     if base != "fp32" or cost.kind not in ("gemm", "conv", "attention"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .args import (
+from traceinsight.metrics.flops.args import (
     _COMPOSITE_MODELS,
     _MODELS,
     _T,
@@ -15,9 +15,9 @@ from .args import (
     _main_dtype,
     _reg,
 )
-from .core import OpCost, _is_float_text, _prod
-from .dtypes import _SCALAR_TYPE
-from .pointwise import ELEMENTWISE_COST
+from traceinsight.metrics.flops.core import OpCost, _is_float_text, _prod
+from traceinsight.metrics.flops.dtypes import _SCALAR_TYPE
+from traceinsight.metrics.flops.pointwise import ELEMENTWISE_COST
 
 # ---- GEMM
 

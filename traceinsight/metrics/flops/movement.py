@@ -3,7 +3,7 @@ concatenation, gathers and scatters, embeddings, advanced indexing, dtype conver
 
 from __future__ import annotations
 
-from .args import (
+from traceinsight.metrics.flops.args import (
     _COMPOSITE_MODELS,
     _MODELS,
     _T,
@@ -14,8 +14,8 @@ from .args import (
     _reg,
     _shape_list,
 )
-from .core import OpCost, _prod
-from .dtypes import _SCALAR_TYPE, _out_dtype
+from traceinsight.metrics.flops.core import OpCost, _prod
+from traceinsight.metrics.flops.dtypes import _SCALAR_TYPE, _out_dtype
 
 # ---- copies, gathers, fills
 

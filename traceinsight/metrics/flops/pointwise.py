@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .args import (
+from traceinsight.metrics.flops.args import (
     _COMPOSITE_MODELS,
     _MODELS,
     _T,
@@ -16,8 +16,8 @@ from .args import (
     _main_dtype,
     _reg,
 )
-from .core import OpCost, _prod
-from .dtypes import _FLOAT, _SCALAR_TYPE, _out_dtype
+from traceinsight.metrics.flops.core import OpCost, _prod
+from traceinsight.metrics.flops.dtypes import _FLOAT, _SCALAR_TYPE, _out_dtype
 
 # ---- elementwise
 

@@ -12,9 +12,9 @@ view of each report: plain dicts and lists, so the templates hold no logic beyon
 
 from __future__ import annotations
 
-from .charts.waterfall import WATERFALL_TOP, waterfall_rows
-from .compare_page import build_compare_view, render_compare_html
-from .diagnose_page import build_view, render_html
+from traceinsight.render.html.charts.waterfall import WATERFALL_TOP, waterfall_rows
+from traceinsight.render.html.compare_page import build_compare_view, render_compare_html
+from traceinsight.render.html.diagnose_page import build_view, render_html
 
 __all__ = ["WATERFALL_TOP", "build_compare_view", "build_view", "render_compare_html",
            "render_html", "waterfall_rows"]

@@ -1,7 +1,7 @@
 """Table cells and table views of the HTML reports.
 
 A table view is columns ``{name, format, num, title}`` and rows of cells; a cell holds the text
-(:func:`traceinsight.fmt.format_cell`), a sort key, a tooltip and its styling. The ``[N more]``
+(:func:`traceinsight.util.fmt.format_cell`), a sort key, a tooltip and its styling. The ``[N more]``
 row of a capped rollup goes to the footer (it never sorts).
 """
 
@@ -11,9 +11,9 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ...fmt import format_cell
-from ...vocab import CLASSES, is_more_row
-from .svg import num
+from traceinsight.render.html.svg import num
+from traceinsight.util.fmt import format_cell
+from traceinsight.util.vocab import CLASSES, is_more_row
 
 #: rows shown before a table folds the rest behind "show all"
 TABLE_LIMIT = 25

@@ -1,5 +1,5 @@
 """The view of the compare report: plain data built from the dict of
-:func:`traceinsight.compare.compare`, for ``templates/compare.html`` on ``base.html`` (the same
+:func:`traceinsight.compare.explain.compare`, for ``templates/compare.html`` on ``base.html`` (the same
 machinery as the diagnosis report: cells, charts, the report's CSS/JS and CSP). Changes of time
 are signed (+ is slower, coloured as worse; − is faster)."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import fmt
-from ...fmt import signed_ns, signed_pct
-from ...redact import redact_tokens
-from ...result import SEVERITY_RANK
-from .cells import table, tone
-from .charts.compare_bars import COMPARE_PARTS, compare_bars
-from .charts.waterfall import waterfall_chart, waterfall_rows
-from .environment import render_page
+from traceinsight.render.html.cells import table, tone
+from traceinsight.render.html.charts.compare_bars import COMPARE_PARTS, compare_bars
+from traceinsight.render.html.charts.waterfall import waterfall_chart, waterfall_rows
+from traceinsight.render.html.environment import render_page
+from traceinsight.result import SEVERITY_RANK
+from traceinsight.util import fmt
+from traceinsight.util.fmt import signed_ns, signed_pct
+from traceinsight.util.redact import redact_tokens
 
 #: name lists (new / gone kernels and ops) longer than this start collapsed
 LIST_OPEN = 12
@@ -26,8 +26,8 @@ COMPARE_NAV = [("comparability", "Comparability"), ("step-time", "Step time"),
 
 
 def render_compare_html(c: dict[str, Any]) -> str:
-    """The compare report (the dict of ``traceinsight.compare.compare``) as one HTML document."""
-    from ..markdown import render_compare_markdown
+    """The compare report (the dict of ``traceinsight.compare.explain.compare``) as one HTML document."""
+    from traceinsight.render.markdown import render_compare_markdown
 
     view = build_compare_view(c)
     payload = {"schema": "traceinsight.compare-report", "version": 1, "tool": view["tool"],

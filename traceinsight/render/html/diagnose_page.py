@@ -14,20 +14,26 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ... import fmt
-from ...redact import TOKEN_RE, redact_arg, redact_tokens
-from ...result import SEVERITY_RANK, DiagnosisResult, Finding, finding_sort_key, severity_rank
-from ...vocab import CLASSES, is_more_row
-from .. import describe
-from .cells import css_ident, evidence_columns, table
-from .charts.breakdown import SEGMENTS, class_chart, rank_chart
-from .charts.ranks import ranks_view
-from .charts.roofline import roofline_chart
-from .charts.steps import SLOW_STEP_FACTOR, step_chart
-from .charts.timeline import timeline_chart
-from .environment import render_page
-from .host import host_view
-from .memory_view import capacity_share, memory_view
+from traceinsight.render import describe
+from traceinsight.render.html.cells import css_ident, evidence_columns, table
+from traceinsight.render.html.charts.breakdown import SEGMENTS, class_chart, rank_chart
+from traceinsight.render.html.charts.ranks import ranks_view
+from traceinsight.render.html.charts.roofline import roofline_chart
+from traceinsight.render.html.charts.steps import SLOW_STEP_FACTOR, step_chart
+from traceinsight.render.html.charts.timeline import timeline_chart
+from traceinsight.render.html.environment import render_page
+from traceinsight.render.html.host import host_view
+from traceinsight.render.html.memory_view import capacity_share, memory_view
+from traceinsight.result import (
+    SEVERITY_RANK,
+    DiagnosisResult,
+    Finding,
+    finding_sort_key,
+    severity_rank,
+)
+from traceinsight.util import fmt
+from traceinsight.util.redact import TOKEN_RE, redact_arg, redact_tokens
+from traceinsight.util.vocab import CLASSES, is_more_row
 
 MAX_STEP_ROWS = 1000
 MAX_RANK_ROWS = 1024
@@ -51,7 +57,7 @@ MEMORY_NAV = [("findings", "Findings"), ("memory", "Memory"), ("diagnostics", "D
 
 def render_html(result: DiagnosisResult) -> str:
     """The report as one HTML document (a string; the caller writes it)."""
-    from ..markdown import render_markdown
+    from traceinsight.render.markdown import render_markdown
 
     view = build_view(result)
     payload = {"schema": "traceinsight.report", "version": 1,

@@ -17,8 +17,8 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from ... import fmt
-from ...resources import data_dir
+from traceinsight.util import fmt
+from traceinsight.util.resources import data_dir
 
 #: the script every report runs (inlined; allowed by the CSP by its hash)
 SCRIPT = "report.js"

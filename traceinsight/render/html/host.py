@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import fmt
-from ...result import DiagnosisResult
-from .cells import table
-from .svg import Svg
+from traceinsight.render.html.cells import table
+from traceinsight.render.html.svg import Svg
+from traceinsight.result import DiagnosisResult
+from traceinsight.util import fmt
 
 #: the parts of step time, in the result's order, with their css class
 PARTS = {"framework ops": "host-ops", "Python and other host work": "host-py",

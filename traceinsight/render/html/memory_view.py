@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ... import fmt
-from ...result import DiagnosisResult
-from .cells import table
-from .charts.categories import categories_chart
-from .charts.memory import memory_chart
-from .charts.segments import LEGEND as SEGMENT_LEGEND
-from .charts.segments import segment_chart
+from traceinsight.render.html.cells import table
+from traceinsight.render.html.charts.categories import categories_chart
+from traceinsight.render.html.charts.memory import memory_chart
+from traceinsight.render.html.charts.segments import LEGEND as SEGMENT_LEGEND
+from traceinsight.render.html.charts.segments import segment_chart
+from traceinsight.result import DiagnosisResult
+from traceinsight.util import fmt
 
 MAX_MEMORY_CHARTS = 4
 MAX_FRAMES_SHOWN = 12

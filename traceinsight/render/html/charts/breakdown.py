@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .... import fmt
-from ..cells import css_ident
-from ..svg import Svg
+from traceinsight.render.html.cells import css_ident
+from traceinsight.render.html.svg import Svg
+from traceinsight.util import fmt
 
 #: GPU time breakdown segments: (key in the breakdown row, label, css class)
 SEGMENTS = (("compute_ns", "compute", "compute"), ("comm_exposed_ns", "comm exposed", "comm"),

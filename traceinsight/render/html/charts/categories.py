@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .... import fmt
-from ..svg import Svg, path
-from .memory import byte_time_axes
+from traceinsight.render.html.charts.memory import byte_time_axes
+from traceinsight.render.html.svg import Svg, path
+from traceinsight.util import fmt
 
 
 def categories_chart(v: dict[str, Any]) -> dict[str, Any]:

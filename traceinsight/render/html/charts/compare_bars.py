@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .... import fmt
-from ....fmt import signed_ns, signed_pct
-from ..cells import tone
-from ..svg import Svg, ticks
+from traceinsight.render.html.cells import tone
+from traceinsight.render.html.svg import Svg, ticks
+from traceinsight.util import fmt
+from traceinsight.util.fmt import signed_ns, signed_pct
 
 #: breakdown parts of a compare (``part`` -> label, css segment class)
 COMPARE_PARTS = (("compute", "compute", "compute"), ("comm exposed", "comm exposed", "comm"),

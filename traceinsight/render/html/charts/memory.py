@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .... import fmt
-from ..svg import Svg, path, ticks
+from traceinsight.render.html.svg import Svg, path, ticks
+from traceinsight.util import fmt
 
 #: the capacity is drawn to scale when it is at most this multiple of the data's maximum
 CAPACITY_SCALE = 2.0

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .... import fmt
-from ..cells import table
-from ..svg import Svg
+from traceinsight.render.html.cells import table
+from traceinsight.render.html.svg import Svg
+from traceinsight.util import fmt
 
 #: the heatmaps: (key of cross_rank["heatmaps"], title)
 MAPS = (("wall_ns", "step time"), ("idle_ns", "GPU idle"),

@@ -6,8 +6,8 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from .... import fmt
-from ..svg import Svg, num, path
+from traceinsight.render.html.svg import Svg, num, path
+from traceinsight.util import fmt
 
 
 def roofline_chart(pts: list[dict[str, Any]], bandwidth: Any,

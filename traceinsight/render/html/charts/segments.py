@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .... import fmt
-from ..svg import Svg
+from traceinsight.render.html.svg import Svg
+from traceinsight.util import fmt
 
 ROW, GAP, LABEL_W = 16, 5, 150
 STATE_CLASS = {"allocated": "blk-alloc", "pending_free": "blk-pending"}

@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .... import fmt
-from ..svg import Svg, num, ticks
-from .breakdown import SEGMENTS
+from traceinsight.render.html.charts.breakdown import SEGMENTS
+from traceinsight.render.html.svg import Svg, num, ticks
+from traceinsight.util import fmt
 
 #: a step slower than this factor x the median step is marked slow
 SLOW_STEP_FACTOR = 1.25

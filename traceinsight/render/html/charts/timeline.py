@@ -10,10 +10,10 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from .... import fmt
-from ....vocab import CLASSES
-from ..cells import css_ident
-from ..svg import Svg, num, ticks
+from traceinsight.render.html.cells import css_ident
+from traceinsight.render.html.svg import Svg, num, ticks
+from traceinsight.util import fmt
+from traceinsight.util.vocab import CLASSES
 
 MAX_LANES = 24
 TIMELINE_MAX_RECTS = 5000

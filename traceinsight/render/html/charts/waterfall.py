@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .... import fmt
-from ....fmt import signed_ns
-from ..svg import Svg, nice_step, num, ticks_between
+from traceinsight.render.html.svg import Svg, nice_step, num, ticks_between
+from traceinsight.util import fmt
+from traceinsight.util.fmt import signed_ns
 
 #: contributors drawn one bar each in the waterfall; the rest are summed into one "others" bar
 WATERFALL_TOP = 15

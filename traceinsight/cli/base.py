@@ -1,0 +1,148 @@
+"""The command line's plumbing: the group class (one-line errors, exit codes, the global
+options on every command) and the output helpers the commands share (atomic writes, the
+rendering of the requested files, notes on stderr). :mod:`traceinsight.cli` holds the commands.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from traceinsight.errors import TraceInsightError
+from traceinsight.util.safetext import for_terminal
+
+if TYPE_CHECKING:
+    from traceinsight.result import DiagnosisResult
+
+
+def _keep(name: str) -> Callable[[click.Context, click.Parameter, bool], bool]:
+    def callback(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        if value:  # the command's context shares the group's obj dict
+            ctx.ensure_object(dict)[name] = True
+        return value
+    return callback
+
+
+def _global_options() -> list[click.Parameter]:
+    """The group's own options, accepted after the command name too (``diagnose x --quiet``)."""
+    return [click.Option(["-q", "--quiet"], is_flag=True, expose_value=False,
+                         callback=_keep("quiet"),
+                         help="No progress bars (also before the command)."),
+            click.Option(["--debug"], is_flag=True, expose_value=False, callback=_keep("debug"),
+                         help="Show tracebacks for errors (also before the command).")]
+
+
+class Group(click.Group):
+    """Turns library errors into one line on stderr and exit code 2; gives every command the
+    global options."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        have = {o for p in cmd.params for o in getattr(p, "opts", [])}
+        cmd.params.extend(p for p in _global_options() if not set(p.opts) & have)
+        super().add_command(cmd, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        env_debug = os.environ.get("TRACEINSIGHT_DEBUG") == "1"
+
+        def debug_on() -> bool:
+            return env_debug or bool(ctx.params.get("debug")) or bool((ctx.obj or {}).get("debug"))
+
+        debug = debug_on()
+        try:
+            return super().invoke(ctx)
+        except TraceInsightError as e:
+            if debug_on():
+                raise
+            click.echo(f"traceinsight: error: {for_terminal(e.one_line())}", err=True)
+            ctx.exit(e.exit_code)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except BrokenPipeError:  # `traceinsight rules | head`: the reader left; so do we
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(141)
+        except KeyboardInterrupt:
+            click.echo("traceinsight: interrupted", err=True)
+            ctx.exit(130)
+        except MemoryError:
+            if debug_on():
+                raise
+            click.echo("traceinsight: error: out of memory (hint: free memory or use a machine "
+                       "with more RAM; ingest needs about 2.5x the uncompressed trace size)",
+                       err=True)
+            ctx.exit(2)
+        except Exception as e:  # the last line of defence for users
+            if debug or debug_on():
+                raise
+            click.echo(f"traceinsight: internal error: {type(e).__name__}: "
+                       f"{for_terminal(str(e))} "
+                       "(hint: rerun with --debug for the traceback and report it)", err=True)
+            ctx.exit(2)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a text file via a temporary sibling and rename: never a half-written output
+    (a device or FIFO is written in place; :mod:`traceinsight.util.outputs`)."""
+    from traceinsight.util.outputs import write_text
+
+    write_text(path, text)
+
+
+def with_skipped(result: DiagnosisResult, inputs: list[Path],
+                  store: Any) -> tuple[DiagnosisResult, list[str]]:
+    """The result with a data-quality note per entry of the input folder that was not read,
+    and those notes as stderr lines."""
+    from traceinsight.ingest.inputs import skipped_entries, skipped_lines
+
+    extra = skipped_entries(inputs, store)
+    if extra:
+        result = dataclasses.replace(result, diagnostics=[*result.diagnostics, *extra])
+    return result, skipped_lines(result.diagnostics)
+
+
+def emit(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
+          as_json: Callable[[], str], as_md: Callable[[], str], as_html: Callable[[], str],
+          as_text: Callable[[], str], progress: Any = None, notes: Sequence[str] = ()) -> None:
+    """Write the requested files atomically, then print the terminal view (or the JSON, for
+    ``--json -``) and name the files written (and ``notes``) on stderr. ``progress`` (a
+    :class:`~traceinsight.util.progress.Progress`) shows the rendering and ends before the print."""
+    if progress is not None:
+        progress.stage("rendering", 0.95)
+    try:
+        outputs, text = render_all(json_out, md_out, html_out, as_json=as_json, as_md=as_md,
+                                    as_html=as_html, as_text=as_text)
+    finally:
+        if progress is not None:
+            progress.done()
+    click.echo(text, nl=False)
+    if json_out is None or str(json_out) != "-":
+        for path in outputs:
+            click.echo(f"wrote {path}", err=True)
+    for line in notes:
+        click.echo(line, err=True)
+
+
+def render_all(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
+                as_json: Callable[[], str], as_md: Callable[[], str],
+                as_html: Callable[[], str],
+                as_text: Callable[[], str]) -> tuple[dict[Path, str], str]:
+    """Write the requested files; the text for stdout (the view, or the JSON for --json -)."""
+    outputs = {}
+    if json_out is not None and str(json_out) != "-":
+        outputs[json_out] = as_json()
+    if md_out is not None:
+        outputs[md_out] = as_md()
+    if html_out is not None:
+        outputs[html_out] = as_html()
+    from traceinsight.util.outputs import write_files
+
+    write_files(outputs)  # all or none
+    if json_out is not None and str(json_out) == "-":
+        return outputs, as_json() + "\n"
+    return outputs, as_text()

@@ -1,0 +1,58 @@
+"""``traceinsight ingest``: read traces into a parquet trace store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from traceinsight.cli.ranks import rank_options
+
+if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
+    pass
+from traceinsight.cli.options import CONTEXT, INPUTS, strict
+
+
+@click.command(context_settings=CONTEXT)
+@INPUTS
+@click.option("-o", "--output", type=click.Path(path_type=Path),
+              help="Store directory to write (default: the cache, keyed by file content).")
+@click.option("--force", is_flag=True, help="Replace an existing store at --output.")
+@click.option("--salvage", is_flag=True,
+              help="Read the complete events of a truncated trace instead of refusing it.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the store's location and counts as JSON.")
+@strict
+@rank_options
+@click.pass_context
+def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, force: bool,
+           salvage: bool, as_json: bool) -> None:
+    """Read traces into a parquet trace store.
+
+    INPUTS is one trace file, several per-rank files of one run, or one folder of per-rank
+    files. The rank of each file comes from its distributedInfo, else from its name
+    (rank-3..., worker3...). Re-running on unchanged input reuses the store.
+
+    \b
+    Examples:
+      traceinsight ingest trace.json.gz
+      traceinsight ingest traces/ -o run.tistore
+    """
+    from traceinsight.ingest.prehash import start as start_hashing
+
+    start_hashing(inputs)  # the traces' sha256 (the content key) while the library imports
+    from traceinsight.ingest import ingest as do_ingest
+
+    store = do_ingest(list(inputs), output, force=force, salvage=salvage,
+                      quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
+    ranks = [r["rank"] for r in store.ranks]
+    info = {"store": str(store.path), "tables": store.row_counts, "ranks": ranks,
+            "diagnostics": len(store.meta.get("diagnostics", []))}
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+    else:
+        rows = ", ".join(f"{k} {v:,}" for k, v in store.row_counts.items() if v)
+        click.echo(f"store: {store.path}")
+        click.echo(f"ranks: {', '.join(str(r) for r in ranks)}; rows: {rows}")

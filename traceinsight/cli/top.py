@@ -1,0 +1,71 @@
+"""``traceinsight top``: the top kernels, ops, layers, module types or annotations by GPU time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from traceinsight.cli.checks import COUNT
+
+if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
+    pass
+from traceinsight.cli.options import CONTEXT, INPUTS, strict
+
+
+@click.command(context_settings=CONTEXT)
+@INPUTS
+@click.option("--by", type=click.Choice(["kernel", "op", "layer", "module-type", "annotation",
+                                         "step"]),
+              default="kernel", show_default=True, help="What to group GPU time by.")
+@click.option("-n", "top_n", default=20, show_default=True, type=COUNT, help="Rows to show.")
+@click.option("--rank", type=int, default=None,
+              help="Only this rank (default: all ranks together).")
+@click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON.")
+@strict
+@click.pass_context
+def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank: int | None,
+        as_json: bool) -> None:
+    """Where the GPU time went: the top kernels, operators, layers, annotations or steps.
+
+    \b
+    --by kernel      GPU kernels (and copies) by total time, with their launching op
+    --by op          framework ops: device self time (kernels launched directly), device
+                     total (with callees), host time, calls, the costliest input shapes
+    --by layer       nn.Module paths (needs with_stack=True), forward vs backward
+    --by module-type nn.Module types over all their instances (Qwen2Attention ×24), with
+                     their sub-modules
+    --by annotation  record_function / user annotations
+    --by step        per ProfilerStep: wall time, GPU busy, compute, exposed comm, idle
+
+    Kernels that cannot be linked to a CPU op are listed as [unattributed]: rows always add
+    up to the total GPU time.
+
+    \b
+    Examples:
+      traceinsight top trace.json.gz
+      traceinsight top traces/ --by op -n 30
+      traceinsight top trace.json.gz --by module-type
+      traceinsight top traces/ --by step --rank 2 --json
+    """
+    from traceinsight.analysis import Analysis
+    from traceinsight.ingest import load
+    from traceinsight.render.top import records, render_top
+    from traceinsight.util.progress import Progress
+
+    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
+    an = Analysis(store)
+    prog = Progress("analyse", quiet=ctx.obj["quiet"])
+    prog.stage("attribution" if by != "step" else "breakdown", 0.0)
+    try:
+        df = an.rollup(by, rank)
+        cov = an.attribution.coverage(rank)
+    finally:
+        prog.done()
+    if as_json:
+        click.echo(json.dumps({"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
+                              indent=2, default=str))
+    else:
+        click.echo(render_top(df, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank))

@@ -1,0 +1,297 @@
+"""The parquet trace store: one directory, one parquet file per table, ``meta.json``.
+
+Writes are atomic: everything is written into a hidden sibling directory which is renamed
+into place only when complete, so an interrupted ingest never leaves a store that looks
+valid; the next write removes the temporaries of a killed run. A store is valid when
+``meta.json`` exists, names the current schema version, has the keys and types its reader
+relies on, and every table it lists is a parquet file with every column of the schema.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traceinsight.diagnostics import Diagnostic
+from traceinsight.errors import StoreError
+from traceinsight.store import partitions, schema
+from traceinsight.util.outputs import clean_stale
+
+META_FILE = "meta.json"
+#: a table with more rows is read for each use, only the columns asked for, and not kept in
+#: memory: a large store's analysis holds its own frames, not a second copy of every table
+CACHE_MAX_ROWS = 2_000_000
+#: sub-folder of cached analysis results (``diagnose`` keys them by code, rules and options)
+DERIVED_DIR = "derived"
+DERIVED_KEEP = 8
+STORE_FORMAT = "traceinsight-store"
+
+
+@dataclass
+class TraceStore:
+    """An open store: metadata in memory, tables read from parquet on first use."""
+
+    path: Path
+    meta: dict[str, Any]
+    _tables: dict[str, pa.Table] = field(default_factory=dict, repr=False)
+
+    # --- opening ---------------------------------------------------------------------------
+    @classmethod
+    def open(cls, path: str | Path) -> TraceStore:
+        """Open the store at ``path``, validated against the schema (exit 2 naming the missing
+        or damaged part)."""
+        path = Path(path)
+        meta = read_meta(path)
+        if meta is None:
+            raise StoreError("not a trace store (no meta.json)", path=path,
+                             hint="create one with: traceinsight ingest TRACE -o " + str(path))
+        if meta.get("schema_version") != schema.SCHEMA_VERSION:
+            raise StoreError(
+                f"store has schema version {meta.get('schema_version')}, this traceinsight "
+                f"reads version {schema.SCHEMA_VERSION}", path=path,
+                hint="re-ingest the trace: traceinsight ingest TRACE -o STORE --force")
+        _check_meta(path, meta)
+        if partitions.names(meta):  # one single-rank store per rank folder
+            partitions.check(path, meta, _check_table)
+        else:
+            for name in meta["tables"]:
+                _check_table(path, name)
+        return cls(path, meta)
+
+    @classmethod
+    def in_memory(cls, meta: dict[str, Any], tables: dict[str, pa.Table]) -> TraceStore:
+        return cls(Path("<memory>"), meta, dict(tables))
+
+    # --- access ----------------------------------------------------------------------------
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        if name not in schema.TABLES:
+            raise KeyError(name)
+        t = self._tables.get(name)
+        if t is None:
+            f = self.path / f"{name}.parquet"
+            if partitions.names(self.meta):
+                t = partitions.read_table(self.path, self.meta, name, _restore_schema)
+            elif not f.is_file():
+                t = schema.empty_table(name)
+            else:
+                try:
+                    if self.row_counts.get(name, 0) > CACHE_MAX_ROWS:  # per use, what is asked
+                        return _restore_schema(name, pq.read_table(f, columns=columns), columns)
+                    t = _restore_schema(name, pq.read_table(f))
+                except (pa.ArrowException, OSError, ValueError) as e:
+                    raise StoreError(f"{name}.parquet cannot be read ({str(e)[:120]})",
+                                     path=self.path, hint=_REINGEST) from None
+            self._tables[name] = t
+        return t.select(columns) if columns else t
+
+    def df(self, name: str, columns: list[str] | None = None):  # -> pandas.DataFrame
+        """A table as pandas (dictionary columns become categoricals)."""
+        return self.table(name, columns).to_pandas()
+
+    @property
+    def ranks(self) -> list[dict[str, Any]]:
+        return list(self.meta.get("ranks", []))
+
+    @cached_property
+    def diagnostics(self) -> list[Diagnostic]:
+        return [Diagnostic.from_dict(d) for d in self.meta.get("diagnostics", [])]
+
+    @property
+    def row_counts(self) -> dict[str, int]:
+        return dict(self.meta.get("tables", {}))
+
+    # --- derived results (a cache next to the tables; never needed to read the store) -----
+    def read_derived(self, name: str) -> str | None:
+        """The text of ``derived/NAME`` when this store on disk holds it."""
+        f = self.path / DERIVED_DIR / name
+        try:
+            return f.read_text(encoding="utf-8") if self.path.is_dir() else None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    def write_derived(self, name: str, text: str) -> bool:
+        """Save ``derived/NAME`` atomically, keeping the newest :data:`DERIVED_KEEP` files.
+
+        Best effort: a read-only or in-memory store just isn't cached (returns False)."""
+        if not (self.path / META_FILE).is_file():
+            return False
+        d = self.path / DERIVED_DIR
+        try:
+            d.mkdir(exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=d)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
+            os.replace(tmp, d / name)
+            old = sorted((p for p in d.iterdir() if not p.name.startswith(".")),
+                         key=lambda p: p.stat().st_mtime, reverse=True)[DERIVED_KEEP:]
+            for p in old:
+                p.unlink(missing_ok=True)
+            return True
+        except OSError:
+            return False
+
+
+def _restore_schema(name: str, t: pa.Table, columns: list[str] | None = None) -> pa.Table:
+    want = schema.TABLES[name].arrow_schema
+    if columns:
+        want = pa.schema([want.field(c) for c in columns])
+    if t.schema.equals(want):
+        return t
+    cols = []
+    for f in want:
+        if f.name in t.column_names:
+            c = t[f.name]
+            cols.append(c if c.type.equals(f.type) else c.cast(f.type))
+        else:
+            cols.append(pa.nulls(t.num_rows, f.type))
+    return pa.Table.from_arrays(cols, schema=want)
+
+
+_REINGEST = "the store is damaged: re-ingest the trace with -o STORE --force"
+#: meta.json keys and the JSON type each must have
+_META_TYPES: dict[str, type | tuple[type, ...]] = {
+    "tables": dict, "ranks": list, "sources": list, "diagnostics": list, "event_counts": dict,
+    "ingest_options": dict, "content_key": str,
+}
+META_MAX_BYTES = 64 << 20
+
+
+def _check_meta(path: Path, meta: dict[str, Any]) -> None:
+    """meta.json has the keys and types a store's reader relies on."""
+    def bad(what: str) -> StoreError:
+        return StoreError(f"meta.json is damaged: {what}", path=path, hint=_REINGEST)
+
+    for key, typ in _META_TYPES.items():
+        if key in meta and not isinstance(meta[key], typ):
+            raise bad(f"{key!r} is not a JSON {'object' if typ is dict else 'value of its type'}")
+    if "tables" not in meta:
+        raise bad("no 'tables'")
+    for name, rows in meta["tables"].items():
+        if name not in schema.TABLES:
+            raise bad(f"unknown table {name!r}")
+        if not isinstance(rows, int) or isinstance(rows, bool) or rows < 0:
+            raise bad(f"row count of {name!r} is not a count")
+    for key in ("ranks", "sources", "diagnostics"):
+        for item in meta.get(key, []):
+            if not isinstance(item, dict):
+                raise bad(f"an entry of {key!r} is not an object")
+    for r in meta.get("ranks", []):
+        if not isinstance(r.get("rank"), int) or isinstance(r.get("rank"), bool):
+            raise bad("a rank without an integer 'rank'")
+        for k, typ in (("devices", list), ("distributed", dict), ("span_ns", list)):
+            if r.get(k) is not None and not isinstance(r[k], typ):
+                raise bad(f"rank field {k!r} has the wrong type")
+    for s in meta.get("sources", []):
+        if not isinstance(s.get("name"), str):
+            raise bad("a source without a 'name'")
+
+
+def _check_table(path: Path, name: str) -> None:
+    """``NAME.parquet`` exists, is parquet and has every column of the schema."""
+    f = path / f"{name}.parquet"
+    if not f.is_file():
+        raise StoreError(f"store is incomplete: {name}.parquet is missing", path=path,
+                         hint="re-ingest the trace with --force")
+    try:
+        have = pq.read_schema(f)
+    except (pa.ArrowException, OSError, ValueError) as e:
+        raise StoreError(f"{name}.parquet is not a readable parquet file ({str(e)[:120]})",
+                         path=path, hint=_REINGEST) from None
+    missing = [c for c in schema.TABLES[name].column_names if c not in have.names]
+    if missing:
+        raise StoreError(f"table {name} lacks column {missing[0]}"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+                         path=path, hint=_REINGEST)
+
+
+def read_meta(path: Path) -> dict[str, Any] | None:
+    f = Path(path) / META_FILE
+    if not f.is_file():
+        return None
+    try:
+        if f.stat().st_size > META_MAX_BYTES:
+            return None
+        meta = json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(meta, dict) or meta.get("format") != STORE_FORMAT:
+        return None
+    return meta
+
+
+def is_valid_store(path: Path) -> bool:
+    try:
+        TraceStore.open(path)
+        return True
+    except StoreError:
+        return False
+
+
+def write_store(path: Path, meta: dict[str, Any], tables: dict[str, pa.Table | Path], *,
+                replace: bool = False) -> TraceStore:
+    """Write tables and metadata to ``path`` atomically (temp directory + rename). A table
+    given as a path is a finished parquet file of the store's schema (written as the trace was
+    read, ``ingest/sink.py``): it is moved in, on the same file system."""
+    path = Path(path)
+    parent = path.parent
+    parent.mkdir(parents=True, exist_ok=True)
+    if path.exists() and not replace:
+        raise StoreError("already exists", path=path, hint="pass --force to replace it")
+    clean_stale(parent, path.name)  # what a killed run left behind
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=parent))
+    try:
+        def write(item: tuple[str, pa.Table | Path]) -> tuple[str, int]:
+            name, table = item
+            if isinstance(table, Path):
+                os.replace(table, tmp / f"{name}.parquet")
+                return name, pq.ParquetFile(tmp / f"{name}.parquet").metadata.num_rows
+            if not table.schema.equals(schema.TABLES[name].arrow_schema):
+                table = schema.conform(name, {c: table[c].combine_chunks()
+                                              for c in table.column_names})
+            pq.write_table(table, tmp / f"{name}.parquet", compression="zstd",
+                           compression_level=1, use_dictionary=True, write_statistics=True,
+                           row_group_size=1_000_000)
+            return name, table.num_rows
+
+        # parquet encoding releases the GIL: the tables are written two at a time
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            counts = dict(pool.map(write, sorted(tables.items(), key=_write_order)))
+        counts = {name: counts[name] for name in tables}
+        full = {"format": STORE_FORMAT, "schema_version": schema.SCHEMA_VERSION, **meta,
+                "tables": counts}
+        (tmp / META_FILE).write_text(json.dumps(full, indent=1, sort_keys=False, default=str))
+        commit_dir(tmp, path)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return TraceStore(path, json.loads((path / META_FILE).read_text()),
+                      {k: t for k, t in tables.items() if isinstance(t, pa.Table)})
+
+
+def _write_order(item: tuple[str, pa.Table | Path]) -> int:
+    """Largest tables first (files to move go first)."""
+    t = item[1]
+    return -(t.num_rows if isinstance(t, pa.Table) else 1 << 62)
+
+
+def commit_dir(tmp: Path, path: Path) -> None:
+    """Put the finished folder ``tmp`` in place of ``path`` (renames: never half a store)."""
+    if path.exists():
+        old = path.parent / f".{path.name}.old-{os.getpid()}"
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, path)

@@ -1,0 +1,181 @@
+"""A trace too large to analyse in memory: the diagnosis of its last steps, said so.
+
+Attribution holds every GPU activity, runtime call and CPU op of a rank at once (the op tree,
+the launch links and the module paths need them together). Its peak memory grows with the
+rows of the store: :func:`estimate_mb` prices each table's rows at what the analysis was
+measured to use for them. When the estimate is above the limit (``--max-memory``, default
+4 GB), :func:`plan` picks the longest run of the trace's *last* steps that fits, and
+:class:`WindowedStore` serves every table filtered to that time window, reading only the
+parquet row groups whose time statistics reach it. Everything downstream runs unchanged on
+the window.
+
+What the window is, what the whole trace would have needed, and how the window's step times
+compare with all steps' (from the ``ProfilerStep`` host ranges, read for the whole trace:
+they are few) go into the result (``trace.window``) and a ``analysis-window`` diagnostic, so a
+reader knows which steps the figures describe and whether they are typical.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceinsight.store import partitions
+from traceinsight.store.core import TraceStore, _restore_schema
+
+__all__ = ["DEFAULT_MAX_MB", "ENV_VAR", "Window", "WindowedStore", "bounded", "estimate_mb",
+           "max_memory_mb", "plan"]
+
+#: the limit when neither ``--max-memory`` nor the environment says otherwise
+DEFAULT_MAX_MB = 4096.0
+ENV_VAR = "TRACEINSIGHT_MAX_MEMORY_MB"
+#: interpreter, libraries and the fixed part of a diagnosis
+BASE_MB = 300.0
+#: peak analysis bytes per stored row, by table (measured on the generated benchmark trace:
+#: the attribution's frames, the op tree and the metrics' selections together)
+BYTES_PER_ROW = {
+    "gpu_activities": 900, "runtime_calls": 400, "cpu_ops": 500, "ranges": 300,
+    "python_frames": 150, "memory_events": 150, "flows": 60, "other_events": 50,
+}
+#: the time column of each table a window filters (the memory-snapshot tables are not)
+TIME_COLUMN = {
+    "gpu_activities": "start_ns", "runtime_calls": "start_ns", "cpu_ops": "start_ns",
+    "ranges": "start_ns", "python_frames": "start_ns", "memory_events": "ts_ns",
+    "flows": "ts_ns", "other_events": "start_ns",
+}
+
+
+def max_memory_mb(value: float | None = None) -> float:
+    """The limit: ``value`` when given, else ``$TRACEINSIGHT_MAX_MEMORY_MB``, else 4096."""
+    if value is not None:
+        return float(value)
+    env = os.environ.get(ENV_VAR)
+    try:
+        return float(env) if env else DEFAULT_MAX_MB
+    except ValueError:
+        return DEFAULT_MAX_MB
+
+
+def estimate_mb(store: TraceStore) -> float:
+    """Estimated peak memory of diagnosing the whole store, in MB."""
+    rows = store.row_counts
+    return BASE_MB + sum(rows.get(t, 0) * b for t, b in BYTES_PER_ROW.items()) / 1e6
+
+
+@dataclass(frozen=True)
+class Window:
+    """The steps a bounded diagnosis analyses, and why."""
+
+    start_ns: int  #: rows from here on (the host start of the first analysed step)
+    first_step: int | None  #: N of the first analysed ProfilerStep#N (None: no step markers)
+    last_step: int | None
+    steps: int  #: steps analysed
+    steps_total: int  #: steps in the whole trace
+    fraction: float  #: share of the trace's span analysed
+    estimate_mb: float  #: estimated memory for the whole trace
+    max_mb: float  #: the limit it exceeded
+    step_ms: dict[str, Any] = field(default_factory=dict)  #: host step time, whole vs window
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def message(self) -> str:
+        steps = (f"its last {self.steps:,} of {self.steps_total:,} steps "
+                 f"(#{self.first_step}-#{self.last_step})" if self.first_step is not None
+                 else f"its last {100 * self.fraction:.0f}% of the span (too few step markers "
+                      "to choose steps by)")
+        text = (f"trace too large to analyse whole within {self.max_mb:,.0f} MB (needs about "
+                f"{self.estimate_mb:,.0f} MB): diagnosed {steps}")
+        w, a = self.step_ms.get("window") or {}, self.step_ms.get("all") or {}
+        if w and a:
+            text += (f"; host step time p50 {w['p50']:.1f} ms in the window vs "
+                     f"{a['p50']:.1f} ms over all steps (p90 {w['p90']:.1f} vs {a['p90']:.1f}, "
+                     f"max {w['max']:.1f} vs {a['max']:.1f})")
+        return text
+
+    def diagnostic(self) -> dict[str, Any]:
+        return {"code": "analysis-window", "severity": "warning", "message": self.message(),
+                "count": self.steps_total - self.steps,
+                "hint": "raise the limit with --max-memory MB (or TRACEINSIGHT_MAX_MEMORY_MB) "
+                        "to analyse more steps, or record fewer steps per trace"}
+
+
+def plan(store: TraceStore, max_mb: float) -> Window | None:
+    """The window of last steps that fits ``max_mb``; None when the whole store fits or it is
+    not on disk. For a store of several ranks the steps are the lowest rank's and the window
+    is the same time range on every rank (an edge step cut by clock offsets between hosts is
+    excluded as pre-trace work by the step analysis)."""
+    est = estimate_mb(store)
+    if est <= max_mb or not (store.path / "meta.json").is_file():
+        return None
+    frac = max(0.0, (max_mb - BASE_MB)) / max(1.0, est - BASE_MB)
+    steps = _steps(store)
+    if steps is None or len(steps[0]) < 2:
+        span = [r["span_ns"] for r in store.ranks if r.get("span_ns")]
+        if not span:
+            return None
+        lo, hi = min(s[0] for s in span), max(s[1] for s in span)
+        start = int(hi - frac * (hi - lo))
+        return Window(start, None, None, 0, 0, frac, est, max_mb)
+    nums, starts, durs = steps
+    n = max(1, int(len(nums) * frac))
+    first = len(nums) - n
+    return Window(int(starts[first]), int(nums[first]), int(nums[-1]), n, len(nums),
+                  n / len(nums), est, max_mb,
+                  step_ms={"all": _quantiles(durs), "window": _quantiles(durs[first:])})
+
+
+def bounded(store: TraceStore, max_mb: float | None = None) -> TraceStore:
+    """``store`` itself, or a :class:`WindowedStore` of its last steps when the whole would
+    need more than the limit."""
+    if isinstance(store, WindowedStore):
+        return store
+    w = plan(store, max_memory_mb(max_mb))
+    if w is None:
+        return store
+    return WindowedStore(store.path, {**store.meta, "window": w.to_dict()}, window=w)
+
+
+@dataclass
+class WindowedStore(TraceStore):
+    """A store on disk whose time-stamped tables are served from ``window.start_ns`` on."""
+
+    window: Window | None = None
+
+    def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
+        col = TIME_COLUMN.get(name)
+        if col is None or self.window is None:
+            return super().table(name, columns)
+        return partitions.read_table(self.path, self.meta, name, _restore_schema, columns,
+                                     filters=[(col, ">=", self.window.start_ns)])
+
+
+def _steps(store: TraceStore) -> tuple[Any, Any, Any] | None:
+    """(step numbers, host starts, host durations) of the lowest rank's ProfilerStep ranges,
+    in time order, one per step number (only a store too large to analyse whole gets here:
+    the analysis stack is imported then)."""
+    from traceinsight.analysis.step_windows import host_steps
+
+    t = store.table("ranges", ["rank", "kind", "step", "start_ns", "dur_ns"])
+    if not t.num_rows:
+        return None
+    t = t.filter(pc.equal(t["kind"], "step"))
+    if not t.num_rows:
+        return None
+    t = t.filter(pc.equal(t["rank"], pc.min(t["rank"])))
+    df = host_steps(t.to_pandas()).dropna(subset=["step"])
+    return (df["step"].to_numpy(), df["start_ns"].to_numpy(), df["dur_ns"].to_numpy())
+
+
+def _quantiles(durs_ns: Any) -> dict[str, float]:
+    import numpy as np
+
+    a = np.asarray(durs_ns, dtype=np.float64) / 1e6
+    return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
+            "max": float(a.max()), "steps": len(a)}
+
+
