@@ -75,7 +75,8 @@ test: $(VENV)/.dev lint browser
 # ruff on the code, tests and tools; mypy on the package (config in pyproject.toml)
 lint: $(VENV)/.dev
 	@echo "==> lint: ruff and mypy"
-	$(VENV)/bin/ruff check traceinsight tracegen tests bench
+	$(VENV)/bin/ruff check traceinsight tracegen tests bench sample_traces
+	$(VENV)/bin/ruff format --check traceinsight tracegen tests bench sample_traces
 	$(VENV)/bin/mypy traceinsight
 
 bench: $(VENV)/.dev

@@ -186,24 +186,48 @@ class Runner:
     def __init__(self, a: argparse.Namespace, env: dict[str, str]) -> None:
         self.a, self.env = a, env
 
-    def row(self, label: str, cmd, repeat: int = 1, memory: bool = True,
-            env: dict[str, str] | None = None, **kw) -> dict:
+    def row(
+        self,
+        label: str,
+        cmd,
+        repeat: int = 1,
+        memory: bool = True,
+        env: dict[str, str] | None = None,
+        **kw,
+    ) -> dict:
         """One memory run (PSS of the tree sampled) when ``memory``, then ``repeat`` timed
         runs; the fastest timed run is kept, with the memory run's peaks."""
         env = env or self.env
         mem = None
         if memory:
             print(f"  {label} (memory) ...", file=sys.stderr, flush=True)
-            mem = measure(cmd(-1) if callable(cmd) else cmd, env=env, timeout=self.a.timeout,
-                          label=label, pss_every=1, **kw)
-            print(f"    {mem['wall_s']:.2f} s, PSS {mem.get('tree_peak_pss_mb', 0):.0f} MB",
-                  file=sys.stderr)
+            mem = measure(
+                cmd(-1) if callable(cmd) else cmd,
+                env=env,
+                timeout=self.a.timeout,
+                label=label,
+                pss_every=1,
+                **kw,
+            )
+            print(
+                f"    {mem['wall_s']:.2f} s, PSS {mem.get('tree_peak_pss_mb', 0):.0f} MB",
+                file=sys.stderr,
+            )
         tries = []
         for i in range(repeat):
-            r = measure(cmd(i) if callable(cmd) else cmd, env=env, timeout=self.a.timeout,
-                        label=label, sample=False, **kw)
-            print(f"  {label} {i + 1}/{repeat}: {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s",
-                  file=sys.stderr, flush=True)
+            r = measure(
+                cmd(i) if callable(cmd) else cmd,
+                env=env,
+                timeout=self.a.timeout,
+                label=label,
+                sample=False,
+                **kw,
+            )
+            print(
+                f"  {label} {i + 1}/{repeat}: {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
             tries.append(r)
         ok = [t for t in tries if t["exit_code"] == 0] or tries or [mem]
         best = dict(min(ok, key=lambda t: t["wall_s"]))
@@ -218,40 +242,67 @@ class Runner:
         return best
 
 
-def run_shape(run: Runner, name: str, trace: Path, info: dict, hta_py: str | None,
-              scratch: Path) -> dict:
+def run_shape(
+    run: Runner, name: str, trace: Path, info: dict, hta_py: str | None, scratch: Path
+) -> dict:
     a, py = run.a, sys.executable
     print(f"shape {name}: {trace.name} ({info['bytes'] / 1e6:.0f} MB)", file=sys.stderr)
     warm(trace)
     rows: dict = {}
     if not a.skip_typed:
-        rows["typed"] = run.row("typed decode", [py, "-c", TYPED_SNIPPET, str(trace)],
-                                repeat=a.repeat)
+        rows["typed"] = run.row(
+            "typed decode", [py, "-c", TYPED_SNIPPET, str(trace)], repeat=a.repeat
+        )
 
     def ingest_cmd(i: int) -> list[str]:
         store = scratch / f"{name}-{i + 1}.tistore"
         shutil.rmtree(store, ignore_errors=True)  # fresh: an existing store would be reused
-        return [py, "-m", "traceinsight", "--quiet", "ingest", str(trace), "-o", str(store),
-                "--force"]
+        return [
+            py,
+            "-m",
+            "traceinsight",
+            "--quiet",
+            "ingest",
+            str(trace),
+            "-o",
+            str(store),
+            "--force",
+        ]
 
     rows["ingest"] = run.row("ingest", ingest_cmd, repeat=a.repeat)
     if hta_py is not None:
-        rows["hta"] = run.row("HTA load", [hta_py, "-c", HTA_SNIPPET, str(trace.parent),
-                                           str(trace)], repeat=a.hta_repeat,
-                              log_lines=("Parsed", "Overall parsing", "leaving parse_traces"))
+        rows["hta"] = run.row(
+            "HTA load",
+            [hta_py, "-c", HTA_SNIPPET, str(trace.parent), str(trace)],
+            repeat=a.hta_repeat,
+            log_lines=("Parsed", "Overall parsing", "leaving parse_traces"),
+        )
     if a.diagnose or (name == "generated" and not a.no_diagnose):
         cache = scratch / f"diag-cache-{name}"
         denv = dict(run.env, TRACEINSIGHT_CACHE_DIR=str(cache))
-        diag = [py, "-m", "traceinsight", "--quiet", "diagnose", str(trace), "--json",
-                str(scratch / f"{name}-result.json")]
+        diag = [
+            py,
+            "-m",
+            "traceinsight",
+            "--quiet",
+            "diagnose",
+            str(trace),
+            "--json",
+            str(scratch / f"{name}-result.json"),
+        ]
         # one sampled run each for the first and the re-analysis (a second would be cached)
-        rows["diagnose_first"] = run.row("diagnose (first: ingest + analysis)", diag, env=denv,
-                                         repeat=0)
-        rows["diagnose_again"] = run.row("diagnose again (cached result)", diag, env=denv,
-                                         repeat=max(1, a.repeat))
+        rows["diagnose_first"] = run.row(
+            "diagnose (first: ingest + analysis)", diag, env=denv, repeat=0
+        )
+        rows["diagnose_again"] = run.row(
+            "diagnose again (cached result)", diag, env=denv, repeat=max(1, a.repeat)
+        )
         rows["diagnose_reanalyse"] = run.row(
             "diagnose, a threshold changed (analysis from the store)",
-            [*diag, "--set", "jitter.min_cv_pct=11"], env=denv, repeat=0)
+            [*diag, "--set", "jitter.min_cv_pct=11"],
+            env=denv,
+            repeat=0,
+        )
         shutil.rmtree(cache, ignore_errors=True)
     for i in range(-1, a.repeat):
         shutil.rmtree(scratch / f"{name}-{i + 1}.tistore", ignore_errors=True)
@@ -266,8 +317,9 @@ def ratios(rows: dict) -> dict:
             out["hta_over_ingest_time"] = round(hta["wall_s"] / ing["wall_s"], 2)
             out["hta_over_ingest_cpu"] = round(hta["cpu_s"] / max(ing["cpu_s"], 1e-9), 2)
             if ing.get("tree_peak_pss_mb") and hta.get("tree_peak_pss_mb"):
-                out["ingest_over_hta_pss"] = round(ing["tree_peak_pss_mb"]
-                                                   / hta["tree_peak_pss_mb"], 3)
+                out["ingest_over_hta_pss"] = round(
+                    ing["tree_peak_pss_mb"] / hta["tree_peak_pss_mb"], 3
+                )
         if typed and typed["exit_code"] == 0:
             out["ingest_over_typed_time"] = round(ing["wall_s"] / typed["wall_s"], 2)
             out["ingest_over_typed_cpu"] = round(ing["cpu_s"] / max(typed["cpu_s"], 1e-9), 2)
@@ -316,9 +368,12 @@ def render(res: dict) -> str:
             f"{_f(hta.get('tree_peak_pss_mb'), '8.0f')} | "
             f"{_f(q.get('hta_over_ingest_time'), '9.1f')}x "
             f"{_f(q.get('ingest_over_hta_pss'), '10.2f')} "
-            f"{_f(q.get('ingest_over_typed_time'), '7.2f')}x")
-    lines.append(f"targets (real shapes): HTA/ingest time >= {TARGET_HTA_TIME:g}x, PSS ingest / "
-                 f"HTA <= {TARGET_HTA_PSS:.2f}, ingest / typed <= {TARGET_TYPED:g}x")
+            f"{_f(q.get('ingest_over_typed_time'), '7.2f')}x"
+        )
+    lines.append(
+        f"targets (real shapes): HTA/ingest time >= {TARGET_HTA_TIME:g}x, PSS ingest / "
+        f"HTA <= {TARGET_HTA_PSS:.2f}, ingest / typed <= {TARGET_TYPED:g}x"
+    )
     for name, s in res["shapes"].items():
         met = s["ratios"].get("met", {})
         if met:
@@ -331,9 +386,14 @@ def render(res: dict) -> str:
                 f"{_f(r['diagnose_first'].get('tree_peak_pss_mb'), '.0f')} MB), again "
                 f"{r['diagnose_again']['wall_s']:.2f} s (cached result; target < "
                 f"{TARGET_AGAIN_S} s), threshold changed {r['diagnose_reanalyse']['wall_s']:.2f} s "
-                f"(PSS {_f(r['diagnose_reanalyse'].get('tree_peak_pss_mb'), '.0f')} MB)")
-    failed = [f"{n}/{k}" for n, s in res["shapes"].items() for k, r in s["rows"].items()
-              if r["exit_code"] != 0]
+                f"(PSS {_f(r['diagnose_reanalyse'].get('tree_peak_pss_mb'), '.0f')} MB)"
+            )
+    failed = [
+        f"{n}/{k}"
+        for n, s in res["shapes"].items()
+        for k, r in s["rows"].items()
+        if r["exit_code"] != 0
+    ]
     if failed:
         lines.append("FAILED: " + ", ".join(failed))
     if res.get("hta_skipped"):
@@ -342,19 +402,29 @@ def render(res: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shapes", nargs="+", default=["generated", *DEFAULT_SHAPES],
-                    choices=["generated", *SHAPES], help="input shapes (default: all four)")
-    ap.add_argument("--size-mb", type=float, default=128,
-                    help="size of each input in MB (10^6 B); default 128")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--shapes",
+        nargs="+",
+        default=["generated", *DEFAULT_SHAPES],
+        choices=["generated", *SHAPES],
+        help="input shapes (default: all four)",
+    )
+    ap.add_argument(
+        "--size-mb", type=float, default=128, help="size of each input in MB (10^6 B); default 128"
+    )
     ap.add_argument("--seed", type=int, default=20260, help="the generated trace's seed")
     ap.add_argument("--trace", help="measure this file instead (one shape's row)")
     ap.add_argument("--repeat", type=int, default=1, help="timed runs of ingest (best kept)")
     ap.add_argument("--hta-repeat", type=int, default=1, help="timed runs of the HTA load")
     ap.add_argument("--skip-hta", action="store_true")
-    ap.add_argument("--skip-typed", action="store_true", help="no typed-decode row (a file "
-                    "larger than memory cannot be decoded whole)")
+    ap.add_argument(
+        "--skip-typed",
+        action="store_true",
+        help="no typed-decode row (a file larger than memory cannot be decoded whole)",
+    )
     ap.add_argument("--hta-python", help="interpreter that has HTA (default: this one)")
     ap.add_argument("--diagnose", action="store_true", help="diagnose rows for every shape")
     ap.add_argument("--no-diagnose", action="store_true", help="no diagnose rows at all")
@@ -365,17 +435,24 @@ def main(argv: list[str] | None = None) -> int:
 
     # compiled like an installed package (pip compiles at install; an editable checkout run
     # with PYTHONDONTWRITEBYTECODE would compile every module at every start)
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "traceinsight")],
-                   check=False, capture_output=True, env=dict(os.environ,
-                                                              PYTHONDONTWRITEBYTECODE=""))
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "traceinsight")],
+        check=False,
+        capture_output=True,
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE=""),
+    )
     hta_py, hta_v = (None, "skipped (--skip-hta)") if a.skip_hta else find_hta(a.hta_python)
     env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
     scratch = Path(tempfile.mkdtemp(prefix="ti-bench-"))
     env["TRACEINSIGHT_CACHE_DIR"] = str(scratch / "cache")  # never the user's cache
-    res: dict = {"generated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "machine": machine(), "versions": {**versions(), "hta": hta_v if hta_py else None},
-                 "load_avg_before": [round(x, 2) for x in os.getloadavg()], "shapes": {}}
+    res: dict = {
+        "generated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "versions": {**versions(), "hta": hta_v if hta_py else None},
+        "load_avg_before": [round(x, 2) for x in os.getloadavg()],
+        "shapes": {},
+    }
     if hta_py is None:
         res["hta_skipped"] = hta_v
     try:

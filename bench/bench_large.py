@@ -7,7 +7,8 @@ peak PSS of its process tree sampled (``measure.py``): ``traceinsight ingest TRA
 (chunks read and written as parquet row groups as they come), then ``traceinsight diagnose
 STORE`` (the analysis reads the store's tables; the result is cached in the store). Target:
 both at most 4 GB. The whole store's analysis would need more, so ``diagnose`` analyses the
-trace's last steps that fit its default ``--max-memory`` of 4096 MB (:mod:`traceinsight.store.window`;
+trace's last steps that fit its default ``--max-memory`` of 4096 MB
+(:mod:`traceinsight.store.window`;
 the window is recorded with the figures). The figures go to ``bench/results/10gb.json``.
 
 Usage::
@@ -46,15 +47,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trace", help="use this trace file instead of the generated one")
     ap.add_argument("--store", help="keep the store here (default: a temporary folder)")
     ap.add_argument("--skip-ingest", action="store_true", help="diagnose the --store as it is")
-    ap.add_argument("--diagnose-limit-mb", type=float, default=12000,
-                    help="stop diagnose when its process tree's RSS passes this (a shared "
-                         "machine's safety margin; recorded in the result); 0: no limit")
+    ap.add_argument(
+        "--diagnose-limit-mb",
+        type=float,
+        default=12000,
+        help="stop diagnose when its process tree's RSS passes this (a shared "
+        "machine's safety margin; recorded in the result); 0: no limit",
+    )
     ap.add_argument("--out", default=str(HERE / "results" / "10gb.json"))
     a = ap.parse_args(argv)
 
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "traceinsight")],
-                   check=False, capture_output=True,
-                   env=dict(os.environ, PYTHONDONTWRITEBYTECODE=""))
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(ROOT / "traceinsight")],
+        check=False,
+        capture_output=True,
+        env=dict(os.environ, PYTHONDONTWRITEBYTECODE=""),
+    )
     if a.skip_ingest:
         trace, info = Path(a.store or "-"), {"skipped": "ingest (--skip-ingest)"}
     elif a.trace:
@@ -67,13 +75,20 @@ def main(argv: list[str] | None = None) -> int:
         trace, info = ensure_generated(a.size_mb, a.seed)
     scratch = Path(tempfile.mkdtemp(prefix="ti-large-"))
     store = Path(a.store) if a.store else scratch / "large.tistore"
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1",
-               TRACEINSIGHT_CACHE_DIR=str(scratch / "cache"))
+    env = dict(
+        os.environ, PYTHONDONTWRITEBYTECODE="1", TRACEINSIGHT_CACHE_DIR=str(scratch / "cache")
+    )
     env["PYTHONPATH"] = os.pathsep.join(x for x in (str(ROOT), env.get("PYTHONPATH")) if x)
     py = sys.executable
-    res: dict = {"generated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                 "machine": machine(), "versions": versions(), "trace": info,
-                 "target_pss_mb": TARGET_PSS_MB, "load_avg_before": os.getloadavg(), "runs": {}}
+    res: dict = {
+        "generated_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": machine(),
+        "versions": versions(),
+        "trace": info,
+        "target_pss_mb": TARGET_PSS_MB,
+        "load_avg_before": os.getloadavg(),
+        "runs": {},
+    }
     if a.skip_ingest and Path(a.out).exists():  # keep the ingest figures of the last run
         old = json.loads(Path(a.out).read_text())
         res["trace"] = old.get("trace", res["trace"])
@@ -89,41 +104,81 @@ def main(argv: list[str] | None = None) -> int:
             warm(trace)
             print("ingest ...", file=sys.stderr, flush=True)
             res["runs"]["ingest"] = measure(
-                [py, "-m", "traceinsight", "--quiet", "ingest", str(trace), "-o", str(store),
-                 "--force"], env=env, timeout=4 * 3600, label="ingest", pss_every=2)
+                [
+                    py,
+                    "-m",
+                    "traceinsight",
+                    "--quiet",
+                    "ingest",
+                    str(trace),
+                    "-o",
+                    str(store),
+                    "--force",
+                ],
+                env=env,
+                timeout=4 * 3600,
+                label="ingest",
+                pss_every=2,
+            )
             print(json.dumps(res["runs"]["ingest"]), file=sys.stderr, flush=True)
             res["store_bytes"] = sum(f.stat().st_size for f in store.rglob("*") if f.is_file())
             meta = json.loads((store / "meta.json").read_text())
             res["store_rows"] = meta.get("tables")
             counts = meta.get("event_counts", {})
-            res["trace"].setdefault("events", sum(v for c in counts.values()
-                                                  for k, v in c.items() if k != "metadata"))
+            res["trace"].setdefault(
+                "events", sum(v for c in counts.values() for k, v in c.items() if k != "metadata")
+            )
         print("diagnose ...", file=sys.stderr, flush=True)
         res["runs"]["diagnose"] = measure(
-            [py, "-m", "traceinsight", "--quiet", "diagnose", str(store), "--recompute",
-             "--json", str(scratch / "result.json")], env=env, timeout=4 * 3600,
-            label="diagnose", pss_every=2, kill_above_mb=a.diagnose_limit_mb or None)
+            [
+                py,
+                "-m",
+                "traceinsight",
+                "--quiet",
+                "diagnose",
+                str(store),
+                "--recompute",
+                "--json",
+                str(scratch / "result.json"),
+            ],
+            env=env,
+            timeout=4 * 3600,
+            label="diagnose",
+            pss_every=2,
+            kill_above_mb=a.diagnose_limit_mb or None,
+        )
         print(json.dumps(res["runs"]["diagnose"]), file=sys.stderr, flush=True)
         if (scratch / "result.json").exists():
             r = json.loads((scratch / "result.json").read_text())
-            res["diagnosis"] = {"headline": r.get("headline"),
-                                "findings": [f["rule"] for f in r.get("findings", [])],
-                                "window": (r.get("trace") or {}).get("window")}
+            res["diagnosis"] = {
+                "headline": r.get("headline"),
+                "findings": [f["rule"] for f in r.get("findings", [])],
+                "window": (r.get("trace") or {}).get("window"),
+            }
     finally:
         if not a.store:
             shutil.rmtree(scratch, ignore_errors=True)
     res["load_avg_after"] = os.getloadavg()
-    res["met"] = {k: (r["exit_code"] == 0 and (r.get("tree_peak_pss_mb") or 0) <= TARGET_PSS_MB)
-                  for k, r in res["runs"].items()}
+    res["met"] = {
+        k: (r["exit_code"] == 0 and (r.get("tree_peak_pss_mb") or 0) <= TARGET_PSS_MB)
+        for k, r in res["runs"].items()
+    }
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=2) + "\n")
     for k, r in res["runs"].items():
-        stop = (f"; stopped at {r['killed_at_rss_mb']:.0f} MB RSS" if "killed_at_rss_mb" in r
-                else "" if r["exit_code"] == 0 else " FAILED")
-        print(f"{k:9} wall {r['wall_s']:8.1f} s  CPU {r['cpu_s']:8.1f} s  peak PSS "
-              f"{r.get('tree_peak_pss_mb', 0):8.0f} MB  (target <= {TARGET_PSS_MB} MB: "
-              f"{'met' if res['met'][k] else 'NOT met'}){stop}")
+        stop = (
+            f"; stopped at {r['killed_at_rss_mb']:.0f} MB RSS"
+            if "killed_at_rss_mb" in r
+            else ""
+            if r["exit_code"] == 0
+            else " FAILED"
+        )
+        print(
+            f"{k:9} wall {r['wall_s']:8.1f} s  CPU {r['cpu_s']:8.1f} s  peak PSS "
+            f"{r.get('tree_peak_pss_mb', 0):8.0f} MB  (target <= {TARGET_PSS_MB} MB: "
+            f"{'met' if res['met'][k] else 'NOT met'}){stop}"
+        )
     print(f"result: {out}")
     return 0 if all(res["met"].values()) else 1
 

@@ -71,13 +71,34 @@ if __name__ == "__main__":
 def job(n: int, *, tiny: bool) -> Workload:
     """The simulated job of ``n`` ranks (a straggler at rank 37 mod n)."""
     if tiny:
-        return Workload(hidden=256, seq=128, batch=1, layers=1, steps=3, world_size=n,
-                        comm_bytes=8 * MiB, comm_overlap=0.5, straggler_rank=37 % n,
-                        straggler_slowdown=1.3, memory=False, with_stack=False,
-                        record_shapes=False)
-    return Workload(hidden=1024, seq=512, batch=2, layers=2, steps=4, world_size=n,
-                    comm_bytes=64 * MiB, comm_overlap=0.5, straggler_rank=37 % n,
-                    straggler_slowdown=1.3, with_stack=False)
+        return Workload(
+            hidden=256,
+            seq=128,
+            batch=1,
+            layers=1,
+            steps=3,
+            world_size=n,
+            comm_bytes=8 * MiB,
+            comm_overlap=0.5,
+            straggler_rank=37 % n,
+            straggler_slowdown=1.3,
+            memory=False,
+            with_stack=False,
+            record_shapes=False,
+        )
+    return Workload(
+        hidden=1024,
+        seq=512,
+        batch=2,
+        layers=2,
+        steps=4,
+        world_size=n,
+        comm_bytes=64 * MiB,
+        comm_overlap=0.5,
+        straggler_rank=37 % n,
+        straggler_slowdown=1.3,
+        with_stack=False,
+    )
 
 
 def build(w: Workload) -> Path:
@@ -92,37 +113,58 @@ def build(w: Workload) -> Path:
     for r, b in enumerate(build_ranks(w)):
         b.write(str(folder / f"rank-{r}.json.gz"))
     (folder / ".done").write_text("")
-    print(f"built {w.world_size} ranks in {time.perf_counter() - t:.1f}s -> {folder}",
-          file=sys.stderr)
+    print(
+        f"built {w.world_size} ranks in {time.perf_counter() - t:.1f}s -> {folder}", file=sys.stderr
+    )
     return folder
 
 
 def run(label: str, args: list[str], env: dict[str, str]) -> dict:
     res = measure([sys.executable, "-c", DRIVER, *args], env=env, label=label)
     res.pop("stdout_tail", None)
-    print(f"  {label:<44} {res['wall_s']:>8.2f} s  {res.get('tree_peak_rss_mb', 0):>8.1f} MB "
-          f"(tree)  {res['peak_rss_mb']:>8.1f} MB (main)", file=sys.stderr)
+    print(
+        f"  {label:<44} {res['wall_s']:>8.2f} s  {res.get('tree_peak_rss_mb', 0):>8.1f} MB "
+        f"(tree)  {res['peak_rss_mb']:>8.1f} MB (main)",
+        file=sys.stderr,
+    )
     return {"label": label, **res}
 
 
 #: (label, jobs, scheduler)
-RUNNERS = (("1 worker", "1", ""), ("2 workers", "2", ""),
-           ("Dask LocalCluster, 2 workers", "2", "local"))
+RUNNERS = (
+    ("1 worker", "1", ""),
+    ("2 workers", "2", ""),
+    ("Dask LocalCluster, 2 workers", "2", "local"),
+)
 
 
 def bench_job(folder: Path, work: Path, env: dict[str, str], runners: tuple) -> dict:
     store = work / "store"
     size = sum(p.stat().st_size for p in folder.glob("rank-*.json.gz"))
-    out: dict = {"folder": folder.name, "ranks": len(list(folder.glob("rank-*.json.gz"))),
-                 "input_mb": round(size / 2**20, 1), "ingest": [], "diagnose": []}
+    out: dict = {
+        "folder": folder.name,
+        "ranks": len(list(folder.glob("rank-*.json.gz"))),
+        "input_mb": round(size / 2**20, 1),
+        "ingest": [],
+        "diagnose": [],
+    }
     for name, jobs, sched in runners:
-        out["ingest"].append(run(f"ingest, {name}", ["ingest", str(folder), str(store), jobs,
-                                                     sched], env))
-        out["diagnose"].append(run(f"diagnose, {name}", ["diagnose", str(store),
-                                                         str(work / "r.json"), jobs, sched], env))
+        out["ingest"].append(
+            run(f"ingest, {name}", ["ingest", str(folder), str(store), jobs, sched], env)
+        )
+        out["diagnose"].append(
+            run(
+                f"diagnose, {name}",
+                ["diagnose", str(store), str(work / "r.json"), jobs, sched],
+                env,
+            )
+        )
     html = work / "r.html"
-    run("report (HTML of the saved result)", ["report", str(work / "r.json"), str(html), "1",
-                                              ""], env)
+    run(
+        "report (HTML of the saved result)",
+        ["report", str(work / "r.json"), str(html), "1", ""],
+        env,
+    )
     out["html_mb"] = round(html.stat().st_size / 2**20, 2) if html.is_file() else None
     r = json.loads((work / "r.json").read_text())
     cross = (r.get("extra") or {}).get("cross_rank") or {}
@@ -141,10 +183,15 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ti-bench-ranks-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "TRACEINSIGHT_CACHE_DIR": str(work / "cache"),
-           "TRACEINSIGHT_NO_PROGRESS": "1"}
-    res: dict = {"machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-                 "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    env = {
+        **os.environ,
+        "TRACEINSIGHT_CACHE_DIR": str(work / "cache"),
+        "TRACEINSIGHT_NO_PROGRESS": "1",
+    }
+    res: dict = {
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
     try:
         if a.ranks:
             folder = build(job(a.ranks, tiny=False))
@@ -158,8 +205,16 @@ def main() -> None:
         shutil.rmtree(work, ignore_errors=True)
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(res, indent=1) + "\n")
-    print(json.dumps({k: {kk: vv for kk, vv in v.items() if kk not in ("ingest", "diagnose")}
-                      for k, v in res.items() if isinstance(v, dict)}, indent=1))
+    print(
+        json.dumps(
+            {
+                k: {kk: vv for kk, vv in v.items() if kk not in ("ingest", "diagnose")}
+                for k, v in res.items()
+                if isinstance(v, dict)
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -44,11 +44,13 @@ json.dump(index, open(os.path.join(out, "index.json"), "w"))
 
 
 def inputs(match: list[str]) -> list[str]:
-    files = sorted(str(p) for p in (SHARED / "kineto").rglob("*")
-                   if p.is_file() and p.name.endswith((".json", ".json.gz")))
+    files = sorted(
+        str(p)
+        for p in (SHARED / "kineto").rglob("*")
+        if p.is_file() and p.name.endswith((".json", ".json.gz"))
+    )
     cache = HERE / ".cache"
-    files += sorted(str(p) for p in cache.glob("shape_*.json")
-                    if not p.name.endswith(".info.json"))
+    files += sorted(str(p) for p in cache.glob("shape_*.json") if not p.name.endswith(".info.json"))
     files += sorted(str(p) for p in cache.glob("bench_128mb_*.pt.trace.json"))
     return [f for f in files if not match or any(m in f for m in match)]
 
@@ -57,8 +59,9 @@ def ingest_all(checkout: Path, files: list[str], out: Path) -> dict:
     out.mkdir(parents=True)
     listing = out / "inputs.json"
     listing.write_text(json.dumps(files))
-    subprocess.run([sys.executable, "-c", _INGEST, str(out), str(listing)], cwd=checkout,
-                   check=True)
+    subprocess.run(
+        [sys.executable, "-c", _INGEST, str(out), str(listing)], cwd=checkout, check=True
+    )
     return json.loads((out / "index.json").read_text())
 
 
@@ -85,8 +88,11 @@ def compare(a: dict, b: dict) -> tuple[int, int]:
             tables += 1
             ta, tb = pq.read_table(sa / n), pq.read_table(sb / n)
             if not ta.equals(tb):
-                cols = [c for c in ta.column_names
-                        if c not in tb.column_names or not ta[c].equals(tb[c])]
+                cols = [
+                    c
+                    for c in ta.column_names
+                    if c not in tb.column_names or not ta[c].equals(tb[c])
+                ]
                 print(f"DIFF {f} {n}: rows {ta.num_rows} / {tb.num_rows}, columns {cols}")
                 bad += 1
     return tables, bad

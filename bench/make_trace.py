@@ -23,13 +23,21 @@ from tracegen.bench import DEFAULT_SEED, N_LAYERS, write_trace
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size-mb", type=float, default=320,
-                    help="uncompressed size to reach, in MB (10^6 bytes); default 320")
-    ap.add_argument("--out", default=str(HERE / ".cache" / "bench_{size}mb.pt.trace.json"),
-                    help="output path (uncompressed .json); {size} is replaced by --size-mb")
+    ap.add_argument(
+        "--size-mb",
+        type=float,
+        default=320,
+        help="uncompressed size to reach, in MB (10^6 bytes); default 320",
+    )
+    ap.add_argument(
+        "--out",
+        default=str(HERE / ".cache" / "bench_{size}mb.pt.trace.json"),
+        help="output path (uncompressed .json); {size} is replaced by --size-mb",
+    )
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
-    ap.add_argument("--layers", type=int, default=N_LAYERS,
-                    help=f"transformer blocks (default {N_LAYERS})")
+    ap.add_argument(
+        "--layers", type=int, default=N_LAYERS, help=f"transformer blocks (default {N_LAYERS})"
+    )
     ap.add_argument("-q", "--quiet", action="store_true")
     a = ap.parse_args(argv)
     out = a.out.replace("{size}", f"{a.size_mb:g}")

@@ -40,8 +40,13 @@ class TreeSampler:
     them once per process and is the strict upper bound. Both are reported.
     """
 
-    def __init__(self, root_pid: int, interval: float = 0.05, pss_every: int = 4,
-                 kill_above_mb: float | None = None) -> None:
+    def __init__(
+        self,
+        root_pid: int,
+        interval: float = 0.05,
+        pss_every: int = 4,
+        kill_above_mb: float | None = None,
+    ) -> None:
         import threading
 
         self.root = root_pid
@@ -66,7 +71,7 @@ class TreeSampler:
                     stat = f.read()
             except OSError:
                 continue
-            ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
+            ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
             children.setdefault(ppid, []).append(int(d))
         out, todo = [], [root]
         while todo:
@@ -118,21 +123,41 @@ class TreeSampler:
         self._t.join()
 
 
-def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float = 3600,
-            label: str = "", log_lines: tuple[str, ...] = (), sample: bool = True,
-            pss_every: int = 4, kill_above_mb: float | None = None) -> dict:
+def measure(
+    cmd: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    timeout: float = 3600,
+    label: str = "",
+    log_lines: tuple[str, ...] = (),
+    sample: bool = True,
+    pss_every: int = 4,
+    kill_above_mb: float | None = None,
+) -> dict:
     """Run ``cmd`` in a fresh process: wall time, its own peak RSS (wait4 rusage), and (with
     ``sample``) the peak summed RSS / PSS of its process tree."""
     import time
 
     exe = cmd[0] if os.path.isabs(cmd[0]) else (shutil.which(cmd[0]) or cmd[0])
     t0 = time.perf_counter()
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
-            tempfile.NamedTemporaryFile("r", suffix=".rusage") as rep:
-        p = subprocess.Popen([sys.executable, "-S", "-c", LAUNCHER, rep.name, exe, *cmd[1:]],
-                             stdout=out, stderr=err, env=env, cwd=str(ROOT), start_new_session=True)
-        sampler = (TreeSampler(p.pid, pss_every=pss_every, kill_above_mb=kill_above_mb)
-                   if sample and os.path.exists("/proc/self/smaps_rollup") else None)
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.NamedTemporaryFile("r", suffix=".rusage") as rep,
+    ):
+        p = subprocess.Popen(
+            [sys.executable, "-S", "-c", LAUNCHER, rep.name, exe, *cmd[1:]],
+            stdout=out,
+            stderr=err,
+            env=env,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
+        sampler = (
+            TreeSampler(p.pid, pss_every=pss_every, kill_above_mb=kill_above_mb)
+            if sample and os.path.exists("/proc/self/smaps_rollup")
+            else None
+        )
         try:
             p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -147,30 +172,45 @@ def measure(cmd: list[str], *, env: dict[str, str] | None = None, timeout: float
         stderr = err.read().decode(errors="replace")
         report = rep.read().split()
     if len(report) == 5:
-        wall, maxrss_kb, ut, st, code = (float(report[0]), int(report[1]), float(report[2]),
-                                         float(report[3]), int(report[4]))
+        wall, maxrss_kb, ut, st, code = (
+            float(report[0]),
+            int(report[1]),
+            float(report[2]),
+            float(report[3]),
+            int(report[4]),
+        )
     else:  # the launcher itself failed or was killed (timeout, memory ceiling)
-        wall, maxrss_kb, ut, st, code = (time.perf_counter() - t0, 0, 0.0, 0.0,
-                                         p.returncode or -9)
+        wall, maxrss_kb, ut, st, code = (time.perf_counter() - t0, 0, 0.0, 0.0, p.returncode or -9)
     launcher_kb = 0
     if sampler:
         # the sampled tree includes the ~10 MB launcher; ru_maxrss does not
-        res_tree = {"tree_peak_rss_mb": round(max(sampler.peak_rss_kb - launcher_kb, 0) / 1024, 1),
-                    "tree_peak_pss_mb": round(sampler.peak_pss_kb / 1024, 1)}
+        res_tree = {
+            "tree_peak_rss_mb": round(max(sampler.peak_rss_kb - launcher_kb, 0) / 1024, 1),
+            "tree_peak_pss_mb": round(sampler.peak_pss_kb / 1024, 1),
+        }
     else:
         res_tree = {}
-    res = {"wall_s": round(wall, 3), "peak_rss_mb": round(maxrss_kb / 1024, 1), **res_tree,
-           "cpu_s": round(ut + st, 3), "user_s": round(ut, 3), "sys_s": round(st, 3),
-           "exit_code": code,
-           "stdout_tail": stdout.strip()[-400:]}
+    res = {
+        "wall_s": round(wall, 3),
+        "peak_rss_mb": round(maxrss_kb / 1024, 1),
+        **res_tree,
+        "cpu_s": round(ut + st, 3),
+        "user_s": round(ut, 3),
+        "sys_s": round(st, 3),
+        "exit_code": code,
+        "stdout_tail": stdout.strip()[-400:],
+    }
     if log_lines:  # keep the child's own timing lines (HTA logs its parse stages)
-        res["log"] = [ln.strip() for ln in stderr.splitlines()
-                      if any(k in ln for k in log_lines)][-10:]
+        res["log"] = [ln.strip() for ln in stderr.splitlines() if any(k in ln for k in log_lines)][
+            -10:
+        ]
     if sampler and sampler.killed_at_kb:
         res["killed_above_mb"] = kill_above_mb
         res["killed_at_rss_mb"] = round(sampler.killed_at_kb / 1024, 1)
     if code != 0:
         res["stderr_tail"] = stderr.strip()[-2000:]
-        print(f"  ! {label or cmd[0]} failed with exit code {code}:\n{stderr.strip()[-2000:]}",
-              file=sys.stderr)
+        print(
+            f"  ! {label or cmd[0]} failed with exit code {code}:\n{stderr.strip()[-2000:]}",
+            file=sys.stderr,
+        )
     return res

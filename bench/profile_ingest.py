@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     trace = a.trace
     if trace is None:
-        cached = sorted((HERE / ".cache").glob("bench_*.pt.trace.json"),
-                        key=lambda p: p.stat().st_mtime)
+        cached = sorted(
+            (HERE / ".cache").glob("bench_*.pt.trace.json"), key=lambda p: p.stat().st_mtime
+        )
         if not cached:
             ap.error("no cached bench trace: run bench/bench_ingest.py first, or pass TRACE")
         trace = str(cached[-1])
@@ -65,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         pstats.Stats(prof, stream=buf).strip_dirs().sort_stats(key).print_stats(a.top)
         text = buf.getvalue()
         print(f"\n=== top {a.top} by {key} ===")
-        print(text[text.index("   ncalls"):].rstrip())
+        print(text[text.index("   ncalls") :].rstrip())
     return 0
 
 

@@ -47,12 +47,16 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=20, help="recorded steps (after wait, warmup)")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" /
-                    "profile_overhead.json")
+    ap.add_argument(
+        "--out", type=Path, default=REPO / "bench" / "results" / "profile_overhead.json"
+    )
     args = ap.parse_args()
     plain = [sys.executable, str(SCRIPT), "--plain", "--steps", str(args.steps)]
-    modes = {"plain": None, "profile": [], "profile --no-stack --no-memory":
-             ["--no-stack", "--no-memory"]}
+    modes = {
+        "plain": None,
+        "profile": [],
+        "profile --no-stack --no-memory": ["--no-stack", "--no-memory"],
+    }
     runs: dict[str, list[dict]] = {m: [] for m in modes}
     first = WAIT + WARMUP  # the recorded steps are first .. first + steps - 1
     with tempfile.TemporaryDirectory() as tmp:
@@ -61,18 +65,38 @@ def main() -> int:
                 if extra is None:
                     cmd = plain
                 else:
-                    cmd = [*TI, "-q", "profile", "-o", f"{tmp}/{i}-{len(extra)}", "--force",
-                           "--wait", str(WAIT), "--warmup", str(WARMUP), "--active",
-                           str(args.steps), *extra, "--", *plain]
+                    cmd = [
+                        *TI,
+                        "-q",
+                        "profile",
+                        "-o",
+                        f"{tmp}/{i}-{len(extra)}",
+                        "--force",
+                        "--wait",
+                        str(WAIT),
+                        "--warmup",
+                        str(WARMUP),
+                        "--active",
+                        str(args.steps),
+                        *extra,
+                        "--",
+                        *plain,
+                    ]
                 wall, cpu, steps = run(cmd)
                 sl = slice(first, first + args.steps)
-                rec = {"wall_s": wall, "cpu_s": cpu,
-                       "step_median_s": statistics.median(steps["step_s"][sl]),
-                       "step_cpu_median_s": statistics.median(steps["step_cpu_s"][sl])}
+                rec = {
+                    "wall_s": wall,
+                    "cpu_s": cpu,
+                    "step_median_s": statistics.median(steps["step_s"][sl]),
+                    "step_cpu_median_s": statistics.median(steps["step_cpu_s"][sl]),
+                }
                 runs[mode].append(rec)
-                print(f"{mode:32} run {i}: step {1e3 * rec['step_cpu_median_s']:6.2f} ms CPU "
-                      f"({1e3 * rec['step_median_s']:6.2f} ms wall); command {cpu:6.2f} s CPU "
-                      f"({wall:6.2f} s wall)", flush=True)
+                print(
+                    f"{mode:32} run {i}: step {1e3 * rec['step_cpu_median_s']:6.2f} ms CPU "
+                    f"({1e3 * rec['step_median_s']:6.2f} ms wall); command {cpu:6.2f} s CPU "
+                    f"({wall:6.2f} s wall)",
+                    flush=True,
+                )
 
     def med(mode: str, key: str) -> float:
         return statistics.median(r[key] for r in runs[mode])
@@ -80,16 +104,27 @@ def main() -> int:
     summary = {}
     for mode in runs:
         step, cpu = med(mode, "step_cpu_median_s"), med(mode, "cpu_s")
-        summary[mode] = {"step_cpu_ms": 1e3 * step,
-                         "step_wall_ms": 1e3 * med(mode, "step_median_s"),
-                         "command_cpu_s": cpu, "command_wall_s": med(mode, "wall_s"),
-                         "step_overhead_pct": 100 * (step / med("plain", "step_cpu_median_s") - 1),
-                         "command_overhead_cpu_s": cpu - med("plain", "cpu_s")}
+        summary[mode] = {
+            "step_cpu_ms": 1e3 * step,
+            "step_wall_ms": 1e3 * med(mode, "step_median_s"),
+            "command_cpu_s": cpu,
+            "command_wall_s": med(mode, "wall_s"),
+            "step_overhead_pct": 100 * (step / med("plain", "step_cpu_median_s") - 1),
+            "command_overhead_cpu_s": cpu - med("plain", "cpu_s"),
+        }
         x = summary[mode]
-        print(f"{mode:32} step {x['step_cpu_ms']:6.2f} ms CPU ({x['step_overhead_pct']:+.0f}%), "
-              f"command {cpu:6.2f} s CPU ({x['command_overhead_cpu_s']:+.2f} s)")
-    record = {"steps": args.steps, "repeat": args.repeat, "machine": platform.platform(),
-              "python": platform.python_version(), "summary": summary, "runs": runs}
+        print(
+            f"{mode:32} step {x['step_cpu_ms']:6.2f} ms CPU ({x['step_overhead_pct']:+.0f}%), "
+            f"command {cpu:6.2f} s CPU ({x['command_overhead_cpu_s']:+.2f} s)"
+        )
+    record = {
+        "steps": args.steps,
+        "repeat": args.repeat,
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "summary": summary,
+        "runs": runs,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print(f"wrote {args.out}")

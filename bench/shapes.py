@@ -52,23 +52,45 @@ class Shape:
     what: str  #: one line for the table
 
 
-SHAPES: dict[str, Shape] = {s.name: s for s in (
-    Shape("hta_a100", "kineto/hta/nccl_parser_config/nccl_data.json.gz",
-          "HTA A100 training rank (NCCL, 2024): 31% ac2g flows, 22% runtime calls"),
-    Shape("tracelens_h100", "kineto/tracelens/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
-          "TraceLens H100 inference (Qwen1.5-0.5B): Python frames, [memory] events"),
-    Shape("tb_resnet50",
-          "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz",
-          "tb_plugin ResNet50 training (V100, 2021): legacy categories, [memory], call stacks"),
-    Shape("hta_v100_memory", "kineto/hta/df_index_resolver/df_index_resolver.json.gz",
-          "HTA V100 training rank (2020 NCCL): the corpus's largest file, ac2g flows, [memory]"),
-)}
+SHAPES: dict[str, Shape] = {
+    s.name: s
+    for s in (
+        Shape(
+            "hta_a100",
+            "kineto/hta/nccl_parser_config/nccl_data.json.gz",
+            "HTA A100 training rank (NCCL, 2024): 31% ac2g flows, 22% runtime calls",
+        ),
+        Shape(
+            "tracelens_h100",
+            "kineto/tracelens/traces/h100/Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+            "TraceLens H100 inference (Qwen1.5-0.5B): Python frames, [memory] events",
+        ),
+        Shape(
+            "tb_resnet50",
+            "kineto/tb_plugin/samples/resnet50_num_workers_0/worker0.1623143566756.pt.trace.json.gz",
+            "tb_plugin ResNet50 training (V100, 2021): legacy categories, [memory], call stacks",
+        ),
+        Shape(
+            "hta_v100_memory",
+            "kineto/hta/df_index_resolver/df_index_resolver.json.gz",
+            "HTA V100 training rank (2020 NCCL): the corpus's largest file, ac2g flows, [memory]",
+        ),
+    )
+}
 #: the shapes ``make bench`` measures (besides the generated trace)
 DEFAULT_SHAPES = ("hta_a100", "tracelens_h100", "tb_resnet50")
 
 #: args keys holding ids that must stay unique per repetition
-_ARG_IDS = ("correlation", "External id", "external id", "Sequence number", "Python id",
-            "Python parent id", "Record function id", "Ev Idx")
+_ARG_IDS = (
+    "correlation",
+    "External id",
+    "external id",
+    "Sequence number",
+    "Python id",
+    "Python parent id",
+    "Record function id",
+    "Ev Idx",
+)
 _STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _DEC = msgspec.json.Decoder(float_hook=decimal.Decimal)
 _ENC = msgspec.json.Encoder(decimal_format="number")
@@ -107,8 +129,11 @@ def _plan(events: list[dict[str, Any]]) -> dict[str, Any]:
         if m:
             steps.add(int(m.group(1)))
     span = (hi - lo) if lo is not None else 0
-    return {"span": int(span) + 1 + GAP_US, "stride": {k: v + 1 for k, v in top.items()},
-            "steps": (max(steps) - min(steps) + 1) if steps else 0}
+    return {
+        "span": int(span) + 1 + GAP_US,
+        "stride": {k: v + 1 for k, v in top.items()},
+        "steps": (max(steps) - min(steps) + 1) if steps else 0,
+    }
 
 
 def _shifted(e: dict[str, Any], k: int, plan: dict[str, Any]) -> dict[str, Any]:
@@ -161,6 +186,7 @@ def write_shape(shape: Shape, size_mb: float, out: Path) -> dict[str, Any]:
     sep = b",\n  "
     try:
         with open(tmp, "wb") as f:
+
             def put(b: bytes) -> None:
                 nonlocal written
                 f.write(b)
@@ -190,15 +216,23 @@ def write_shape(shape: Shape, size_mb: float, out: Path) -> dict[str, Any]:
     finally:
         if tmp.exists():
             tmp.unlink()
-    return {"shape": shape.name, "source": shape.path, "source_bytes": len(src),
-            "source_events": len(events), "path": str(out), "bytes": out.stat().st_size,
-            "events": n_events, "repetitions": reps, "layout": layout,
-            "build_s": round(time.perf_counter() - t0, 2)}
+    return {
+        "shape": shape.name,
+        "source": shape.path,
+        "source_bytes": len(src),
+        "source_events": len(events),
+        "path": str(out),
+        "bytes": out.stat().st_size,
+        "events": n_events,
+        "repetitions": reps,
+        "layout": layout,
+        "build_s": round(time.perf_counter() - t0, 2),
+    }
 
 
 def _batches(events: list[dict[str, Any]], n: int = 20_000) -> Iterator[bytes]:
     for i in range(0, len(events), n):
-        yield b",\n  ".join(_event_text(e) for e in events[i:i + n])
+        yield b",\n  ".join(_event_text(e) for e in events[i : i + n])
 
 
 def ensure_shape(name: str, size_mb: float) -> tuple[Path, dict[str, Any]]:

@@ -59,10 +59,12 @@ def _gz(text: str) -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=HERE,
-                    help="folder to write into (default: next to this script)")
-    ap.add_argument("--check", action="store_true",
-                    help="compare with the files on disk, write nothing")
+    ap.add_argument(
+        "--out", type=Path, default=HERE, help="folder to write into (default: next to this script)"
+    )
+    ap.add_argument(
+        "--check", action="store_true", help="compare with the files on disk, write nothing"
+    )
     args = ap.parse_args(argv)
 
     status = 0

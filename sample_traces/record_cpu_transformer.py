@@ -150,36 +150,74 @@ def summarize(trace: dict) -> None:
         return sum(1 for e in events if pred(e))
 
     steps = sorted(
-        e["name"] for e in events
+        e["name"]
+        for e in events
         if e.get("cat") == "user_annotation" and e.get("name", "").startswith("ProfilerStep#")
     )
     print("ProfilerStep annotations:", steps)
-    print("user annotations:", dict(collections.Counter(
-        e["name"] for e in events
-        if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#"))))
-    print("cpu_op with Input Dims:",
-          count(lambda e: e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})))
-    print("[memory] instant events:",
-          count(lambda e: e.get("ph") == "i" and e.get("name") == "[memory]"))
-    print("nn.Module python_function frames:",
-          count(lambda e: e.get("cat") == "python_function"
-                and e.get("name", "").startswith("nn.Module: ")))
-    print("backward ops with Sequence number:",
-          count(lambda e: e.get("name", "").startswith("autograd::engine::evaluate_function: ")
-                and "Sequence number" in e.get("args", {})))
-    print("fwdbwd flows (s/f):", count(lambda e: e.get("cat") == "fwdbwd" and e.get("ph") == "s"),
-          "/", count(lambda e: e.get("cat") == "fwdbwd" and e.get("ph") == "f"))
+    print(
+        "user annotations:",
+        dict(
+            collections.Counter(
+                e["name"]
+                for e in events
+                if e.get("cat") == "user_annotation" and not e["name"].startswith("ProfilerStep#")
+            )
+        ),
+    )
+    print(
+        "cpu_op with Input Dims:",
+        count(lambda e: e.get("cat") == "cpu_op" and "Input Dims" in e.get("args", {})),
+    )
+    print(
+        "[memory] instant events:",
+        count(lambda e: e.get("ph") == "i" and e.get("name") == "[memory]"),
+    )
+    print(
+        "nn.Module python_function frames:",
+        count(
+            lambda e: (
+                e.get("cat") == "python_function" and e.get("name", "").startswith("nn.Module: ")
+            )
+        ),
+    )
+    print(
+        "backward ops with Sequence number:",
+        count(
+            lambda e: (
+                e.get("name", "").startswith("autograd::engine::evaluate_function: ")
+                and "Sequence number" in e.get("args", {})
+            )
+        ),
+    )
+    print(
+        "fwdbwd flows (s/f):",
+        count(lambda e: e.get("cat") == "fwdbwd" and e.get("ph") == "s"),
+        "/",
+        count(lambda e: e.get("cat") == "fwdbwd" and e.get("ph") == "f"),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--output", type=Path, default=DEFAULT_OUTPUT,
-                    help="trace file to write (.pt.trace.json.gz)")
-    ap.add_argument("--steps", type=int, default=6,
-                    help="number of recorded (active) training steps (default 6)")
-    ap.add_argument("--plain", action="store_true",
-                    help="train without recording and print each step's time as JSON (the "
-                         "loop `traceinsight profile` overhead is measured on)")
+    ap.add_argument(
+        "--output",
+        type=Path,
+        default=DEFAULT_OUTPUT,
+        help="trace file to write (.pt.trace.json.gz)",
+    )
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=6,
+        help="number of recorded (active) training steps (default 6)",
+    )
+    ap.add_argument(
+        "--plain",
+        action="store_true",
+        help="train without recording and print each step's time as JSON (the "
+        "loop `traceinsight profile` overhead is measured on)",
+    )
     args = ap.parse_args(argv)
     if args.steps < 1:
         ap.error("--steps must be at least 1")

@@ -15,8 +15,10 @@ KINETO = TRACES / "kineto"
 REFERENCE = TRACES / "reference"
 SAMPLES = REPO / "sample_traces"
 
-NO_CORPUS = (f"{TRACES} is absent (the shared real-trace corpus; CI always has it): set "
-             "TRACEINSIGHT_SHARED=DIR to the folder holding traces/")
+NO_CORPUS = (
+    f"{TRACES} is absent (the shared real-trace corpus; CI always has it): set "
+    "TRACEINSIGHT_SHARED=DIR to the folder holding traces/"
+)
 
 #: JSON files in the corpus that are not Kineto traces (format-detection fixtures)
 NOT_TRACES = {
@@ -28,9 +30,11 @@ NOT_TRACES = {
 def corpus_kineto_files() -> list[Path]:
     if not KINETO.is_dir():
         return []
-    return sorted(p for p in KINETO.rglob("*")
-                  if p.is_file() and p.name.endswith((".json", ".json.gz"))
-                  and p.name not in NOT_TRACES)
+    return sorted(
+        p
+        for p in KINETO.rglob("*")
+        if p.is_file() and p.name.endswith((".json", ".json.gz")) and p.name not in NOT_TRACES
+    )
 
 
 def corpus_id(p: Path) -> str:
@@ -41,8 +45,9 @@ requires_corpus = pytest.mark.skipif(not KINETO.is_dir(), reason=NO_CORPUS)
 
 
 @pytest.fixture(autouse=True)
-def _isolated_cache(tmp_path_factory: pytest.TempPathFactory,
-                    monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every test session gets its own store cache; progress bars stay off."""
     cache = tmp_path_factory.getbasetemp() / "ti-cache"
     monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(cache))
@@ -57,8 +62,9 @@ class CliResult:
         self.exception = result.exception
 
 
-def invoke(args: list[str], *, exit_code: int | None = 0,
-           stderr_contains: str | None = None) -> CliResult:
+def invoke(
+    args: list[str], *, exit_code: int | None = 0, stderr_contains: str | None = None
+) -> CliResult:
     """Run the CLI in-process; assert the exit code and (optionally) the stderr text."""
     from traceinsight.cli import main
 
@@ -68,12 +74,17 @@ def invoke(args: list[str], *, exit_code: int | None = 0,
     if exit_code is not None:
         assert out.exit_code == exit_code, (
             f"exit {out.exit_code} != {exit_code}\nstdout:\n{out.stdout}\nstderr:\n{out.stderr}\n"
-            f"exception: {out.exception!r}")
+            f"exception: {out.exception!r}"
+        )
     if stderr_contains is not None:
         assert stderr_contains in out.stderr, out.stderr
     return out
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", default=False,
-                     help="rewrite tests/golden/*.json from the current diagnoses")
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="rewrite tests/golden/*.json from the current diagnoses",
+    )

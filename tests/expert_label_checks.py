@@ -22,9 +22,11 @@ import yaml
 from conftest import TRACES
 
 LABELS = TRACES / "expected" / "diagnoses.yaml"
-NO_LABELS = (f"{LABELS} is absent: the expert labels come with the shared trace corpus; set "
-             "TRACEINSIGHT_SHARED to the folder that holds traces/ (default: ../shared next to "
-             "the repository)")
+NO_LABELS = (
+    f"{LABELS} is absent: the expert labels come with the shared trace corpus; set "
+    "TRACEINSIGHT_SHARED to the folder that holds traces/ (default: ../shared next to "
+    "the repository)"
+)
 
 #: severities at which a rule counts as reported
 REPORTED = ("high", "medium")
@@ -53,6 +55,7 @@ def label_id(key: str) -> str:
 
 
 # --- what the tool said ------------------------------------------------------------------------
+
 
 @dataclass
 class Diagnosed:
@@ -89,10 +92,14 @@ def diagnose_trace(key: str) -> Diagnosed:
     rt = store.df("runtime_calls", ["name", "dur_ns"])
     runtime: dict[str, tuple[int, int, int]] = {}
     if len(rt):
-        agg = rt.assign(name=rt["name"].astype(str)).groupby("name")["dur_ns"].agg(
-            ["size", "sum", "max"])
-        runtime = {str(n): (int(r["size"]), int(r["sum"]), int(r["max"]))
-                   for n, r in agg.iterrows()}
+        agg = (
+            rt.assign(name=rt["name"].astype(str))
+            .groupby("name")["dur_ns"]
+            .agg(["size", "sum", "max"])
+        )
+        runtime = {
+            str(n): (int(r["size"]), int(r["sum"]), int(r["max"])) for n, r in agg.iterrows()
+        }
     return Diagnosed(result, runtime)
 
 
@@ -120,29 +127,38 @@ def _severities(d: Diagnosed) -> str:
 
 # --- verdict checks -------------------------------------------------------------------------
 
+
 def check_primary(label: dict[str, Any], d: Diagnosed) -> list[str]:
     want = [label["primary"], *(label.get("also_acceptable_primary") or [])]
     got = primary_of(d)
     if got in want:
         return []
-    return [(f"primary is {got!r}, expected {' or '.join(repr(w) for w in want)} "
-            f"(headline: {d.result.get('headline', '')!r}; findings: {_severities(d)})")]
+    return [
+        (
+            f"primary is {got!r}, expected {' or '.join(repr(w) for w in want)} "
+            f"(headline: {d.result.get('headline', '')!r}; findings: {_severities(d)})"
+        )
+    ]
 
 
 def check_must_report(label: dict[str, Any], d: Diagnosed) -> list[str]:
     rep = _reported(d)
     sev = {f["rule"]: f["severity"] for f in reversed(d.findings)}
-    return [f"{rule} must be reported at medium/high, got "
-            f"{sev.get(rule, 'nothing (rule did not fire)')}"
-            for rule in label.get("must_report") or [] if rule not in rep]
+    return [
+        f"{rule} must be reported at medium/high, got "
+        f"{sev.get(rule, 'nothing (rule did not fire)')}"
+        for rule in label.get("must_report") or []
+        if rule not in rep
+    ]
 
 
 def check_must_report_one_of(label: dict[str, Any], d: Diagnosed) -> list[str]:
     options = list(label.get("must_report_one_of") or [])
     if not options or any(r in _reported(d) for r in options):
         return []
-    return [(f"one of {', '.join(options)} must be reported at medium/high; findings: "
-            f"{_severities(d)}")]
+    return [
+        (f"one of {', '.join(options)} must be reported at medium/high; findings: {_severities(d)}")
+    ]
 
 
 def check_must_not_report(label: dict[str, Any], d: Diagnosed) -> list[str]:
@@ -151,8 +167,10 @@ def check_must_not_report(label: dict[str, Any], d: Diagnosed) -> list[str]:
     for item in label.get("must_not_report") or []:
         f = rep.get(item["rule"])
         if f is not None:
-            out.append(f"{item['rule']} reported at {f['severity']} ({f.get('title', '')!r}, "
-                       f"impact {f.get('impact_pct')}) but must not be: {item['reason']}")
+            out.append(
+                f"{item['rule']} reported at {f['severity']} ({f.get('title', '')!r}, "
+                f"impact {f.get('impact_pct')}) but must not be: {item['reason']}"
+            )
     return out
 
 
@@ -164,12 +182,15 @@ def check_must_not_recommend(label: dict[str, Any], d: Diagnosed) -> list[str]:
             for rec in f.get("recommendations") or []:
                 m = pat.search(rec)
                 if m:
-                    out.append(f"{f['rule']} ({f['severity']}) advises {item['text']!r}: matched "
-                               f"{m.group(0)!r} in {rec[:160]!r}; wrong because: {item['reason']}")
+                    out.append(
+                        f"{f['rule']} ({f['severity']}) advises {item['text']!r}: matched "
+                        f"{m.group(0)!r} in {rec[:160]!r}; wrong because: {item['reason']}"
+                    )
     return out
 
 
 # --- facts -----------------------------------------------------------------------------------
+
 
 class NotStated(Exception):
     """The tool has no figure for this fact (no field, no metric)."""
@@ -197,6 +218,7 @@ def _rank_sum(key: str) -> Getter:
         if not vals or any(v is None for v in vals):
             return None
         return sum(vals)
+
     return get
 
 
@@ -204,6 +226,7 @@ def _rank_max(key: str) -> Getter:
     def get(d: Diagnosed) -> Any:
         vals = [r.get(key) for r in d.ranks if r.get(key) is not None]
         return max(vals) if vals else None
+
     return get
 
 
@@ -211,6 +234,7 @@ def _metric(name: str, scale: float = 1.0) -> Getter:
     def get(d: Diagnosed) -> Any:
         v = d.values.get(name)
         return None if v is None else v * scale
+
     return get
 
 
@@ -229,6 +253,7 @@ def _step_field(index: int, key: str) -> Getter:
     def get(d: Diagnosed) -> Any:
         steps = _steps_by_start(d)
         return steps[index].get(key) if steps else None
+
     return get
 
 
@@ -265,20 +290,23 @@ FACTS: dict[str, tuple[Getter, Compare, str]] = {
     "peak_allocated_bytes": (_rank_max("peak_allocated_bytes"), _exact, "exact"),
     "peak_reserved_bytes": (_rank_max("peak_reserved_bytes"), _exact, "exact"),
     # a share of device capacity, not of time: only the capacity definition may differ
-    "peak_reserved_capacity_pct": (_metric("peak_reserved_capacity_pct"), _points(0.5),
-                                   "±0.5 pt"),
+    "peak_reserved_capacity_pct": (_metric("peak_reserved_capacity_pct"), _points(0.5), "±0.5 pt"),
     "device": (_devices, lambda got, want: want in got, "the recorded device name"),
 }
 #: where a missing figure would be looked up for the reason
-_METRIC_OF = {"gpu_busy_pct": "gpu_busy_pct", "exposed_comm_pct": "exposed_comm_pct",
-              "comm_overlap_pct": "comm_overlap_pct", "idle_input_pct": "idle_input_pct",
-              "kernels_lt_10us_pct": "small_kernel_pct",
-              "fp32_simt_gemm_kernel_time_pct": "fp32_gemm_time_pct",
-              "fp32_simt_gemm_kernel_time_ns": "fp32_gemm_time_ns",
-              "median_kernel_us": "median_kernel_ns",
-              "peak_allocated_bytes": "peak_allocated_bytes",
-              "peak_reserved_bytes": "peak_reserved_bytes",
-              "peak_reserved_capacity_pct": "peak_reserved_capacity_pct"}
+_METRIC_OF = {
+    "gpu_busy_pct": "gpu_busy_pct",
+    "exposed_comm_pct": "exposed_comm_pct",
+    "comm_overlap_pct": "comm_overlap_pct",
+    "idle_input_pct": "idle_input_pct",
+    "kernels_lt_10us_pct": "small_kernel_pct",
+    "fp32_simt_gemm_kernel_time_pct": "fp32_gemm_time_pct",
+    "fp32_simt_gemm_kernel_time_ns": "fp32_gemm_time_ns",
+    "median_kernel_us": "median_kernel_ns",
+    "peak_allocated_bytes": "peak_allocated_bytes",
+    "peak_reserved_bytes": "peak_reserved_bytes",
+    "peak_reserved_capacity_pct": "peak_reserved_capacity_pct",
+}
 
 
 def _runtime_fact(d: Diagnosed, api: str, what: str) -> Any:

@@ -26,16 +26,35 @@ def one_layer_step(b: KinetoTraceBuilder, *, seq: bool = True, flow: bool = Fals
         with b.module("Model", 10_000, 300_000):
             with b.module("Linear", 20_000, 200_000):
                 with b.cpu_op("aten::linear", 30_000, 150_000, seq=5 if seq else None):
-                    with b.cpu_op("aten::mm", 40_000, 100_000, seq=5 if seq else None,
-                                  input_dims=[[64, 128], [128, 256]],
-                                  input_types=["float", "float"]):
-                        b.launch("sm90_xmma_gemm_f32f32_tn", cpu_start=50_000, gpu_start=60_000,
-                                 gpu_dur=40_000)
-        with b.cpu_op("autograd::engine::evaluate_function: MmBackward0", 400_000, 200_000,
-                      tid=BWD_TID, seq=5 if seq else None):
+                    with b.cpu_op(
+                        "aten::mm",
+                        40_000,
+                        100_000,
+                        seq=5 if seq else None,
+                        input_dims=[[64, 128], [128, 256]],
+                        input_types=["float", "float"],
+                    ):
+                        b.launch(
+                            "sm90_xmma_gemm_f32f32_tn",
+                            cpu_start=50_000,
+                            gpu_start=60_000,
+                            gpu_dur=40_000,
+                        )
+        with b.cpu_op(
+            "autograd::engine::evaluate_function: MmBackward0",
+            400_000,
+            200_000,
+            tid=BWD_TID,
+            seq=5 if seq else None,
+        ):
             with b.cpu_op("aten::mm", 420_000, 100_000, tid=BWD_TID):
-                b.launch("sm90_xmma_gemm_f32f32_nt", cpu_start=430_000, gpu_start=440_000,
-                         gpu_dur=80_000, tid=BWD_TID)
+                b.launch(
+                    "sm90_xmma_gemm_f32f32_nt",
+                    cpu_start=430_000,
+                    gpu_start=440_000,
+                    gpu_dur=80_000,
+                    tid=BWD_TID,
+                )
         if flow:
             b.fwdbwd(30_000, 400_000, bwd_tid=BWD_TID)
 
@@ -46,10 +65,20 @@ def test_forward_and_backward_reach_their_layer(tmp_path: Path) -> None:
     g = analyse(b, tmp_path).attribution.gpu.sort_values("start_ns")
     fwd, bwd = g.iloc[0], g.iloc[1]
     assert (fwd.op, fwd.top_op, fwd.module, fwd.phase, fwd.method, fwd.step) == (
-        "aten::mm", "aten::linear", "Model_0/Linear_0", "forward", "time", 3)
+        "aten::mm",
+        "aten::linear",
+        "Model_0/Linear_0",
+        "forward",
+        "time",
+        3,
+    )
     assert (bwd.op, bwd.top_op, bwd.module, bwd.phase, bwd.method) == (
-        "aten::mm", "autograd::engine::evaluate_function: MmBackward0", "Model_0/Linear_0",
-        "backward", "time")
+        "aten::mm",
+        "autograd::engine::evaluate_function: MmBackward0",
+        "Model_0/Linear_0",
+        "backward",
+        "time",
+    )
 
 
 def test_backward_linked_by_fwdbwd_flow_without_sequence_numbers(tmp_path: Path) -> None:
@@ -72,20 +101,30 @@ def test_graph_orphan_and_external_id(tmp_path: Path) -> None:
     b = KinetoTraceBuilder(rank=0)
     with b.step(1, 0, 2_000_000):
         with b.cpu_op("CUDAGraph::replay", 10_000, 50_000):
-            b.graph_launch([("k_a", 100_000, 10_000), ("k_b", 110_000, 20_000),
-                            ("k_c", 130_000, 30_000)], cpu_start=20_000)
+            b.graph_launch(
+                [("k_a", 100_000, 10_000), ("k_b", 110_000, 20_000), ("k_c", 130_000, 30_000)],
+                cpu_start=20_000,
+            )
         # a kernel whose launch record was lost, but which names its op by External id
         ext = b.op("aten::add", 300_000, 20_000)
-        b.launch("add_kernel", cpu_start=305_000, gpu_start=400_000, gpu_dur=5_000, orphan=True,
-                 **{"External id": ext})
+        b.launch(
+            "add_kernel",
+            cpu_start=305_000,
+            gpu_start=400_000,
+            gpu_dur=5_000,
+            orphan=True,
+            **{"External id": ext},
+        )
         # an orphan with nothing at all
         b.launch("lost_kernel", cpu_start=500_000, gpu_start=600_000, gpu_dur=7_000, orphan=True)
     an = analyse(b, tmp_path)
     g = an.attribution.gpu.set_index("name")
     assert list(g.loc[["k_a", "k_b", "k_c"], "method"]) == ["graph"] * 3
     assert set(g.loc[["k_a", "k_b", "k_c"], "op"]) == {"CUDAGraph::replay"}
-    assert (g.loc["add_kernel", "method"], g.loc["add_kernel", "op"]) == \
-        ("external_id", "aten::add")
+    assert (g.loc["add_kernel", "method"], g.loc["add_kernel", "op"]) == (
+        "external_id",
+        "aten::add",
+    )
     assert (g.loc["lost_kernel", "method"], g.loc["lost_kernel", "op"]) == ("none", UNATTRIBUTED)
     cov = an.attribution.coverage()
     assert cov["kernel_time_ns"] == 72_000 and cov["unattributed_ns"] == 7_000
@@ -102,8 +141,14 @@ def test_external_id_equal_to_correlation_is_not_a_link(tmp_path: Path) -> None:
     corr = b._corr + 1
     b._ext = corr - 1  # the next op gets External id == the next correlation id
     b.op("aten::div", 500_000, 10_000)
-    b.launch("orphan", cpu_start=1_000_000, gpu_start=1_100_000, gpu_dur=1_000, orphan=True,
-             **{"External id": corr})
+    b.launch(
+        "orphan",
+        cpu_start=1_000_000,
+        gpu_start=1_100_000,
+        gpu_dur=1_000,
+        orphan=True,
+        **{"External id": corr},
+    )
     g = analyse(b, tmp_path).attribution.gpu
     assert g.iloc[0].op == UNATTRIBUTED
 
@@ -112,13 +157,23 @@ def test_communication_by_name_and_by_launching_op(tmp_path: Path) -> None:
     b = KinetoTraceBuilder(rank=0, world_size=2)
     with b.step(1, 0, 1_000_000):
         with b.cpu_op("nccl:all_reduce", 10_000, 20_000):
-            b.launch("custom_ring_kernel", cpu_start=20_000, gpu_start=100_000, gpu_dur=100_000,
-                     stream=20)
+            b.launch(
+                "custom_ring_kernel",
+                cpu_start=20_000,
+                gpu_start=100_000,
+                gpu_dur=100_000,
+                stream=20,
+            )
         with b.cpu_op("aten::mm", 40_000, 20_000):
             b.launch("nvjet_tst_128x256", cpu_start=45_000, gpu_start=150_000, gpu_dur=100_000)
         with b.cpu_op("record_param_comms", 70_000, 20_000):
-            b.launch("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", cpu_start=75_000,
-                     gpu_start=300_000, gpu_dur=50_000, stream=20)
+            b.launch(
+                "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                cpu_start=75_000,
+                gpu_start=300_000,
+                gpu_dur=50_000,
+                stream=20,
+            )
     an = analyse(b, tmp_path)
     cls = an.attribution.gpu.set_index("name")["cls"]
     assert cls["custom_ring_kernel"] == "communication"
@@ -127,7 +182,11 @@ def test_communication_by_name_and_by_launching_op(tmp_path: Path) -> None:
     # the breakdown: comm [100,200)+[300,350), compute [150,250): hidden 50 µs, exposed 100 µs
     w = an.breakdown.ranks[0]
     assert (w.comm_ns, w.comm_hidden_ns, w.comm_exposed_ns, w.compute_ns) == (
-        150_000, 50_000, 100_000, 100_000)
+        150_000,
+        50_000,
+        100_000,
+        100_000,
+    )
     parts = (w.compute_ns, w.comm_exposed_ns, w.memcpy_exposed_ns, w.memset_exposed_ns, w.idle_ns)
     assert sum(parts) == w.wall_ns
 
@@ -198,13 +257,16 @@ def test_corpus_attribution_conserves_time(path: Path, tmp_path: Path) -> None:
     assert int(an.rollup("annotation")["device_ns"].sum()) == all_gpu
     assert int(an.rollup("kernel")["total_ns"].sum()) == all_gpu
     for w in an.breakdown.steps:
-        assert w.compute_ns + w.comm_exposed_ns + w.memcpy_exposed_ns + w.memset_exposed_ns \
-            + w.idle_ns == w.wall_ns
+        assert (
+            w.compute_ns + w.comm_exposed_ns + w.memcpy_exposed_ns + w.memset_exposed_ns + w.idle_ns
+            == w.wall_ns
+        )
         assert 0 <= w.busy_ns <= w.wall_ns
     # and `top` renders every rollup of it
     for by in ("kernel", "op", "layer", "annotation", "step"):
-        assert render_top(an.rollup(by), by, 5, coverage=an.attribution.coverage(None),
-                          ranks=len(an.store.ranks)).strip()
+        assert render_top(
+            an.rollup(by), by, 5, coverage=an.attribution.coverage(None), ranks=len(an.store.ranks)
+        ).strip()
 
 
 @requires_corpus
@@ -220,6 +282,10 @@ def test_top_command(by: str) -> None:
     rows = json.loads(data)["rows"]
     assert rows
     if by in ("kernel", "op", "layer", "annotation"):
-        key = {"kernel": "total_ns", "op": "device_self_ns", "layer": "total_ns",
-               "annotation": "device_ns"}[by]
+        key = {
+            "kernel": "total_ns",
+            "op": "device_self_ns",
+            "layer": "total_ns",
+            "annotation": "device_ns",
+        }[by]
         assert sum(r[key] for r in rows) == 45_432_698 + 2_368 + 212_234  # kernels, copies, sets

@@ -41,8 +41,9 @@ def test_truncated_json(tmp_path: Path) -> None:
     text = small_trace()
     p = tmp_path / "crashed.json"
     p.write_text(text[: len(text) // 2])
-    assert_clean_failure(run_ingest(tmp_path, p), tmp_path, "crashed.json", "truncated",
-                         "--salvage")
+    assert_clean_failure(
+        run_ingest(tmp_path, p), tmp_path, "crashed.json", "truncated", "--salvage"
+    )
 
 
 def test_truncated_json_salvaged(tmp_path: Path) -> None:
@@ -79,25 +80,34 @@ def test_truncated_gzip(tmp_path: Path) -> None:
     assert_clean_failure(run_ingest(tmp_path, p), tmp_path, "t.json.gz", "truncated")
 
 
-@pytest.mark.parametrize("content,fragment", [
-    ('{"traceEvents": []}', "no events"),
-    ("[]", "no events"),
-    ("", "empty"),
-    ('{"schemaVersion": 1, "traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, '
-     '"tid": 0, "args": {"name": "python"}}]}', "only metadata"),
-])
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ('{"traceEvents": []}', "no events"),
+        ("[]", "no events"),
+        ("", "empty"),
+        (
+            '{"schemaVersion": 1, "traceEvents": [{"ph": "M", "name": "process_name", "pid": 1, '
+            '"tid": 0, "args": {"name": "python"}}]}',
+            "only metadata",
+        ),
+    ],
+)
 def test_empty_trace(tmp_path: Path, content: str, fragment: str) -> None:
     p = tmp_path / "empty.json"
     p.write_text(content)
     assert_clean_failure(run_ingest(tmp_path, p), tmp_path, "empty.json", fragment)
 
 
-@pytest.mark.parametrize("content,fragment", [
-    ('{"model": "llama", "loss": 1.25}', "traceEvents"),
-    ('{"traceEvents": 5}', "not a PyTorch profiler trace"),
-    ('[1, 2, 3]', "not a PyTorch profiler trace"),
-    ('[{"a": 1}, {"b": 2}]', "no trace events"),
-])
+@pytest.mark.parametrize(
+    "content,fragment",
+    [
+        ('{"model": "llama", "loss": 1.25}', "traceEvents"),
+        ('{"traceEvents": 5}', "not a PyTorch profiler trace"),
+        ("[1, 2, 3]", "not a PyTorch profiler trace"),
+        ('[{"a": 1}, {"b": 2}]', "no trace events"),
+    ],
+)
 def test_json_that_is_not_a_trace(tmp_path: Path, content: str, fragment: str) -> None:
     p = tmp_path / "config.json"
     p.write_text(content)
@@ -115,8 +125,9 @@ def test_two_files_claim_the_same_rank(tmp_path: Path) -> None:
     d.mkdir()
     (d / "a.json").write_text(small_trace())
     (d / "b.json").write_text(small_trace())
-    assert_clean_failure(run_ingest(tmp_path, d), tmp_path, "two files claim rank 0", "a.json",
-                         "b.json")
+    assert_clean_failure(
+        run_ingest(tmp_path, d), tmp_path, "two files claim rank 0", "a.json", "b.json"
+    )
 
 
 def test_files_without_rank_information(tmp_path: Path) -> None:
@@ -141,15 +152,17 @@ def test_rank_from_file_names(tmp_path: Path) -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    assert_clean_failure(run_ingest(tmp_path, tmp_path / "nope.json.gz"), tmp_path, "nope.json.gz",
-                         "no such file")
+    assert_clean_failure(
+        run_ingest(tmp_path, tmp_path / "nope.json.gz"), tmp_path, "nope.json.gz", "no such file"
+    )
 
 
 def test_nsight_report_gets_the_export_command(tmp_path: Path) -> None:
     p = tmp_path / "run.nsys-rep"
     p.write_bytes(b"NVIDIA Tegra Profiler Report 2024@6@2@\x00\x01binary")
-    assert_clean_failure(run_ingest(tmp_path, p), tmp_path, "run.nsys-rep",
-                         "nsys export --type sqlite")
+    assert_clean_failure(
+        run_ingest(tmp_path, p), tmp_path, "run.nsys-rep", "nsys export --type sqlite"
+    )
 
 
 def test_debug_shows_the_traceback(tmp_path: Path) -> None:
@@ -160,12 +173,16 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert res.exception is not None and type(res.exception).__name__ == "TraceFormatError"
 
 
-@pytest.mark.parametrize("bad,repair", [
-    (b'"name": "aten::mm"', b'"name": "C:\\Users\\me\\model.py(12): fwd"'),  # lone backslashes
-    (b'"cbid": 211', b'"cbid": N/A'),  # bare N/A
-])
-def test_repairable_json_ingests_with_a_diagnostic(tmp_path: Path, bad: bytes,
-                                                   repair: bytes) -> None:
+@pytest.mark.parametrize(
+    "bad,repair",
+    [
+        (b'"name": "aten::mm"', b'"name": "C:\\Users\\me\\model.py(12): fwd"'),  # lone backslashes
+        (b'"cbid": 211', b'"cbid": N/A'),  # bare N/A
+    ],
+)
+def test_repairable_json_ingests_with_a_diagnostic(
+    tmp_path: Path, bad: bytes, repair: bytes
+) -> None:
     b = KinetoTraceBuilder(rank=0)
     with b.cpu_op("aten::mm", 0, 50_000):
         b.launch("gemm", cpu_start=10_000, gpu_start=20_000, gpu_dur=10_000)
@@ -183,8 +200,17 @@ def test_huge_integers_are_kept_or_reported(tmp_path: Path) -> None:
     # GIVEN ids and a Comms Id beyond int64 (HTA#324), which some JSON decoders reject
     b = KinetoTraceBuilder(rank=0)
     b.op("record_param_comms", 0, 50_000, **{"Comms Id": 10159970886766084423})
-    b.events.append({"ph": "s", "id": 18446744073709551615, "pid": 4242, "tid": 4242,
-                     "ts": 1, "cat": "fwdbwd", "name": "fwdbwd"})
+    b.events.append(
+        {
+            "ph": "s",
+            "id": 18446744073709551615,
+            "pid": 4242,
+            "tid": 4242,
+            "ts": 1,
+            "cat": "fwdbwd",
+            "name": "fwdbwd",
+        }
+    )
     p = b.write(tmp_path / "big.json")
     invoke(["ingest", p, "-o", tmp_path / "s"])
     from traceinsight.store.core import TraceStore

@@ -32,9 +32,15 @@ from test_report import CHARTS, EVIL_KERNEL, EVIL_OP, SECTIONS, TOKEN, build_tra
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 
 
 def find_chromium() -> str | None:
@@ -55,15 +61,27 @@ except ImportError:  # pragma: no cover - the dev extra installs it
     sync_playwright = None
 
 requires_chromium = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium found (apt-get install chromium, or `make browser`)")
+    CHROMIUM is None, reason="no Chromium found (apt-get install chromium, or `make browser`)"
+)
 
 
 def _result_with_big_tables(result):
     """The synthetic result plus 60 extra kernel rows, so the row limit and filter have work."""
-    extra = [{"name": f"void fake_kernel_{i:02d}<float>(float*)", "kind": "kernel",
-              "cls": "elementwise", "calls": i + 1, "total_ns": 1000 * (60 - i),
-              "mean_ns": 1000.0, "min_ns": 900, "max_ns": 1100, "share_pct": 0.01 * (60 - i),
-              "top_op": "aten::fake"} for i in range(60)]
+    extra = [
+        {
+            "name": f"void fake_kernel_{i:02d}<float>(float*)",
+            "kind": "kernel",
+            "cls": "elementwise",
+            "calls": i + 1,
+            "total_ns": 1000 * (60 - i),
+            "mean_ns": 1000.0,
+            "min_ns": 900,
+            "max_ns": 1100,
+            "share_pct": 0.01 * (60 - i),
+            "top_op": "aten::fake",
+        }
+        for i in range(60)
+    ]
     rollups = {**result.rollups, "kernels": list(result.rollups["kernels"]) + extra}
     return dataclasses.replace(result, rollups=rollups)
 
@@ -76,8 +94,10 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
     tmp = tmp_path_factory.mktemp("browser")
     trace = build_trace(tmp / "evil.pt.trace.json.gz")
-    result = diagnose(ingest([trace], tmp / "s.tistore", quiet=True),
-                      command=["traceinsight", "report", str(trace)])
+    result = diagnose(
+        ingest([trace], tmp / "s.tistore", quiet=True),
+        command=["traceinsight", "report", str(trace)],
+    )
     out = tmp / "report.html"
     out.write_text(render_html(_result_with_big_tables(result)), encoding="utf-8")
     return out
@@ -87,8 +107,10 @@ def report_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def browser():
     """One headless Chromium for the module (Playwright's sync API allows one at a time)."""
     if sync_playwright is None:
-        pytest.skip("the playwright package is not installed (pip install playwright); "
-                    "test_loads_with_chromium_cli covers loading")
+        pytest.skip(
+            "the playwright package is not installed (pip install playwright); "
+            "test_loads_with_chromium_cli covers loading"
+        )
     if CHROMIUM is None:
         pytest.skip("no Chromium found (apt-get install chromium, or `make browser`)")
     with sync_playwright() as p:
@@ -131,7 +153,9 @@ def test_every_section_and_chart_is_drawn(page) -> None:
     for chart in CHARTS:
         n = page.evaluate(
             "c => document.querySelectorAll('svg.' + c + ' rect, svg.' + c + ' circle, svg.' + c"
-            " + ' path').length", chart)
+            " + ' path').length",
+            chart,
+        )
         assert n > 0, chart
         box = page.locator(f"svg.{chart}").first.bounding_box()
         assert box and box["width"] > 300 and box["height"] > 20, (chart, box)
@@ -144,7 +168,9 @@ def test_clicking_a_header_sorts_the_rows(page) -> None:
     def column(i: int) -> list[str]:
         return page.evaluate(
             "([t, i]) => Array.from(document.querySelectorAll(t + ' tbody tr'))"
-            ".map(r => r.cells[i].getAttribute('data-v') || r.cells[i].textContent)", [table, i])
+            ".map(r => r.cells[i].getAttribute('data-v') || r.cells[i].textContent)",
+            [table, i],
+        )
 
     first_before = page.locator(f"{table} tbody tr").first.text_content()
     calls = page.locator(f"{table} thead button", has_text="calls")
@@ -195,9 +221,17 @@ def test_hostile_names_are_text(page) -> None:
 def test_loads_with_chromium_cli(report_file: Path, tmp_path: Path) -> None:
     """Without Playwright: chromium's own --dump-dom shows the DOM after the script ran, and
     --enable-logging reports console errors (CSP violations among them)."""
-    cmd = [CHROMIUM, "--headless", *CHROMIUM_ARGS, "--enable-logging=stderr", "--v=0",
-           f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=3000",
-           "--dump-dom", report_file.as_uri()]
+    cmd = [
+        CHROMIUM,
+        "--headless",
+        *CHROMIUM_ARGS,
+        "--enable-logging=stderr",
+        "--v=0",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        "--virtual-time-budget=3000",
+        "--dump-dom",
+        report_file.as_uri(),
+    ]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr[-2000:]
     dom = p.stdout
@@ -205,8 +239,11 @@ def test_loads_with_chromium_cli(report_file: Path, tmp_path: Path) -> None:
         assert f'id="{sid}"' in dom, sid
     m = re.search(r'<pre id="ticket-md" class="md">(.*?)</pre>', dom, re.S)
     assert m and m.group(1).startswith("### "), "the report script did not run"
-    console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Content Security Policy"
-               in ln or "Uncaught" in ln]
+    console = [
+        ln
+        for ln in p.stderr.splitlines()
+        if "CONSOLE" in ln or "Content Security Policy" in ln or "Uncaught" in ln
+    ]
     assert not console, console
 
 
@@ -224,11 +261,15 @@ def sample_results(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
     tmp = tmp_path_factory.mktemp("samples")
     out = {}
-    for key, name in (("straggler", "synthetic_straggler_4rank"),
-                      ("launch", "synthetic_h100_launch_bound.json.gz"),
-                      ("cpu", "cpu_transformer_train.pt.trace.json.gz")):
-        out[key] = diagnose(ingest([SAMPLE_DIR / name], tmp / f"{key}.tistore", quiet=True),
-                            command=["traceinsight", "diagnose", name])
+    for key, name in (
+        ("straggler", "synthetic_straggler_4rank"),
+        ("launch", "synthetic_h100_launch_bound.json.gz"),
+        ("cpu", "cpu_transformer_train.pt.trace.json.gz"),
+    ):
+        out[key] = diagnose(
+            ingest([SAMPLE_DIR / name], tmp / f"{key}.tistore", quiet=True),
+            command=["traceinsight", "diagnose", name],
+        )
     return out
 
 
@@ -247,8 +288,12 @@ def _open(browser, html: str, tmp: Path, name: str):
 def straggler_page(browser, sample_results, tmp_path_factory):
     from traceinsight.render.html import render_html
 
-    pg = _open(browser, render_html(sample_results["straggler"]),
-               tmp_path_factory.mktemp("ux"), "straggler")
+    pg = _open(
+        browser,
+        render_html(sample_results["straggler"]),
+        tmp_path_factory.mktemp("ux"),
+        "straggler",
+    )
     yield pg
     pg.close()
 
@@ -379,9 +424,11 @@ def test_headline_badge_is_the_most_severe_finding(browser, sample_results, tmp_
     r = sample_results["straggler"]
     fs = sorted(r.findings, key=lambda f: -(f.impact_pct or 0))
     # the finding first by impact is LOW, a MEDIUM comes after it: the badge says MEDIUM
-    fs = [dataclasses.replace(fs[0], severity="low"),
-          *[dataclasses.replace(f, severity="medium") for f in fs[1:2]],
-          *[dataclasses.replace(f, severity="low") for f in fs[2:]]]
+    fs = [
+        dataclasses.replace(fs[0], severity="low"),
+        *[dataclasses.replace(f, severity="medium") for f in fs[1:2]],
+        *[dataclasses.replace(f, severity="low") for f in fs[2:]],
+    ]
     pg = _open(browser, render_html(dataclasses.replace(r, findings=fs)), tmp_path, "badge")
     try:
         assert pg.locator(".headline .badge").text_content().strip() == "MEDIUM"

@@ -79,17 +79,37 @@ def test_sanitize_trace_rewrites_paths_and_host(tmp_path):
         "host_name": "alice-laptop",
         "baseTimeNanoseconds": 1,
         "traceEvents": [
-            {"ph": "X", "cat": "python_function", "ts": 1.5, "dur": 2,
-             "name": "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py(1): "
-                     "_call_impl"},
-            {"ph": "X", "cat": "python_function", "ts": 2, "dur": 1,
-             "name": f"{script}(12): step"},
-            {"ph": "X", "cat": "python_function", "ts": 2, "dur": 1,
-             "name": "/srv/users/bob/lib.py(3): f"},
-            {"ph": "X", "cat": "python_function", "ts": 2, "dur": 1,
-             "name": "torch/nn/functional.py(9): linear"},
-            {"ph": "X", "cat": "cpu_op", "ts": 3, "dur": 1, "name": "aten::addmm",
-             "args": {"Input Dims": [[4, 8], [8, 2]], "Concrete Inputs": ["", "1"]}},
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "ts": 1.5,
+                "dur": 2,
+                "name": "/opt/conda/lib/python3.10/site-packages/torch/nn/modules/module.py(1): "
+                "_call_impl",
+            },
+            {"ph": "X", "cat": "python_function", "ts": 2, "dur": 1, "name": f"{script}(12): step"},
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "ts": 2,
+                "dur": 1,
+                "name": "/srv/users/bob/lib.py(3): f",
+            },
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "ts": 2,
+                "dur": 1,
+                "name": "torch/nn/functional.py(9): linear",
+            },
+            {
+                "ph": "X",
+                "cat": "cpu_op",
+                "ts": 3,
+                "dur": 1,
+                "name": "aten::addmm",
+                "args": {"Input Dims": [[4, 8], [8, 2]], "Concrete Inputs": ["", "1"]},
+            },
         ],
     }
     clean = sanitize_trace(trace, script=script)
@@ -138,7 +158,8 @@ def test_profile_records_steps_shapes_and_modules(tmp_path):
     assert ops_with_dims
     assert any(e["name"] in ("aten::addmm", "aten::linear") for e in ops_with_dims)
     modules = {
-        e["name"] for e in events
+        e["name"]
+        for e in events
         if e.get("cat") == "python_function" and e.get("name", "").startswith("nn.Module: ")
     }
     assert "nn.Module: Linear_0" in modules
@@ -159,8 +180,9 @@ def test_profile_gzip_naming_cycles_and_sanitize(tmp_path):
     assert plain.outputs == [tmp_path / "plain.json"]
     assert json.loads((tmp_path / "plain.json").read_text())["traceEvents"]
 
-    session = profile(tmp_path / "run.pt.trace.json", wait=0, warmup=1, active=1, repeat=2,
-                      sanitize=True)
+    session = profile(
+        tmp_path / "run.pt.trace.json", wait=0, warmup=1, active=1, repeat=2, sanitize=True
+    )
     assert session.path == tmp_path / "run.pt.trace.json.gz"
     with session as prof:
         _train(torch, prof, iterations=4)

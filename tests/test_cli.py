@@ -27,10 +27,15 @@ ONLY_MEDIUM = ["--set", "launch-bound.min_idle_launch_pct=100"]
 #: what the terminal view shows for each sample: (severity label, rule id) in impact order
 EXPECTED = {
     "synthetic_h100_launch_bound.json.gz": [("HIGH", "launch-bound"), ("MED", "gpu-idle")],
-    "synthetic_straggler_4rank": [("HIGH", "straggler"), ("HIGH", "comm-bound"),
-                                  ("LOW", "compute-bound")],
-    "synthetic_h100_fp32_gemms.json.gz": [("HIGH", "low-precision-unused"),
-                                          ("INFO", "compute-bound")],
+    "synthetic_straggler_4rank": [
+        ("HIGH", "straggler"),
+        ("HIGH", "comm-bound"),
+        ("LOW", "compute-bound"),
+    ],
+    "synthetic_h100_fp32_gemms.json.gz": [
+        ("HIGH", "low-precision-unused"),
+        ("INFO", "compute-bound"),
+    ],
     "synthetic_h100_healthy.json.gz": [("LOW", "compute-bound")],
     "cpu_transformer_train.pt.trace.json.gz": [],
 }
@@ -49,6 +54,7 @@ def terminal_findings(text: str) -> list[tuple[str, str, str]]:
 
 
 # --- diagnose: the terminal view ------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("sample", sorted(EXPECTED))
 def test_terminal_view_lists_every_finding_with_its_severity(sample: str) -> None:
@@ -71,32 +77,41 @@ def test_terminal_view_lists_every_finding_with_its_severity(sample: str) -> Non
 
 # --- diagnose --fail-on: the CI gate --------------------------------------------------------------
 
-@pytest.mark.parametrize("path,extra,level,code", [
-    # HIGH launch-bound + MEDIUM gpu-idle
-    (LAUNCH_BOUND, [], "high", 1),
-    (LAUNCH_BOUND, [], "medium", 1),
-    (LAUNCH_BOUND, [], "low", 1),
-    (LAUNCH_BOUND, [], "info", 1),
-    (LAUNCH_BOUND, [], "never", 0),
-    # only a MEDIUM finding: "at or above" the level
-    (LAUNCH_BOUND, ONLY_MEDIUM, "high", 0),
-    (LAUNCH_BOUND, ONLY_MEDIUM, "medium", 1),
-    (LAUNCH_BOUND, ONLY_MEDIUM, "low", 1),
-    # only a LOW finding
-    (HEALTHY, [], "high", 0),
-    (HEALTHY, [], "medium", 0),
-    (HEALTHY, [], "low", 1),
-    # no finding at all
-    (CPU_ONLY, [], "info", 0),
-], ids=lambda v: v.name if isinstance(v, Path) else ("only-medium" if v == ONLY_MEDIUM else None))
-def test_fail_on_exits_1_when_a_finding_reaches_the_level(path: Path, extra: list[str], level: str,
-                                                          code: int) -> None:
+
+@pytest.mark.parametrize(
+    "path,extra,level,code",
+    [
+        # HIGH launch-bound + MEDIUM gpu-idle
+        (LAUNCH_BOUND, [], "high", 1),
+        (LAUNCH_BOUND, [], "medium", 1),
+        (LAUNCH_BOUND, [], "low", 1),
+        (LAUNCH_BOUND, [], "info", 1),
+        (LAUNCH_BOUND, [], "never", 0),
+        # only a MEDIUM finding: "at or above" the level
+        (LAUNCH_BOUND, ONLY_MEDIUM, "high", 0),
+        (LAUNCH_BOUND, ONLY_MEDIUM, "medium", 1),
+        (LAUNCH_BOUND, ONLY_MEDIUM, "low", 1),
+        # only a LOW finding
+        (HEALTHY, [], "high", 0),
+        (HEALTHY, [], "medium", 0),
+        (HEALTHY, [], "low", 1),
+        # no finding at all
+        (CPU_ONLY, [], "info", 0),
+    ],
+    ids=lambda v: v.name if isinstance(v, Path) else ("only-medium" if v == ONLY_MEDIUM else None),
+)
+def test_fail_on_exits_1_when_a_finding_reaches_the_level(
+    path: Path, extra: list[str], level: str, code: int
+) -> None:
     res = invoke(["diagnose", path, *extra, "--fail-on", level], exit_code=code)
     shown = terminal_findings(res.stdout)  # the view is printed either way
     if code:
-        hit = [rule for sev, rule, _ in shown
-               if ["HIGH", "MED", "LOW", "INFO"].index(sev)
-               <= ["high", "medium", "low", "info"].index(level)]
+        hit = [
+            rule
+            for sev, rule, _ in shown
+            if ["HIGH", "MED", "LOW", "INFO"].index(sev)
+            <= ["high", "medium", "low", "info"].index(level)
+        ]
         assert hit and f"{len(hit)} finding(s) at or above {level}: {', '.join(hit)}" in res.stderr
     else:
         assert "at or above" not in res.stderr
@@ -105,12 +120,15 @@ def test_fail_on_exits_1_when_a_finding_reaches_the_level(path: Path, extra: lis
 def test_fail_on_also_gates_json_output(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     invoke(["diagnose", LAUNCH_BOUND, "--json", out, "--fail-on", "high"], exit_code=1)
-    assert [f["rule"] for f in json.loads(out.read_text())["findings"]] == ["launch-bound",
-                                                                           "gpu-idle"]
+    assert [f["rule"] for f in json.loads(out.read_text())["findings"]] == [
+        "launch-bound",
+        "gpu-idle",
+    ]
     invoke(["diagnose", LAUNCH_BOUND, *ONLY_MEDIUM, "--json", "-", "--fail-on", "high"])
 
 
 # --- report: a saved result rendered as it is -----------------------------------------------------
+
 
 class _Report(HTMLParser):
     """The finding articles of a report and its visible text (scripts and styles left out)."""
@@ -174,8 +192,13 @@ def test_report_renders_what_the_saved_result_holds(tmp_path: Path) -> None:
     # THEN the HTML shows that result: its headline, its one finding, its title and severity
     assert f"wrote {html}" in res.stdout and f"wrote {md}" in res.stdout
     page = parse_report(html)
-    assert page.findings == [{"rule": "launch-bound", "severity": "high",
-                              "title": "A title that only the saved result has"}]
+    assert page.findings == [
+        {
+            "rule": "launch-bound",
+            "severity": "high",
+            "title": "A title that only the saved result has",
+        }
+    ]
     assert "A headline that only the saved result has" in " ".join(page.text)
     # AND the Markdown too
     text = md.read_text()
@@ -187,10 +210,14 @@ def test_report_of_a_trace_diagnoses_it(tmp_path: Path) -> None:
     html = tmp_path / "r.html"
     invoke(["report", SAMPLES / "synthetic_straggler_4rank", "-o", html])
     assert [(f["severity"], f["rule"]) for f in parse_report(html).findings] == [
-        ("high", "straggler"), ("high", "comm-bound"), ("low", "compute-bound")]
+        ("high", "straggler"),
+        ("high", "comm-bound"),
+        ("low", "compute-bound"),
+    ]
 
 
 # --- devices: the peak table --------------------------------------------------------------------
+
 
 def _table() -> list[dict[str, Any]]:
     doc = yaml.safe_load((REPO / "traceinsight" / "devices" / "devices.yaml").read_text())
@@ -210,16 +237,26 @@ def test_devices_json_lists_every_device_with_its_peaks() -> None:
         assert d["mem_bytes"] == round(e["mem_gib"] * 2**30)
 
 
-@pytest.mark.parametrize("key,cells", [
-    ("h100-sxm", ["989 TFLOP/s", "67 TFLOP/s", "1.98 PFLOP/s", "3.35 TB/s", "80.00 GiB"]),
-    ("a100-sxm4-80gb", ["312 TFLOP/s", "19.5 TFLOP/s", "–", "2.04 TB/s", "80.00 GiB"]),
-    ("v100-sxm2-32gb", ["125 TFLOP/s", "15.7 TFLOP/s", "–", "900 GB/s", "32.00 GiB"]),
-    ("mi300x", ["1.31 PFLOP/s", "163 TFLOP/s", "2.61 PFLOP/s", "5.3 TB/s", "192.00 GiB"]),
-])
+@pytest.mark.parametrize(
+    "key,cells",
+    [
+        ("h100-sxm", ["989 TFLOP/s", "67 TFLOP/s", "1.98 PFLOP/s", "3.35 TB/s", "80.00 GiB"]),
+        ("a100-sxm4-80gb", ["312 TFLOP/s", "19.5 TFLOP/s", "–", "2.04 TB/s", "80.00 GiB"]),
+        ("v100-sxm2-32gb", ["125 TFLOP/s", "15.7 TFLOP/s", "–", "900 GB/s", "32.00 GiB"]),
+        ("mi300x", ["1.31 PFLOP/s", "163 TFLOP/s", "2.61 PFLOP/s", "5.3 TB/s", "192.00 GiB"]),
+    ],
+)
 def test_devices_table_shows_the_peaks(key: str, cells: list[str]) -> None:
     out = invoke(["devices"]).stdout
-    assert out.splitlines()[0].split() == ["key", "name", "bf16/fp16", "fp32", "fp8", "bandwidth",
-                                           "memory"]
+    assert out.splitlines()[0].split() == [
+        "key",
+        "name",
+        "bf16/fp16",
+        "fp32",
+        "fp8",
+        "bandwidth",
+        "memory",
+    ]
     rows = [ln for ln in out.splitlines() if ln.split()[:1] == [key]]
     assert len(rows) == 1
     # bf16/fp16, fp32, fp8, bandwidth, memory: the last five cells, in order
@@ -230,9 +267,23 @@ def test_devices_table_shows_the_peaks(key: str, cells: list[str]) -> None:
 
 def test_devices_lists_a_user_device(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     user = tmp_path / "devices.yaml"
-    user.write_text(yaml.safe_dump({"devices": [{
-        "key": "lab-gpu", "name": "Lab GPU 9000", "vendor": "other", "match": ["Lab GPU"],
-        "tflops": {"bf16": 123, "fp32": 45}, "mem_bw_gbs": 1500, "mem_gib": 48}]}))
+    user.write_text(
+        yaml.safe_dump(
+            {
+                "devices": [
+                    {
+                        "key": "lab-gpu",
+                        "name": "Lab GPU 9000",
+                        "vendor": "other",
+                        "match": ["Lab GPU"],
+                        "tflops": {"bf16": 123, "fp32": 45},
+                        "mem_bw_gbs": 1500,
+                        "mem_gib": 48,
+                    }
+                ]
+            }
+        )
+    )
     monkeypatch.setenv("TRACEINSIGHT_DEVICES", str(user))
     listed = {d["key"]: d for d in json.loads(invoke(["devices", "--json"]).stdout)}
     assert listed["lab-gpu"]["peak_flops"]["bf16"] == pytest.approx(123e12)

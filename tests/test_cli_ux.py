@@ -39,9 +39,10 @@ def straggler_result():
 
 # --- help, options, progress -------------------------------------------------------------------
 
+
 def test_top_level_help_starts_at_diagnose() -> None:
     out = invoke(["--help"]).stdout
-    start = out[out.index("Start here:"):]
+    start = out[out.index("Start here:") :]
     first = [ln.split()[1] for ln in start.splitlines()[1:4] if ln.strip()]
     assert first[0] == "diagnose" and "profile" in start
     assert "work before or after the command" in " ".join(out.split())
@@ -51,14 +52,20 @@ def test_top_level_help_starts_at_diagnose() -> None:
 def test_every_command_help_has_examples(command: str) -> None:
     out = invoke([command, "--help"]).stdout
     assert "Examples:" in out
-    ex = out[out.index("Examples:"):].splitlines()[1]
+    ex = out[out.index("Examples:") :].splitlines()[1]
     assert ex.strip().startswith(("traceinsight", "TRACEINSIGHT_")), ex
     assert "--quiet" in out and "--debug" in out  # the global options are listed here too
 
 
-@pytest.mark.parametrize("args", [["-q", "diagnose", STRAGGLER], ["diagnose", STRAGGLER, "-q"],
-                                  ["diagnose", "--quiet", STRAGGLER, "--debug"],
-                                  ["--debug", "top", STRAGGLER, "--quiet"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["-q", "diagnose", STRAGGLER],
+        ["diagnose", STRAGGLER, "-q"],
+        ["diagnose", "--quiet", STRAGGLER, "--debug"],
+        ["--debug", "top", STRAGGLER, "--quiet"],
+    ],
+)
 def test_global_options_go_before_or_after_the_command(args: list) -> None:
     invoke(args)
 
@@ -108,6 +115,7 @@ def test_a_silent_phase_shows_while_it_runs(monkeypatch: pytest.MonkeyPatch) -> 
 
 # --- inputs ----------------------------------------------------------------------------------
 
+
 def test_a_folder_with_other_files_lists_what_was_skipped(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(STRAGGLER, run)
@@ -131,6 +139,7 @@ def test_top_by_module_type_aggregates_instances() -> None:
 
 
 # --- what the terminal says --------------------------------------------------------------------
+
 
 def test_rules_never_cut_prose() -> None:
     from traceinsight.engine.evaluate import load_rules
@@ -157,11 +166,25 @@ def test_device_line_says_how_the_device_was_known(straggler_result) -> None:
     line = describe.device_line(unknown)
     assert line.startswith("GPU not named in the trace (2,352 kernels recorded")
     assert "--device" in line and "not recorded" not in line
-    props = {"name": "AMD Radeon Graphics", "computeMajor": 9, "computeMinor": 4,
-             "totalGlobalMem": 192 * 2**30}
+    props = {
+        "name": "AMD Radeon Graphics",
+        "computeMajor": 9,
+        "computeMinor": 4,
+        "totalGlobalMem": 192 * 2**30,
+    }
     res = resolve(props)
-    guessed = dataclasses.replace(r, extra={**r.extra, "device": {
-        "how": res.how, "resolved": res.spec.name, "name": props["name"], "message": res.message}})
+    guessed = dataclasses.replace(
+        r,
+        extra={
+            **r.extra,
+            "device": {
+                "how": res.how,
+                "resolved": res.spec.name,
+                "name": props["name"],
+                "message": res.message,
+            },
+        },
+    )
     line = describe.device_line(guessed)
     assert "AMD Instinct MI300X" in line and "identified from its architecture, gfx942" in line
     assert "generic name" not in line and "generic name" not in res.message
@@ -169,7 +192,7 @@ def test_device_line_says_how_the_device_was_known(straggler_result) -> None:
 
 def test_not_evaluated_reasons_do_not_repeat() -> None:
     out = invoke(["diagnose", CPU]).stdout
-    block = out[out.index("Rules:"):]
+    block = out[out.index("Rules:") :]
     items = [ln for ln in block.splitlines() if ln.startswith("  - ")]
     assert 1 < len(items) < 14  # grouped by reason, not one line per rule
     text = " ".join(block.split())
@@ -177,14 +200,16 @@ def test_not_evaluated_reasons_do_not_repeat() -> None:
     assert "needed) (record" not in text
     assert describe.reason_and_hint(
         "flops_modelled_pct: no op could be modelled (record_shapes=True needed)",
-        "record with record_shapes=True; for an unknown GPU pass --device NAME") == (
-        "no op could be modelled", "record with record_shapes=True; for an unknown GPU pass "
-                                   "--device NAME")
+        "record with record_shapes=True; for an unknown GPU pass --device NAME",
+    ) == (
+        "no op could be modelled",
+        "record with record_shapes=True; for an unknown GPU pass --device NAME",
+    )
 
 
 def test_launch_bound_gap_rows_are_distinct() -> None:
     out = invoke(["diagnose", LAUNCH, "-v"]).stdout
-    block = out[out.index("Largest GPU idle gaps"):].splitlines()[3:8]
+    block = out[out.index("Largest GPU idle gaps") :].splitlines()[3:8]
     rows = [ln.strip() for ln in block if re.match(r"\s+\d", ln)]
     assert len(rows) >= 4 and len(set(rows)) == len(rows), rows
     assert "into step" in out
@@ -204,16 +229,28 @@ def test_compare_names_the_runs_by_their_folders(tmp_path: Path) -> None:
     shutil.copytree(STRAGGLER, before)
     shutil.copytree(STRAGGLER, after)
     out = invoke(["compare", before, after, "--markdown", tmp_path / "c.md"]).stdout
-    assert out.splitlines()[0] == ("traceinsight compare — baseline_run (4 files)  →  "
-                                   "candidate_run (4 files)")
+    assert out.splitlines()[0] == (
+        "traceinsight compare — baseline_run (4 files)  →  candidate_run (4 files)"
+    )
     md = (tmp_path / "c.md").read_text()
     assert "`baseline_run (4 files)`" in md and "`candidate_run (4 files)`" in md
 
 
-@pytest.mark.parametrize(("ns", "text"), [
-    (812, "812 ns"), (999.6, "1.00 µs"), (14_200, "14.2 µs"), (2_151_900, "2.15 ms"),
-    (999_960, "1.00 ms"), (999_999_000, "1.00 s"), (59.5e9, "59.5 s"), (-2_151_900, "-2.15 ms"),
-    (0, "0"), (None, "–")])
+@pytest.mark.parametrize(
+    ("ns", "text"),
+    [
+        (812, "812 ns"),
+        (999.6, "1.00 µs"),
+        (14_200, "14.2 µs"),
+        (2_151_900, "2.15 ms"),
+        (999_960, "1.00 ms"),
+        (999_999_000, "1.00 s"),
+        (59.5e9, "59.5 s"),
+        (-2_151_900, "-2.15 ms"),
+        (0, "0"),
+        (None, "–"),
+    ],
+)
 def test_one_unit_rule_for_durations(ns, text) -> None:
     assert fmt.fmt_ns(ns) == text
 
@@ -234,12 +271,22 @@ def test_the_command_ends_fast_with_its_exit_code_and_whole_outputs(tmp_path: Pa
     py = [sys.executable, "-m", "traceinsight"]
     out = tmp_path / "r.json"
     sample = SAMPLES / "synthetic_h100_healthy.json.gz"
-    ok = subprocess.run([*py, "--quiet", "diagnose", str(sample), "--json", str(out),
-                         "--no-color"], capture_output=True, text=True, timeout=300, cwd=root)
+    ok = subprocess.run(
+        [*py, "--quiet", "diagnose", str(sample), "--json", str(out), "--no-color"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
     assert ok.returncode == 0, ok.stderr
     assert ok.stdout.startswith("traceinsight diagnose — synthetic_h100_healthy.json.gz")
     assert "Rules:" in ok.stdout and ok.stdout.endswith("\n")
     assert json.loads(out.read_text())["headline"]
-    bad = subprocess.run([*py, "diagnose", str(tmp_path / "missing.json")], capture_output=True,
-                         text=True, timeout=120, cwd=root)
+    bad = subprocess.run(
+        [*py, "diagnose", str(tmp_path / "missing.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=root,
+    )
     assert bad.returncode == 2 and "missing.json" in bad.stderr

@@ -19,10 +19,20 @@ STEPS = 4
 US = 1_000
 
 
-def layered(tmp: Path, name: str, durations: dict[str, int], *, comm: int = 0,
-            comm_exposed: bool = False, kernels: dict[str, str] | None = None,
-            steps: int = STEPS, device: str = "H100", world_size: int | None = None,
-            shapes: dict[str, list] | None = None, dtype: str = "c10::BFloat16") -> Path:
+def layered(
+    tmp: Path,
+    name: str,
+    durations: dict[str, int],
+    *,
+    comm: int = 0,
+    comm_exposed: bool = False,
+    kernels: dict[str, str] | None = None,
+    steps: int = STEPS,
+    device: str = "H100",
+    world_size: int | None = None,
+    shapes: dict[str, list] | None = None,
+    dtype: str = "c10::BFloat16",
+) -> Path:
     """Steps of back-to-back kernels, one per layer (module Model/Layer_k > aten::mm).
 
     The host runs ahead, so each GPU-aware step window is exactly the kernels' time: the step
@@ -46,19 +56,31 @@ def layered(tmp: Path, name: str, durations: dict[str, int], *, comm: int = 0,
                 gpu_start_step = gpu_t
                 for layer, d in durations.items():
                     dims = shapes.get(layer)
-                    shape_args = ({"input_dims": dims, "input_types": [dtype] * len(dims)}
-                                  if dims else {})
+                    shape_args = (
+                        {"input_dims": dims, "input_types": [dtype] * len(dims)} if dims else {}
+                    )
                     with b.module(layer, t, 8 * US, instance=0):
                         with b.cpu_op("aten::mm", t + US, 6 * US, **shape_args):
-                            b.launch(kernels.get(layer, f"gemm_{layer}"), cpu_start=t + 2 * US,
-                                     cpu_dur=2 * US, gpu_start=gpu_t, gpu_dur=d)
+                            b.launch(
+                                kernels.get(layer, f"gemm_{layer}"),
+                                cpu_start=t + 2 * US,
+                                cpu_dur=2 * US,
+                                gpu_start=gpu_t,
+                                gpu_dur=d,
+                            )
                     gpu_t += d
                     t += 10 * US
             if comm:
                 with b.cpu_op("record_param_comms", t + US, 5 * US):
                     start = gpu_t if comm_exposed else gpu_start_step
-                    b.launch("ncclDevKernel_AllReduce_Sum_bf16_RING_LL", stream=20,
-                             cpu_start=t + 2 * US, cpu_dur=2 * US, gpu_start=start, gpu_dur=comm)
+                    b.launch(
+                        "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+                        stream=20,
+                        cpu_start=t + 2 * US,
+                        cpu_dur=2 * US,
+                        gpu_start=start,
+                        gpu_dur=comm,
+                    )
                 if comm_exposed:
                     gpu_t += comm
         host_t += host_len
@@ -117,8 +139,16 @@ def test_comm_overlap_removed(tmp_path: Path) -> None:
 
 def test_contributors_always_sum_to_the_total(tmp_path: Path) -> None:
     a = result(layered(tmp_path, "a", BASE), tmp_path)
-    b = result(layered(tmp_path, "b", {"Embed": 97 * US, "Block1": 401_333, "Head": 1_001},
-                       comm=333_333, comm_exposed=True), tmp_path)
+    b = result(
+        layered(
+            tmp_path,
+            "b",
+            {"Embed": 97 * US, "Block1": 401_333, "Head": 1_001},
+            comm=333_333,
+            comm_exposed=True,
+        ),
+        tmp_path,
+    )
     c = compare(a, b)
     assert sum(x["delta_ns"] for x in c["contributors"]) == c["total_delta_ns"]
     assert sum(x["before_ns"] for x in c["contributors"]) == c["before_step_ns"]
@@ -139,8 +169,11 @@ def test_cli_gate_and_outputs(tmp_path: Path) -> None:
     a = layered(tmp_path, "a", BASE)
     b = layered(tmp_path, "b", dict(BASE, Block2=600 * US))
     invoke(["compare", a, b, "--fail-if-slower", "50"])
-    res = invoke(["compare", a, b, "--fail-if-slower", "10", "--json", tmp_path / "c.json"],
-                 exit_code=1, stderr_contains="regressed by 30.0%")
+    res = invoke(
+        ["compare", a, b, "--fail-if-slower", "10", "--json", tmp_path / "c.json"],
+        exit_code=1,
+        stderr_contains="regressed by 30.0%",
+    )
     c = json.loads((tmp_path / "c.json").read_text())
     assert c["schema"] == "traceinsight.compare" and c["total_delta_ns"] == 300 * US
     assert "Contributors" in res.stdout
@@ -152,16 +185,21 @@ def test_cli_gate_and_outputs(tmp_path: Path) -> None:
     assert json.loads(out)["total_delta_ns"] == 300 * US
 
 
-
 def test_compare_and_a_saved_result_load_without_pandas() -> None:
     """Comparing or rendering saved results needs no analysis stack."""
-    code = ("import sys; import traceinsight.compare.explain, traceinsight.result, traceinsight.util.redact; "
-            "import traceinsight.cli; heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); "
-            "assert not heavy, heavy")
+    code = (
+        "import sys; import traceinsight.compare.explain, traceinsight.result, traceinsight.util.redact; "
+        "import traceinsight.cli; heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); "
+        "assert not heavy, heavy"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parent.parent)
 
-PAIRS = ["Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz", "gaunernst_bert-small-uncased__1016001.json.gz",
-         "Falconsai_nsfw_image_detection__1016002.json.gz"]
+
+PAIRS = [
+    "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
+    "gaunernst_bert-small-uncased__1016001.json.gz",
+    "Falconsai_nsfw_image_detection__1016002.json.gz",
+]
 
 
 @requires_corpus
@@ -183,7 +221,11 @@ def test_real_h100_vs_mi300x(name: str) -> None:
     comp = c["comparability"]
     assert comp["comparable"] and comp["normalised_by"] is None
     assert [(d["what"], d["severity"]) for d in comp["differences"]] == [
-        ("device", "caution"), ("steps", "caution")]
-    assert c["headline"].startswith("Caution: different GPUs (NVIDIA H100 SXM5 80GB → AMD "
-                                    "Instinct MI300X); too few steps (1 and 1 per rank")
+        ("device", "caution"),
+        ("steps", "caution"),
+    ]
+    assert c["headline"].startswith(
+        "Caution: different GPUs (NVIDIA H100 SXM5 80GB → AMD "
+        "Instinct MI300X); too few steps (1 and 1 per rank"
+    )
     assert ". After is " in c["headline"] or ". Step time is unchanged" in c["headline"]

@@ -28,9 +28,19 @@ from traceinsight.result import DiagnosisResult
 
 SLOW = dict(BASE, Block2=600 * US)  # 1.00 ms -> 1.30 ms per step
 #: trace fields added for comparability (an older result has none of them)
-NEW_FIELDS = ("mode", "steps", "module_signature", "module_count", "op_shape_signature",
-              "op_shape_count", "params", "tokens_per_step", "flops_per_step", "dtypes",
-              "compiled")
+NEW_FIELDS = (
+    "mode",
+    "steps",
+    "module_signature",
+    "module_count",
+    "op_shape_signature",
+    "op_shape_count",
+    "params",
+    "tokens_per_step",
+    "flops_per_step",
+    "dtypes",
+    "compiled",
+)
 H100 = "NVIDIA H100 SXM5 80GB"
 MI300X = "AMD Instinct MI300X"
 QWEN = "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"
@@ -50,6 +60,7 @@ def flops_per_step(m: int) -> float:
 
 
 # --- what a diagnosis records ----------------------------------------------------------------
+
 
 def test_a_diagnosis_records_what_comparability_needs(tmp_path: Path) -> None:
     r = result(layered(tmp_path, "a", BASE, shapes=mm_shapes(512)), tmp_path)
@@ -78,6 +89,7 @@ def test_dtype_from_kernel_names() -> None:
 
 # --- comparable, caution ---------------------------------------------------------------------
 
+
 def test_a_run_against_itself_is_comparable(tmp_path: Path) -> None:
     a = result(layered(tmp_path, "a", BASE), tmp_path)
     c = compare(a, a)
@@ -101,18 +113,25 @@ def test_different_devices_call_for_caution(tmp_path: Path) -> None:
     d = comp["differences"][0]
     assert (d["before"], d["after"]) == (H100, MI300X)
     assert d["invalidates"].startswith("absolute step time compares the systems, not the code")
-    assert c["headline"].startswith(f"Caution: different GPUs ({H100} → {MI300X}). After is "
-                                    "30.0% slower per step (p50 1.00 ms → 1.30 ms); largest "
-                                    "changes per step: Model_0/Block2_0 +300 µs")
+    assert c["headline"].startswith(
+        f"Caution: different GPUs ({H100} → {MI300X}). After is "
+        "30.0% slower per step (p50 1.00 ms → 1.30 ms); largest "
+        "changes per step: Model_0/Block2_0 +300 µs"
+    )
     html = render_compare_html(c)
     head = re.search(r'<header id="verdict".*?</header>', html, re.S).group(0)
     assert "SLOWER" in head and "CAUTION" in head
     assert "**Caution**" in render_compare_markdown(c)
-    assert "| caution | device | `NVIDIA H100 SXM5 80GB` | `AMD Instinct MI300X` |" in \
-        render_compare_markdown(c)
+    assert (
+        "| caution | device | `NVIDIA H100 SXM5 80GB` | `AMD Instinct MI300X` |"
+        in render_compare_markdown(c)
+    )
     # caution still gates: a 30% regression fails, a 50% budget passes
-    invoke(["compare", a, b, "--fail-if-slower", "10"], exit_code=1,
-           stderr_contains="step time regressed by 30.0% (> 10%)")
+    invoke(
+        ["compare", a, b, "--fail-if-slower", "10"],
+        exit_code=1,
+        stderr_contains="step time regressed by 30.0% (> 10%)",
+    )
     invoke(["compare", a, b, "--fail-if-slower", "50"])
 
 
@@ -121,8 +140,9 @@ def test_too_few_steps_call_for_caution(tmp_path: Path) -> None:
     b = result(layered(tmp_path, "b", SLOW, steps=MIN_STEPS), tmp_path)
     c = compare(a, b)
     assert c["comparability"]["comparable"] and diffs(c) == [("steps", "caution")]
-    assert c["headline"].startswith("Caution: too few steps (2 and 3 per rank, fewer than 3). "
-                                    "After is ")
+    assert c["headline"].startswith(
+        "Caution: too few steps (2 and 3 per rank, fewer than 3). After is "
+    )
     three = result(layered(tmp_path, "c", BASE, steps=MIN_STEPS), tmp_path)
     assert diffs(compare(three, b)) == []
 
@@ -131,20 +151,27 @@ def test_eager_vs_compiled_and_dtypes_call_for_caution(tmp_path: Path) -> None:
     shapes = mm_shapes(512)
     a = result(layered(tmp_path, "eager", BASE, shapes=shapes), tmp_path)
     fused = {layer: f"triton_tem_fused_mm_{i}" for i, layer in enumerate(BASE)}
-    b = result(layered(tmp_path, "compiled", BASE, shapes=shapes, kernels=fused,
-                       dtype="c10::Half"), tmp_path)
+    b = result(
+        layered(tmp_path, "compiled", BASE, shapes=shapes, kernels=fused, dtype="c10::Half"),
+        tmp_path,
+    )
     c = compare(a, b)
-    assert c["comparability"]["comparable"] and diffs(c) == [("dtype", "caution"),
-                                                             ("compile", "caution")]
+    assert c["comparability"]["comparable"] and diffs(c) == [
+        ("dtype", "caution"),
+        ("compile", "caution"),
+    ]
     d = {x["what"]: x for x in c["comparability"]["differences"]}
     assert (d["dtype"]["before"], d["dtype"]["after"]) == ("bf16", "fp16")
     assert (d["compile"]["before"], d["compile"]["after"]) == ("eager", "torch.compile")
-    assert c["headline"].startswith("Caution: different compute dtypes (bf16 → fp16); eager vs "
-                                    "torch.compile (eager → torch.compile). Step time is "
-                                    "unchanged")
+    assert c["headline"].startswith(
+        "Caution: different compute dtypes (bf16 → fp16); eager vs "
+        "torch.compile (eager → torch.compile). Step time is "
+        "unchanged"
+    )
 
 
 # --- not comparable --------------------------------------------------------------------------
+
 
 def test_different_module_trees_are_not_comparable(tmp_path: Path) -> None:
     a = layered(tmp_path, "a", BASE)
@@ -156,17 +183,28 @@ def test_different_module_trees_are_not_comparable(tmp_path: Path) -> None:
     assert comp["comparable"] is False and diffs(c) == [("module tree", "blocking")]
     assert comp["differences"][0]["detail"] == "4 module paths each, not the same"
     # layers pair by identical path only; the rest are added / removed, never matched up
-    assert comp["pairing"] == {"by": "identical module path", "paired": 3, "added_count": 1,
-                               "removed_count": 1, "added": ["Model_0/Block3_0"],
-                               "removed": ["Model_0/Embed_0"]}
+    assert comp["pairing"] == {
+        "by": "identical module path",
+        "paired": 3,
+        "added_count": 1,
+        "removed_count": 1,
+        "added": ["Model_0/Block3_0"],
+        "removed": ["Model_0/Embed_0"],
+    }
     status = {x["name"]: x["status"] for x in c["contributors"] if x["kind"] == "layer"}
-    assert status == {"Model_0/Block3_0": "added", "Model_0/Embed_0": "removed",
-                      "Model_0/Block1_0": "paired", "Model_0/Block2_0": "paired",
-                      "Model_0/Head_0": "paired"}
+    assert status == {
+        "Model_0/Block3_0": "added",
+        "Model_0/Embed_0": "removed",
+        "Model_0/Block1_0": "paired",
+        "Model_0/Block2_0": "paired",
+        "Model_0/Head_0": "paired",
+    }
     # the headline says so first, keeps the measurement, and names no contributor
-    assert c["headline"] == ("Not comparable: different module trees (4 module paths each, not "
-                             "the same). Measured anyway, after is 15.0% slower per step (p50 "
-                             "1.00 ms → 1.15 ms).")
+    assert c["headline"] == (
+        "Not comparable: different module trees (4 module paths each, not "
+        "the same). Measured anyway, after is 15.0% slower per step (p50 "
+        "1.00 ms → 1.15 ms)."
+    )
     html = render_compare_html(c)
     head = re.search(r'<header id="verdict".*?</header>', html, re.S).group(0)
     assert "NOT COMPARABLE" in head and "dsev-error" in html
@@ -180,8 +218,9 @@ def test_the_gate_refuses_an_incomparable_pair(tmp_path: Path) -> None:
     a = layered(tmp_path, "a", BASE)
     b = layered(tmp_path, "b", dict(BASE, Block3=250 * US))  # +25%, one more layer
     # a budget the change is within still does not pass: the comparison is not valid
-    res = invoke(["compare", a, b, "--fail-if-slower", "50", "--json", tmp_path / "c.json"],
-                 exit_code=2)
+    res = invoke(
+        ["compare", a, b, "--fail-if-slower", "50", "--json", tmp_path / "c.json"], exit_code=2
+    )
     assert res.stderr.startswith(f"wrote {tmp_path / 'c.json'}\n")  # the outputs are written
     line = res.stderr.strip().splitlines()[-1]
     assert line.startswith("traceinsight: error: ")
@@ -189,8 +228,11 @@ def test_the_gate_refuses_an_incomparable_pair(tmp_path: Path) -> None:
     assert "--allow-incomparable" in line
     assert json.loads((tmp_path / "c.json").read_text())["comparability"]["comparable"] is False
     # --allow-incomparable gates on the measured change
-    invoke(["compare", a, b, "--fail-if-slower", "10", "--allow-incomparable"], exit_code=1,
-           stderr_contains="step time regressed by 25.0% (> 10%)")
+    invoke(
+        ["compare", a, b, "--fail-if-slower", "10", "--allow-incomparable"],
+        exit_code=1,
+        stderr_contains="step time regressed by 25.0% (> 10%)",
+    )
     invoke(["compare", a, b, "--fail-if-slower", "50", "--allow-incomparable"])
     # without a gate, compare itself succeeds
     invoke(["compare", a, b])
@@ -204,10 +246,15 @@ def test_different_world_sizes_are_not_comparable(tmp_path: Path) -> None:
     assert diffs(c) == [("world size", "blocking")]
     d = c["comparability"]["differences"][0]
     assert (d["before"], d["after"]) == (8, 16)
-    assert c["headline"].startswith("Not comparable: different world sizes (8 → 16 ranks). "
-                                    "Measured anyway, step time is unchanged")
-    invoke(["compare", a, b, "--fail-if-slower", "5"], exit_code=2,
-           stderr_contains="not comparable: different world sizes (8 → 16 ranks)")
+    assert c["headline"].startswith(
+        "Not comparable: different world sizes (8 → 16 ranks). "
+        "Measured anyway, step time is unchanged"
+    )
+    invoke(
+        ["compare", a, b, "--fail-if-slower", "5"],
+        exit_code=2,
+        stderr_contains="not comparable: different world sizes (8 → 16 ranks)",
+    )
     invoke(["compare", a, b, "--fail-if-slower", "5", "--allow-incomparable"])
 
 
@@ -217,23 +264,32 @@ def test_a_side_without_gpu_work_never_passes_the_gate(tmp_path: Path) -> None:
     c = compare(result(a, tmp_path), result(b, tmp_path))
     assert diffs(c) == [("step time", "blocking")]
     d = c["comparability"]["differences"][0]
-    assert (d["before"], d["after"], d["detail"]) == ("4 steps", "no GPU activity",
-                                                      "no GPU activity on after")
-    assert c["headline"].startswith("Not comparable: no step time on a side (no GPU activity on "
-                                    "after). Measured anyway")
+    assert (d["before"], d["after"], d["detail"]) == (
+        "4 steps",
+        "no GPU activity",
+        "no GPU activity on after",
+    )
+    assert c["headline"].startswith(
+        "Not comparable: no step time on a side (no GPU activity on after). Measured anyway"
+    )
     for extra in ([], ["--allow-incomparable"]):
-        invoke(["compare", a, b, "--fail-if-slower", "5", *extra], exit_code=2,
-               stderr_contains="no step time on a side (no GPU activity on after): there is no "
-                               "change of step time to judge")
+        invoke(
+            ["compare", a, b, "--fail-if-slower", "5", *extra],
+            exit_code=2,
+            stderr_contains="no step time on a side (no GPU activity on after): there is no "
+            "change of step time to judge",
+        )
 
 
 # --- normalisation ---------------------------------------------------------------------------
 
+
 def test_shapes_differ_normalise_per_modelled_flop(tmp_path: Path) -> None:
     """Twice the rows in every GEMM and 2.2x the time: per FLOP, 10% slower."""
     a = layered(tmp_path, "m512", BASE, shapes=mm_shapes(512))
-    b = layered(tmp_path, "m1024", {k: int(v * 2.2) for k, v in BASE.items()},
-                shapes=mm_shapes(1024))
+    b = layered(
+        tmp_path, "m1024", {k: int(v * 2.2) for k, v in BASE.items()}, shapes=mm_shapes(1024)
+    )
     c = compare(result(a, tmp_path), result(b, tmp_path))
     comp = c["comparability"]
     assert comp["comparable"] is False and diffs(c) == [("op shapes", "blocking")]
@@ -243,18 +299,22 @@ def test_shapes_differ_normalise_per_modelled_flop(tmp_path: Path) -> None:
     assert n["after"] == pytest.approx(2.2e6 / flops_per_step(1024), rel=1e-9)
     assert n["delta_pct"] == pytest.approx(10.0, abs=1e-6)
     assert "per modelled FLOP it is 10.0% slower" in c["headline"]
-    assert c["headline"].startswith("Not comparable: different op input shapes (1 (op, input "
-                                    "shape) pairs each, not the same). Measured anyway, after is "
-                                    "120.0% slower per step (p50 1.00 ms → 2.20 ms)")
-    invoke(["compare", a, b, "--fail-if-slower", "5", "--allow-incomparable"], exit_code=1,
-           stderr_contains="step time per flop regressed by 10.0% (> 5%)")
+    assert c["headline"].startswith(
+        "Not comparable: different op input shapes (1 (op, input "
+        "shape) pairs each, not the same). Measured anyway, after is "
+        "120.0% slower per step (p50 1.00 ms → 2.20 ms)"
+    )
+    invoke(
+        ["compare", a, b, "--fail-if-slower", "5", "--allow-incomparable"],
+        exit_code=1,
+        stderr_contains="step time per flop regressed by 10.0% (> 5%)",
+    )
     invoke(["compare", a, b, "--fail-if-slower", "15", "--allow-incomparable"])
 
 
 def test_tokens_per_step_normalise_per_token(tmp_path: Path) -> None:
     a = layered(tmp_path, "a", BASE, shapes=mm_shapes(512))
-    b = layered(tmp_path, "b", {k: int(v * 1.8) for k, v in BASE.items()},
-                shapes=mm_shapes(1024))
+    b = layered(tmp_path, "b", {k: int(v * 1.8) for k, v in BASE.items()}, shapes=mm_shapes(1024))
     c = compare(result(a, tmp_path), result(b, tmp_path), tokens=(512.0, 1024.0))
     n = c["comparability"]["normalised"]
     assert c["comparability"]["normalised_by"] == "token"
@@ -268,10 +328,12 @@ def test_tokens_per_step_normalise_per_token(tmp_path: Path) -> None:
     assert same["comparability"]["normalised_by"] is None
     # different tokens per step alone are different work
     assert diffs(compare(result(a, tmp_path), result(a, tmp_path), tokens=(512.0, 1024.0))) == [
-        ("tokens per step", "blocking")]
+        ("tokens per step", "blocking")
+    ]
 
 
 # --- old results -----------------------------------------------------------------------------
+
 
 def test_an_old_result_without_the_new_fields(tmp_path: Path) -> None:
     def old(path: Path) -> dict:
@@ -296,8 +358,11 @@ def test_an_old_result_without_the_new_fields(tmp_path: Path) -> None:
     pa, pb = tmp_path / "old_a.json", tmp_path / "old_b.json"
     pa.write_text(json.dumps(da))
     pb.write_text(json.dumps(db))
-    invoke(["compare", pa, pb, "--fail-if-slower", "10"], exit_code=1,
-           stderr_contains="regressed by 30.0%")
+    invoke(
+        ["compare", pa, pb, "--fail-if-slower", "10"],
+        exit_code=1,
+        stderr_contains="regressed by 30.0%",
+    )
     md = invoke(["compare", pa, pb, "--markdown", tmp_path / "c.md"])
     assert md.exit_code == 0 and "Not checked: run mode" in (tmp_path / "c.md").read_text()
     # an old compare dict (no comparability block) still renders and gates on its step time
@@ -314,11 +379,14 @@ def test_the_checks_table_is_documented() -> None:
 
 # --- real traces -----------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def qwen() -> tuple[DiagnosisResult, DiagnosisResult]:
     base = KINETO / "tracelens" / "traces"
-    return (diagnose(load([base / "h100" / QWEN], quiet=True)),
-            diagnose(load([base / "mi300" / QWEN], quiet=True)))
+    return (
+        diagnose(load([base / "h100" / QWEN], quiet=True)),
+        diagnose(load([base / "mi300" / QWEN], quiet=True)),
+    )
 
 
 @requires_corpus
@@ -331,14 +399,23 @@ def test_real_qwen_h100_vs_mi300x_is_comparable_with_caution(qwen) -> None:
     assert diffs(c) == [("device", "caution"), ("steps", "caution")]
     assert comp["unchecked"] == []
     # the same model and shapes on both vendors: identical signatures
-    for key in ("module_signature", "op_shape_signature", "dtypes", "mode", "compiled",
-                "world_size", "flops_per_step"):
+    for key in (
+        "module_signature",
+        "op_shape_signature",
+        "dtypes",
+        "mode",
+        "compiled",
+        "world_size",
+        "flops_per_step",
+    ):
         assert comp["before"][key] == comp["after"][key], key
     assert comp["before"]["module_count"] == 316 and comp["before"]["op_shape_count"] == 33
     assert comp["before"]["dtypes"] == ["bf16"] and comp["before"]["compiled"] is False
-    assert c["headline"].startswith(f"Caution: different GPUs ({H100} → {MI300X}); too few "
-                                    "steps (1 and 1 per rank, fewer than 3). After is 5.0% "
-                                    "faster per step (p50 49.4 ms → 46.9 ms)")
+    assert c["headline"].startswith(
+        f"Caution: different GPUs ({H100} → {MI300X}); too few "
+        "steps (1 and 1 per rank, fewer than 3). After is 5.0% "
+        "faster per step (p50 49.4 ms → 46.9 ms)"
+    )
     # against itself only the step count calls for caution
     assert diffs(compare(a, a)) == [("steps", "caution")]
     assert gate(c, 0.0) == (0, None)  # faster: caution does not block the gate
@@ -347,6 +424,5 @@ def test_real_qwen_h100_vs_mi300x_is_comparable_with_caution(qwen) -> None:
 @requires_corpus
 @pytest.mark.corpus
 def test_real_torch_compile_trace_is_recorded_as_compiled() -> None:
-    r = diagnose(load([KINETO / "hta" / "triton_example" / "triton_example.json.gz"],
-                      quiet=True))
+    r = diagnose(load([KINETO / "hta" / "triton_example" / "triton_example.json.gz"], quiet=True))
     assert r.trace["compiled"] is True

@@ -45,13 +45,30 @@ from traceinsight.render.terminal import render_compare  # noqa: E402
 
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_LAYER = "<img src=x onerror=alert(1)>"
-SECTIONS = ("verdict", "step-time", "breakdown", "waterfall", "contributors", "layers", "ops",
-            "classes", "kernels", "findings", "diagnostics", "metadata")
+SECTIONS = (
+    "verdict",
+    "step-time",
+    "breakdown",
+    "waterfall",
+    "contributors",
+    "layers",
+    "ops",
+    "classes",
+    "kernels",
+    "findings",
+    "diagnostics",
+    "metadata",
+)
 CHARTS = ("cmp-breakdown-chart", "waterfall-chart")
 
 
-BASE = {"Embed": 100 * US, "Block1": 400 * US, "Block2": 300 * US, EVIL_LAYER: 50 * US,
-        "Head": 200 * US}
+BASE = {
+    "Embed": 100 * US,
+    "Block1": 400 * US,
+    "Block2": 300 * US,
+    EVIL_LAYER: 50 * US,
+    "Head": 200 * US,
+}
 #: after: Block2's kernel twice as slow, the evil layer 30 µs slower, Head's kernel renamed
 SLOW = dict(BASE, Block2=600 * US, **{EVIL_LAYER: 80 * US})
 
@@ -62,8 +79,14 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     a = layered(tmp, "before", BASE)
     b = layered(tmp, "after", SLOW, kernels={"Head": EVIL_KERNEL})
     c = compare(result(a, tmp), result(b, tmp), labels=(a.name, b.name))
-    return {"c": c, "html": render_compare_html(c), "md": render_compare_markdown(c),
-            "a": a, "b": b, "tmp": tmp}
+    return {
+        "c": c,
+        "html": render_compare_html(c),
+        "md": render_compare_markdown(c),
+        "a": a,
+        "b": b,
+        "tmp": tmp,
+    }
 
 
 def svg_of(html: str, chart: str) -> str:
@@ -73,6 +96,7 @@ def svg_of(html: str, chart: str) -> str:
 
 
 # --- the known change -------------------------------------------------------------------------
+
 
 def test_the_synthetic_change_is_what_we_built(run: dict) -> None:
     c = run["c"]
@@ -84,6 +108,7 @@ def test_the_synthetic_change_is_what_we_built(run: dict) -> None:
 
 
 # --- HTML -------------------------------------------------------------------------------------
+
 
 def test_every_section_is_present(run: dict) -> None:
     html = run["html"]
@@ -120,15 +145,24 @@ def test_waterfall_aggregates_the_rest_as_others_and_adds_up(run: dict) -> None:
     """30 changed contributors, mixed signs: the top 15 by |delta|, one "others", start, end."""
     c = json.loads(json.dumps(run["c"]))
     base = c["before_step_ns"]
-    contrib = [{"kind": "layer", "name": f"M_0/L_{i}", "before_ns": 100_000,
-                "after_ns": 100_000 + (i + 1) * 1_000 * (1 if i % 3 else -1),
-                "delta_ns": (i + 1) * 1_000 * (1 if i % 3 else -1)} for i in range(30)]
-    contrib.append({"kind": "idle", "name": "GPU idle: launch", "before_ns": 0, "after_ns": 0,
-                    "delta_ns": 0})
+    contrib = [
+        {
+            "kind": "layer",
+            "name": f"M_0/L_{i}",
+            "before_ns": 100_000,
+            "after_ns": 100_000 + (i + 1) * 1_000 * (1 if i % 3 else -1),
+            "delta_ns": (i + 1) * 1_000 * (1 if i % 3 else -1),
+        }
+        for i in range(30)
+    ]
+    contrib.append(
+        {"kind": "idle", "name": "GPU idle: launch", "before_ns": 0, "after_ns": 0, "delta_ns": 0}
+    )
     contrib.sort(key=lambda x: -abs(x["delta_ns"]))
     total = sum(x["delta_ns"] for x in contrib)
-    c.update(contributors=contrib, total_delta_ns=total, after_step_ns=base + total,
-             before_step_ns=base)
+    c.update(
+        contributors=contrib, total_delta_ns=total, after_step_ns=base + total, before_step_ns=base
+    )
     rows = waterfall_rows(c)
     assert [r["role"] for r in rows] == ["start"] + ["contrib"] * WATERFALL_TOP + ["others", "end"]
     assert sum(r["delta"] for r in rows[1:-1]) == total
@@ -138,13 +172,14 @@ def test_waterfall_aggregates_the_rest_as_others_and_adds_up(run: dict) -> None:
     roles = re.findall(r'data-role="(\w+)"', svg)
     assert roles.count("contrib") == WATERFALL_TOP and roles.count("others") == 1
     assert roles[0] == "start" and roles[-1] == "end"
-    drawn = [int(d) for d in re.findall(r'data-role="(?:contrib|others)"[^>]*data-delta="(-?\d+)"',
-                                        svg)]
+    drawn = [
+        int(d) for d in re.findall(r'data-role="(?:contrib|others)"[^>]*data-delta="(-?\d+)"', svg)
+    ]
     assert sum(drawn) == total
     assert "wf-bar wf-up" in svg and "wf-bar wf-down" in svg  # both colours
     assert f"[{30 - WATERFALL_TOP} others]" in svg
     # a single leftover is drawn as itself, never as "1 others"
-    c1 = dict(c, contributors=contrib[:WATERFALL_TOP + 1])
+    c1 = dict(c, contributors=contrib[: WATERFALL_TOP + 1])
     assert "others" not in [r["role"] for r in waterfall_rows(c1)]
 
 
@@ -206,14 +241,34 @@ def test_hostile_names_are_escaped(run: dict) -> None:
 
 def test_sections_without_data_say_why_in_one_line(run: dict) -> None:
     c = json.loads(json.dumps(run["c"]))
-    empty = dict(c, contributors=[], breakdown=[], layers=[], ops=[], kernel_classes=[],
-                 new_kernels=[], gone_kernels=[], new_ops=[], gone_ops=[], before_step_ns=0,
-                 after_step_ns=0, total_delta_ns=0, throughput=None,
-                 findings={"appeared": [], "disappeared": [], "changed": [], "unchanged": []},
-                 step_time={"before": {}, "after": {}, "p50_delta_ns": None,
-                            "p50_delta_pct": None, "mean_delta_ns": None, "mean_delta_pct": None},
-                 diagnostics=[{"severity": "warning",
-                               "message": "after: no GPU step windows, nothing to decompose"}])
+    empty = dict(
+        c,
+        contributors=[],
+        breakdown=[],
+        layers=[],
+        ops=[],
+        kernel_classes=[],
+        new_kernels=[],
+        gone_kernels=[],
+        new_ops=[],
+        gone_ops=[],
+        before_step_ns=0,
+        after_step_ns=0,
+        total_delta_ns=0,
+        throughput=None,
+        findings={"appeared": [], "disappeared": [], "changed": [], "unchanged": []},
+        step_time={
+            "before": {},
+            "after": {},
+            "p50_delta_ns": None,
+            "p50_delta_pct": None,
+            "mean_delta_ns": None,
+            "mean_delta_pct": None,
+        },
+        diagnostics=[
+            {"severity": "warning", "message": "after: no GPU step windows, nothing to decompose"}
+        ],
+    )
     html = render_compare_html(empty)
     for sid in SECTIONS:
         assert html.count(f'id="{sid}"') == 1, sid
@@ -221,15 +276,19 @@ def test_sections_without_data_say_why_in_one_line(run: dict) -> None:
     assert len(empties) >= 9 and all("\n" not in e for e in empties), empties
     assert "NOT COMPARABLE" in html and "no GPU step windows, nothing to decompose" in html
     # a self-compare: nothing changed, the waterfall says so
-    same = dict(c, contributors=[dict(x, after_ns=x["before_ns"], delta_ns=0)
-                                 for x in c["contributors"]], total_delta_ns=0,
-                after_step_ns=c["before_step_ns"])
+    same = dict(
+        c,
+        contributors=[dict(x, after_ns=x["before_ns"], delta_ns=0) for x in c["contributors"]],
+        total_delta_ns=0,
+        after_step_ns=c["before_step_ns"],
+    )
     assert "Nothing to explain" in render_compare_html(same)
     # an old or partial dict still renders
     assert 'id="waterfall"' in render_compare_html({"schema": "traceinsight.compare"})
 
 
 # --- Markdown ---------------------------------------------------------------------------------
+
 
 def test_markdown_is_a_compact_ticket_body(run: dict) -> None:
     md, c = run["md"], run["c"]
@@ -255,8 +314,16 @@ def test_markdown_has_no_html_and_no_links(run: dict) -> None:
 
 def test_markdown_lists_top_10_and_the_rest_as_others(run: dict) -> None:
     c = json.loads(json.dumps(run["c"]))
-    contrib = [{"kind": "op", "name": f"aten::op{i}", "before_ns": 1000, "after_ns": 1000 + i + 1,
-                "delta_ns": i + 1} for i in range(14)][::-1]
+    contrib = [
+        {
+            "kind": "op",
+            "name": f"aten::op{i}",
+            "before_ns": 1000,
+            "after_ns": 1000 + i + 1,
+            "delta_ns": i + 1,
+        }
+        for i in range(14)
+    ][::-1]
     c.update(contributors=contrib, total_delta_ns=sum(x["delta_ns"] for x in contrib))
     md = render_compare_markdown(c)
     assert md.count("| op | `aten::op") == 10
@@ -268,13 +335,17 @@ def test_markdown_lists_top_10_and_the_rest_as_others(run: dict) -> None:
 
 # --- one formatter ----------------------------------------------------------------------------
 
+
 def test_every_view_signs_a_faster_change_with_the_true_minus(run: dict) -> None:
     """Terminal, Markdown and HTML format a change through traceinsight.util.fmt: − (U+2212), never -."""
     tmp = run["tmp"]
     c = compare(result(run["b"], tmp), result(run["a"], tmp))
     assert c["total_delta_ns"] == -330 * US
-    views = {"terminal": render_compare(c, width=160), "markdown": render_compare_markdown(c),
-             "html": render_compare_html(c)}
+    views = {
+        "terminal": render_compare(c, width=160),
+        "markdown": render_compare_markdown(c),
+        "html": render_compare_html(c),
+    }
     for name, text in views.items():
         assert "−300 µs" in text, name
         assert "-300 µs" not in text and "-330 µs" not in text, name
@@ -282,11 +353,14 @@ def test_every_view_signs_a_faster_change_with_the_true_minus(run: dict) -> None
 
 def test_rendering_a_saved_result_needs_no_analysis_stack() -> None:
     """The report, the ticket body and the terminal views load without pandas, numpy, pyarrow."""
-    code = ("import sys; import traceinsight.render.html, traceinsight.render.markdown, "
-            "traceinsight.render.terminal; "
-            "heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); assert not heavy, heavy")
-    subprocess.run([sys.executable, "-c", code], check=True,
-                   cwd=Path(__file__).resolve().parent.parent)
+    code = (
+        "import sys; import traceinsight.render.html, traceinsight.render.markdown, "
+        "traceinsight.render.terminal; "
+        "heavy = {'pandas', 'numpy', 'pyarrow'} & set(sys.modules); assert not heavy, heavy"
+    )
+    subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=Path(__file__).resolve().parent.parent
+    )
 
 
 def test_cli_writes_html_and_markdown(run: dict) -> None:
@@ -302,6 +376,7 @@ def test_cli_writes_html_and_markdown(run: dict) -> None:
 
 
 # --- in a browser -----------------------------------------------------------------------------
+
 
 @pytest.mark.browser
 def test_page_in_chromium(run: dict) -> None:
@@ -326,19 +401,23 @@ def test_page_in_chromium(run: dict) -> None:
             assert not [m for m in log["console"] if m[0] in ("error", "warning")], log["console"]
             assert [u for u in log["requests"] if not u.startswith("file:")] == []
             for chart in CHARTS:
-                n = pg.evaluate("c => document.querySelectorAll('svg.' + c + ' rect').length",
-                                chart)
+                n = pg.evaluate(
+                    "c => document.querySelectorAll('svg.' + c + ' rect').length", chart
+                )
                 assert n > 0, chart
                 box = pg.locator(f"svg.{chart}").first.bounding_box()
                 assert box and box["width"] > 300 and box["height"] > 40, (chart, box)
             bars = pg.locator("svg.waterfall-chart rect.wf-bar")
-            assert bars.count() == 4 and all(bars.nth(i).bounding_box()["width"] >= 1
-                                             for i in range(4))
+            assert bars.count() == 4 and all(
+                bars.nth(i).bounding_box()["width"] >= 1 for i in range(4)
+            )
             # the script ran (CSP hash accepted): the Markdown block is filled, sorting works
             assert pg.locator("#ticket-md").text_content() == run["md"]
             pg.locator("#tbl-contributors thead button", has_text="delta").first.click()
-            vals = pg.evaluate("Array.from(document.querySelectorAll('#tbl-contributors tbody tr'))"
-                               ".map(r => parseFloat(r.cells[4].getAttribute('data-v')))")
+            vals = pg.evaluate(
+                "Array.from(document.querySelectorAll('#tbl-contributors tbody tr'))"
+                ".map(r => parseFloat(r.cells[4].getAttribute('data-v')))"
+            )
             assert vals == sorted(vals, reverse=True)
             assert EVIL_KERNEL in pg.evaluate("document.body.innerText")
         finally:
@@ -346,6 +425,7 @@ def test_page_in_chromium(run: dict) -> None:
 
 
 # --- a screenshot of a real pair --------------------------------------------------------------
+
 
 def screenshot(before: str, after: str, out: str, height: int = 1800) -> None:
     """Compare two traces, render the report, save a 1400-px-wide PNG of its top ``height`` px."""
@@ -365,5 +445,6 @@ def screenshot(before: str, after: str, out: str, height: int = 1800) -> None:
 if __name__ == "__main__":
     if len(sys.argv) < 4:
         sys.exit("usage: python tests/test_compare_report.py BEFORE AFTER OUT.png [HEIGHT]")
-    screenshot(sys.argv[1], sys.argv[2], sys.argv[3],
-               int(sys.argv[4]) if len(sys.argv) > 4 else 1800)
+    screenshot(
+        sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]) if len(sys.argv) > 4 else 1800
+    )

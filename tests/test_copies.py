@@ -28,25 +28,30 @@ PREFETCH_ADVICE = "side stream"
 BUCKET_ADVICE = "gradient_as_bucket_view=True"
 
 
-@pytest.mark.parametrize("name,direction,kind,want_dir", [
-    ("Memcpy HtoD (Pageable -> Device)", "HtoD", "pageable", "HtoD"),
-    ("Memcpy DtoH (Device -> Pageable)", None, "pageable", "DtoH"),
-    ("Memcpy HtoD (Pinned -> Device)", "HtoD", "pinned", "HtoD"),
-    ("Memcpy DtoH (Device -> Pinned)", "DtoH", "pinned", "DtoH"),
-    ("Memcpy DtoD (Device -> Device)", "DtoD", "d2d", "DtoD"),
-    ("Memcpy PtoP (Device -> Device)", "PtoP", "peer", "PtoP"),
-    ("Memcpy HtoD (Host -> Device)", "HtoD", "host", "HtoD"),  # ROCm: pinned or not unknown
-    ("Memcpy DtoH (Device -> Host)", None, "host", "DtoH"),
-    ("Memcpy", None, "other", None),
-])
-def test_copy_kinds_from_real_names(name: str, direction: str | None, kind: str,
-                                    want_dir: str | None) -> None:
+@pytest.mark.parametrize(
+    "name,direction,kind,want_dir",
+    [
+        ("Memcpy HtoD (Pageable -> Device)", "HtoD", "pageable", "HtoD"),
+        ("Memcpy DtoH (Device -> Pageable)", None, "pageable", "DtoH"),
+        ("Memcpy HtoD (Pinned -> Device)", "HtoD", "pinned", "HtoD"),
+        ("Memcpy DtoH (Device -> Pinned)", "DtoH", "pinned", "DtoH"),
+        ("Memcpy DtoD (Device -> Device)", "DtoD", "d2d", "DtoD"),
+        ("Memcpy PtoP (Device -> Device)", "PtoP", "peer", "PtoP"),
+        ("Memcpy HtoD (Host -> Device)", "HtoD", "host", "HtoD"),  # ROCm: pinned or not unknown
+        ("Memcpy DtoH (Device -> Host)", None, "host", "DtoH"),
+        ("Memcpy", None, "other", None),
+    ],
+)
+def test_copy_kinds_from_real_names(
+    name: str, direction: str | None, kind: str, want_dir: str | None
+) -> None:
     kinds, dirs = classify(np.array([name], dtype=object), np.array([direction], dtype=object))
     assert (kinds[0], dirs[0]) == (kind, want_dir)
 
 
-def _copies(copy: str, *, overlapped: bool = False, training: bool = False,
-            steps: int = 4) -> KinetoTraceBuilder:
+def _copies(
+    copy: str, *, overlapped: bool = False, training: bool = False, steps: int = 4
+) -> KinetoTraceBuilder:
     """Steps of 1 ms: a 370 µs copy of kind ``copy`` then a 500 µs GEMM; with ``overlapped`` a
     long kernel on another stream runs under the copy."""
     b = KinetoTraceBuilder(rank=0)
@@ -54,18 +59,35 @@ def _copies(copy: str, *, overlapped: bool = False, training: bool = False,
     for step in range(steps):
         with b.step(step + 1, t, 1_000_000):
             with b.cpu_op("aten::copy_", t + 10_000, 400_000):
-                b.launch(copy, kind="memcpy", cpu_start=t + 20_000, cpu_dur=380_000,
-                         gpu_start=t + 30_000, gpu_dur=370_000, bytes=256 << 20)
+                b.launch(
+                    copy,
+                    kind="memcpy",
+                    cpu_start=t + 20_000,
+                    cpu_dur=380_000,
+                    gpu_start=t + 30_000,
+                    gpu_dur=370_000,
+                    bytes=256 << 20,
+                )
             if overlapped:
                 with b.cpu_op("aten::mul", t + 12_000, 10_000):
-                    b.launch("elementwise_kernel", cpu_start=t + 14_000, gpu_start=t + 25_000,
-                             gpu_dur=390_000, stream=8)
+                    b.launch(
+                        "elementwise_kernel",
+                        cpu_start=t + 14_000,
+                        gpu_start=t + 25_000,
+                        gpu_dur=390_000,
+                        stream=8,
+                    )
             with b.cpu_op("aten::mm", t + 420_000, 50_000):
-                b.launch("nvjet_tst_128x256", cpu_start=t + 430_000, gpu_start=t + 440_000,
-                         gpu_dur=500_000)
+                b.launch(
+                    "nvjet_tst_128x256",
+                    cpu_start=t + 430_000,
+                    gpu_start=t + 440_000,
+                    gpu_dur=500_000,
+                )
             if training:
-                with b.cpu_op("autograd::engine::evaluate_function: MmBackward0", t + 500_000,
-                              20_000):
+                with b.cpu_op(
+                    "autograd::engine::evaluate_function: MmBackward0", t + 500_000, 20_000
+                ):
                     pass
         t += 1_000_000
     return b
@@ -97,7 +119,8 @@ def test_pageable_copies_get_pinned_memory_advice(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("training", [True, False])
 def test_device_to_device_copies_get_their_own_advice_not_pinned_memory(
-        tmp_path: Path, training: bool) -> None:
+    tmp_path: Path, training: bool
+) -> None:
     ms, ev = _finding(_copies("Memcpy DtoD (Device -> Device)", training=training), tmp_path)
     (f,) = ev.findings
     assert ms.get("memcpy_exposed_d2d_pct") == pytest.approx(37.0, abs=0.5)
@@ -138,8 +161,9 @@ def test_real_ddp_trace_copies_are_device_to_device() -> None:
     device-to-device copies and gives no pinned-memory advice."""
     rel = "hta/df_index_resolver/df_index_resolver.json.gz"
     store = ingest([KINETO / rel], quiet=True)
-    res = json.loads(diagnose(store, overrides=["exposed-memcpy.min_memcpy_pct=1"],
-                              cache=False).to_json())
+    res = json.loads(
+        diagnose(store, overrides=["exposed-memcpy.min_memcpy_pct=1"], cache=False).to_json()
+    )
     v = res["metrics"]["values"]
     assert v["memcpy_exposed_pageable_pct"] == 0.0 and v["memcpy_pageable_copies"] == 0
     assert v["memcpy_exposed_d2d_pct"] == pytest.approx(v["memcpy_exposed_pct"], rel=1e-6)
@@ -155,8 +179,13 @@ def test_real_ddp_trace_copies_are_device_to_device() -> None:
 def test_real_pageable_copies_get_pinned_advice() -> None:
     """ResNet50 on V100 (num_workers=4): the batch arrives in 12 pageable HtoD copies."""
     rel = "tb_plugin/samples/resnet50_num_workers_4/worker0.1623213129365.pt.trace.json.gz"
-    res = json.loads(diagnose(ingest([KINETO / rel], quiet=True),
-                              overrides=["exposed-memcpy.min_memcpy_pct=1"], cache=False).to_json())
+    res = json.loads(
+        diagnose(
+            ingest([KINETO / rel], quiet=True),
+            overrides=["exposed-memcpy.min_memcpy_pct=1"],
+            cache=False,
+        ).to_json()
+    )
     v = res["metrics"]["values"]
     assert v["memcpy_pageable_copies"] == 12 and v["memcpy_exposed_d2d_pct"] == 0.0
     (f,) = [f for f in res["findings"] if f["rule"] == "exposed-memcpy"]

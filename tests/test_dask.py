@@ -23,8 +23,9 @@ STRAGGLER = SAMPLES / "synthetic_straggler_4rank"
 
 @pytest.fixture(scope="module")
 def cluster():
-    c = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False,
-                                 dashboard_address=":0")
+    c = distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
+    )
     yield c
     c.close()
 
@@ -35,8 +36,9 @@ def _strip(result) -> dict:
     return d
 
 
-def test_dask_ingest_and_analysis_match_local_processes(cluster, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_dask_ingest_and_analysis_match_local_processes(
+    cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRACEINSIGHT_WORKERS", "1")  # the tasks set it in this process
     with using(Runner(jobs=2)):
         local = ingest([STRAGGLER], tmp_path / "local", quiet=True)

@@ -18,8 +18,9 @@ def _no_env_table(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(devices.ENV_VAR, raising=False)
 
 
-def _props(name: str, major: int | None = None, minor: int | None = None,
-           mem: int | None = None, **kw) -> dict:
+def _props(
+    name: str, major: int | None = None, minor: int | None = None, mem: int | None = None, **kw
+) -> dict:
     p = {"id": 0, "name": name, **kw}
     if major is not None:
         p.update(computeMajor=major, computeMinor=minor)
@@ -30,35 +31,51 @@ def _props(name: str, major: int | None = None, minor: int | None = None,
 
 # ------------------------------------------------------------------------- the corpus names
 
-@pytest.mark.parametrize("props, key", [
-    # every deviceProperties name in the shared corpus (with its real gfx / memory values)
-    (_props("NVIDIA H100 80GB HBM3", 9, 0, 85018279936), "h100-sxm"),
-    (_props("NVIDIA A100-SXM4-80GB", 8, 0, 85198045184), "a100-sxm4-80gb"),
-    (_props("NVIDIA A100-PG509-200", 8, 0, 42297524224), "a100-sxm4-40gb"),
-    (_props("Tesla V100-SXM2-32GB", 7, 0, 34089730048), "v100-sxm2-32gb"),
-    (_props("Tesla V100-DGXS-32GB", 7, 0, 34084028416), "v100-dgxs-32gb"),
-    (_props("Quadro GP100", 6, 0, 17069309952), "quadro-gp100"),
-    (_props("AMD Instinct MI300X", 9, 4, 206141652992), "mi300x"),
-    (_props("AMD Instinct MI300X VF", 9, 4, 205571227648), "mi300x"),
-    (_props("AMD Instinct MI210", 9, 0, 68702699520), "mi210"),
-])
+
+@pytest.mark.parametrize(
+    "props, key",
+    [
+        # every deviceProperties name in the shared corpus (with its real gfx / memory values)
+        (_props("NVIDIA H100 80GB HBM3", 9, 0, 85018279936), "h100-sxm"),
+        (_props("NVIDIA A100-SXM4-80GB", 8, 0, 85198045184), "a100-sxm4-80gb"),
+        (_props("NVIDIA A100-PG509-200", 8, 0, 42297524224), "a100-sxm4-40gb"),
+        (_props("Tesla V100-SXM2-32GB", 7, 0, 34089730048), "v100-sxm2-32gb"),
+        (_props("Tesla V100-DGXS-32GB", 7, 0, 34084028416), "v100-dgxs-32gb"),
+        (_props("Quadro GP100", 6, 0, 17069309952), "quadro-gp100"),
+        (_props("AMD Instinct MI300X", 9, 4, 206141652992), "mi300x"),
+        (_props("AMD Instinct MI300X VF", 9, 4, 205571227648), "mi300x"),
+        (_props("AMD Instinct MI210", 9, 0, 68702699520), "mi210"),
+    ],
+)
 def test_corpus_device_names_match(props: dict, key: str) -> None:
     r = resolve(props)
     assert (r.how, r.spec.key, r.message) == ("matched", key, None)
 
 
-@pytest.mark.parametrize("name, tflops, bw, gib", [
-    # H100 SXM datasheet: BF16 1,979 TFLOPS with sparsity -> 989.4 dense; 3.35 TB/s; 80 GB
-    ("NVIDIA H100 80GB HBM3",
-     {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 67}, 3.35e12, 80),
-    # MI300X datasheet: FP16/BF16 1307.4, FP8 2614.9, TF32 653.7, FP32 vector 163.4; 5.3 TB/s
-    ("AMD Instinct MI300X VF",
-     {"bf16": 1307.4, "fp8": 2614.9, "tf32": 653.7, "fp32_matrix": 163.4}, 5.3e12, 192),
-])
+@pytest.mark.parametrize(
+    "name, tflops, bw, gib",
+    [
+        # H100 SXM datasheet: BF16 1,979 TFLOPS with sparsity -> 989.4 dense; 3.35 TB/s; 80 GB
+        (
+            "NVIDIA H100 80GB HBM3",
+            {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 67},
+            3.35e12,
+            80,
+        ),
+        # MI300X datasheet: FP16/BF16 1307.4, FP8 2614.9, TF32 653.7, FP32 vector 163.4; 5.3 TB/s
+        (
+            "AMD Instinct MI300X VF",
+            {"bf16": 1307.4, "fp8": 2614.9, "tf32": 653.7, "fp32_matrix": 163.4},
+            5.3e12,
+            192,
+        ),
+    ],
+)
 def test_dense_datasheet_numbers(name: str, tflops: dict[str, float], bw: float, gib: int) -> None:
     spec = resolve(_props(name)).spec
-    assert {d: spec.peak(d) for d in tflops} == pytest.approx({d: v * 1e12
-                                                               for d, v in tflops.items()})
+    assert {d: spec.peak(d) for d in tflops} == pytest.approx(
+        {d: v * 1e12 for d, v in tflops.items()}
+    )
     assert spec.mem_bw == pytest.approx(bw)
     assert spec.mem_bytes == gib * GIB
     assert "datasheet" in spec.source
@@ -104,42 +121,45 @@ def test_no_device_properties() -> None:
     assert r.spec is None and r.how == "unknown" and "--device" in r.message
 
 
-@pytest.mark.parametrize("name, key", [
-    ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
-    ("Tesla V100-PCIE-32GB", "v100-pcie-32gb"),
-    ("Tesla V100S-PCIE-32GB", "v100s-pcie-32gb"),
-    ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
-    ("Tesla T4", "t4"),
-    ("NVIDIA A10", "a10"),
-    ("NVIDIA A10G", "a10g"),
-    ("NVIDIA A40", "a40"),
-    ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
-    ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
-    ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
-    ("NVIDIA L4", "l4"),
-    ("NVIDIA L40", "l40"),
-    ("NVIDIA L40S", "l40s"),
-    ("NVIDIA GeForce RTX 3090", "rtx-3090"),
-    ("NVIDIA GeForce RTX 4090", "rtx-4090"),
-    ("NVIDIA RTX A6000", "rtx-a6000"),
-    ("NVIDIA H100 PCIe", "h100-pcie"),
-    ("NVIDIA H100 NVL", "h100-nvl"),
-    ("NVIDIA H800", "h800-sxm"),
-    ("NVIDIA H800 PCIe", "h800-pcie"),
-    ("NVIDIA H200", "h200-sxm"),
-    ("NVIDIA H200 NVL", "h200-nvl"),
-    ("NVIDIA GH200 480GB", "gh200"),
-    ("NVIDIA B200", "b200"),
-    ("NVIDIA GB200", "gb200"),
-    ("AMD Instinct MI100", "mi100"),
-    ("AMD Instinct MI250X", "mi250x-gcd"),
-    ("AMD Instinct MI250X / MI250", "mi250x-gcd"),
-    ("AMD Instinct MI250", "mi250-gcd"),
-    ("AMD Instinct MI300A", "mi300a"),
-    ("AMD Instinct MI325X", "mi325x"),
-    ("AMD Instinct MI350X", "mi350x"),
-    ("AMD Instinct MI355X", "mi355x"),
-])
+@pytest.mark.parametrize(
+    "name, key",
+    [
+        ("Tesla V100-PCIE-16GB", "v100-pcie-16gb"),
+        ("Tesla V100-PCIE-32GB", "v100-pcie-32gb"),
+        ("Tesla V100S-PCIE-32GB", "v100s-pcie-32gb"),
+        ("Tesla V100-SXM2-16GB", "v100-sxm2-16gb"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA A10", "a10"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA A40", "a40"),
+        ("NVIDIA A100-SXM4-40GB", "a100-sxm4-40gb"),
+        ("NVIDIA A100-PCIE-40GB", "a100-pcie-40gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA L40", "l40"),
+        ("NVIDIA L40S", "l40s"),
+        ("NVIDIA GeForce RTX 3090", "rtx-3090"),
+        ("NVIDIA GeForce RTX 4090", "rtx-4090"),
+        ("NVIDIA RTX A6000", "rtx-a6000"),
+        ("NVIDIA H100 PCIe", "h100-pcie"),
+        ("NVIDIA H100 NVL", "h100-nvl"),
+        ("NVIDIA H800", "h800-sxm"),
+        ("NVIDIA H800 PCIe", "h800-pcie"),
+        ("NVIDIA H200", "h200-sxm"),
+        ("NVIDIA H200 NVL", "h200-nvl"),
+        ("NVIDIA GH200 480GB", "gh200"),
+        ("NVIDIA B200", "b200"),
+        ("NVIDIA GB200", "gb200"),
+        ("AMD Instinct MI100", "mi100"),
+        ("AMD Instinct MI250X", "mi250x-gcd"),
+        ("AMD Instinct MI250X / MI250", "mi250x-gcd"),
+        ("AMD Instinct MI250", "mi250-gcd"),
+        ("AMD Instinct MI300A", "mi300a"),
+        ("AMD Instinct MI325X", "mi325x"),
+        ("AMD Instinct MI350X", "mi350x"),
+        ("AMD Instinct MI355X", "mi355x"),
+    ],
+)
 def test_other_names_match_the_right_entry(name: str, key: str) -> None:
     assert resolve({"name": name}).spec.key == key
 
@@ -150,6 +170,7 @@ def test_unknown_nvidia_name_is_unknown() -> None:
 
 
 # --------------------------------------------------------------------------- table invariants
+
 
 def test_table_invariants() -> None:
     table = load_table()
@@ -215,6 +236,7 @@ def test_table_is_package_data() -> None:
 
 # --------------------------------------------------------------------------------- overrides
 
+
 def test_override_key() -> None:
     r = resolve(_props("AMD Radeon Graphics", 9, 4, 192 * GIB), override_key="mi325x")
     assert (r.how, r.spec.key) == ("override", "mi325x")
@@ -227,8 +249,7 @@ def test_override_unknown_key_is_a_config_error() -> None:
 
 
 def test_peak_tflops_and_bw_for_an_unknown_device() -> None:
-    r = resolve({"name": "ARTEMIS", "totalGlobalMem": 64 * GIB}, peak_tflops=400,
-                peak_bw_gbs=1500)
+    r = resolve({"name": "ARTEMIS", "totalGlobalMem": 64 * GIB}, peak_tflops=400, peak_bw_gbs=1500)
     s = r.spec
     assert r.how == "override" and s.key == "custom"
     # --peak-tflops 400 -> bf16 = fp16 = 400e12, fp8 = 2x, tf32 = 0.5x; fp32 unknown
@@ -256,14 +277,16 @@ def test_peak_overrides_on_a_known_device_keep_its_other_dtypes() -> None:
     assert s.mem_bytes == 80 * GIB
 
 
-@pytest.mark.parametrize("kw", [{"peak_tflops": 0}, {"peak_bw_gbs": -5},
-                                {"peak_tflops": float("nan")}])
+@pytest.mark.parametrize(
+    "kw", [{"peak_tflops": 0}, {"peak_bw_gbs": -5}, {"peak_tflops": float("nan")}]
+)
 def test_bad_peak_values_are_config_errors(kw: dict) -> None:
     with pytest.raises(ConfigError):
         resolve(None, **kw)
 
 
 # ------------------------------------------------------------------------------- user files
+
 
 def test_user_file_overrides_and_extends(tmp_path: Path) -> None:
     f = tmp_path / "my.yaml"
@@ -317,22 +340,29 @@ def test_env_var_names_a_user_file(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert builtin is not None and builtin.mem_bw == pytest.approx(5.3e12)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("devices:\n  - key: h100-sxm\n    memory_bw: 3000\n", "unknown key"),
-    ("devices:\n  - key: new-gpu\n    name: X\n    vendor: nvidia\n    match: ['X']\n"
-     "    tflops: {bf16: 10}\n    mem_gib: 8\n", "missing mem_bw_gbs"),
-    ("devices:\n  - key: h100-sxm\n    tflops: {bf16: fast}\n", "tflops.bf16"),
-    ("devices:\n  - key: h100-sxm\n    tflops: {fp2: 10}\n", "unknown dtype"),
-    ("devices:\n  - key: h100-sxm\n    mem_bw_gbs: 0\n", "mem_bw_gbs"),
-    ("devices:\n  - key: h100-sxm\n    match: ['H100(']\n", "bad match regex"),
-    ("devices:\n  - key: x\n    name: X\n    vendor: acme\n", "vendor"),
-    ("devices:\n  - name: no key\n", "missing key"),
-    ("devices:\n  - key: a\n    mem_bw_gbs: [\n", "not valid YAML"),
-    ("gpus: []\n", "unknown top-level"),
-    ("devices: 3\n", "must be a list"),
-])
-def test_invalid_user_file_is_a_config_error_naming_file_and_entry(tmp_path: Path, text: str,
-                                                                   needle: str) -> None:
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("devices:\n  - key: h100-sxm\n    memory_bw: 3000\n", "unknown key"),
+        (
+            "devices:\n  - key: new-gpu\n    name: X\n    vendor: nvidia\n    match: ['X']\n"
+            "    tflops: {bf16: 10}\n    mem_gib: 8\n",
+            "missing mem_bw_gbs",
+        ),
+        ("devices:\n  - key: h100-sxm\n    tflops: {bf16: fast}\n", "tflops.bf16"),
+        ("devices:\n  - key: h100-sxm\n    tflops: {fp2: 10}\n", "unknown dtype"),
+        ("devices:\n  - key: h100-sxm\n    mem_bw_gbs: 0\n", "mem_bw_gbs"),
+        ("devices:\n  - key: h100-sxm\n    match: ['H100(']\n", "bad match regex"),
+        ("devices:\n  - key: x\n    name: X\n    vendor: acme\n", "vendor"),
+        ("devices:\n  - name: no key\n", "missing key"),
+        ("devices:\n  - key: a\n    mem_bw_gbs: [\n", "not valid YAML"),
+        ("gpus: []\n", "unknown top-level"),
+        ("devices: 3\n", "must be a list"),
+    ],
+)
+def test_invalid_user_file_is_a_config_error_naming_file_and_entry(
+    tmp_path: Path, text: str, needle: str
+) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(text)
     with pytest.raises(ConfigError) as ei:
@@ -356,20 +386,23 @@ def test_device_spec_is_hashable_and_frozen() -> None:
         s.key = "x"  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("key, fast, not_fast", [
-    ("v100-sxm2-32gb", {"fp16"}, {"bf16", "tf32", "fp8", "fp4", "int8", "fp32_matrix"}),
-    ("t4", {"fp16", "int8"}, {"bf16", "tf32", "fp8"}),
-    ("a100-sxm4-80gb", {"tf32", "bf16", "fp16", "int8"}, {"fp8", "fp4", "fp32_matrix"}),
-    ("h100-sxm", {"tf32", "bf16", "fp16", "fp8", "int8"}, {"fp4"}),
-    ("h200-sxm", {"tf32", "bf16", "fp16", "fp8"}, {"fp4"}),
-    ("h800-sxm", {"tf32", "bf16", "fp16", "fp8"}, {"fp4"}),
-    ("b200", {"tf32", "bf16", "fp16", "fp8", "fp4"}, set()),
-    ("gb200", {"tf32", "bf16", "fp16", "fp8", "fp4"}, set()),
-    ("mi100", {"fp32_matrix", "bf16", "fp16"}, {"tf32", "fp8", "fp4"}),
-    ("mi250x-gcd", {"fp32_matrix", "bf16", "fp16"}, {"tf32", "fp8", "fp4"}),
-    ("mi300x", {"tf32", "bf16", "fp16", "fp8"}, {"fp4", "fp32_matrix"}),
-    ("mi355x", {"bf16", "fp16", "fp8", "fp4"}, {"tf32"}),
-])
+@pytest.mark.parametrize(
+    "key, fast, not_fast",
+    [
+        ("v100-sxm2-32gb", {"fp16"}, {"bf16", "tf32", "fp8", "fp4", "int8", "fp32_matrix"}),
+        ("t4", {"fp16", "int8"}, {"bf16", "tf32", "fp8"}),
+        ("a100-sxm4-80gb", {"tf32", "bf16", "fp16", "int8"}, {"fp8", "fp4", "fp32_matrix"}),
+        ("h100-sxm", {"tf32", "bf16", "fp16", "fp8", "int8"}, {"fp4"}),
+        ("h200-sxm", {"tf32", "bf16", "fp16", "fp8"}, {"fp4"}),
+        ("h800-sxm", {"tf32", "bf16", "fp16", "fp8"}, {"fp4"}),
+        ("b200", {"tf32", "bf16", "fp16", "fp8", "fp4"}, set()),
+        ("gb200", {"tf32", "bf16", "fp16", "fp8", "fp4"}, set()),
+        ("mi100", {"fp32_matrix", "bf16", "fp16"}, {"tf32", "fp8", "fp4"}),
+        ("mi250x-gcd", {"fp32_matrix", "bf16", "fp16"}, {"tf32", "fp8", "fp4"}),
+        ("mi300x", {"tf32", "bf16", "fp16", "fp8"}, {"fp4", "fp32_matrix"}),
+        ("mi355x", {"bf16", "fp16", "fp8", "fp4"}, {"tf32"}),
+    ],
+)
 def test_accelerated_dtypes_per_part(key: str, fast: set, not_fast: set) -> None:
     """The table records which matrix dtypes each part runs faster than fp32: precision advice
     (bf16 / fp16 + GradScaler / TF32 / fp8) is drawn from it."""

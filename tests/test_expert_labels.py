@@ -39,19 +39,25 @@ from expert_label_checks import (
 LABELS = load_labels()
 
 
-def _params(check: str | None = None,
-            when: Callable[[dict[str, Any]], bool] | None = None) -> list[Any]:
+def _params(
+    check: str | None = None, when: Callable[[dict[str, Any]], bool] | None = None
+) -> list[Any]:
     """The labelled traces that have something for ``check`` (all of them for None)."""
     if not LABELS:
         return [pytest.param(None, marks=pytest.mark.skip(reason=NO_LABELS), id="no-corpus")]
-    keys = [k for k, v in LABELS.items()
-            if (check is None or applies(check, v)) and (when is None or when(v))]
+    keys = [
+        k
+        for k, v in LABELS.items()
+        if (check is None or applies(check, v)) and (when is None or when(v))
+    ]
     return [pytest.param(k, id=label_id(k)) for k in keys]
 
 
 def _unmapped(label: dict[str, Any]) -> bool:
-    return any(k not in FACTS and k not in HELPER_FACTS and not RUNTIME_FACT.match(k)
-               for k in label.get("facts") or {})
+    return any(
+        k not in FACTS and k not in HELPER_FACTS and not RUNTIME_FACT.match(k)
+        for k in label.get("facts") or {}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +121,7 @@ def test_every_labelled_fact_is_stated() -> None:
 
 # --- the labels themselves ---------------------------------------------------------------------
 
+
 def _rule_ids() -> set[str]:
     import yaml
 
@@ -130,10 +137,14 @@ def test_labels_name_known_rules_and_valid_patterns() -> None:
     known = _rule_ids() | set(SPECIAL_PRIMARY)
     unknown = []
     for key, v in LABELS.items():
-        names = ([v["primary"]] + list(v.get("also_acceptable_primary") or [])
-                 + list(v.get("must_report") or []) + list(v.get("must_report_one_of") or [])
-                 + list(v.get("may_report") or [])
-                 + [x["rule"] for x in v.get("must_not_report") or []])
+        names = (
+            [v["primary"]]
+            + list(v.get("also_acceptable_primary") or [])
+            + list(v.get("must_report") or [])
+            + list(v.get("must_report_one_of") or [])
+            + list(v.get("may_report") or [])
+            + [x["rule"] for x in v.get("must_not_report") or []]
+        )
         unknown += [f"{label_id(key)}: {n}" for n in names if n not in known]
         for item in v.get("must_not_recommend") or []:
             re.compile(item["pattern"])
@@ -145,21 +156,37 @@ def test_labels_name_known_rules_and_valid_patterns() -> None:
 
 # --- the checks themselves (no corpus needed) --------------------------------------------------
 
+
 def _fake(findings: list[tuple[str, str, list[str]]], **extra: Any) -> Diagnosed:
-    return Diagnosed({
-        "headline": "h",
-        "findings": [{"rule": r, "severity": s, "title": r, "recommendations": recs}
-                     for r, s, recs in findings],
-        **extra})
+    return Diagnosed(
+        {
+            "headline": "h",
+            "findings": [
+                {"rule": r, "severity": s, "title": r, "recommendations": recs}
+                for r, s, recs in findings
+            ],
+            **extra,
+        }
+    )
 
 
 def test_checks_primary_and_reporting() -> None:
-    d = _fake([("gpu-idle", "low", []), ("launch-bound", "medium", []),
-               ("low-precision-unused", "high", [])])
-    label = {"primary": "launch-bound", "must_report": ["low-precision-unused", "gpu-idle"],
-             "must_report_one_of": ["host-stall", "launch-bound"],
-             "must_not_report": [{"rule": "gpu-idle", "reason": "r"},
-                                 {"rule": "launch-bound", "reason": "queued"}]}
+    d = _fake(
+        [
+            ("gpu-idle", "low", []),
+            ("launch-bound", "medium", []),
+            ("low-precision-unused", "high", []),
+        ]
+    )
+    label = {
+        "primary": "launch-bound",
+        "must_report": ["low-precision-unused", "gpu-idle"],
+        "must_report_one_of": ["host-stall", "launch-bound"],
+        "must_not_report": [
+            {"rule": "gpu-idle", "reason": "r"},
+            {"rule": "launch-bound", "reason": "queued"},
+        ],
+    }
     assert CHECKS["primary"](label, d) == []  # first medium/high finding in result order
     assert CHECKS["primary"]({"primary": "healthy"}, _fake([("jitter", "low", [])])) == []
     assert CHECKS["primary"]({"primary": "healthy"}, _fake([], primary="not-representative"))
@@ -172,29 +199,56 @@ def test_checks_primary_and_reporting() -> None:
 
 
 def test_checks_advice_matches_any_severity() -> None:
-    label = {"must_not_recommend": [{"text": "TF32", "reason": "V100",
-                                     "pattern": r"(?i)allow_tf32\s*=\s*True"}]}
+    label = {
+        "must_not_recommend": [
+            {"text": "TF32", "reason": "V100", "pattern": r"(?i)allow_tf32\s*=\s*True"}
+        ]
+    }
     assert CHECKS["must_not_recommend"](label, _fake([("x", "info", ["set ALLOW_TF32 = True"])]))
     assert not CHECKS["must_not_recommend"](label, _fake([("x", "high", ["use fp16 AMP"])]))
 
 
 def test_checks_facts_tolerances_and_unstated() -> None:
-    d = Diagnosed({"summary": {"ranks": [{"kernels": 10, "kernel_time_ns": 1000,
-                                          "step_time_ns": {"p50": 1030.0}, "steps": 1}]},
-                   "metrics": {"values": {"gpu_busy_pct": 51.4}, "missing": {}},
-                   "trace": {"devices": ["Tesla V100-SXM2-32GB"]}},
-                  runtime={"cudaFree": (2, 1_500_000, 1_000_600)})
-    facts = {"n_kernels": 10, "kernel_time_ns": 1001, "gpu_busy_pct": 50.0,
-             "step_time_ns_p50": 1000, "steps": 1, "device": "Tesla V100-SXM2-32GB",
-             "cudaFree_calls": 2, "cudaFree_total_ms": 1.5, "cudaFree_max_ms": 1.0,
-             "cudaMalloc_calls": 0, "some_new_fact_ns": 5}
+    d = Diagnosed(
+        {
+            "summary": {
+                "ranks": [
+                    {
+                        "kernels": 10,
+                        "kernel_time_ns": 1000,
+                        "step_time_ns": {"p50": 1030.0},
+                        "steps": 1,
+                    }
+                ]
+            },
+            "metrics": {"values": {"gpu_busy_pct": 51.4}, "missing": {}},
+            "trace": {"devices": ["Tesla V100-SXM2-32GB"]},
+        },
+        runtime={"cudaFree": (2, 1_500_000, 1_000_600)},
+    )
+    facts = {
+        "n_kernels": 10,
+        "kernel_time_ns": 1001,
+        "gpu_busy_pct": 50.0,
+        "step_time_ns_p50": 1000,
+        "steps": 1,
+        "device": "Tesla V100-SXM2-32GB",
+        "cudaFree_calls": 2,
+        "cudaFree_total_ms": 1.5,
+        "cudaFree_max_ms": 1.0,
+        "cudaMalloc_calls": 0,
+        "some_new_fact_ns": 5,
+    }
     bad, unstated = check_facts({"facts": facts}, d)
-    assert bad == ["kernel_time_ns: got 1000, expected 1001 (exact)",
-                   "cudaFree_max_ms: got 1.0006, expected 1 (±0.0005 ms)"]
+    assert bad == [
+        "kernel_time_ns: got 1000, expected 1001 (exact)",
+        "cudaFree_max_ms: got 1.0006, expected 1 (±0.0005 ms)",
+    ]
     assert unstated == ["some_new_fact_ns"]
     # one step: the window may run to the end of the step's GPU work
-    bad, _ = check_facts({"facts": {"steps": 1, "step_time_ns_p50": 900,
-                                    "last_step_gpu_tail_ns": 130}}, d)
+    bad, _ = check_facts(
+        {"facts": {"steps": 1, "step_time_ns_p50": 900, "last_step_gpu_tail_ns": 130}}, d
+    )
     assert bad == []
     bad, _ = check_facts({"facts": {"steps": 1, "step_time_ns_p50": 900}}, d)
     assert bad and bad[0].startswith("step_time_ns_p50")

@@ -31,9 +31,20 @@ GOLDEN = Path(__file__).resolve().parent / "golden"
 FILES = corpus_kineto_files()
 
 #: per-rank sums that are exact integers (nanoseconds, counts, bytes)
-EXACT_RANK_KEYS = ("rank", "kernel_time_ns", "comm_kernel_time_ns", "memcpy_time_ns",
-                   "memset_time_ns", "kernels", "window_ns", "gpu_busy_ns", "gpu_idle_ns",
-                   "steps", "peak_allocated_bytes", "peak_reserved_bytes")
+EXACT_RANK_KEYS = (
+    "rank",
+    "kernel_time_ns",
+    "comm_kernel_time_ns",
+    "memcpy_time_ns",
+    "memset_time_ns",
+    "kernels",
+    "window_ns",
+    "gpu_busy_ns",
+    "gpu_idle_ns",
+    "steps",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+)
 #: evidence rows kept per table (their leading names)
 TOP_NAMES = 3
 NAME_LIMIT = 120
@@ -67,15 +78,19 @@ def normalize(d: dict[str, Any]) -> dict[str, Any]:
     for r in d["summary"]["ranks"]:
         row = {k: r.get(k) for k in EXACT_RANK_KEYS}
         st = r.get("step_time_ns") or {}
-        row["step_time_ns"] = {k: (None if st.get(k) is None else round(st[k]))
-                               for k in ("p50", "max")}
+        row["step_time_ns"] = {
+            k: (None if st.get(k) is None else round(st[k])) for k in ("p50", "max")
+        }
         row["steps_excluded"] = [[x["step"], x["reason"]] for x in r.get("steps_excluded") or []]
         ranks.append(row)
     findings = []
     for f in d["findings"]:
-        item: dict[str, Any] = {"rule": f["rule"], "severity": f["severity"], "title": f["title"],
-                                "impact_pct": None if f.get("impact_pct") is None
-                                else round(f["impact_pct"], 1)}
+        item: dict[str, Any] = {
+            "rule": f["rule"],
+            "severity": f["severity"],
+            "title": f["title"],
+            "impact_pct": None if f.get("impact_pct") is None else round(f["impact_pct"], 1),
+        }
         measured = {}
         evidence = {}
         for ev in f.get("evidence") or []:
@@ -102,8 +117,9 @@ def normalize(d: dict[str, Any]) -> dict[str, Any]:
 
 
 def golden_path(path: Path) -> Path:
-    return GOLDEN / (corpus_id(path).replace(":", "__").removesuffix(".gz").removesuffix(".json")
-                     + ".json")
+    return GOLDEN / (
+        corpus_id(path).replace(":", "__").removesuffix(".gz").removesuffix(".json") + ".json"
+    )
 
 
 @requires_corpus
@@ -131,19 +147,43 @@ def test_normalize_rounds_and_keeps_names() -> None:
     assert sig(91.8979608795694) == 91.9
     assert sig(0.000123456) == 0.0001235
     assert sig(7) == 7 and sig(0.0) == 0.0
-    d = {"headline": "h", "summary": {"ranks": [{"rank": 0, "kernel_time_ns": 5,
-                                                  "step_time_ns": {"p50": 9097800.4, "max": 9.0}}]},
-         "findings": [{"rule": "r", "severity": "high", "title": "t", "impact_pct": 73.517,
-                       "evidence": [{"kind": "measurements",
-                                     "rows": [{"metric": "m", "value": 1.23456}]},
-                                    {"kind": "table", "title": "Top",
-                                     "columns": [{"format": "kernel"}],
-                                     "rows": [["a"], ["b"], ["c"], ["d"]]}],
-                       "recommendations": ["x", "y"]}],
-         "rules": [{"rule": "r", "status": "fired"}], "diagnostics": [{"code": "z"}, {"code": "a"}]}
+    d = {
+        "headline": "h",
+        "summary": {
+            "ranks": [
+                {"rank": 0, "kernel_time_ns": 5, "step_time_ns": {"p50": 9097800.4, "max": 9.0}}
+            ]
+        },
+        "findings": [
+            {
+                "rule": "r",
+                "severity": "high",
+                "title": "t",
+                "impact_pct": 73.517,
+                "evidence": [
+                    {"kind": "measurements", "rows": [{"metric": "m", "value": 1.23456}]},
+                    {
+                        "kind": "table",
+                        "title": "Top",
+                        "columns": [{"format": "kernel"}],
+                        "rows": [["a"], ["b"], ["c"], ["d"]],
+                    },
+                ],
+                "recommendations": ["x", "y"],
+            }
+        ],
+        "rules": [{"rule": "r", "status": "fired"}],
+        "diagnostics": [{"code": "z"}, {"code": "a"}],
+    }
     n = normalize(d)
     assert n["ranks"][0]["step_time_ns"] == {"p50": 9097800, "max": 9}
-    assert n["findings"][0] == {"rule": "r", "severity": "high", "title": "t", "impact_pct": 73.5,
-                                "measured": {"m": 1.235}, "evidence": {"Top": ["a", "b", "c"]},
-                                "recommendations": 2}
+    assert n["findings"][0] == {
+        "rule": "r",
+        "severity": "high",
+        "title": "t",
+        "impact_pct": 73.5,
+        "measured": {"m": 1.235},
+        "evidence": {"Top": ["a", "b", "c"]},
+        "recommendations": 2,
+    }
     assert n["diagnostics"] == ["a", "z"]

@@ -50,15 +50,20 @@ def _mkfifo(path: Path) -> Path:
 
 # === 1. outputs never destroy inputs or unrelated files =========================================
 
+
 @pytest.mark.parametrize("force", [False, True])
-def test_force_never_empties_a_folder_of_unrelated_files(tmp_path: Path, t: Path,
-                                                         force: bool) -> None:
+def test_force_never_empties_a_folder_of_unrelated_files(
+    tmp_path: Path, t: Path, force: bool
+) -> None:
     d = tmp_path / "photos"
     d.mkdir()
     (d / "cat.jpg").write_bytes(b"\xff\xd8 not a store")
     before = snapshot(d, t)
-    err = error(cli(["ingest", t, "-o", d, *(["--force"] if force else [])], tmp_path),
-                "photos", "not a trace store")
+    err = error(
+        cli(["ingest", t, "-o", d, *(["--force"] if force else [])], tmp_path),
+        "photos",
+        "not a trace store",
+    )
     assert "--force" not in err.split("hint:")[1]  # the hint never suggests destroying it
     assert snapshot(d, t) == before
 
@@ -123,8 +128,7 @@ def test_diagnose_output_through_another_name_of_the_input(tmp_path: Path, t: Pa
 
 
 def test_two_outputs_sharing_one_path(tmp_path: Path, t: Path) -> None:
-    error(cli(["diagnose", t, "--html", "r.out", "--markdown", "./r.out"], tmp_path),
-          "two outputs")
+    error(cli(["diagnose", t, "--html", "r.out", "--markdown", "./r.out"], tmp_path), "two outputs")
     assert not (tmp_path / "r.out").exists()
 
 
@@ -184,8 +188,9 @@ def test_fifo_output_without_a_reader(tmp_path: Path, t: Path) -> None:
 
 
 def test_stale_temporaries_of_dead_runs_are_removed(tmp_path: Path, t: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     stale = tmp_path / f".s.tistore.tmp-{dead}-abc"
     stale.mkdir()
     (stale / "gpu_activities.parquet").write_bytes(b"half")
@@ -198,18 +203,29 @@ def test_stale_temporaries_of_dead_runs_are_removed(tmp_path: Path, t: Path) -> 
 
 def test_forked_helper_exits_quietly_when_its_parent_is_killed(tmp_path: Path) -> None:
     t = write(tmp_path / "big.json", trace(events(60_000)))
-    env = {**os.environ, "TRACEINSIGHT_BATCH_BYTES": "100000", "TRACEINSIGHT_CHUNK_BYTES":
-           "1000000", "TRACEINSIGHT_WORKERS": "2", "TRACEINSIGHT_NO_PROGRESS": "1",
-           "TRACEINSIGHT_CACHE_DIR": str(tmp_path / "c"), "PYTHONPATH": str(Path.cwd())}
+    env = {
+        **os.environ,
+        "TRACEINSIGHT_BATCH_BYTES": "100000",
+        "TRACEINSIGHT_CHUNK_BYTES": "1000000",
+        "TRACEINSIGHT_WORKERS": "2",
+        "TRACEINSIGHT_NO_PROGRESS": "1",
+        "TRACEINSIGHT_CACHE_DIR": str(tmp_path / "c"),
+        "PYTHONPATH": str(Path.cwd()),
+    }
     err = tmp_path / "stderr.txt"
     with open(err, "wb") as f:
-        p = subprocess.Popen([sys.executable, "-m", "traceinsight.cli", "ingest", t, "-o",
-                              tmp_path / "s"], stderr=f, stdout=subprocess.DEVNULL, env=env,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            [sys.executable, "-m", "traceinsight.cli", "ingest", t, "-o", tmp_path / "s"],
+            stderr=f,
+            stdout=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
         deadline = time.time() + 60
         while time.time() < deadline:  # wait for the helper to exist, then kill the parent
-            kids = subprocess.run(["pgrep", "-P", str(p.pid)], capture_output=True,
-                                  text=True).stdout.split()
+            kids = subprocess.run(
+                ["pgrep", "-P", str(p.pid)], capture_output=True, text=True
+            ).stdout.split()
             if kids:
                 break
             time.sleep(0.05)
@@ -223,6 +239,7 @@ def test_forked_helper_exits_quietly_when_its_parent_is_killed(tmp_path: Path) -
 
 
 # === 2. bounded resources on hostile or damaged files ===========================================
+
 
 def _nul_trace(path: Path, prefix: bytes, nul_mb: int) -> Path:
     with open(path, "wb") as f:
@@ -267,9 +284,14 @@ def test_crash_remnant_is_salvaged(tmp_path: Path) -> None:
     assert {"truncated-salvaged", "nul-tail"} <= {d["code"] for d in s["diagnostics"]}
 
 
-@pytest.mark.parametrize("tail,what", [(b"garbage text\n", "text"),
-                                       (b'{"traceEvents": []}', "another JSON value"),
-                                       (b"\x00\x01\x02\xff" * 64, "binary data")])
+@pytest.mark.parametrize(
+    "tail,what",
+    [
+        (b"garbage text\n", "text"),
+        (b'{"traceEvents": []}', "another JSON value"),
+        (b"\x00\x01\x02\xff" * 64, "binary data"),
+    ],
+)
 def test_trailing_data_after_the_document(tmp_path: Path, tail: bytes, what: str) -> None:
     p = write(tmp_path / "t.json", json.dumps(trace()).encode() + b"\n" + tail)
     ok(cli(["ingest", p, "-o", "s"], tmp_path))
@@ -293,8 +315,9 @@ def test_trace_on_stdin(tmp_path: Path) -> None:
     data = json.dumps(trace()).encode()
     s = json.loads(ok(cli(["summary", "-", "--json"], tmp_path, stdin=data)).stdout)
     assert s["ranks"][0]["kernel_count"] == 2
-    s = json.loads(ok(cli(["summary", "/dev/stdin", "--json"], tmp_path,
-                          stdin=gzip.compress(data))).stdout)
+    s = json.loads(
+        ok(cli(["summary", "/dev/stdin", "--json"], tmp_path, stdin=gzip.compress(data))).stdout
+    )
     assert s["ranks"][0]["kernel_count"] == 2
 
 
@@ -350,10 +373,14 @@ def test_billion_laughs_device_file(tmp_path: Path) -> None:
 
 def _rule(message: str, **extra: str) -> str:
     body = {
-        "id": "my-rule", "title": "Mine", "category": "gpu", "summary": "a test rule",
+        "id": "my-rule",
+        "title": "Mine",
+        "category": "gpu",
+        "summary": "a test rule",
         "fires_if": [{"metric": "gpu_idle_pct", "op": ">=", "threshold": "min_idle"}],
         "thresholds": {"min_idle": {"default": 0, "unit": "%", "help": "idle share"}},
-        "message": message, "recommendations": ["do less"],
+        "message": message,
+        "recommendations": ["do less"],
         "doc": {"symptom": "s", "why": "y", "fix": "f"},
     }
     text = json.dumps(body)
@@ -372,12 +399,15 @@ def test_rule_message_with_a_huge_format_width(tmp_path: Path, t: Path) -> None:
 
 # === 3. no silent loss or misreporting ==========================================================
 
+
 def _ranks(tmp_path: Path) -> Path:
     d = tmp_path / "run"
     d.mkdir()
     for r in (0, 1):
-        write(d / f"rank-{r}.json", trace(distributedInfo={"backend": "nccl", "rank": r,
-                                                           "world_size": 3}))
+        write(
+            d / f"rank-{r}.json",
+            trace(distributedInfo={"backend": "nccl", "rank": r, "world_size": 3}),
+        )
     return d
 
 
@@ -392,8 +422,7 @@ def _break_rank(d: Path, how: str) -> None:
     elif how == "folder":
         bad.mkdir()
     elif how == "truncated":
-        text = json.dumps(trace(distributedInfo={"backend": "nccl", "rank": 2,
-                                                 "world_size": 3}))
+        text = json.dumps(trace(distributedInfo={"backend": "nccl", "rank": 2, "world_size": 3}))
         bad.write_text(text[: len(text) // 2])
 
 
@@ -401,8 +430,13 @@ def _break_rank(d: Path, how: str) -> None:
 def test_unreadable_rank_file_is_a_headline_warning(tmp_path: Path, how: str) -> None:
     d = _ranks(tmp_path)
     _break_rank(d, how)
-    run = ok(cli(["diagnose", d, "--json", "r.json", "--markdown", "r.md", "--html", "r.html"],
-                 tmp_path, timeout=60))
+    run = ok(
+        cli(
+            ["diagnose", d, "--json", "r.json", "--markdown", "r.md", "--html", "r.html"],
+            tmp_path,
+            timeout=60,
+        )
+    )
     assert "rank-2.json" in run.stdout.split("\n\n")[1]  # the headline paragraph
     res = json.loads((tmp_path / "r.json").read_text())
     assert "rank-2.json" in res["headline"]
@@ -432,11 +466,14 @@ def test_non_finite_literals_are_missing_values(tmp_path: Path, literal: str) ->
     assert "missing-durations" in codes
 
 
-@pytest.mark.parametrize("field,value,code", [
-    ("dur", None, "missing-durations"),
-    ("ts", True, "invalid-values"),
-    ("ts", -5_000_000_000, "negative-timestamps"),
-])
+@pytest.mark.parametrize(
+    "field,value,code",
+    [
+        ("dur", None, "missing-durations"),
+        ("ts", True, "invalid-values"),
+        ("ts", -5_000_000_000, "negative-timestamps"),
+    ],
+)
 def test_coercions_are_counted(tmp_path: Path, field: str, value: object, code: str) -> None:
     evs = events(2)
     k = evs[5]
@@ -498,34 +535,61 @@ def test_store_missing_a_column(tmp_path: Path, t: Path) -> None:
 
 # === 4. secrets and terminal safety =============================================================
 
+
 def _planted(tmp_path: Path) -> Path:
     evs = events(2)
     evs[0]["args"]["name"] = "python3 --token ghp_0123456789abcdefghij0123"
-    evs.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": 1,
-                "args": {"name": "worker alice.admin@db-prod-7.corp.example.com"}})
-    return write(tmp_path / "t.json", trace(
-        evs,
-        deviceProperties=[{"id": 0, "name": "db-prod-7.corp.example.com password=hunter2",
-                           "totalGlobalMem": 1, "computeMajor": "alice.admin"}],
-        distributedInfo={"backend": "nccl user=alice.admin pass=s3cr3t-pa55", "rank": 0,
-                         "world_size": 1, "nccl_version": "hunter2"},
-        cuda_driver_version="db-prod-7.corp.example.com",
-        cuda_runtime_version=12040,
-        Framework="hf_PlantedTokenValue123456",
-        displayTimeUnit={"key": "ghp_0123456789abcdefghij0123"},
-        traceName="/home/alice.admin/runs/trace.json",
-        WARNING=["WARNING:2024 x.cpp:1] connecting to db-prod-7.corp.example.com as alice.admin"],
-        ERROR="ERROR: login failed for alice.admin with password s3cr3t-pa55",
-        INFO=["INFO: Record counts: Out-of-range = 3, hunter2 = 1"],
-    ))
+    evs.append(
+        {
+            "ph": "M",
+            "name": "thread_name",
+            "pid": 1,
+            "tid": 1,
+            "args": {"name": "worker alice.admin@db-prod-7.corp.example.com"},
+        }
+    )
+    return write(
+        tmp_path / "t.json",
+        trace(
+            evs,
+            deviceProperties=[
+                {
+                    "id": 0,
+                    "name": "db-prod-7.corp.example.com password=hunter2",
+                    "totalGlobalMem": 1,
+                    "computeMajor": "alice.admin",
+                }
+            ],
+            distributedInfo={
+                "backend": "nccl user=alice.admin pass=s3cr3t-pa55",
+                "rank": 0,
+                "world_size": 1,
+                "nccl_version": "hunter2",
+            },
+            cuda_driver_version="db-prod-7.corp.example.com",
+            cuda_runtime_version=12040,
+            Framework="hf_PlantedTokenValue123456",
+            displayTimeUnit={"key": "ghp_0123456789abcdefghij0123"},
+            traceName="/home/alice.admin/runs/trace.json",
+            WARNING=[
+                "WARNING:2024 x.cpp:1] connecting to db-prod-7.corp.example.com as alice.admin"
+            ],
+            ERROR="ERROR: login failed for alice.admin with password s3cr3t-pa55",
+            INFO=["INFO: Record counts: Out-of-range = 3, hunter2 = 1"],
+        ),
+    )
 
 
 def test_planted_secrets_reach_no_output(tmp_path: Path) -> None:
     p = _planted(tmp_path)
     ok(cli(["ingest", p, "-o", "s"], tmp_path))
     clean_output((tmp_path / "s" / "meta.json").read_text())
-    run = ok(cli(["diagnose", "s", "--json", "r.json", "--markdown", "r.md", "--html",
-                  "r.html"], tmp_path))
+    run = ok(
+        cli(
+            ["diagnose", "s", "--json", "r.json", "--markdown", "r.md", "--html", "r.html"],
+            tmp_path,
+        )
+    )
     for f in ("r.json", "r.md", "r.html"):
         clean_output((tmp_path / f).read_text())
     ok(cli(["summary", "s"], tmp_path))
@@ -541,8 +605,10 @@ def test_planted_secrets_reach_no_output(tmp_path: Path) -> None:
 _NASTY = "gemm\x1b[2J\x1b]8;;http://evil.example/\x07click\x1b]8;;\x07\r\x07\u202eevil\u202c"
 
 
-@pytest.mark.parametrize("command", [["diagnose"], ["summary"], ["top"], ["top", "--by", "op"],
-                                     ["diagnose", "-v", "--color"]])
+@pytest.mark.parametrize(
+    "command",
+    [["diagnose"], ["summary"], ["top"], ["top", "--by", "op"], ["diagnose", "-v", "--color"]],
+)
 def test_control_sequences_in_names_are_neutralised(tmp_path: Path, command: list) -> None:
     evs = events(2)
     for e in evs:
@@ -579,15 +645,22 @@ def test_control_characters_in_a_file_name(tmp_path: Path) -> None:
 
 # === 5. clear errors instead of "internal error" ================================================
 
+
 def _kernel_with(tmp_path: Path, **fields: object) -> Path:
     evs = events(2)
     evs[5].update(fields)
     return write(tmp_path / "t.json", trace(evs))
 
 
-@pytest.mark.parametrize("fields", [
-    {"dur": 1e300}, {"ts": 1e300}, {"ts": 18446744073709551615}, {"ts": 9.3e15},
-])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"dur": 1e300},
+        {"ts": 1e300},
+        {"ts": 18446744073709551615},
+        {"ts": 9.3e15},
+    ],
+)
 def test_out_of_range_times(tmp_path: Path, fields: dict) -> None:
     p = _kernel_with(tmp_path, **fields)
     error(cli(["summary", p], tmp_path), "t.json")
@@ -595,9 +668,11 @@ def test_out_of_range_times(tmp_path: Path, fields: dict) -> None:
 
 def test_args_nested_ten_thousand_deep(tmp_path: Path) -> None:
     evs = events(2)
-    text = json.dumps(trace(evs)).replace('"args": {"device": 0',
-                                          '"args": {"deep": ' + "[" * 10_000 + "]" * 10_000
-                                          + ', "device": 0', 1)
+    text = json.dumps(trace(evs)).replace(
+        '"args": {"device": 0',
+        '"args": {"deep": ' + "[" * 10_000 + "]" * 10_000 + ', "device": 0',
+        1,
+    )
     p = write(tmp_path / "t.json", text.encode())
     run = cli(["summary", p], tmp_path)
     ok_or_error(run, "t.json")  # read with the nesting skipped is fine too
@@ -605,8 +680,10 @@ def test_args_nested_ten_thousand_deep(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("rank", ["zero", 1e30])
 def test_bad_distributed_rank(tmp_path: Path, rank: object) -> None:
-    p = write(tmp_path / "t.json", trace(distributedInfo={"backend": "nccl", "rank": rank,
-                                                          "world_size": 2}))
+    p = write(
+        tmp_path / "t.json",
+        trace(distributedInfo={"backend": "nccl", "rank": rank, "world_size": 2}),
+    )
     error(cli(["summary", p], tmp_path), "t.json", "rank")
 
 
@@ -620,9 +697,18 @@ def test_huge_step_number(tmp_path: Path) -> None:
 
 def test_huge_memory_device_id(tmp_path: Path) -> None:
     evs = events(2)
-    evs.append({"ph": "i", "cat": "cpu_instant_event", "name": "[memory]", "pid": 1, "tid": 1,
-                "ts": 50, "s": "t", "args": {"Device Type": 1, "Device Id": 2**40,
-                                              "Addr": 1, "Bytes": 1024}})
+    evs.append(
+        {
+            "ph": "i",
+            "cat": "cpu_instant_event",
+            "name": "[memory]",
+            "pid": 1,
+            "tid": 1,
+            "ts": 50,
+            "s": "t",
+            "args": {"Device Type": 1, "Device Id": 2**40, "Addr": 1, "Bytes": 1024},
+        }
+    )
     p = write(tmp_path / "t.json", trace(evs))
     run = cli(["diagnose", p], tmp_path)
     ok_or_error(run, "t.json")
@@ -634,14 +720,17 @@ def test_garbage_parquet_in_a_store(tmp_path: Path, t: Path) -> None:
     error(cli(["diagnose", "s"], tmp_path), "cpu_ops.parquet")
 
 
-@pytest.mark.parametrize("edit", [
-    lambda m: m.update(tables="x"),
-    lambda m: m.update(ranks="x"),
-    lambda m: m.update(ranks=[{"rank": "zero"}]),
-    lambda m: m.update(diagnostics=[5]),
-    lambda m: m.update(sources={"a": 1}),
-    lambda m: m["tables"].update(gpu_activities=-1),
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda m: m.update(tables="x"),
+        lambda m: m.update(ranks="x"),
+        lambda m: m.update(ranks=[{"rank": "zero"}]),
+        lambda m: m.update(diagnostics=[5]),
+        lambda m: m.update(sources={"a": 1}),
+        lambda m: m["tables"].update(gpu_activities=-1),
+    ],
+)
 def test_tampered_store_meta(tmp_path: Path, t: Path, edit) -> None:
     ok(cli(["ingest", t, "-o", "s"], tmp_path))
     f = tmp_path / "s" / "meta.json"
@@ -652,8 +741,9 @@ def test_tampered_store_meta(tmp_path: Path, t: Path, edit) -> None:
 
 
 @pytest.mark.parametrize("command", ["compare", "report"])
-@pytest.mark.parametrize("bad", [{"findings": "x"}, {"findings": ["x"]}, {"summary": 5},
-                                 {"trace": []}])
+@pytest.mark.parametrize(
+    "bad", [{"findings": "x"}, {"findings": ["x"]}, {"summary": 5}, {"trace": []}]
+)
 def test_tampered_result_json(tmp_path: Path, t: Path, command: str, bad: dict) -> None:
     ok(cli(["diagnose", t, "--json", "r.json"], tmp_path))
     r = tmp_path / "r.json"
@@ -670,8 +760,12 @@ def test_rule_file_not_utf8(tmp_path: Path, t: Path) -> None:
 
 
 def test_rule_with_null_condition(tmp_path: Path) -> None:
-    d = _rules_dir(tmp_path, _rule("idle", fires_if="null").replace(
-        '"fires_if": [{"metric": "gpu_idle_pct", "op": ">=", "threshold": "min_idle"}], ', ""))
+    d = _rules_dir(
+        tmp_path,
+        _rule("idle", fires_if="null").replace(
+            '"fires_if": [{"metric": "gpu_idle_pct", "op": ">=", "threshold": "min_idle"}], ', ""
+        ),
+    )
     error(cli(["rules", "--rules", d], tmp_path), "mine.yaml", "fires_if")
 
 
@@ -702,8 +796,9 @@ def test_output_in_a_read_only_folder(tmp_path: Path, t: Path) -> None:
 
 def test_unwritable_cache_folder(tmp_path: Path, t: Path) -> None:
     (tmp_path / "file").write_text("x")
-    run = cli(["summary", t], tmp_path, env={"TRACEINSIGHT_CACHE_DIR": str(tmp_path / "file"
-                                                                            / "cache")})
+    run = cli(
+        ["summary", t], tmp_path, env={"TRACEINSIGHT_CACHE_DIR": str(tmp_path / "file" / "cache")}
+    )
     error(run, "cache")
 
 
@@ -717,18 +812,22 @@ def test_one_failing_output_leaves_nothing_half_written(tmp_path: Path, t: Path)
 
 # === 6. options validated ======================================================================
 
-@pytest.mark.parametrize("args,fragment", [
-    (["--device", "nosuch"], "h100"),
-    (["--peak-tflops", "0"], "peak-tflops"),
-    (["--peak-tflops", "-1"], "peak-tflops"),
-    (["--peak-tflops", "nan"], "peak-tflops"),
-    (["--peak-tflops", "inf"], "peak-tflops"),
-    (["--peak-bw", "nan"], "peak-bw"),
-    (["--params", "-5"], "params"),
-    (["--tokens-per-step", "-1"], "tokens-per-step"),
-    (["--set", "gpu-idle.min_idle_pct=nan"], "nan"),
-    (["--set", "gpu-idle.min_idle_pct=inf"], "inf"),
-])
+
+@pytest.mark.parametrize(
+    "args,fragment",
+    [
+        (["--device", "nosuch"], "h100"),
+        (["--peak-tflops", "0"], "peak-tflops"),
+        (["--peak-tflops", "-1"], "peak-tflops"),
+        (["--peak-tflops", "nan"], "peak-tflops"),
+        (["--peak-tflops", "inf"], "peak-tflops"),
+        (["--peak-bw", "nan"], "peak-bw"),
+        (["--params", "-5"], "params"),
+        (["--tokens-per-step", "-1"], "tokens-per-step"),
+        (["--set", "gpu-idle.min_idle_pct=nan"], "nan"),
+        (["--set", "gpu-idle.min_idle_pct=inf"], "inf"),
+    ],
+)
 def test_diagnose_options(tmp_path: Path, t: Path, args: list, fragment: str) -> None:
     run = cli(["diagnose", t, *args], tmp_path)
     assert run.rc == 2, str(run)

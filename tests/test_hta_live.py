@@ -21,9 +21,14 @@ from conftest import SAMPLES
 from traceinsight.analysis.hta_compat import hta_breakdown
 from traceinsight.ingest import load
 
-SAMPLE_NAMES = ["synthetic_h100_healthy.json.gz", "synthetic_h100_launch_bound.json.gz",
-                "synthetic_mi300x.json.gz", "synthetic_h100_fp32_gemms.json.gz",
-                "synthetic_comm_bound_4rank", "synthetic_straggler_4rank"]
+SAMPLE_NAMES = [
+    "synthetic_h100_healthy.json.gz",
+    "synthetic_h100_launch_bound.json.gz",
+    "synthetic_mi300x.json.gz",
+    "synthetic_h100_fp32_gemms.json.gz",
+    "synthetic_comm_bound_4rank",
+    "synthetic_straggler_4rank",
+]
 
 
 def _files(name: str) -> list[Path]:
@@ -33,8 +38,9 @@ def _files(name: str) -> list[Path]:
 
 @pytest.mark.parametrize("name", SAMPLE_NAMES)
 def test_live_hta_agrees_on_samples(name: str, tmp_path: Path) -> None:
-    trace_analysis = pytest.importorskip("hta.trace_analysis",
-                                         reason="HTA (the 'hta' extra) is not installed")
+    trace_analysis = pytest.importorskip(
+        "hta.trace_analysis", reason="HTA (the 'hta' extra) is not installed"
+    )
     files = _files(name)
     for f in files:  # HTA reads a whole folder
         shutil.copy(f, tmp_path / f.name)
@@ -43,8 +49,9 @@ def test_live_hta_agrees_on_samples(name: str, tmp_path: Path) -> None:
         warnings.simplefilter("ignore")
         ta = trace_analysis.TraceAnalysis(trace_dir=str(tmp_path))
         tb = ta.get_temporal_breakdown(visualize=False)
-        kt, _ = ta.get_gpu_kernel_breakdown(visualize=False, num_kernels=5, duration_ratio=1.0,
-                                            include_memory_kernels=True)
+        kt, _ = ta.get_gpu_kernel_breakdown(
+            visualize=False, num_kernels=5, duration_ratio=1.0, include_memory_kernels=True
+        )
         ov = ta.get_comm_comp_overlap(visualize=False)
     ours = hta_breakdown(load(files, quiet=True))
     assert [o.rank for o in ours] == [int(r) for r in tb["rank"]] == list(range(len(files)))

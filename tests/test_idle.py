@@ -48,8 +48,9 @@ class Measured:
         attr = self.an.attribution
         out = dict.fromkeys(CAUSES, 0)
         for r in self.an.breakdown.ranks:
-            s, _ = idle_split(self.an, r, attr.gpu[attr.gpu["rank"] == r],
-                              [w for w in attr.steps if w.rank == r])
+            s, _ = idle_split(
+                self.an, r, attr.gpu[attr.gpu["rank"] == r], [w for w in attr.steps if w.rank == r]
+            )
             for c in CAUSES:
                 out[c] += s.ns[c]
         return out
@@ -66,25 +67,44 @@ def measure(tmp_path: Path):
         m = Measured(b, d)
         # every idle nanosecond has exactly one cause
         assert sum(m.split().values()) == m.an.breakdown.ranks[0].idle_ns
-        total = sum(m[k] for k, causes in METRIC_CAUSES.items()
-                    if k not in ("idle_copy_pct", "idle_alloc_pct", "idle_host_busy_pct"))
+        total = sum(
+            m[k]
+            for k, causes in METRIC_CAUSES.items()
+            if k not in ("idle_copy_pct", "idle_alloc_pct", "idle_host_busy_pct")
+        )
         assert total == pytest.approx(m["gpu_idle_pct"], abs=1e-6)
         return m
 
     return run
 
 
-def _kernels(b: KinetoTraceBuilder, t: int, n: int, *, dur: int = 100 * US, gap: int = 20 * US,
-             launch: int = 5 * US, lead: int = 3 * US, api: str | None = None) -> int:
+def _kernels(
+    b: KinetoTraceBuilder,
+    t: int,
+    n: int,
+    *,
+    dur: int = 100 * US,
+    gap: int = 20 * US,
+    launch: int = 5 * US,
+    lead: int = 3 * US,
+    api: str | None = None,
+) -> int:
     """``n`` kernels, each launched ``gap`` after the previous one ended; returns the end."""
     for i in range(n):
-        b.launch(f"void elementwise_kernel_{i % 3}", cpu_start=t, cpu_dur=launch,
-                 gpu_start=t + launch + lead, gpu_dur=dur, api=api)
+        b.launch(
+            f"void elementwise_kernel_{i % 3}",
+            cpu_start=t,
+            cpu_dur=launch,
+            gpu_start=t + launch + lead,
+            gpu_dur=dur,
+            api=api,
+        )
         t += launch + lead + dur + gap
     return t
 
 
 # --- launch overhead vs work queued behind a dependency --------------------------------------
+
 
 def test_short_gaps_ended_by_late_launches_are_launch_overhead(measure) -> None:
     b = KinetoTraceBuilder()
@@ -92,8 +112,13 @@ def test_short_gaps_ended_by_late_launches_are_launch_overhead(measure) -> None:
         t = 20 * US
         for _ in range(150):  # 3 µs kernels, the host needs 20 µs per op
             with b.cpu_op("aten::add", t, 18 * US):
-                b.launch("void add_kernel", cpu_start=t + 12 * US, cpu_dur=4 * US,
-                         gpu_start=t + 19 * US, gpu_dur=3 * US)
+                b.launch(
+                    "void add_kernel",
+                    cpu_start=t + 12 * US,
+                    cpu_dur=4 * US,
+                    gpu_start=t + 19 * US,
+                    gpu_dur=3 * US,
+                )
             t += 24 * US
     m = measure(b)
     assert m["idle_launch_pct"] > 70 and m["idle_device_wait_pct"] < 1
@@ -107,8 +132,13 @@ def test_work_queued_before_the_gap_is_a_dependency_not_launch(measure) -> None:
         t = 20 * US
         for i in range(150):  # all launched up front; each waits on another stream's event
             b.runtime("cudaStreamWaitEvent", t, 2 * US)
-            b.launch("void add_kernel", cpu_start=t + 3 * US, cpu_dur=4 * US,
-                     gpu_start=100 * US + 24 * US * i, gpu_dur=3 * US)
+            b.launch(
+                "void add_kernel",
+                cpu_start=t + 3 * US,
+                cpu_dur=4 * US,
+                gpu_start=100 * US + 24 * US * i,
+                gpu_dur=3 * US,
+            )
             t += 9 * US
     m = measure(b)
     assert m["idle_device_wait_pct"] > 70 and m["idle_launch_pct"] < 5
@@ -121,12 +151,19 @@ def _one_off_wait(launch_at: int) -> KinetoTraceBuilder:
     b = KinetoTraceBuilder(device="MI300X", vendor="amd")
     b.launch("void fill_kernel", cpu_start=0, cpu_dur=5 * US, gpu_start=10 * US, gpu_dur=5 * US)
     b.runtime("hipStreamWaitEvent", 20 * US, 5 * US)
-    b.launch("void resolve_future_token", cpu_start=launch_at, cpu_dur=8 * US,
-             gpu_start=400 * MS, gpu_dur=20 * US)
+    b.launch(
+        "void resolve_future_token",
+        cpu_start=launch_at,
+        cpu_dur=8 * US,
+        gpu_start=400 * MS,
+        gpu_dur=20 * US,
+    )
     with b.cpu_op("aten::copy_", 60 * US, 400 * MS - 60 * US + 30 * US):
         b.runtime("hipMemcpyWithStream", 70 * US, 400 * MS - 70 * US + 25 * US)
-    b.graph_launch([(f"graph_kernel_{i}", 400 * MS + 40 * US + 20 * US * i, 19 * US)
-                    for i in range(400)], cpu_start=400 * MS + 35 * US)
+    b.graph_launch(
+        [(f"graph_kernel_{i}", 400 * MS + 40 * US + 20 * US * i, 19 * US) for i in range(400)],
+        cpu_start=400 * MS + 35 * US,
+    )
     return b
 
 
@@ -153,11 +190,23 @@ def _copy_in_first_step(kernel_first: bool) -> KinetoTraceBuilder:
     b = KinetoTraceBuilder()
     with b.step(16, 0, 47 * MS):
         if kernel_first:
-            b.launch("void fill_kernel", cpu_start=10 * US, cpu_dur=5 * US, gpu_start=20 * US,
-                     gpu_dur=5 * US)
+            b.launch(
+                "void fill_kernel",
+                cpu_start=10 * US,
+                cpu_dur=5 * US,
+                gpu_start=20 * US,
+                gpu_dur=5 * US,
+            )
         with b.cpu_op("aten::copy_", 100 * US, 40 * MS + 20 * US):
-            b.launch("Memcpy HtoD (Pageable -> Device)", kind="memcpy", cpu_start=110 * US,
-                     cpu_dur=40 * MS, gpu_start=40 * MS, gpu_dur=100 * US, bytes=1 << 20)
+            b.launch(
+                "Memcpy HtoD (Pageable -> Device)",
+                kind="memcpy",
+                cpu_start=110 * US,
+                cpu_dur=40 * MS,
+                gpu_start=40 * MS,
+                gpu_dur=100 * US,
+                bytes=1 << 20,
+            )
         _kernels(b, 40 * MS + 300 * US, 50)
     return b
 
@@ -175,13 +224,19 @@ def test_a_copy_blocked_after_recorded_gpu_work_is_a_blocking_copy(measure) -> N
 
 # --- synchronisation ------------------------------------------------------------------------
 
+
 def _sync_then_launch(sync_start: int, sync_dur: int) -> KinetoTraceBuilder:
     b = KinetoTraceBuilder()
     with b.step(1, 0, 20 * MS):
         t = 10 * US
         for _ in range(10):  # 1 ms kernel, then a sync, then 400 µs of host work to relaunch
-            b.launch("void gemm_kernel", cpu_start=t, cpu_dur=5 * US, gpu_start=t + 10 * US,
-                     gpu_dur=1 * MS)
+            b.launch(
+                "void gemm_kernel",
+                cpu_start=t,
+                cpu_dur=5 * US,
+                gpu_start=t + 10 * US,
+                gpu_dur=1 * MS,
+            )
             gpu_end = t + 10 * US + 1 * MS
             s = gpu_end + sync_start
             with b.cpu_op("aten::item", s - 2 * US, sync_dur + 4 * US):
@@ -207,15 +262,21 @@ def _sync_then_slow_host(busy_ns: int) -> KinetoTraceBuilder:
     five 5 µs kernels, each launched 100 µs after the previous one ended."""
     b = KinetoTraceBuilder()
     with b.step(1, 0, busy_ns + 1 * MS):
-        b.launch("void gemm_kernel", cpu_start=5 * US, cpu_dur=5 * US, gpu_start=15 * US,
-                 gpu_dur=busy_ns)
+        b.launch(
+            "void gemm_kernel", cpu_start=5 * US, cpu_dur=5 * US, gpu_start=15 * US, gpu_dur=busy_ns
+        )
         end = 15 * US + busy_ns
         with b.cpu_op("aten::item", 20 * US, end - 20 * US + 10 * US):
             b.runtime("cudaStreamSynchronize", 25 * US, end - 25 * US + 2 * US)
         t = end
         for _ in range(5):
-            b.launch("void add_kernel", cpu_start=t + 92 * US, cpu_dur=5 * US,
-                     gpu_start=t + 100 * US, gpu_dur=5 * US)
+            b.launch(
+                "void add_kernel",
+                cpu_start=t + 92 * US,
+                cpu_dur=5 * US,
+                gpu_start=t + 100 * US,
+                gpu_dur=5 * US,
+            )
             t += 105 * US
     return b
 
@@ -236,6 +297,7 @@ def test_a_sync_owns_no_more_than_the_lead_it_cost(measure) -> None:
 
 # --- host stalls: allocator calls, long CPU ops ------------------------------------------------
 
+
 def _frees(free_ns: int, n: int = 40) -> KinetoTraceBuilder:
     """The ddp_resnet18_no_pool pattern: every op frees device memory through the driver."""
     b = KinetoTraceBuilder(device="MI300X", vendor="amd")
@@ -244,8 +306,13 @@ def _frees(free_ns: int, n: int = 40) -> KinetoTraceBuilder:
     for _ in range(n):
         with b.cpu_op("aten::miopen_convolution", t, free_ns + 40 * US):
             b.runtime("hipFree", t + 10 * US, free_ns)
-            b.launch("void conv_kernel", cpu_start=t + free_ns + 20 * US, cpu_dur=5 * US,
-                     gpu_start=t + free_ns + 30 * US, gpu_dur=100 * US)
+            b.launch(
+                "void conv_kernel",
+                cpu_start=t + free_ns + 20 * US,
+                cpu_dur=5 * US,
+                gpu_start=t + free_ns + 30 * US,
+                gpu_dur=100 * US,
+            )
         t += free_ns + 140 * US
     return b
 
@@ -282,8 +349,9 @@ def test_a_long_cpu_op_that_launches_nothing_is_a_host_stall(measure) -> None:
 def test_data_loading_is_input(measure) -> None:
     b = KinetoTraceBuilder()
     with b.step(1, 0, 12 * MS):
-        with b.annotation("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 10 * US,
-                          6 * MS):
+        with b.annotation(
+            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 10 * US, 6 * MS
+        ):
             pass
         _kernels(b, 6 * MS + 20 * US, 20)
     m = measure(b)
@@ -291,6 +359,7 @@ def test_data_loading_is_input(measure) -> None:
 
 
 # --- not steady state: start-up, capture, compilation ------------------------------------------
+
 
 def _startup(free_ns: int, launch_ns: int) -> KinetoTraceBuilder:
     """The alexnet pattern: the first cudaFree (context creation) and the first launch (module
@@ -300,8 +369,13 @@ def _startup(free_ns: int, launch_ns: int) -> KinetoTraceBuilder:
     t = 40 * US
     with b.cpu_op("aten::cudnn_convolution", t, free_ns + launch_ns + 100 * US):
         b.runtime("cudaFree", t + 10 * US, free_ns)
-        b.launch("void cask_cudnn::computeOffsetsKernel", cpu_start=t + free_ns + 20 * US,
-                 cpu_dur=launch_ns, gpu_start=t + free_ns + launch_ns + 30 * US, gpu_dur=50 * US)
+        b.launch(
+            "void cask_cudnn::computeOffsetsKernel",
+            cpu_start=t + free_ns + 20 * US,
+            cpu_dur=launch_ns,
+            gpu_start=t + free_ns + launch_ns + 30 * US,
+            gpu_dur=50 * US,
+        )
     _kernels(b, t + free_ns + launch_ns + 200 * US, 30)
     return b
 
@@ -333,8 +407,13 @@ def test_graph_capture_makes_the_window_not_representative(measure) -> None:
     b = KinetoTraceBuilder(device="MI300X", vendor="amd")
     with b.step(134, 0, 34 * MS):
         with b.annotation("capture_32_DECODE", 40 * US, 33 * MS):
-            b.launch("void fill_kernel", cpu_start=900 * US, cpu_dur=5 * US,
-                     gpu_start=960 * US, gpu_dur=5 * US)
+            b.launch(
+                "void fill_kernel",
+                cpu_start=900 * US,
+                cpu_dur=5 * US,
+                gpu_start=960 * US,
+                gpu_dur=5 * US,
+            )
             b.runtime("hipStreamBeginCapture", 970 * US, 3 * US)
             t = 1 * MS
             for _ in range(500):  # recorded into the graph, not run
@@ -352,8 +431,9 @@ def test_graph_capture_makes_the_window_not_representative(measure) -> None:
 
 def test_graph_replay_is_steady_state(measure) -> None:
     b = KinetoTraceBuilder(device="MI300X", vendor="amd")
-    b.graph_launch([(f"graph_kernel_{i}", 20 * US + 25 * US * i, 24 * US) for i in range(400)],
-                   cpu_start=0)
+    b.graph_launch(
+        [(f"graph_kernel_{i}", 20 * US + 25 * US * i, 24 * US) for i in range(400)], cpu_start=0
+    )
     m = measure(b)
     assert m["idle_capture_pct"] == 0 and m["steady_state"] == 1
     assert m.status("not-representative") == "passed"
@@ -391,6 +471,7 @@ def test_idle_after_the_last_gpu_work_is_unknown_not_a_host_stall(measure) -> No
 
 # --- the real traces where the causes were misclassified -------------------------------------
 
+
 def _real(rel: str) -> dict[str, Any]:
     d = diagnose(ingest([TRACES / "kineto" / rel], quiet=True)).to_dict()
     d["by_rule"] = {f["rule"]: f for f in d["findings"]}
@@ -401,14 +482,23 @@ def _real(rel: str) -> dict[str, Any]:
 
 @requires_corpus
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel,calls", [
-    ("hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
-     ["2 `cudaFree` calls (6.53 s", "1 `cudaLaunchKernel` call (3.06 s"]),
-    ("hta/critical_path/end_to_end/simple_add/input/trace.json.gz",
-     ["cudaFree", "cudaLaunchKernel"]),
-    ("tracelens/traces/perf_model/normalization/normalization_layer_test.json.gz",
-     ["hipLaunchKernel"]),
-])
+@pytest.mark.parametrize(
+    "rel,calls",
+    [
+        (
+            "hta/critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+            ["2 `cudaFree` calls (6.53 s", "1 `cudaLaunchKernel` call (3.06 s"],
+        ),
+        (
+            "hta/critical_path/end_to_end/simple_add/input/trace.json.gz",
+            ["cudaFree", "cudaLaunchKernel"],
+        ),
+        (
+            "tracelens/traces/perf_model/normalization/normalization_layer_test.json.gz",
+            ["hipLaunchKernel"],
+        ),
+    ],
+)
 def test_real_start_up_traces_lead_with_not_representative(rel: str, calls: list[str]) -> None:
     d = _real(rel)
     assert d["v"]["idle_startup_pct"] > 75 and d["v"]["steady_state"] == 0
@@ -417,8 +507,11 @@ def test_real_start_up_traces_lead_with_not_representative(rel: str, calls: list
     assert d["headline"].startswith("Not representative: this window is start-up")
     assert all(c in first["message"] for c in calls), first["message"]
     assert d["status"]["launch-bound"] == "not-applicable"
-    assert not any("CUDAGraph" in r or "reduce-overhead" in r
-                   for f in d["findings"] for r in f["recommendations"])
+    assert not any(
+        "CUDAGraph" in r or "reduce-overhead" in r
+        for f in d["findings"]
+        for r in f["recommendations"]
+    )
 
 
 @requires_corpus
@@ -445,12 +538,15 @@ def test_real_event_wait_is_a_one_off_wait_not_launch_or_sync() -> None:
 
 @requires_corpus
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel", [
-    "tracelens/traces/inference/sglang_decode/capture_traces/bs_32_rank0.json.gz",
-    "tracelens/traces/inference/vllm_decode_full/capture_traces/"
-    "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz",
-    "tracelens/traces/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz",
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "tracelens/traces/inference/sglang_decode/capture_traces/bs_32_rank0.json.gz",
+        "tracelens/traces/inference/vllm_decode_full/capture_traces/"
+        "graph_capture_rank_0.1773709742341309550.pt.trace.json.gz",
+        "tracelens/traces/inference/xdit_flux.1/capture_traces/capture_trace_rank_0.json.gz",
+    ],
+)
 def test_real_graph_capture_traces_lead_with_not_representative(rel: str) -> None:
     d = _real(rel)
     assert d["v"]["idle_capture_pct"] > 60

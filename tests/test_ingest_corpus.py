@@ -20,10 +20,25 @@ from traceinsight.ingest import ingest
 
 FILES = corpus_kineto_files()
 
-GPU = {"kernel": "kernel", "mtia_ccp_events": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy",
-       "gpu_memset": "memset", "memset": "memset", "cuda_sync": "sync"}
-RUNTIME = {"cuda_runtime", "runtime", "cuda_driver", "xpu_runtime", "xpu_driver", "mtia_runtime",
-           "privateuse1_runtime", "privateuse1_driver"}
+GPU = {
+    "kernel": "kernel",
+    "mtia_ccp_events": "kernel",
+    "gpu_memcpy": "memcpy",
+    "memcpy": "memcpy",
+    "gpu_memset": "memset",
+    "memset": "memset",
+    "cuda_sync": "sync",
+}
+RUNTIME = {
+    "cuda_runtime",
+    "runtime",
+    "cuda_driver",
+    "xpu_runtime",
+    "xpu_driver",
+    "mtia_runtime",
+    "privateuse1_runtime",
+    "privateuse1_driver",
+}
 
 
 def load_json(path: Path):
@@ -76,8 +91,16 @@ def test_corpus_trace_ingests_with_every_event(path: Path, tmp_path: Path) -> No
     # WHEN it is ingested into a store
     store = ingest([path], tmp_path / "s.tistore", quiet=True)
     # THEN every table holds exactly the expected rows
-    for table in ("gpu_activities", "runtime_calls", "cpu_ops", "ranges", "python_frames",
-                  "memory_events", "flows", "other_events"):
+    for table in (
+        "gpu_activities",
+        "runtime_calls",
+        "cpu_ops",
+        "ranges",
+        "python_frames",
+        "memory_events",
+        "flows",
+        "other_events",
+    ):
         assert store.row_counts[table] == expected.get(table, 0), table
     gpu = store.table("gpu_activities")
     kinds = Counter(gpu["kind"].cast("string").to_pylist())

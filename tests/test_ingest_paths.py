@@ -40,10 +40,12 @@ def _read(data: bytes):
     return kineto.read_kineto(data, source="t.json")
 
 
-@pytest.mark.parametrize("workers,text_split",
-                         [("1", True), ("2", True), ("1", False), ("2", False)])
+@pytest.mark.parametrize(
+    "workers,text_split", [("1", True), ("2", True), ("1", False), ("2", False)]
+)
 def test_chunked_and_two_process_paths_equal_the_plain_decode(
-        data: bytes, workers: str, text_split: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    data: bytes, workers: str, text_split: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if workers == "2" and not sys.platform.startswith("linux"):
         pytest.skip("the two-process path forks (Linux only)")
     plain = _read(data)
@@ -57,11 +59,13 @@ def test_chunked_and_two_process_paths_equal_the_plain_decode(
     calls = []
     for fn in ("chunks_two_processes", "events_in_processes"):
         real = getattr(decode, fn)
-        monkeypatch.setattr(decode, fn,
-                            lambda *a, _f=real, _n=fn, **k: calls.append(_n) or _f(*a, **k))
+        monkeypatch.setattr(
+            decode, fn, lambda *a, _f=real, _n=fn, **k: calls.append(_n) or _f(*a, **k)
+        )
     fast = _read(data)
-    want = [] if workers == "1" else [
-        "chunks_two_processes" if text_split else "events_in_processes"]
+    want = (
+        [] if workers == "1" else ["chunks_two_processes" if text_split else "events_in_processes"]
+    )
     assert calls == want
     assert len(data) > 8 * decode.CHUNK_BYTES  # several chunks on each side
     assert fast.counts == plain.counts and sum(plain.counts.values()) > 1000
@@ -85,7 +89,7 @@ def test_released_pages_read_as_zero_only_in_the_helper() -> None:
     if pid == 0:  # the helper: give back the middle, then look at it
         try:
             parallel.release_pages(data, 4 << 20, 12 << 20)
-            mid = data[8 << 20: (8 << 20) + 4096]
+            mid = data[8 << 20 : (8 << 20) + 4096]
             edge = data[:4096] + data[-4096:]
             ok = mid == bytes(4096) and edge == (bytes(range(256)) * 16) * 2
             os.write(w, b"1" if ok else b"0")
@@ -95,4 +99,4 @@ def test_released_pages_read_as_zero_only_in_the_helper() -> None:
     got = os.read(r, 1)
     os.waitpid(pid, 0)
     assert got == b"1"
-    assert data[8 << 20: (8 << 20) + 256] == bytes(range(256))  # the parent's copy is intact
+    assert data[8 << 20 : (8 << 20) + 256] == bytes(range(256))  # the parent's copy is intact

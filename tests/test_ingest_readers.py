@@ -21,37 +21,59 @@ from traceinsight.store import schema
 MAGIC = b"FAKETRACE v1\n"
 
 
-def read_fake(data: bytes, *, source: str, rank_hint: int | None = None, salvage: bool = False,
-              progress=None, background=None) -> RankRead:
+def read_fake(
+    data: bytes,
+    *,
+    source: str,
+    rank_hint: int | None = None,
+    salvage: bool = False,
+    progress=None,
+    background=None,
+) -> RankRead:
     """A made-up format: a magic line, then ``kernel NAME START_NS DUR_NS`` lines."""
     if background:
         background()
-    rows = [line.split() for line in data[len(MAGIC):].decode().splitlines() if line.strip()]
+    rows = [line.split() for line in data[len(MAGIC) :].decode().splitlines() if line.strip()]
     if not rows:
         raise TraceFormatError("holds no kernels", path=source)
     rank = rank_hint if rank_hint is not None else 0
     n = len(rows)
-    gpu = schema.conform("gpu_activities", {
-        "rank": rank_col(n, rank),
-        "kind": dict_col(["kernel"] * n),
-        "name": dict_col([r[1] for r in rows]),
-        "device": pa.array([0] * n, pa.int32()),
-        "stream": int_col([7] * n),
-        "start_ns": int_col([int(r[2]) for r in rows]),
-        "dur_ns": int_col([int(r[3]) for r in rows]),
-    })
+    gpu = schema.conform(
+        "gpu_activities",
+        {
+            "rank": rank_col(n, rank),
+            "kind": dict_col(["kernel"] * n),
+            "name": dict_col([r[1] for r in rows]),
+            "device": pa.array([0] * n, pa.int32()),
+            "stream": int_col([7] * n),
+            "start_ns": int_col([int(r[2]) for r in rows]),
+            "dur_ns": int_col([int(r[3]) for r in rows]),
+        },
+    )
     tables = {name: schema.empty_table(name) for name in schema.TABLES}
     tables["gpu_activities"] = gpu
-    meta = RankMeta(rank=rank, rank_source="file name" if rank_hint is not None else "default",
-                    source=source, format="fake", vendor="nvidia", devices_used=[0],
-                    distributed={"world_size": 2, "backend": "fake"})
+    meta = RankMeta(
+        rank=rank,
+        rank_source="file name" if rank_hint is not None else "default",
+        source=source,
+        format="fake",
+        vendor="nvidia",
+        devices_used=[0],
+        distributed={"world_size": 2, "backend": "fake"},
+    )
     meta.diagnostics.add("fake-read", "read by the fake reader", severity="info", source=source)
     return RankRead(tables=tables, meta=meta, counts={"kernel": n})
 
 
-FAKE = Reader(name="fake", title="Fake", doc="a test format", suffixes=(".fake",),
-              sniff=lambda head: head.startswith(MAGIC), read=read_fake,
-              column_sources={"gpu_activities": {"name": "the second word"}})
+FAKE = Reader(
+    name="fake",
+    title="Fake",
+    doc="a test format",
+    suffixes=(".fake",),
+    sniff=lambda head: head.startswith(MAGIC),
+    read=read_fake,
+    column_sources={"gpu_activities": {"name": "the second word"}},
+)
 
 
 @pytest.fixture
@@ -88,8 +110,9 @@ def test_a_registered_reader_ingests_its_format(tmp_path: Path, fake_registered:
     assert [d.code for d in store.diagnostics] == ["fake-read", "fake-read"]
 
 
-def test_readers_are_chosen_by_content_not_by_extension(tmp_path: Path,
-                                                        fake_registered: None) -> None:
+def test_readers_are_chosen_by_content_not_by_extension(
+    tmp_path: Path, fake_registered: None
+) -> None:
     # a fake trace named .json and a Kineto trace named .fake each go to their own reader
     fake = fake_file(tmp_path / "rank-0.json", [("gemm", 0, 10)])
     assert ingest([fake], None, quiet=True).meta["sources"][0]["format"] == "fake"
@@ -112,8 +135,7 @@ def test_kineto_reads_through_the_registry(tmp_path: Path, monkeypatch: pytest.M
         calls.append(kw["source"])
         return kineto.stream(path, sink, **kw)
 
-    monkeypatch.setattr(readers, "READERS", [replace(kineto, read=counted,
-                                                     stream=counted_stream)])
+    monkeypatch.setattr(readers, "READERS", [replace(kineto, read=counted, stream=counted_stream)])
     b = KinetoTraceBuilder(rank=3, world_size=4)
     b.launch("k", cpu_start=0, gpu_start=1_000, gpu_dur=2_000)
     p = b.write(tmp_path / "t.json.gz")
@@ -127,8 +149,9 @@ def test_kineto_reads_through_the_registry(tmp_path: Path, monkeypatch: pytest.M
     assert r.meta.capture_flags and r.meta.versions == {"cuda_runtime_version": 12040}
 
 
-def test_a_file_no_reader_claims_is_refused(tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_file_no_reader_claims_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(readers, "READERS", [])
     b = KinetoTraceBuilder(rank=0)
     b.launch("k", cpu_start=0, gpu_start=1_000, gpu_dur=2_000)
@@ -157,11 +180,17 @@ def test_store_columns_carry_meanings(tmp_path: Path) -> None:
 
     # THEN flows, frames, memory devices and event shapes read as meanings
     assert sorted(set(zip(values("flows", "kind"), values("flows", "phase")))) == [
-        ("fwd_bwd", "end"), ("fwd_bwd", "start"), ("launch", "end"), ("launch", "start")]
+        ("fwd_bwd", "end"),
+        ("fwd_bwd", "start"),
+        ("launch", "end"),
+        ("launch", "start"),
+    ]
     frames = dict(zip(values("python_frames", "name"), values("python_frames", "frame_kind")))
-    assert frames == {"nn.Module: Linear_0": "module",
-                      "<built-in method mm of type object>": "builtin",
-                      "model.py(12): forward": "function"}
+    assert frames == {
+        "nn.Module: Linear_0": "module",
+        "<built-in method mm of type object>": "builtin",
+        "model.py(12): forward": "function",
+    }
     assert values("memory_events", "device_type") == ["cuda", "cpu"]
     assert values("other_events", "event_shape") == ["counter"]
 
@@ -172,6 +201,10 @@ def test_every_column_source_names_a_store_column() -> None:
             assert set(cols) <= set(schema.TABLES[table].column_names), (reader.name, table)
     [kineto] = [r for r in readers.READERS if r.name == "kineto"]
     memory_only = {t for r in readers.READERS if r.memory for t in r.column_sources}
-    unfilled = {(t.name, c) for t in schema.TABLES.values() for c in t.column_names
-                if c not in kineto.column_sources.get(t.name, {}) and t.name not in memory_only}
+    unfilled = {
+        (t.name, c)
+        for t in schema.TABLES.values()
+        for c in t.column_names
+        if c not in kineto.column_sources.get(t.name, {}) and t.name not in memory_only
+    }
     assert unfilled == {("ranges", "domain")}

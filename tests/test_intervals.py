@@ -24,6 +24,7 @@ def random_tree(rng: random.Random, n_roots: int = 30) -> list[tuple[int, int]]:
             b = rng.randint(a, min(e, a + (e - s) // 2))
             grow(a, b, depth + 1)
             t = b
+
     t = 0
     for _ in range(n_roots):
         s = t + rng.randint(0, 50)

@@ -35,9 +35,13 @@ def _tick_y(chart: dict[str, Any], label: str) -> float:
 
 
 def series(rank: int, alloc_gib: list[float], res_gib: list[float], t0: int = 0) -> dict:
-    return {"rank": rank, "device": 0, "ts_ns": [t0 + i * 1000 for i in range(len(alloc_gib))],
-            "allocated": [int(a * GiB) for a in alloc_gib],
-            "reserved": [int(r * GiB) for r in res_gib]}
+    return {
+        "rank": rank,
+        "device": 0,
+        "ts_ns": [t0 + i * 1000 for i in range(len(alloc_gib))],
+        "allocated": [int(a * GiB) for a in alloc_gib],
+        "reserved": [int(r * GiB) for r in res_gib],
+    }
 
 
 def test_capacity_line_at_its_true_height() -> None:
@@ -61,20 +65,38 @@ def test_capacity_far_above_the_data_is_named_not_drawn() -> None:
 
 
 def result_with(timeline: list[dict], peak: dict, values: dict) -> DiagnosisResult:
-    return DiagnosisResult(tool={}, command=[], trace={}, headline="", findings=[], rules=[],
-                           rule_errors=[], summary={}, metrics={"values": values},
-                           breakdown={}, rollups={}, roofline=None,
-                           memory={"timeline": timeline, "peak": peak}, timeline=None,
-                           diagnostics=[])
+    return DiagnosisResult(
+        tool={},
+        command=[],
+        trace={},
+        headline="",
+        findings=[],
+        rules=[],
+        rule_errors=[],
+        summary={},
+        metrics={"values": values},
+        breakdown={},
+        rollups={},
+        roofline=None,
+        memory={"timeline": timeline, "peak": peak},
+        timeline=None,
+        diagnostics=[],
+    )
 
 
 def test_identical_rank_curves_share_one_chart_and_notes() -> None:
     same = [series(r, [1, 3, 2], [4, 4, 4], t0=r * 7) for r in range(4)]
     odd = series(4, [1, 5, 2], [4, 4, 4])  # allocated above reserved at one point
-    peak = {"rank": 0, "device": 0, "peak_reserved_bytes": 4 * GiB, "capacity_bytes": 80 * GiB,
-            "peak_allocated_bytes": 3 * GiB}
-    r = result_with([*same, odd], peak, {"peak_reserved_capacity_pct": 5.0,
-                                          "device_memory_bytes": 96 * GiB})
+    peak = {
+        "rank": 0,
+        "device": 0,
+        "peak_reserved_bytes": 4 * GiB,
+        "capacity_bytes": 80 * GiB,
+        "peak_allocated_bytes": 3 * GiB,
+    }
+    r = result_with(
+        [*same, odd], peak, {"peak_reserved_capacity_pct": 5.0, "device_memory_bytes": 96 * GiB}
+    )
     ev = memory_view(r)["events"]
     assert len(ev["charts"]) == 2
     assert ev["charts"][0]["caption"] == "ranks 0, 1, 2, 3 · device 0 (identical curves)"
@@ -89,8 +111,8 @@ def test_snapshot_report_section(tmp_path: Path) -> None:
     p = fragmented_oom().write(tmp_path / "snap.pickle")
     result = diagnose(ingest([p], tmp_path / "s", quiet=True), cache=False)
     html = render_html(result)
-    mem = html[html.index('<section id="memory">'):]
-    mem = mem[:mem.index("</section>")]
+    mem = html[html.index('<section id="memory">') :]
+    mem = mem[: mem.index("</section>")]
     assert "Allocator snapshot" in mem
     assert mem.count('class="chart segment-chart"') == 2  # at the peak and at the snapshot
     assert 'class="chart memory-chart snapshot-chart"' in mem

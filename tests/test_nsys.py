@@ -31,11 +31,19 @@ from traceinsight.store.core import TraceStore
 NSYS = TRACES / "nsys"
 REF = REFERENCE / "nsys"
 #: nsys stats operation labels of our copy kinds
-COPY_LABELS = {"HtoD": "Host-to-Device", "DtoH": "Device-to-Host", "DtoD": "Device-to-Device",
-               "HtoH": "Host-to-Host", "PtoP": "Peer-to-Peer"}
+COPY_LABELS = {
+    "HtoD": "Host-to-Device",
+    "DtoH": "Device-to-Host",
+    "DtoD": "Device-to-Device",
+    "HtoH": "Host-to-Host",
+    "PtoP": "Peer-to-Peer",
+}
 #: PROFILER_OVERHEAD rows nsys counts as GPU use (gpustats.py)
-CUDA_OVERHEAD = {"CUDA profiling data flush overhead", "CUDA profiling stop overhead",
-                 "CUDA profiling overhead"}
+CUDA_OVERHEAD = {
+    "CUDA profiling data flush overhead",
+    "CUDA profiling stop overhead",
+    "CUDA profiling overhead",
+}
 GAP_THRESHOLD_NS = 500_000_000  #: nsys analyze gpu_gaps default (500 ms)
 
 
@@ -85,6 +93,7 @@ IDS = [p.name for p in REFS]
 
 # --- nsys stats ----------------------------------------------------------------------------
 
+
 @requires_corpus
 @pytest.mark.parametrize("ref", REFS, ids=IDS)
 def test_kernel_sums_equal_cuda_gpu_kern_sum(ref: Path) -> None:
@@ -96,19 +105,25 @@ def test_kernel_sums_equal_cuda_gpu_kern_sum(ref: Path) -> None:
     for r in expected:
         o = ours.loc[r["Name"]]
         assert (int(o["sum"]), int(o["count"]), int(o["min"]), int(o["max"])) == (
-            int(r["Total Time (ns)"]), int(r["Instances"]), int(r["Min (ns)"]),
-            int(r["Max (ns)"])), r["Name"][:80]
+            int(r["Total Time (ns)"]),
+            int(r["Instances"]),
+            int(r["Min (ns)"]),
+            int(r["Max (ns)"]),
+        ), r["Name"][:80]
         assert float(o["median"]) == float(r["Med (ns)"])
-        assert round(float(o["sum"]) / o["count"], 1) == pytest.approx(float(r["Avg (ns)"]),
-                                                                      abs=0.051)
+        assert round(float(o["sum"]) / o["count"], 1) == pytest.approx(
+            float(r["Avg (ns)"]), abs=0.051
+        )
 
 
 def _backtrace_rows(db: Path) -> dict[str, tuple[int, int]]:
     """Per API name: total ns and count of the event-class-67 rows (CUDA backtrace copies)."""
     con = sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)
     try:
-        q = ("SELECT s.value, sum(r.end - r.start), count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
-             "JOIN StringIds s ON s.id = r.nameId WHERE r.eventClass = 67 GROUP BY 1")
+        q = (
+            "SELECT s.value, sum(r.end - r.start), count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "JOIN StringIds s ON s.id = r.nameId WHERE r.eventClass = 67 GROUP BY 1"
+        )
         out: dict[str, tuple[int, int]] = {}
         for name, total, n in con.execute(q):
             t, c = out.get(api_name(name), (0, 0))
@@ -135,8 +150,10 @@ def test_api_sums_equal_cuda_api_sum(ref: Path) -> None:
     assert set(ours.index) == set(expected)
     for name, (total, calls) in expected.items():
         bt_total, bt_calls = backtrace.get(name, (0, 0))
-        assert (int(ours.loc[name, "sum"]) + bt_total, int(ours.loc[name, "count"]) + bt_calls) \
-            == (total, calls), name
+        assert (int(ours.loc[name, "sum"]) + bt_total, int(ours.loc[name, "count"]) + bt_calls) == (
+            total,
+            calls,
+        ), name
 
 
 @requires_corpus
@@ -144,11 +161,18 @@ def test_api_sums_equal_cuda_api_sum(ref: Path) -> None:
 def test_copy_and_memset_sums_equal_cuda_gpu_mem_sums(ref: Path) -> None:
     g = gpu(store_of(ref))
     m = g[g["kind"].isin(["memcpy", "memset"])].copy()
-    m["op"] = ["[CUDA memset]" if kind == "memset" else f"[CUDA memcpy {COPY_LABELS[ck]}]"
-               for kind, ck in zip(m["kind"], m["copy_kind"])]
-    ours = m.groupby("op").agg(t=("dur_ns", "sum"), n=("dur_ns", "size"), lo=("dur_ns", "min"),
-                               hi=("dur_ns", "max"), b=("bytes", "sum"),
-                               bmax=("bytes", "max"))
+    m["op"] = [
+        "[CUDA memset]" if kind == "memset" else f"[CUDA memcpy {COPY_LABELS[ck]}]"
+        for kind, ck in zip(m["kind"], m["copy_kind"])
+    ]
+    ours = m.groupby("op").agg(
+        t=("dur_ns", "sum"),
+        n=("dur_ns", "size"),
+        lo=("dur_ns", "min"),
+        hi=("dur_ns", "max"),
+        b=("bytes", "sum"),
+        bmax=("bytes", "max"),
+    )
     times = rows(ref / "stats_cuda_gpu_mem_time_sum.csv")
     sizes = rows(ref / "stats_cuda_gpu_mem_size_sum.csv")
     if times:  # (nsys 2023.4 skips these reports on 2.x exports: no ENUM tables)
@@ -156,11 +180,18 @@ def test_copy_and_memset_sums_equal_cuda_gpu_mem_sums(ref: Path) -> None:
     for r in times:
         o = ours.loc[r["Operation"]]
         assert (int(o.t), int(o.n), int(o.lo), int(o.hi)) == (
-            int(r["Total Time (ns)"]), int(r["Count"]), int(r["Min (ns)"]), int(r["Max (ns)"]))
+            int(r["Total Time (ns)"]),
+            int(r["Count"]),
+            int(r["Min (ns)"]),
+            int(r["Max (ns)"]),
+        )
     for r in sizes:  # MB = 10^6 bytes, printed to 3 decimals
         o = ours.loc[r["Operation"]]
         assert (f"{o.b / 1e6:.3f}", int(o.n), f"{o.bmax / 1e6:.3f}") == (
-            r["Total (MB)"], int(r["Count"]), r["Max (MB)"])
+            r["Total (MB)"],
+            int(r["Count"]),
+            r["Max (MB)"],
+        )
 
 
 @requires_corpus
@@ -180,8 +211,7 @@ def test_nvtx_sums_equal_nvtx_sum_per_operator(ref: Path) -> None:
     for table in ("cpu_ops", "ranges"):
         t = store.table(table, ["name", "dur_ns", "cat_raw"]).to_pandas()
         parts.append(t[t["cat_raw"].astype(object) == "NVTX_EVENTS"])
-    ours = pd.concat(parts).astype({"name": object}).groupby("name")["dur_ns"].agg(["sum",
-                                                                                    "count"])
+    ours = pd.concat(parts).astype({"name": object}).groupby("name")["dur_ns"].agg(["sum", "count"])
     if not expected:
         return
     assert set(ours.index) == set(expected)
@@ -210,13 +240,32 @@ def test_every_gpu_row_equals_cuda_gpu_trace(ref: Path) -> None:
     def num(v: Any) -> int | None:
         return None if v is None or pd.isna(v) or v == "" else int(v)
 
-    ours = sorted((int(s) - base, int(d), num(c), num(st), label(k, n, ck), num(gx), num(r))
-                  for s, d, c, st, k, n, ck, gx, r in zip(
-                      g["start_ns"], g["dur_ns"], g["correlation"], g["stream"], g["kind"],
-                      g["name"], g["copy_kind"], g["grid_x"], g["registers_per_thread"]))
-    theirs = sorted((int(r["Start (ns)"]), int(r["Duration (ns)"]), num(r["CorrId"]),
-                     num(r["Strm"]), r["Name"], num(r["GrdX"]), num(r["Reg/Trd"]))
-                    for r in expected)
+    ours = sorted(
+        (int(s) - base, int(d), num(c), num(st), label(k, n, ck), num(gx), num(r))
+        for s, d, c, st, k, n, ck, gx, r in zip(
+            g["start_ns"],
+            g["dur_ns"],
+            g["correlation"],
+            g["stream"],
+            g["kind"],
+            g["name"],
+            g["copy_kind"],
+            g["grid_x"],
+            g["registers_per_thread"],
+        )
+    )
+    theirs = sorted(
+        (
+            int(r["Start (ns)"]),
+            int(r["Duration (ns)"]),
+            num(r["CorrId"]),
+            num(r["Strm"]),
+            r["Name"],
+            num(r["GrdX"]),
+            num(r["Reg/Trd"]),
+        )
+        for r in expected
+    )
     if expected:
         assert ours == theirs
 
@@ -230,15 +279,28 @@ def test_every_api_call_equals_cuda_api_trace(ref: Path) -> None:
     store = store_of(ref)
     rt = store.table("runtime_calls").to_pandas()
     base = _base(store)
-    ours = sorted((int(s) - base, int(d), str(n), int(c), str(p), str(t)) for s, d, n, c, p, t
-                  in zip(rt["start_ns"], rt["dur_ns"], rt["name"], rt["correlation"],
-                         rt["process"], rt["thread"]))
-    theirs = sorted((int(r["Start (ns)"]), int(r["Duration (ns)"]), api_name(r["Name"]),
-                     int(r["CorrID"]), r["Pid"], r["Tid"]) for r in expected)
+    ours = sorted(
+        (int(s) - base, int(d), str(n), int(c), str(p), str(t))
+        for s, d, n, c, p, t in zip(
+            rt["start_ns"], rt["dur_ns"], rt["name"], rt["correlation"], rt["process"], rt["thread"]
+        )
+    )
+    theirs = sorted(
+        (
+            int(r["Start (ns)"]),
+            int(r["Duration (ns)"]),
+            api_name(r["Name"]),
+            int(r["CorrID"]),
+            r["Pid"],
+            r["Tid"],
+        )
+        for r in expected
+    )
     assert ours == theirs
 
 
 # --- nsys analyze: GPU time utilisation and gaps ---------------------------------------------
+
 
 def _ops(store: TraceStore, rank: int) -> tuple[int | None, dict[int, tuple[np.ndarray, ...]]]:
     """The pid of ``rank`` and, per device, the starts and ends (capture clock) of the GPU
@@ -252,8 +314,11 @@ def _ops(store: TraceStore, rank: int) -> tuple[int | None, dict[int, tuple[np.n
     g = gpu(store)
     g = g[(g["rank"] == rank) & (g["kind"] != "sync") & (g["start_ns"] - base > 0)]
     oth = store.table("other_events").to_pandas()
-    ov = oth[(oth["rank"] == rank) & (oth["cat_raw"].astype(object) == "PROFILER_OVERHEAD")
-             & oth["name"].astype(object).isin(CUDA_OVERHEAD)]
+    ov = oth[
+        (oth["rank"] == rank)
+        & (oth["cat_raw"].astype(object) == "PROFILER_OVERHEAD")
+        & oth["name"].astype(object).isin(CUDA_OVERHEAD)
+    ]
     out = {}
     for dev, ops in g.groupby("device"):
         s = ops["start_ns"].to_numpy(np.int64) - base
@@ -312,12 +377,22 @@ def gaps(store: TraceStore) -> list[tuple[int, int, int]]:
 
 
 @requires_corpus
-@pytest.mark.parametrize("ref", [r for r in REFS if processed(r, "gpu_time_util")],
-                         ids=[r.name for r in REFS if processed(r, "gpu_time_util")])
+@pytest.mark.parametrize(
+    "ref",
+    [r for r in REFS if processed(r, "gpu_time_util")],
+    ids=[r.name for r in REFS if processed(r, "gpu_time_util")],
+)
 def test_gpu_time_utilisation_equals_gpu_time_util(ref: Path) -> None:
-    expected = sorted((float(r["In-Use (%)"]), int(r["Duration (ns)"]), int(r["Start (ns)"]),
-                       int(r["PID"]), int(r["Device ID"]))
-                      for r in rows(ref / "analyze_gpu_time_util.csv"))
+    expected = sorted(
+        (
+            float(r["In-Use (%)"]),
+            int(r["Duration (ns)"]),
+            int(r["Start (ns)"]),
+            int(r["PID"]),
+            int(r["Device ID"]),
+        )
+        for r in rows(ref / "analyze_gpu_time_util.csv")
+    )
     store = store_of(ref)
     assert time_util(store) == expected
     # the diagnosis's window is nsys's range, and its busy share nsys's in-use share
@@ -329,18 +404,23 @@ def test_gpu_time_utilisation_equals_gpu_time_util(ref: Path) -> None:
         whole = [x for x in expected if x[1] == summ["window_ns"]]
         if whole:  # every chunk under the threshold: one row over the whole range
             assert 100 * summ["gpu_busy_ns"] / summ["window_ns"] == pytest.approx(
-                whole[0][0], abs=0.06)
+                whole[0][0], abs=0.06
+            )
 
 
 @requires_corpus
-@pytest.mark.parametrize("ref", [r for r in REFS if processed(r, "gpu_gaps")],
-                         ids=[r.name for r in REFS if processed(r, "gpu_gaps")])
+@pytest.mark.parametrize(
+    "ref",
+    [r for r in REFS if processed(r, "gpu_gaps")],
+    ids=[r.name for r in REFS if processed(r, "gpu_gaps")],
+)
 def test_gpu_gaps_agree_with_gpu_gaps(ref: Path) -> None:
     expected = rows(ref / "analyze_gpu_gaps.csv")
     store = store_of(ref)
     found = gaps(store)
     assert sorted(g for g in found if g[0] > GAP_THRESHOLD_NS) == sorted(
-        (int(r["Duration (ns)"]), int(r["Start (ns)"]), 0) for r in expected)
+        (int(r["Duration (ns)"]), int(r["Start (ns)"]), 0) for r in expected
+    )
     # the diagnosis's idle time is the sum of those gaps (one device per rank)
     res = diagnose(store)
     for summ in res.summary["ranks"]:
@@ -350,9 +430,13 @@ def test_gpu_gaps_agree_with_gpu_gaps(ref: Path) -> None:
 
 # --- every shared nsys file -------------------------------------------------------------------
 
+
 def nsys_files(*suffixes: str) -> list[Path]:
-    return sorted(p for p in NSYS.rglob("*") if p.is_file() and p.name.endswith(suffixes)) \
-        if NSYS.is_dir() else []
+    return (
+        sorted(p for p in NSYS.rglob("*") if p.is_file() and p.name.endswith(suffixes))
+        if NSYS.is_dir()
+        else []
+    )
 
 
 def _nsys_id(p: Path) -> str:
@@ -372,7 +456,8 @@ def test_every_shared_export_diagnoses(path: Path, tmp_path: Path) -> None:
 @requires_corpus
 @pytest.mark.parametrize("path", nsys_files(".nsys-rep", ".qdrep"), ids=_nsys_id)
 def test_every_shared_report_gets_the_export_command_without_nsys(
-        path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no nsys
     res = invoke(["diagnose", path], exit_code=2)
     line = res.stderr.strip()
@@ -386,10 +471,14 @@ def test_every_shared_report_gets_the_export_command_without_nsys(
 def test_the_2gpu_capture_has_one_rank_per_process() -> None:
     store = ingest([NSYS / "GindaChen+nsys-ai/h100_2gpu_1s.sqlite"], None, quiet=True)
     assert [(r["rank"], r["devices_used"], r["rank_source"]) for r in store.ranks] == [
-        (0, [0], "process order"), (1, [1], "process order")]
+        (0, [0], "process order"),
+        (1, [1], "process order"),
+    ]
     names = [s["name"] for s in store.meta["sources"]]
-    assert names == ["h100_2gpu_1s.sqlite (pid 111 python3, GPU 0)",
-                     "h100_2gpu_1s.sqlite (pid 112 python3, GPU 1)"]
+    assert names == [
+        "h100_2gpu_1s.sqlite (pid 111 python3, GPU 0)",
+        "h100_2gpu_1s.sqlite (pid 112 python3, GPU 1)",
+    ]
     g = gpu(store)
     assert g[g["kind"] == "kernel"].groupby("rank").size().to_dict() == {0: 1721, 1: 1721}
     res = diagnose(store)

@@ -31,17 +31,41 @@ def training_step(b: NsysExportBuilder, pid: int = P, device: int = 0, t0: int =
     b.thread(pid, pid, "python3")
     with b.nvtx(pid, pid, "step 3", t0, t0 + 1_000_000):
         with b.nvtx(pid, pid, "encoder", t0 + 10_000, t0 + 400_000):
-            with b.nvtx(pid, pid, "aten::linear, seq = 5, op_id = 10, sizes = [[8, 64], "
-                                  "[128, 64], [128]]", t0 + 20_000, t0 + 300_000):
+            with b.nvtx(
+                pid,
+                pid,
+                "aten::linear, seq = 5, op_id = 10, sizes = [[8, 64], [128, 64], [128]]",
+                t0 + 20_000,
+                t0 + 300_000,
+            ):
                 with b.nvtx(pid, pid, "aten::mm, op_id = 11", t0 + 30_000, t0 + 200_000):
-                    b.launch(pid, pid, "sm90_xmma_gemm_bf16", cpu_start=t0 + 40_000,
-                             gpu_start=t0 + 100_000, gpu_dur=50_000, device=device)
+                    b.launch(
+                        pid,
+                        pid,
+                        "sm90_xmma_gemm_bf16",
+                        cpu_start=t0 + 40_000,
+                        gpu_start=t0 + 100_000,
+                        gpu_dur=50_000,
+                        device=device,
+                    )
     tid = pid + 1
-    with b.nvtx(pid, tid, "autograd::engine::evaluate_function: MmBackward0, op_id = 20",
-                t0 + 500_000, t0 + 700_000):
+    with b.nvtx(
+        pid,
+        tid,
+        "autograd::engine::evaluate_function: MmBackward0, op_id = 20",
+        t0 + 500_000,
+        t0 + 700_000,
+    ):
         with b.nvtx(pid, tid, "MmBackward0, seq = 5, op_id = 21", t0 + 510_000, t0 + 690_000):
-            b.launch(pid, tid, "sm90_xmma_gemm_bf16_dgrad", cpu_start=t0 + 530_000,
-                     gpu_start=t0 + 600_000, gpu_dur=60_000, device=device)
+            b.launch(
+                pid,
+                tid,
+                "sm90_xmma_gemm_bf16_dgrad",
+                cpu_start=t0 + 530_000,
+                gpu_start=t0 + 600_000,
+                gpu_dur=60_000,
+                device=device,
+            )
     corr = b.runtime(pid, pid, "cudaMemcpyAsync_v3020", t0 + 750_000, 5_000)
     b.memcpy(pid, t0 + 760_000, 20_000, 4_000_000, corr=corr, device=device)
 
@@ -59,14 +83,21 @@ def test_operators_layers_and_backward_come_from_nvtx(tmp_path: Path) -> None:
     store = ingest([path], None, quiet=True)
     ops = store.table("cpu_ops").to_pandas()
     assert list(ops["name"].astype(str)) == [
-        "aten::linear", "aten::mm", "autograd::engine::evaluate_function: MmBackward0",
-        "MmBackward0"]
+        "aten::linear",
+        "aten::mm",
+        "autograd::engine::evaluate_function: MmBackward0",
+        "MmBackward0",
+    ]
     # the evaluate_function range takes the seq of the backward node it runs
     assert ops["sequence_nr"].tolist()[2:] == [5, 5]
     assert ops["input_dims"].iloc[0] == "[[8, 64], [128, 64], [128]]"
     g = Analysis(store).attribution.gpu.set_index("name")
     assert g.loc["sm90_xmma_gemm_bf16", ["op", "module", "phase", "step"]].tolist() == [
-        "aten::mm", "encoder", "forward", 3]
+        "aten::mm",
+        "encoder",
+        "forward",
+        3,
+    ]
     bwd = g.loc["sm90_xmma_gemm_bf16_dgrad"]
     assert (bwd["op"], bwd["module"], bwd["phase"]) == ("MmBackward0", "encoder", "backward")
     assert g.loc["Memcpy HtoD (Pageable -> Device)", "op"] == "[cudaMemcpyAsync]"
@@ -76,8 +107,7 @@ def test_operators_layers_and_backward_come_from_nvtx(tmp_path: Path) -> None:
     assert meta["devices"][0]["name"] == "NVIDIA H100 80GB HBM3"
     assert meta["devices"][0]["numSms"] == 132
     flows = store.table("flows").to_pandas()
-    assert sorted(flows["phase"].astype(str).value_counts().items()) == [("end", 3),
-                                                                          ("start", 3)]
+    assert sorted(flows["phase"].astype(str).value_counts().items()) == [("end", 3), ("start", 3)]
 
 
 def test_times_are_exact_integers_on_the_session_epoch(tmp_path: Path) -> None:
@@ -109,8 +139,14 @@ def test_registered_strings_and_domains_make_communication_ops(tmp_path: Path) -
     b.process(P)
     b.domain(P, T, 1, "NCCL")
     with b.nvtx(P, T, "ncclAllReduce", 1_000, 90_000, domain_id=1, registered=True):
-        b.launch(P, T, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL", cpu_start=2_000,
-                 gpu_start=10_000, gpu_dur=70_000)
+        b.launch(
+            P,
+            T,
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL",
+            cpu_start=2_000,
+            gpu_start=10_000,
+            gpu_dur=70_000,
+        )
     with b.nvtx(P, T, "marker range", 95_000, 99_000, event_type=60):
         pass
     b.mark(P, T, "checkpoint", 99_500)
@@ -122,8 +158,7 @@ def test_registered_strings_and_domains_make_communication_ops(tmp_path: Path) -
     rng = store.table("ranges").to_pandas()
     assert rng[["kind", "name"]].astype(str).values.tolist() == [["nvtx", "marker range"]]
     other = store.table("other_events").to_pandas()
-    assert other[["event_shape", "name"]].astype(str).values.tolist() == [
-        ["instant", "checkpoint"]]
+    assert other[["event_shape", "name"]].astype(str).values.tolist() == [["instant", "checkpoint"]]
     g = Analysis(store).attribution.gpu
     assert g["cls"].astype(str).tolist() == ["communication"]
     assert g["op"].tolist() == ["NCCL:ncclAllReduce"]
@@ -138,12 +173,18 @@ def test_processes_become_ranks_ordered_by_gpu(tmp_path: Path) -> None:
     b.write(tmp_path / "two.sqlite")
     store = ingest([tmp_path / "two.sqlite"], None, quiet=True)
     assert [(r["rank"], r["devices_used"], r["label"]) for r in store.ranks] == [
-        (0, [0], "pid 200 python3, GPU 0"), (1, [1], "pid 300 python3, GPU 1")]
+        (0, [0], "pid 200 python3, GPU 0"),
+        (1, [1], "pid 300 python3, GPU 1"),
+    ]
     rt = store.table("runtime_calls").to_pandas()
     assert rt.groupby("rank")["process"].agg(lambda s: set(s.astype(str))).to_dict() == {
-        0: {"200"}, 1: {"300"}}
+        0: {"200"},
+        1: {"300"},
+    }
     assert [s["name"] for s in store.meta["sources"]] == [
-        "two.sqlite (pid 200 python3, GPU 0)", "two.sqlite (pid 300 python3, GPU 1)"]
+        "two.sqlite (pid 200 python3, GPU 0)",
+        "two.sqlite (pid 300 python3, GPU 1)",
+    ]
 
 
 def test_a_single_process_takes_the_rank_of_its_file_name(tmp_path: Path) -> None:
@@ -153,8 +194,10 @@ def test_a_single_process_takes_the_rank_of_its_file_name(tmp_path: Path) -> Non
         b, _ = build(tmp_path)
         b.write(d / f"rank-{r}.sqlite")
     store = ingest([d], None, quiet=True)
-    assert [(r["rank"], r["rank_source"]) for r in store.ranks] == [(0, "file name"),
-                                                                     (1, "file name")]
+    assert [(r["rank"], r["rank_source"]) for r in store.ranks] == [
+        (0, "file name"),
+        (1, "file name"),
+    ]
 
 
 def test_gpu_rows_without_a_process_take_the_process_of_their_launch(tmp_path: Path) -> None:
@@ -184,8 +227,9 @@ def test_memory_usage_os_runtime_and_unclosed_ranges(tmp_path: Path) -> None:
     assert mem["total_reserved_bytes"].tolist() == [1 << 30, (1 << 30) + (1 << 20), 1 << 30]
     assert mem["bytes"].tolist()[-1] == -(1 << 20)
     frames = store.table("python_frames").to_pandas()
-    assert set(frames.loc[frames["frame_kind"].astype(str) == "builtin", "name"]
-               .astype(str)) == {"pthread_cond_wait"}
+    assert set(frames.loc[frames["frame_kind"].astype(str) == "builtin", "name"].astype(str)) == {
+        "pthread_cond_wait"
+    }
     other = store.table("other_events").to_pandas()
     assert "poll" in set(other["name"].astype(str))
     codes = {d.code for d in store.diagnostics}
@@ -258,15 +302,19 @@ def test_the_reader_is_registered_in_the_seam() -> None:
 REPORT = b"NVIDIA Tegra Profiler Report 2024@6@2@25-246234924588v0.\n\x0bLocal (CLI)" + b"\x00" * 64
 
 
-def fake_nsys(tmp_path: Path, export: Path | None, version: str = "2025.1.1.65",
-              fail: bool = False) -> Path:
+def fake_nsys(
+    tmp_path: Path, export: Path | None, version: str = "2025.1.1.65", fail: bool = False
+) -> Path:
     """An ``nsys`` script: ``--version`` prints ``version``; ``export`` copies ``export`` to
     ``--output`` (or writes half a file and fails)."""
     bindir = tmp_path / "bin"
     bindir.mkdir(exist_ok=True)
     script = bindir / "nsys"
-    action = (f'head -c 100 "{export}" > "$out"; echo "export failed" >&2; exit 1' if fail
-              else f'cp "{export}" "$out"')
+    action = (
+        f'head -c 100 "{export}" > "$out"; echo "export failed" >&2; exit 1'
+        if fail
+        else f'cp "{export}" "$out"'
+    )
     script.write_text(f"""#!/bin/sh
 if [ "$1" = "--version" ]; then echo "NVIDIA Nsight Systems version {version}"; exit 0; fi
 out=""
@@ -280,8 +328,9 @@ done
     return bindir
 
 
-def test_a_report_is_exported_with_nsys_into_the_cache(tmp_path: Path,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_report_is_exported_with_nsys_into_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     b, db = build(tmp_path)
     b.write(db)
     monkeypatch.setenv("PATH", str(fake_nsys(tmp_path, db)) + os.pathsep + os.environ["PATH"])
@@ -294,13 +343,15 @@ def test_a_report_is_exported_with_nsys_into_the_cache(tmp_path: Path,
     assert [p.suffix for p in exports.iterdir()] == [".sqlite"]  # no temporary file left
 
 
-def test_a_failed_export_leaves_nothing_behind(tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_export_leaves_nothing_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     b, db = build(tmp_path)
     b.write(db)
     monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setenv("PATH", str(fake_nsys(tmp_path, db, fail=True)) + os.pathsep
-                       + os.environ["PATH"])
+    monkeypatch.setenv(
+        "PATH", str(fake_nsys(tmp_path, db, fail=True)) + os.pathsep + os.environ["PATH"]
+    )
     rep = tmp_path / "bad.nsys-rep"
     rep.write_bytes(REPORT + b"other")
     res = invoke(["diagnose", rep], exit_code=2)
@@ -309,7 +360,8 @@ def test_a_failed_export_leaves_nothing_behind(tmp_path: Path,
 
 
 def test_a_report_newer_than_the_installed_nsys_names_the_version(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("PATH", str(fake_nsys(tmp_path, None, version="2023.4.4.54")))
     rep = tmp_path / "new.nsys-rep"
     rep.write_bytes(REPORT + b"never exported")
@@ -319,14 +371,12 @@ def test_a_report_newer_than_the_installed_nsys_names_the_version(
     assert "nsys export --type sqlite --output new.sqlite new.nsys-rep" in res.stderr
 
 
-def test_shared_export_through_a_fake_nsys(tmp_path: Path,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shared_export_through_a_fake_nsys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     shared = TRACES / "nsys/NVIDIA+Fuser/report3.sqlite"
     report = TRACES / "nsys/NVIDIA+Fuser/report3.nsys-rep"
     if not report.exists():
         pytest.skip("../shared/traces is absent")
-    monkeypatch.setenv("PATH", str(fake_nsys(tmp_path, shared)) + os.pathsep
-                       + os.environ["PATH"])
+    monkeypatch.setenv("PATH", str(fake_nsys(tmp_path, shared)) + os.pathsep + os.environ["PATH"])
     via_report = ingest([report], None, quiet=True)
     direct = ingest([shared], None, quiet=True)
     for table in ("gpu_activities", "runtime_calls", "ranges"):
@@ -340,8 +390,9 @@ def test_graph_launches_keep_their_graph_and_node_ids(tmp_path: Path) -> None:
     with b.nvtx(P, T, "aten::_graph_replay, op_id = 3", 0, 50_000):
         corr = b.runtime(P, T, "cudaGraphLaunch_v10000", 1_000, 4_000)
     for i in range(2):
-        b.kernel(P, f"fused_{i}", 10_000 + 20_000 * i, 15_000, corr=corr, graph_id=7,
-                 graph_node=40 + i)
+        b.kernel(
+            P, f"fused_{i}", 10_000 + 20_000 * i, 15_000, corr=corr, graph_id=7, graph_node=40 + i
+        )
     b.write(tmp_path / "g.sqlite")
     store = ingest([tmp_path / "g.sqlite"], None, quiet=True)
     g = store.table("gpu_activities").to_pandas()

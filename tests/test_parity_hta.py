@@ -75,7 +75,8 @@ def test_hta_definitions_reproduce_the_reference(ref_file: Path, tmp_path: Path)
         assert o.non_compute_pct == pytest.approx(r["non_compute_time_pctg"], abs=tol)
     if ref["comm_comp_overlap"]["ok"]:
         assert [o.comm_comp_overlap_pct for o in ours] == [
-            x["comp_comm_overlap_pctg"] for x in ref["comm_comp_overlap"]["value"]]
+            x["comp_comm_overlap_pctg"] for x in ref["comm_comp_overlap"]["value"]
+        ]
     if ref_file.name not in KERNEL_TYPE_QUIRKS and ref["gpu_kernel_breakdown"]["ok"]:
         got: dict[str, float] = {}
         for o in ours:
@@ -95,10 +96,14 @@ def test_exact_definitions_agree_within_one_point(ref_file: Path, tmp_path: Path
         pytest.skip("HTA has no temporal breakdown for this trace (it raises on it)")
     store = _ref_store(ref, tmp_path)
     ours = hta_breakdown(store, emulate_rounding=False, hta_classes=False, include_syncs=False)
-    worst = max(max(abs(o.idle_pct - r["idle_time_pctg"]),
-                    abs(o.compute_pct - r["compute_time_pctg"]),
-                    abs(o.non_compute_pct - r["non_compute_time_pctg"]))
-                for o, r in zip(ours, tb["value"]))
+    worst = max(
+        max(
+            abs(o.idle_pct - r["idle_time_pctg"]),
+            abs(o.compute_pct - r["compute_time_pctg"]),
+            abs(o.non_compute_pct - r["non_compute_time_pctg"]),
+        )
+        for o, r in zip(ours, tb["value"])
+    )
     if ref_file.name in DEFINITION_DIFFERENCES:
         assert worst > 1.0, "documented difference vanished: update DEFINITION_DIFFERENCES"
     else:

@@ -21,13 +21,19 @@ from traceinsight.ingest import ingest
 from traceinsight.metrics import compute_metrics
 
 #: advice that must not reach a GPU without bf16 / TF32 units (the expert labels' patterns)
-BF16_ADVICE = re.compile(r"(?i)autocast\([^)]*bfloat16|(?<!no )(?<!not )\bbf16 autocast|"
-                         r"(?:to|into|as|with|use|switch to)\s*\(?\s*torch\.bfloat16|"
-                         r"\.bfloat16\(\)|no GradScaler needed")
-TF32_ADVICE = re.compile(r"(?i)set_float32_matmul_precision\(\s*[\"'](?:high|medium)|"
-                         r"allow_tf32\s*=\s*True|\b(?:enable|allow|use|turn on)\s+TF32")
-TRAINING_ADVICE = re.compile(r"AdamW|fused=True|foreach=True|GradScaler|no_sync|gradient "
-                             r"accumulation|activation checkpointing|FSDP|ZeRO|8-bit optimi")
+BF16_ADVICE = re.compile(
+    r"(?i)autocast\([^)]*bfloat16|(?<!no )(?<!not )\bbf16 autocast|"
+    r"(?:to|into|as|with|use|switch to)\s*\(?\s*torch\.bfloat16|"
+    r"\.bfloat16\(\)|no GradScaler needed"
+)
+TF32_ADVICE = re.compile(
+    r"(?i)set_float32_matmul_precision\(\s*[\"'](?:high|medium)|"
+    r"allow_tf32\s*=\s*True|\b(?:enable|allow|use|turn on)\s+TF32"
+)
+TRAINING_ADVICE = re.compile(
+    r"AdamW|fused=True|foreach=True|GradScaler|no_sync|gradient "
+    r"accumulation|activation checkpointing|FSDP|ZeRO|8-bit optimi"
+)
 
 
 def analyse(builders: list[KinetoTraceBuilder], tmp_path: Path) -> Analysis:
@@ -44,35 +50,63 @@ def rule(an: Analysis, rule_id: str):
 
 # --- class 1: communication --------------------------------------------------------------------
 
+
 def comm_trace(world_size: int = 2) -> KinetoTraceBuilder:
     """One step: a GEMM on the compute stream; DeepEP, an unknown kernel under
     record_param_comms and an unknown kernel with no CPU op on the comm streams; near misses:
     unknown kernels under aten::add and with no op on the compute stream."""
     b = KinetoTraceBuilder(rank=0, world_size=world_size)
     with b.step(1, 0, 2_000_000):
-        with b.cpu_op("aten::mm", 10_000, 20_000, input_dims=[[512, 512], [512, 512]],
-                      input_types=["c10::BFloat16", "c10::BFloat16"]):
-            b.launch("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT", cpu_start=15_000,
-                     gpu_start=100_000, gpu_dur=400_000)
-        b.launch("void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)",
-                 cpu_start=40_000, gpu_start=300_000, gpu_dur=300_000, stream=20)
+        with b.cpu_op(
+            "aten::mm",
+            10_000,
+            20_000,
+            input_dims=[[512, 512], [512, 512]],
+            input_types=["c10::BFloat16", "c10::BFloat16"],
+        ):
+            b.launch(
+                "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NNT",
+                cpu_start=15_000,
+                gpu_start=100_000,
+                gpu_dur=400_000,
+            )
+        b.launch(
+            "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)",
+            cpu_start=40_000,
+            gpu_start=300_000,
+            gpu_dur=300_000,
+            stream=20,
+        )
         with b.cpu_op("record_param_comms", 60_000, 20_000):
-            b.launch("my_ring_exchange_v2", cpu_start=65_000, gpu_start=700_000,
-                     gpu_dur=100_000, stream=21)
-        b.launch("proxy_progress_kernel", cpu_start=90_000, gpu_start=900_000, gpu_dur=100_000,
-                 stream=20, orphan=True)
+            b.launch(
+                "my_ring_exchange_v2",
+                cpu_start=65_000,
+                gpu_start=700_000,
+                gpu_dur=100_000,
+                stream=21,
+            )
+        b.launch(
+            "proxy_progress_kernel",
+            cpu_start=90_000,
+            gpu_start=900_000,
+            gpu_dur=100_000,
+            stream=20,
+            orphan=True,
+        )
         with b.cpu_op("aten::add", 120_000, 20_000):
             b.launch("my_custom_kernel", cpu_start=125_000, gpu_start=1_100_000, gpu_dur=50_000)
-        b.launch("mystery_kernel", cpu_start=150_000, gpu_start=1_200_000, gpu_dur=50_000,
-                 orphan=True)
+        b.launch(
+            "mystery_kernel", cpu_start=150_000, gpu_start=1_200_000, gpu_dur=50_000, orphan=True
+        )
     return b
 
 
 def test_communication_by_name_launching_op_and_stream(tmp_path: Path) -> None:
     an = analyse([comm_trace()], tmp_path)
     g = an.attribution.gpu.set_index("name")
-    assert (g.loc["void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)",
-                  ["cls", "cls_how"]].tolist() == ["communication", "name"])
+    assert g.loc[
+        "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*)", ["cls", "cls_how"]
+    ].tolist() == ["communication", "name"]
     assert g.loc["my_ring_exchange_v2", ["cls", "cls_how"]].tolist() == ["communication", "op"]
     how = g.loc["proxy_progress_kernel", ["cls", "cls_how"]].tolist()
     assert how == ["communication", "stream"]
@@ -121,7 +155,8 @@ def test_no_communication_found_warning(tmp_path: Path) -> None:
     # near misses: the same job with its NCCL kernel, a single-rank job, a CPU-only rank
     assert "no-communication-found" not in _codes(analyse([comm_trace()], tmp_path / "b"))
     assert "no-communication-found" not in _codes(
-        analyse([comm_trace(world_size=1)], tmp_path / "c"))
+        analyse([comm_trace(world_size=1)], tmp_path / "c")
+    )
     cpu = KinetoTraceBuilder(rank=3, world_size=8, device=None)
     with cpu.step(1, 0, 100_000):
         cpu.op("c10d::allreduce_", 10_000, 50_000)
@@ -135,12 +170,23 @@ def test_comm_bound_on_expert_parallel_all_to_all(tmp_path: Path) -> None:
     for step in range(3):
         with b.step(step + 1, t, 1_000_000):
             with b.cpu_op("aten::mm", t + 10_000, 20_000):
-                b.launch("nvjet_tst_128x256", cpu_start=t + 15_000, gpu_start=t + 50_000,
-                         gpu_dur=300_000)
-            b.launch("void deep_ep::internode::dispatch<false, 2, 2, 4, 8, 768, 8192>(int4*)",
-                     cpu_start=t + 40_000, gpu_start=t + 400_000, gpu_dur=250_000, stream=20)
-            b.launch("void deep_ep::internode::combine<__nv_bfloat16, 2, 4, 8, 768>(int4*)",
-                     cpu_start=t + 60_000, gpu_start=t + 700_000, gpu_dur=250_000, stream=20)
+                b.launch(
+                    "nvjet_tst_128x256", cpu_start=t + 15_000, gpu_start=t + 50_000, gpu_dur=300_000
+                )
+            b.launch(
+                "void deep_ep::internode::dispatch<false, 2, 2, 4, 8, 768, 8192>(int4*)",
+                cpu_start=t + 40_000,
+                gpu_start=t + 400_000,
+                gpu_dur=250_000,
+                stream=20,
+            )
+            b.launch(
+                "void deep_ep::internode::combine<__nv_bfloat16, 2, 4, 8, 768>(int4*)",
+                cpu_start=t + 60_000,
+                gpu_start=t + 700_000,
+                gpu_dur=250_000,
+                stream=20,
+            )
         t += 1_000_000
     ms, ev = rule(analyse([b], tmp_path), "comm-bound")
     (f,) = ev.findings
@@ -152,8 +198,15 @@ def test_comm_bound_on_expert_parallel_all_to_all(tmp_path: Path) -> None:
 
 # --- classes 6 and 8: dtypes from kernel names, device-aware precision advice ------------------
 
-def fp32_trace(device: str | None, kernel: str, *, busy_ns: int = 800_000, train: bool = True,
-               input_types: list | None = None) -> KinetoTraceBuilder:
+
+def fp32_trace(
+    device: str | None,
+    kernel: str,
+    *,
+    busy_ns: int = 800_000,
+    train: bool = True,
+    input_types: list | None = None,
+) -> KinetoTraceBuilder:
     """3 steps of 1 ms with ``busy_ns`` of one matrix kernel each (no input types by default)."""
     b = KinetoTraceBuilder(rank=0, device=device)
     t = 0
@@ -167,17 +220,38 @@ def fp32_trace(device: str | None, kernel: str, *, busy_ns: int = 800_000, train
     return b
 
 
-@pytest.mark.parametrize("device,kernel,want,never", [
-    ("V100", "volta_sgemm_128x64_nt", ["torch.float16", "GradScaler"], [BF16_ADVICE, TF32_ADVICE]),
-    ("A100", "ampere_sgemm_128x64_nn", ["torch.bfloat16", "set_float32_matmul_precision"],
-     [re.compile("fp8"), re.compile("GradScaler\\(\\)")]),
-    ("H100", "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(x)",
-     ["torch.bfloat16", "set_float32_matmul_precision", "fp8"], []),
-    ("MI300X", "Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1",
-     ["torch.bfloat16", "fp8"], [re.compile("GradScaler\\(\\)")]),
-])
-def test_precision_advice_follows_the_device(tmp_path: Path, device: str, kernel: str,
-                                             want: list[str], never: list[re.Pattern]) -> None:
+@pytest.mark.parametrize(
+    "device,kernel,want,never",
+    [
+        (
+            "V100",
+            "volta_sgemm_128x64_nt",
+            ["torch.float16", "GradScaler"],
+            [BF16_ADVICE, TF32_ADVICE],
+        ),
+        (
+            "A100",
+            "ampere_sgemm_128x64_nn",
+            ["torch.bfloat16", "set_float32_matmul_precision"],
+            [re.compile("fp8"), re.compile("GradScaler\\(\\)")],
+        ),
+        (
+            "H100",
+            "void cutlass::Kernel2<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(x)",
+            ["torch.bfloat16", "set_float32_matmul_precision", "fp8"],
+            [],
+        ),
+        (
+            "MI300X",
+            "Cijk_Ailk_Bljk_S_B_Bias_HA_S_SAV_UserArgs_MT16x16x128_MI16x16x1_SN_LDSB1",
+            ["torch.bfloat16", "fp8"],
+            [re.compile("GradScaler\\(\\)")],
+        ),
+    ],
+)
+def test_precision_advice_follows_the_device(
+    tmp_path: Path, device: str, kernel: str, want: list[str], never: list[re.Pattern]
+) -> None:
     ms, ev = rule(analyse([fp32_trace(device, kernel)], tmp_path), "low-precision-unused")
     (f,) = ev.findings
     assert f.severity == "high" and ms.get("fp32_gemm_step_pct") == pytest.approx(80.0)
@@ -215,12 +289,16 @@ def test_unknown_dtype_is_not_evaluated_never_passed(tmp_path: Path) -> None:
     assert st.status == "not-evaluated" and "dtype" in st.reason
     assert ms.get("matrix_dtype_known_pct") == 0.0 and ms.get("fp32_gemm_time_pct") is None
     # the same kernel with recorded input types: the op's dtype decides
-    an = analyse([fp32_trace("V100", "my_team_gemm_kernel_v3", input_types=["float", "float"])],
-                 tmp_path / "b")
+    an = analyse(
+        [fp32_trace("V100", "my_team_gemm_kernel_v3", input_types=["float", "float"])],
+        tmp_path / "b",
+    )
     ms, ev = rule(an, "low-precision-unused")
     assert ms.get("matrix_dtype_known_pct") == 100.0 and len(ev.findings) == 1
-    an = analyse([fp32_trace("V100", "my_team_gemm_kernel_v3",
-                             input_types=["c10::Half", "c10::Half"])], tmp_path / "c")
+    an = analyse(
+        [fp32_trace("V100", "my_team_gemm_kernel_v3", input_types=["c10::Half", "c10::Half"])],
+        tmp_path / "c",
+    )
     ms, ev = rule(an, "low-precision-unused")
     assert ms.get("fp32_gemm_time_pct") == 0.0 and ev.statuses[0].status == "passed"
 
@@ -234,8 +312,9 @@ def test_tensor_core_kernels_do_not_fire(tmp_path: Path) -> None:
 
 
 def test_workload_fp32_without_shapes_reads_names(tmp_path: Path) -> None:
-    w = dataclasses.replace(workloads.PRESETS["fp32_gemms"], device="V100", record_shapes=False,
-                            steps=2, layers=2)
+    w = dataclasses.replace(
+        workloads.PRESETS["fp32_gemms"], device="V100", record_shapes=False, steps=2, layers=2
+    )
     an = analyse(workloads.build_ranks(w), tmp_path)
     ms = compute_metrics(an)
     assert ms.get("matrix_dtype_known_pct") == 100.0 and ms.get("fp32_gemm_time_pct") > 80
@@ -265,11 +344,14 @@ V100_RESNET = "tb_plugin/samples/resnet50_num_workers_0/worker0.1623143566756.pt
 
 @requires_corpus
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel,pct,severity", [
-    (V100_DDP, 41.00, "medium"),  # volta_sgemm, no record_shapes
-    (V100_CNN, 58.35, "high"),  # volta_sgemm + volta_scudnn + cuDNN <float> engines
-    (V100_RESNET, 62.53, "high"),  # cuDNN fp32 convolutions, Input type float
-])
+@pytest.mark.parametrize(
+    "rel,pct,severity",
+    [
+        (V100_DDP, 41.00, "medium"),  # volta_sgemm, no record_shapes
+        (V100_CNN, 58.35, "high"),  # volta_sgemm + volta_scudnn + cuDNN <float> engines
+        (V100_RESNET, 62.53, "high"),  # cuDNN fp32 convolutions, Input type float
+    ],
+)
 def test_v100_fp32_matrix_math_from_kernel_names(rel: str, pct: float, severity: str) -> None:
     res = result(rel)
     assert res["metrics"]["values"]["fp32_gemm_time_pct"] == pytest.approx(pct, abs=0.01)
@@ -284,12 +366,18 @@ def test_v100_fp32_matrix_math_from_kernel_names(rel: str, pct: float, severity:
 
 @requires_corpus
 @pytest.mark.corpus
-@pytest.mark.parametrize("rel,why", [
-    ("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "fp32 MFMA, 0.3% of the step"),
-    ("hta/with_gpu_user_annotation/step_based_trace_2543932.json.gz", "GP100, 0.9% of the step"),
-    ("hta/nccl_parser_config/nccl_data.json.gz", "A100 TF32 tensor cores"),
-    ("hta/trace_filter/sampled_rank-0.json.gz", "TF32 tensor cores, sgemm 2%"),
-])
+@pytest.mark.parametrize(
+    "rel,why",
+    [
+        ("hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz", "fp32 MFMA, 0.3% of the step"),
+        (
+            "hta/with_gpu_user_annotation/step_based_trace_2543932.json.gz",
+            "GP100, 0.9% of the step",
+        ),
+        ("hta/nccl_parser_config/nccl_data.json.gz", "A100 TF32 tensor cores"),
+        ("hta/trace_filter/sampled_rank-0.json.gz", "TF32 tensor cores, sgemm 2%"),
+    ],
+)
 def test_real_traces_without_a_precision_finding(rel: str, why: str) -> None:
     res = result(rel)
     f = finding(res, "low-precision-unused")

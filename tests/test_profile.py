@@ -69,17 +69,29 @@ def _script(tmp_path: Path, text: str, name: str = "train.py") -> Path:
 
 # ------------------------------------------------------------------ no torch needed
 
-@pytest.mark.parametrize(("argv", "target"), [
-    (["python", "train.py", "--epochs", "1"], True),
-    (["python", "-u", "train.py"], True),
-    (["python", "-m", "my.trainer"], True),
-    (["python", "-c", "print(1)"], True),
-    (["/v/bin/python", "/v/bin/torchrun", "--nproc_per_node", "2", "train.py"], False),
-    (["python", "-m", "torch.distributed.run", "train.py"], False),
-    (["python", "-B", "-c", "from multiprocessing.spawn import spawn_main; spawn_main()",
-      "--multiprocessing-fork"], False),
-    (["python", "-c", "from multiprocessing.resource_tracker import main;main(3)"], False),
-])
+
+@pytest.mark.parametrize(
+    ("argv", "target"),
+    [
+        (["python", "train.py", "--epochs", "1"], True),
+        (["python", "-u", "train.py"], True),
+        (["python", "-m", "my.trainer"], True),
+        (["python", "-c", "print(1)"], True),
+        (["/v/bin/python", "/v/bin/torchrun", "--nproc_per_node", "2", "train.py"], False),
+        (["python", "-m", "torch.distributed.run", "train.py"], False),
+        (
+            [
+                "python",
+                "-B",
+                "-c",
+                "from multiprocessing.spawn import spawn_main; spawn_main()",
+                "--multiprocessing-fork",
+            ],
+            False,
+        ),
+        (["python", "-c", "from multiprocessing.resource_tracker import main;main(3)"], False),
+    ],
+)
 def test_only_the_program_and_its_workers_record(argv: list[str], target: bool) -> None:
     assert is_target(argv) is target
 
@@ -108,8 +120,11 @@ def test_an_earlier_recording_is_kept_unless_forced(tmp_path: Path) -> None:
     out.mkdir()
     (out / "rank-0.pt.trace.json.gz").write_bytes(b"old")
     (out / "notes.txt").write_text("mine")
-    res = invoke(["profile", "-o", out, "--", "true"], exit_code=2,
-                 stderr_contains="already holds 1 recorded trace")
+    res = invoke(
+        ["profile", "-o", out, "--", "true"],
+        exit_code=2,
+        stderr_contains="already holds 1 recorded trace",
+    )
     assert "--force" in res.stderr
     prepare_out(out, force=True)
     assert not (out / "rank-0.pt.trace.json.gz").exists() and (out / "notes.txt").exists()
@@ -122,6 +137,7 @@ def test_help_says_how_and_has_examples() -> None:
 
 
 # ------------------------------------------------------------------ recordings (torch)
+
 
 @requires_torch
 def test_a_training_script_is_recorded_unchanged(tmp_path: Path, capfd) -> None:
@@ -149,8 +165,7 @@ def test_without_optimizer_steps_it_says_what_to_do(tmp_path: Path, capfd) -> No
     script = _script(tmp_path, INFER, "infer.py")
     res = invoke(["profile", "-o", tmp_path / "a", "--", script], exit_code=2)
     assert "never called optimizer.step()" in res.stderr and "--step-on none" in res.stderr
-    res = invoke(["profile", "-o", tmp_path / "b", "--step-on", "none", "--no-stack", "--",
-                  script])
+    res = invoke(["profile", "-o", tmp_path / "b", "--step-on", "none", "--no-stack", "--", script])
     assert (tmp_path / "b" / "rank-0.pt.trace.json.gz").is_file() and "recorded 1" in res.stdout
     assert "inferred" in capfd.readouterr().out
 
@@ -172,11 +187,15 @@ def test_torchrun_writes_one_file_per_rank(tmp_path: Path) -> None:
     # torch 2.13 + gloo: a worker that ran a scheduled profiler aborts at exit now and then
     # (also with capture.profile in the script itself), after its trace is written; torchrun
     # then exits 1. The recording is what this test checks.
-    res = invoke(["profile", "-o", out, "--", torchrun, "--nproc_per_node", "2", "--standalone",
-                  script], exit_code=None)
+    res = invoke(
+        ["profile", "-o", out, "--", torchrun, "--nproc_per_node", "2", "--standalone", script],
+        exit_code=None,
+    )
     assert res.exit_code in (0, 1), res.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["rank-0.pt.trace.json.gz",
-                                                     "rank-1.pt.trace.json.gz"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "rank-0.pt.trace.json.gz",
+        "rank-1.pt.trace.json.gz",
+    ]
     assert "recorded 2 rank(s)" in res.stdout
     from traceinsight.diagnose import diagnose
     from traceinsight.ingest import load

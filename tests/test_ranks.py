@@ -30,9 +30,23 @@ STRAGGLER = SAMPLES / "synthetic_straggler_4rank"
 COMM = SAMPLES / "synthetic_comm_bound_4rank"
 PAIR = [KINETO / "hta" / "trace_filter" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
 #: per-rank totals that must be exact (integers: ns, counts, bytes)
-EXACT = ("rank", "kernel_time_ns", "comm_kernel_time_ns", "memcpy_time_ns", "memset_time_ns",
-         "kernels", "window_ns", "gpu_busy_ns", "gpu_idle_ns", "compute_ns", "comm_exposed_ns",
-         "steps", "step_time_ns", "peak_allocated_bytes", "peak_reserved_bytes")
+EXACT = (
+    "rank",
+    "kernel_time_ns",
+    "comm_kernel_time_ns",
+    "memcpy_time_ns",
+    "memset_time_ns",
+    "kernels",
+    "window_ns",
+    "gpu_busy_ns",
+    "gpu_idle_ns",
+    "compute_ns",
+    "comm_exposed_ns",
+    "steps",
+    "step_time_ns",
+    "peak_allocated_bytes",
+    "peak_reserved_bytes",
+)
 
 
 def _rows(result) -> dict[int, dict]:
@@ -52,6 +66,7 @@ def straggler_result(straggler_store: TraceStore):
 
 # --- the partitioned store -------------------------------------------------------------------
 
+
 def test_rank_files_ingest_into_one_partition_per_rank(straggler_store: TraceStore) -> None:
     st = straggler_store
     assert partitions.names(st.meta) == [f"rank={r}" for r in range(4)]
@@ -68,12 +83,16 @@ def test_rank_files_ingest_into_one_partition_per_rank(straggler_store: TraceSto
             assert ranks == sorted(ranks)
 
 
-def test_partitioned_equals_one_folder_and_workers_agree(straggler_store: TraceStore,
-                                                         straggler_result, tmp_path: Path) -> None:
+def test_partitioned_equals_one_folder_and_workers_agree(
+    straggler_store: TraceStore, straggler_result, tmp_path: Path
+) -> None:
     """Diagnosing the partitioned store gives what the same tables in one folder give, and one
     worker writes the same tables as two."""
-    meta = {k: v for k, v in straggler_store.meta.items()
-            if k not in ("partitions", "tables", "format", "schema_version")}
+    meta = {
+        k: v
+        for k, v in straggler_store.meta.items()
+        if k not in ("partitions", "tables", "format", "schema_version")
+    }
     flat = write_store(tmp_path / "flat", meta, {n: straggler_store.table(n) for n in TABLES})
     got = diagnose(TraceStore.open(flat.path), cache=False)
     a = json.loads(got.to_json())
@@ -87,8 +106,9 @@ def test_partitioned_equals_one_folder_and_workers_agree(straggler_store: TraceS
         assert one.table(name).equals(straggler_store.table(name)), name
 
 
-def test_per_rank_totals_equal_single_rank_results(straggler_store: TraceStore,
-                                                   straggler_result) -> None:
+def test_per_rank_totals_equal_single_rank_results(
+    straggler_store: TraceStore, straggler_result
+) -> None:
     """Each rank's row of the job's diagnosis, its partition's summary and the diagnosis of its
     file alone agree exactly."""
     job = _rows(straggler_result)
@@ -124,6 +144,7 @@ def test_parallel_ingest_reports_unreadable_and_duplicate_ranks(tmp_path: Path) 
 
 # --- cross-rank analysis ---------------------------------------------------------------------
 
+
 def test_straggler_sample_matches_collectives_and_names_the_slow_rank(straggler_result) -> None:
     cross = straggler_result.extra["cross_rank"]
     assert cross["matching"]["matched"] == 16
@@ -139,8 +160,10 @@ def test_straggler_sample_matches_collectives_and_names_the_slow_rank(straggler_
     assert cross["max_clock_offset_ns"] == 0  # one simulated clock
     s = cross["straggler"]
     assert (s["rank"], s["pattern"], s["cause"]) == (2, "every step", "compute")
-    assert [o["rank"] for o in next(d for d in cross["distributions"]
-                                    if d["measure"] == "compute_ns")["outliers"]] == [2]
+    assert [
+        o["rank"]
+        for o in next(d for d in cross["distributions"] if d["measure"] == "compute_ns")["outliers"]
+    ] == [2]
     assert cross["top_ranks"][0]["rank"] == 2
     assert len(cross["heatmaps"]["wall_ns"]) == 4 and cross["steps"] == [10, 11, 12, 13]
     f = next(f for f in straggler_result.findings if f.rule == "straggler")
@@ -177,24 +200,51 @@ def test_corpus_rank_pair_matches_by_stream_and_aligns_clocks(tmp_path: Path) ->
 
 def _summary(rank: int, colls: list[tuple], steps: list[tuple] = ()) -> dict:
     keys = ("kind", "pg", "seq", "stream", "step", "start_ns", "dur_ns", "bytes", "group_size")
-    return {"rank": rank, "totals": {}, "pg_config": [{"pg_name": "7", "pg_desc": "tp",
-                                                       "pg_size": 2, "ranks": [0, 1]}],
-            "collectives": {k: [c[i] for c in colls] for i, k in enumerate(keys)},
-            "steps": [{"step": s, "start_ns": 0, "end_ns": w, "host_ns": None, "wall_ns": w,
-                       "busy_ns": w - i, "idle_ns": i, "compute_ns": c, "comm_ns": x,
-                       "comm_exposed_ns": x, "memcpy_exposed_ns": 0, "memset_exposed_ns": 0,
-                       "kernels": 1} for s, w, c, i, x in steps]}
+    return {
+        "rank": rank,
+        "totals": {},
+        "pg_config": [{"pg_name": "7", "pg_desc": "tp", "pg_size": 2, "ranks": [0, 1]}],
+        "collectives": {k: [c[i] for c in colls] for i, k in enumerate(keys)},
+        "steps": [
+            {
+                "step": s,
+                "start_ns": 0,
+                "end_ns": w,
+                "host_ns": None,
+                "wall_ns": w,
+                "busy_ns": w - i,
+                "idle_ns": i,
+                "compute_ns": c,
+                "comm_ns": x,
+                "comm_exposed_ns": x,
+                "memcpy_exposed_ns": 0,
+                "memset_exposed_ns": 0,
+                "kernels": 1,
+            }
+            for s, w, c, i, x in steps
+        ],
+    }
 
 
 def test_sequence_numbers_match_across_clock_offsets() -> None:
     """Seq + process group match collectives whatever their order; a rank whose clock runs 5 ms
     ahead is aligned by the collective ends; bus bandwidth uses (n-1)/n for all_gather."""
     mb = 1 << 20
-    r0 = _summary(0, [("all_gather", "7", 1, 9, 1, 1_000_000, 300_000, 64 * mb, 2),
-                      ("all_gather", "7", 2, 9, 1, 2_000_000, 100_000, 64 * mb, 2)])
+    r0 = _summary(
+        0,
+        [
+            ("all_gather", "7", 1, 9, 1, 1_000_000, 300_000, 64 * mb, 2),
+            ("all_gather", "7", 2, 9, 1, 2_000_000, 100_000, 64 * mb, 2),
+        ],
+    )
     # rank 1: 5 ms ahead, its records in another order, arriving 200 µs late at seq 1
-    r1 = _summary(1, [("all_gather", "7", 2, 5, 1, 7_000_000, 100_000, 64 * mb, 2),
-                      ("all_gather", "7", 1, 5, 1, 6_200_000, 100_000, 64 * mb, 2)])
+    r1 = _summary(
+        1,
+        [
+            ("all_gather", "7", 2, 5, 1, 7_000_000, 100_000, 64 * mb, 2),
+            ("all_gather", "7", 1, 5, 1, 6_200_000, 100_000, 64 * mb, 2),
+        ],
+    )
     c = cross_rank([r0, r1])
     assert c["matching"]["by"] == {"process group and sequence number": 4}
     assert c["clock_offsets_ns"] == {"0": 0, "1": 5_000_000}
@@ -207,10 +257,14 @@ def test_sequence_numbers_match_across_clock_offsets() -> None:
 def test_slow_sometimes_and_host_stalls() -> None:
     """A rank slow in one step of three, through GPU idle time (a host stall)."""
     steps_fast = [(s, 10_000, 8_000, 500, 1_500) for s in (1, 2, 3)]
-    steps_slow = [(1, 10_000, 8_000, 500, 1_500), (2, 10_000, 8_000, 1_900, 100),
-                  (3, 10_000, 8_000, 500, 1_500)]
-    c = cross_rank([_summary(0, [], steps_fast), _summary(1, [], steps_fast),
-                    _summary(2, [], steps_slow)])
+    steps_slow = [
+        (1, 10_000, 8_000, 500, 1_500),
+        (2, 10_000, 8_000, 1_900, 100),
+        (3, 10_000, 8_000, 500, 1_500),
+    ]
+    c = cross_rank(
+        [_summary(0, [], steps_fast), _summary(1, [], steps_fast), _summary(2, [], steps_slow)]
+    )
     s = c["straggler"]
     assert (s["rank"], s["slowest_steps"], s["pattern"]) == (2, 1, "sometimes")
     assert s["slow_step_numbers"] == [2]
@@ -219,13 +273,16 @@ def test_slow_sometimes_and_host_stalls() -> None:
 
 # --- the report for many ranks ---------------------------------------------------------------
 
+
 def test_heatmaps_cover_every_rank_and_stay_small() -> None:
     """1,024 ranks x 20 steps: every rank drawn, well under a megabyte per heatmap."""
     from traceinsight.render.html.charts.ranks import heatmap
 
     ranks = list(range(1024))
-    rows = [[1_000_000 + (r % 7) * 1000 + (300_000 if r == 700 else 0) for _ in range(20)]
-            for r in ranks]
+    rows = [
+        [1_000_000 + (r % 7) * 1000 + (300_000 if r == 700 else 0) for _ in range(20)]
+        for r in ranks
+    ]
     chart = heatmap(rows, ranks, list(range(20)), "step time")
     cells = [it for it in chart["items"] if it["a"].get("class") == "heat"]
     covered = sum(float(it["a"]["height"]) for it in cells) / 20
@@ -280,8 +337,18 @@ def test_collective_seq_is_stored_and_matches_out_of_order(tmp_path: Path) -> No
     its collectives in another order than its peer still matches each one to its own."""
     from tracegen.workloads import Workload, build_ranks
 
-    w = Workload(hidden=256, seq=128, batch=1, layers=1, steps=2, world_size=2,
-                 comm_bytes=1 << 20, memory=False, with_stack=False, record_shapes=False)
+    w = Workload(
+        hidden=256,
+        seq=128,
+        batch=1,
+        layers=1,
+        steps=2,
+        world_size=2,
+        comm_bytes=1 << 20,
+        memory=False,
+        with_stack=False,
+        record_shapes=False,
+    )
     for r, b in enumerate(build_ranks(w)):
         b.write(str(tmp_path / f"rank-{r}.json.gz"))
     store = ingest([tmp_path], tmp_path / "store", quiet=True)
@@ -304,8 +371,10 @@ def test_rank_tables_break_ties_by_waits_then_compute() -> None:
     slowest, then the one with more compute; the fastest table ends with them."""
     from traceinsight.analysis.collectives import TOP_RANKS, rank_tables
 
-    rows = [{"rank": r, "own_ns": 100, "last_arrivals": 0, "compute_ns": 50}
-            for r in range(TOP_RANKS + 4)]
+    rows = [
+        {"rank": r, "own_ns": 100, "last_arrivals": 0, "compute_ns": 50}
+        for r in range(TOP_RANKS + 4)
+    ]
     rows[7]["last_arrivals"] = 3
     rows[5]["compute_ns"] = 60
     rows[9]["own_ns"] = 90

@@ -34,23 +34,41 @@ from traceinsight.util.redact import REDACTED
 EVIL_KERNEL = "</script><b>x</b>"
 EVIL_OP = "<img src=x onerror=alert(1)>"
 TOKEN = "hf_FAKEFAKEFAKEFAKEFAKE1234"
-SECTIONS = ("verdict", "findings", "steps", "breakdown", "timeline", "layers", "ops", "kernels",
-            "roofline", "memory", "diagnostics", "metadata")
+SECTIONS = (
+    "verdict",
+    "findings",
+    "steps",
+    "breakdown",
+    "timeline",
+    "layers",
+    "ops",
+    "kernels",
+    "roofline",
+    "memory",
+    "diagnostics",
+    "metadata",
+)
 #: the charts drawn for the synthetic trace (svg class -> section)
-CHARTS = ("steps-chart", "breakdown-chart", "class-chart", "timeline-chart", "roofline-chart",
-          "memory-chart")
+CHARTS = (
+    "steps-chart",
+    "breakdown-chart",
+    "class-chart",
+    "timeline-chart",
+    "roofline-chart",
+    "memory-chart",
+)
 MAX_REPORT_BYTES = 5 * 1024 * 1024
 MiB = 1 << 20
 
 
 # --- the synthetic run ------------------------------------------------------------------------
 
+
 def build_trace(path: Path) -> Path:
     """Five ProfilerSteps (step 12 stalls on the host: a slow step), nn.Module frames, shaped
     ops (roofline), a compute stream and an NCCL stream, a memcpy, [memory] events; plus the
     hostile names and a token in free-form top-level metadata."""
-    b = KinetoTraceBuilder(metadata={"metadata": {"env": {"HF_TOKEN": TOKEN}},
-                                     "HF_TOKEN": TOKEN})
+    b = KinetoTraceBuilder(metadata={"metadata": {"env": {"HF_TOKEN": TOKEN}}, "HF_TOKEN": TOKEN})
     mm_dims = [[2048, 2048], [2048, 2048]]
     allocated = 4 << 30
     t = 0
@@ -61,28 +79,63 @@ def build_trace(path: Path) -> Path:
             s = t + stall
             with b.module("Model", s + 10_000, 1_300_000, instance=0):
                 with b.module("Linear", s + 20_000, 300_000, instance=0):
-                    b.op("aten::mm", s + 30_000, 120_000, input_dims=mm_dims,
-                         input_types=["float", "float"])
-                    b.launch("sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32",
-                             cpu_start=s + 40_000, gpu_start=s + 60_000, gpu_dur=420_000)
+                    b.op(
+                        "aten::mm",
+                        s + 30_000,
+                        120_000,
+                        input_dims=mm_dims,
+                        input_types=["float", "float"],
+                    )
+                    b.launch(
+                        "sm90_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize128x128x32",
+                        cpu_start=s + 40_000,
+                        gpu_start=s + 60_000,
+                        gpu_dur=420_000,
+                    )
                     b.memory(s + 45_000, 256 * MiB, allocated + 256 * MiB, 6 << 30)
                 with b.module("Evil", s + 330_000, 400_000, instance=0):
-                    b.op(EVIL_OP, s + 340_000, 60_000, input_dims=[[4096, 1024]],
-                         input_types=["float"])
-                    b.launch(EVIL_KERNEL, cpu_start=s + 350_000, gpu_start=s + 500_000,
-                             gpu_dur=60_000)
-                    b.op("aten::add", s + 420_000, 60_000, input_dims=[[4096, 1024], [4096, 1024]],
-                         input_types=["float", "float"])
-                    b.launch("void at::native::vectorized_elementwise_kernel<4, "
-                             "at::native::CUDAFunctor_add<float>>(int, float*)",
-                             cpu_start=s + 430_000, gpu_start=s + 570_000, gpu_dur=90_000)
+                    b.op(
+                        EVIL_OP,
+                        s + 340_000,
+                        60_000,
+                        input_dims=[[4096, 1024]],
+                        input_types=["float"],
+                    )
+                    b.launch(
+                        EVIL_KERNEL, cpu_start=s + 350_000, gpu_start=s + 500_000, gpu_dur=60_000
+                    )
+                    b.op(
+                        "aten::add",
+                        s + 420_000,
+                        60_000,
+                        input_dims=[[4096, 1024], [4096, 1024]],
+                        input_types=["float", "float"],
+                    )
+                    b.launch(
+                        "void at::native::vectorized_elementwise_kernel<4, "
+                        "at::native::CUDAFunctor_add<float>>(int, float*)",
+                        cpu_start=s + 430_000,
+                        gpu_start=s + 570_000,
+                        gpu_dur=90_000,
+                    )
                     b.memory(s + 700_000, -256 * MiB, allocated, 6 << 30)
                 b.op("record_param_comms", s + 740_000, 40_000)
-                b.launch("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long)",
-                         cpu_start=s + 750_000, gpu_start=s + 780_000, gpu_dur=300_000, stream=20)
+                b.launch(
+                    "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long)",
+                    cpu_start=s + 750_000,
+                    gpu_start=s + 780_000,
+                    gpu_dur=300_000,
+                    stream=20,
+                )
                 b.op("aten::copy_", s + 800_000, 40_000)
-                b.launch("Memcpy HtoD (Pinned -> Device)", cpu_start=s + 810_000,
-                         gpu_start=s + 1_100_000, gpu_dur=50_000, kind="memcpy", bytes=32 * MiB)
+                b.launch(
+                    "Memcpy HtoD (Pinned -> Device)",
+                    cpu_start=s + 810_000,
+                    gpu_start=s + 1_100_000,
+                    gpu_dur=50_000,
+                    kind="memcpy",
+                    bytes=32 * MiB,
+                )
         t += dur + 20_000
     return b.write(path)
 
@@ -92,8 +145,15 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("report")
     trace = build_trace(tmp / "evil.pt.trace.json.gz")
     store = ingest([trace], tmp / "s.tistore", quiet=True)
-    cmd = ["traceinsight", "report", str(trace), "--set", "launch-bound.min_idle_launch_pct=20",
-           f"--hf-token={TOKEN}", TOKEN]
+    cmd = [
+        "traceinsight",
+        "report",
+        str(trace),
+        "--set",
+        "launch-bound.min_idle_launch_pct=20",
+        f"--hf-token={TOKEN}",
+        TOKEN,
+    ]
     result = diagnose(store, command=cmd)
     html = render_html(result)
     md = render_markdown(result)
@@ -138,6 +198,7 @@ def strip_code_spans(md: str) -> str:
 
 
 # --- HTML -------------------------------------------------------------------------------------
+
 
 def test_every_section_is_present(run: dict) -> None:
     html = run["html"]
@@ -242,7 +303,7 @@ def test_every_finding_is_shown_by_impact(run: dict) -> None:
     assert r.findings, "the synthetic run should trigger at least one rule"
     for f in r.findings:
         assert f'data-rule="{f.rule}"' in html
-        assert f"<code class=\"rule\">{f.rule}</code>" in html
+        assert f'<code class="rule">{f.rule}</code>' in html
     order = re.findall(r'data-rule="([^"]+)"', html)
     expected = [f.rule for f in sorted(r.findings, key=lambda f: -(f.impact_pct or 0.0))]
     assert order == expected
@@ -257,8 +318,13 @@ def test_rules_not_evaluated_say_what_would_enable_them(run: dict) -> None:
 
 
 def test_sections_without_data_say_so_in_one_line(run: dict) -> None:
-    r = dataclasses.replace(run["result"], memory=None, roofline=None, timeline=None,
-                            rollups={**run["result"].rollups, "has_modules": False})
+    r = dataclasses.replace(
+        run["result"],
+        memory=None,
+        roofline=None,
+        timeline=None,
+        rollups={**run["result"].rollups, "has_modules": False},
+    )
     html = render_html(r)
     for sid in SECTIONS:
         assert f'id="{sid}"' in html
@@ -304,19 +370,30 @@ def test_huge_inputs_stay_small_and_fast(run: dict) -> None:
     bounded page quickly (the drawing is capped and merged, not the tables)."""
     r0 = run["result"]
     tl = dict(r0.timeline)
-    items = [[i * 500, 300, ("gemm", "elementwise", "communication")[i % 3], i % 50, 1]
-             for i in range(200_000)]
-    tl.update(span_ns=100_000_000, names=[f"k{i}" for i in range(50)],
-              lanes=[{"device": 0, "stream": s, "items": items[s::40]} for s in range(40)])
+    items = [
+        [i * 500, 300, ("gemm", "elementwise", "communication")[i % 3], i % 50, 1]
+        for i in range(200_000)
+    ]
+    tl.update(
+        span_ns=100_000_000,
+        names=[f"k{i}" for i in range(50)],
+        lanes=[{"device": 0, "stream": s, "items": items[s::40]} for s in range(40)],
+    )
     step = dict(r0.breakdown["steps"][0])
-    steps = [{**step, "rank": rk, "step": k, "wall_ns": step["wall_ns"] + (k % 7) * 1000}
-             for k in range(1250) for rk in range(4)]
+    steps = [
+        {**step, "rank": rk, "step": k, "wall_ns": step["wall_ns"] + (k % 7) * 1000}
+        for k in range(1250)
+        for rk in range(4)
+    ]
     ranks = [{**r0.breakdown["ranks"][0], "rank": k} for k in range(64)]
     layer = dict(r0.rollups["layers"][0])
     layers = [{**layer, "module": f"M_0/Block_{k}", "depth": 1} for k in range(2000)]
-    r = dataclasses.replace(r0, timeline=tl, breakdown={**r0.breakdown, "steps": steps,
-                                                        "ranks": ranks},
-                            rollups={**r0.rollups, "layers": layers, "has_modules": True})
+    r = dataclasses.replace(
+        r0,
+        timeline=tl,
+        breakdown={**r0.breakdown, "steps": steps, "ranks": ranks},
+        rollups={**r0.rollups, "layers": layers, "has_modules": True},
+    )
     html = render_html(r)
     if os.environ.get("TI_KEEP_HUGE_REPORT"):  # to look at it
         Path(os.environ["TI_KEEP_HUGE_REPORT"]).write_text(html)
@@ -328,6 +405,7 @@ def test_huge_inputs_stay_small_and_fast(run: dict) -> None:
 
 
 # --- Markdown ---------------------------------------------------------------------------------
+
 
 def test_markdown_is_a_compact_ticket_body(run: dict) -> None:
     md, r = run["md"], run["result"]
@@ -361,9 +439,11 @@ def test_one_formatter_for_cells_and_metric_values() -> None:
     assert fmt.format_cell(-2.5, "dpct") == "−2.5%"
     assert fmt.format_cell(float("nan"), "ns") == "–"
     assert fmt.format_cell("[[8, 512],\n [512, 512]]", "dims") == "[[8,512], [512,512]]"
-    ev = {"title": "t", "columns": [{"name": "op", "format": "op"},
-                                    {"name": "delta", "format": "dns"}],
-          "rows": [["aten::mm", -1500]]}
+    ev = {
+        "title": "t",
+        "columns": [{"name": "op", "format": "op"}, {"name": "delta", "format": "dns"}],
+        "rows": [["aten::mm", -1500]],
+    }
     assert "−1.50 µs" in render_table(ev, width=100)
     assert format_value("gpu_idle_pct", 12.345) == fmt.format_cell(12.345, "pct") == "12.3%"
     assert format_value("step_time_p50_ns", 2.5e6) == fmt.format_cell(2.5e6, "ns") == "2.50 ms"
@@ -406,8 +486,9 @@ def size_report(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 @requires_corpus
 @pytest.mark.corpus
 @pytest.mark.parametrize("path", FILES, ids=[corpus_id(p) for p in FILES])
-def test_corpus_trace_report_renders_under_5mb(path: Path, size_report: dict,
-                                               record_property) -> None:
+def test_corpus_trace_report_renders_under_5mb(
+    path: Path, size_report: dict, record_property
+) -> None:
     store = ingest([path], quiet=True)
     result = diagnose(store)
     # the JSON round trip is what `report` reads
@@ -419,7 +500,7 @@ def test_corpus_trace_report_renders_under_5mb(path: Path, size_report: dict,
     record_property("report_bytes", n)
     print(f"report {corpus_id(path)}: {n} bytes")
     assert n < MAX_REPORT_BYTES
-    for sid in (CPU_SECTIONS if result.host else SECTIONS):
+    for sid in CPU_SECTIONS if result.host else SECTIONS:
         assert f'id="{sid}"' in html, sid
     for tag, attrs in parse(html).tags:
         for k in ("src", "href"):

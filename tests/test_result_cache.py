@@ -16,8 +16,9 @@ from traceinsight.metrics.options import RooflineOptions
 
 @pytest.fixture()
 def store(tmp_path: Path):
-    return ingest([SAMPLES / "synthetic_h100_launch_bound.json.gz"], tmp_path / "s.tistore",
-                  quiet=True)
+    return ingest(
+        [SAMPLES / "synthetic_h100_launch_bound.json.gz"], tmp_path / "s.tistore", quiet=True
+    )
 
 
 def _no_compute(monkeypatch: pytest.MonkeyPatch) -> None:

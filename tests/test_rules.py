@@ -27,8 +27,7 @@ from traceinsight.metrics import compute_metrics
 from traceinsight.result import SEVERITY_RANK
 
 CASES_DIR = Path(__file__).parent / "rules" / "cases"
-OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
-       "==": operator.eq}
+OPS = {">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt, "==": operator.eq}
 
 
 def copy_heavy() -> list[KinetoTraceBuilder]:
@@ -38,11 +37,22 @@ def copy_heavy() -> list[KinetoTraceBuilder]:
     for step in range(4):
         with b.step(step + 1, t, 1_000_000):
             with b.cpu_op("aten::to", t + 10_000, 400_000):
-                b.launch("Memcpy HtoD (Pageable -> Device)", kind="memcpy", cpu_start=t + 20_000,
-                         cpu_dur=380_000, gpu_start=t + 30_000, gpu_dur=370_000, bytes=256 << 20)
+                b.launch(
+                    "Memcpy HtoD (Pageable -> Device)",
+                    kind="memcpy",
+                    cpu_start=t + 20_000,
+                    cpu_dur=380_000,
+                    gpu_start=t + 30_000,
+                    gpu_dur=370_000,
+                    bytes=256 << 20,
+                )
             with b.cpu_op("aten::mm", t + 420_000, 50_000):
-                b.launch("nvjet_tst_128x256", cpu_start=t + 430_000, gpu_start=t + 440_000,
-                         gpu_dur=500_000)
+                b.launch(
+                    "nvjet_tst_128x256",
+                    cpu_start=t + 430_000,
+                    gpu_start=t + 440_000,
+                    gpu_dur=500_000,
+                )
         t += 1_000_000
     return [b]
 
@@ -81,8 +91,9 @@ CASES = load_cases()
 
 
 @pytest.mark.parametrize("rule_id,name,case", CASES, ids=[f"{r}_{n}" for r, n, _ in CASES])
-def test_rule_case(rule_id: str, name: str, case: dict[str, Any],
-                   tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_rule_case(
+    rule_id: str, name: str, case: dict[str, Any], tmp_path_factory: pytest.TempPathFactory
+) -> None:
     an, ms = measured(case["trace"], _root(tmp_path_factory))
     rules = load_rules(overrides=case.get("set", []))
     rule = [r for r in rules if r.id == rule_id]
@@ -124,9 +135,19 @@ def _root(factory: pytest.TempPathFactory) -> Path:
 def test_every_rule_has_cases_and_docs() -> None:
     rules = load_rules()
     ids = {r.id for r in rules}
-    required = {"memory-bound", "compute-bound", "comm-bound", "fragmentation", "jitter",
-                "launch-bound", "input-bound", "host-sync", "memory-pressure",
-                "low-precision-unused", "straggler"}
+    required = {
+        "memory-bound",
+        "compute-bound",
+        "comm-bound",
+        "fragmentation",
+        "jitter",
+        "launch-bound",
+        "input-bound",
+        "host-sync",
+        "memory-pressure",
+        "low-precision-unused",
+        "straggler",
+    }
     assert required <= ids
     by_rule: dict[str, set[str]] = {}
     for rule_id, _name, case in CASES:
@@ -139,12 +160,16 @@ def test_every_rule_has_cases_and_docs() -> None:
 
 @pytest.mark.parametrize("preset", ["healthy", "mi300x", "compute_bound"])
 def test_healthy_baselines_trigger_nothing_above_low(
-        preset: str, tmp_path_factory: pytest.TempPathFactory) -> None:
+    preset: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     an, ms = measured({"preset": preset}, _root(tmp_path_factory))
     ev = evaluate(load_rules(), ms, an)
     assert not ev.errors
-    loud = [f"{f.rule} ({f.severity})" for f in ev.findings
-            if SEVERITY_RANK[f.severity] < SEVERITY_RANK["low"]]
+    loud = [
+        f"{f.rule} ({f.severity})"
+        for f in ev.findings
+        if SEVERITY_RANK[f.severity] < SEVERITY_RANK["low"]
+    ]
     assert not loud
 
 
@@ -155,18 +180,26 @@ def test_findings_are_ordered_by_impact(tmp_path_factory: pytest.TempPathFactory
     assert impacts == sorted(impacts, reverse=True) and len(impacts) >= 2
 
 
-def test_user_rules_and_bad_rule_files(tmp_path: Path,
-                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_user_rules_and_bad_rule_files(
+    tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     from traceinsight.errors import ConfigError
 
     # GIVEN a user rule that replaces a shipped one and adds a new one
     shipped = yaml.safe_load((REPO / "rules" / "launch-bound.yaml").read_text())
     shipped["thresholds"]["min_idle_launch_pct"]["default"] = 99.0
     (tmp_path / "launch-bound.yaml").write_text(yaml.safe_dump(shipped))
-    mine = dict(shipped, id="many-kernels", title="Many kernels per step",
-                fires_if=[{"metric": "kernels_per_step", "op": ">=", "value": 100}],
-                severity=[], impact=None, headline=None,
-                message="{kernels_per_step} kernels per step", evidence=[])
+    mine = dict(
+        shipped,
+        id="many-kernels",
+        title="Many kernels per step",
+        fires_if=[{"metric": "kernels_per_step", "op": ">=", "value": 100}],
+        severity=[],
+        impact=None,
+        headline=None,
+        message="{kernels_per_step} kernels per step",
+        evidence=[],
+    )
     (tmp_path / "many-kernels.yaml").write_text(yaml.safe_dump(mine))
     rules = {r.id: r for r in load_rules([tmp_path])}
     assert rules["launch-bound"].threshold_values()["min_idle_launch_pct"] == 99.0
@@ -189,8 +222,9 @@ def test_user_rules_and_bad_rule_files(tmp_path: Path,
         load_rules(overrides=["launch-bound"])
 
 
-def test_a_crashing_rule_is_recorded_and_others_still_run(tmp_path_factory: pytest.TempPathFactory,
-                                                          monkeypatch) -> None:
+def test_a_crashing_rule_is_recorded_and_others_still_run(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch
+) -> None:
     an, ms = measured({"preset": "launch_bound"}, _root(tmp_path_factory))
     rules = load_rules()
     broken = next(r for r in rules if r.id == "gpu-idle")

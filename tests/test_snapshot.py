@@ -43,8 +43,15 @@ def path_kind(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -
 def independent_sums(snap: dict) -> dict[str, int]:
     """Reserved, allocated, requested, pending and free bytes summed straight from the pickle's
     plain data (not through traceinsight)."""
-    out = {"reserved": 0, "allocated": 0, "requested": 0, "pending": 0, "free": 0,
-           "stranded": 0, "largest_free": 0}
+    out = {
+        "reserved": 0,
+        "allocated": 0,
+        "requested": 0,
+        "pending": 0,
+        "free": 0,
+        "stranded": 0,
+        "largest_free": 0,
+    }
     for seg in snap["segments"]:
         out["reserved"] += seg["total_size"]
         live = any(b["state"] != "inactive" for b in seg["blocks"])
@@ -75,17 +82,21 @@ def test_fragmented_snapshot_figures(tmp_path: Path, path_kind: str) -> None:
     assert store.row_counts["memory_segments"] == 5
     assert store.row_counts["memory_blocks"] == sum(len(s["blocks"]) for s in snap["segments"])
     assert store.row_counts["memory_actions"] == len(snap["device_traces"][0])
-    for key, metric in (("reserved", "snapshot_reserved_bytes"),
-                        ("allocated", "snapshot_allocated_bytes"),
-                        ("requested", "snapshot_requested_bytes"),
-                        ("pending", "snapshot_pending_free_bytes"),
-                        ("free", "snapshot_free_bytes"), ("stranded", "snapshot_stranded_bytes"),
-                        ("largest_free", "snapshot_largest_free_block_bytes")):
+    for key, metric in (
+        ("reserved", "snapshot_reserved_bytes"),
+        ("allocated", "snapshot_allocated_bytes"),
+        ("requested", "snapshot_requested_bytes"),
+        ("pending", "snapshot_pending_free_bytes"),
+        ("free", "snapshot_free_bytes"),
+        ("stranded", "snapshot_stranded_bytes"),
+        ("largest_free", "snapshot_largest_free_block_bytes"),
+    ):
         assert v[metric] == want[key] == FRAGMENTED_FIGURES[key], metric
     assert v["snapshot_releasable_bytes"] == FRAGMENTED_FIGURES["releasable"] == 0
     # the allocator's invariant: (A - Q) + F + P + Q = R
-    assert (want["allocated"] - want["requested"]) + want["free"] + want["pending"] \
-        + want["requested"] == want["reserved"]
+    assert (want["allocated"] - want["requested"]) + want["free"] + want["pending"] + want[
+        "requested"
+    ] == want["reserved"]
     assert v["snapshot_stranded_pct"] == pytest.approx(100 * 1090 / 2564)
     snap_sec = result.memory["snapshot"]
     assert snap_sec["totals"]["small"]["reserved"] == FRAGMENTED_FIGURES["small_reserved"]
@@ -130,13 +141,22 @@ def test_leaky_loop_growth_and_survivors(tmp_path: Path) -> None:
 @pytest.mark.parametrize("layout", ["2.0", "1.13"])
 def test_older_layouts_give_the_same_totals(tmp_path: Path, layout: str) -> None:
     b = fragmented_oom()
-    current = diagnose(ingest([b.write(tmp_path / "new.pickle")], tmp_path / "a", quiet=True),
-                       cache=False).metrics["values"]
-    old = diagnose(ingest([b.write(tmp_path / "old.pickle", layout=layout)], tmp_path / "b",
-                          quiet=True), cache=False).metrics["values"]
-    for m in ("snapshot_reserved_bytes", "snapshot_allocated_bytes", "snapshot_free_bytes",
-              "snapshot_stranded_bytes", "snapshot_largest_free_block_bytes",
-              "snapshot_pending_free_bytes", "snapshot_requested_bytes"):
+    current = diagnose(
+        ingest([b.write(tmp_path / "new.pickle")], tmp_path / "a", quiet=True), cache=False
+    ).metrics["values"]
+    old = diagnose(
+        ingest([b.write(tmp_path / "old.pickle", layout=layout)], tmp_path / "b", quiet=True),
+        cache=False,
+    ).metrics["values"]
+    for m in (
+        "snapshot_reserved_bytes",
+        "snapshot_allocated_bytes",
+        "snapshot_free_bytes",
+        "snapshot_stranded_bytes",
+        "snapshot_largest_free_block_bytes",
+        "snapshot_pending_free_bytes",
+        "snapshot_requested_bytes",
+    ):
         assert old[m] == current[m], m
     assert old["snapshot_oom_events"] == (0 if layout == "1.13" else 1)
 
@@ -149,6 +169,7 @@ def test_pickle_protocols_and_gzip(tmp_path: Path, protocol: int) -> None:
 
 
 # --- files that must not be trusted ------------------------------------------------------------
+
 
 class _RunsACommand:
     def __init__(self, marker: Path) -> None:
@@ -190,10 +211,15 @@ def test_truncated_pickle(tmp_path: Path, path_kind: str) -> None:
     assert_refused(invoke(["diagnose", p], exit_code=None), "cut.pickle", "truncated")
 
 
-@pytest.mark.parametrize("obj, what", [({"model": [1, 2]}, "without 'segments'"),
-                                       ([1, 2, 3], "not a CUDA memory snapshot"),
-                                       ("text", "not a CUDA memory snapshot"),
-                                       ({"segments": [{"total_size": 5}]}, "no blocks")])
+@pytest.mark.parametrize(
+    "obj, what",
+    [
+        ({"model": [1, 2]}, "without 'segments'"),
+        ([1, 2, 3], "not a CUDA memory snapshot"),
+        ("text", "not a CUDA memory snapshot"),
+        ({"segments": [{"total_size": 5}]}, "no blocks"),
+    ],
+)
 def test_pickle_of_another_shape(tmp_path: Path, obj: object, what: str, path_kind: str) -> None:
     p = tmp_path / "other.pickle"
     p.write_bytes(pickle.dumps(obj, protocol=4))
@@ -206,10 +232,20 @@ def test_memory_and_expansion_bombs_are_bounded(tmp_path: Path, path_kind: str) 
     p.write_bytes(b"\x80\x04]r\xff\xff\xff\x7f.")
     assert_refused(invoke(["diagnose", p], exit_code=None), "memo.pickle")
     # shared references: a few KB that would expand into a million blocks
-    blk = {"address": 0, "size": 512, "requested_size": 512, "state": "active_allocated",
-           "frames": []}
-    seg = {"device": 0, "address": 0, "total_size": 512 * 1000, "segment_type": "large",
-           "blocks": [blk] * 1000}
+    blk = {
+        "address": 0,
+        "size": 512,
+        "requested_size": 512,
+        "state": "active_allocated",
+        "frames": [],
+    }
+    seg = {
+        "device": 0,
+        "address": 0,
+        "total_size": 512 * 1000,
+        "segment_type": "large",
+        "blocks": [blk] * 1000,
+    }
     p = tmp_path / "fan.pickle"
     p.write_bytes(pickle.dumps({"segments": [seg] * 1000, "device_traces": []}, protocol=4))
     assert p.stat().st_size < 10_000
@@ -217,6 +253,7 @@ def test_memory_and_expansion_bombs_are_bounded(tmp_path: Path, path_kind: str) 
 
 
 # --- beside a trace ------------------------------------------------------------------------------
+
 
 def small_trace(path: Path, rank: int = 0) -> Path:
     b = KinetoTraceBuilder(rank=rank, world_size=1)
@@ -249,8 +286,9 @@ def test_memory_snapshot_beside_a_trace(tmp_path: Path) -> None:
 
 def test_no_snapshot_no_snapshot_metrics(tmp_path: Path) -> None:
     # a trace alone: nothing about snapshots is set or reported missing
-    result = diagnose(ingest([small_trace(tmp_path / "t.json.gz")], tmp_path / "s",
-                             quiet=True), cache=False)
+    result = diagnose(
+        ingest([small_trace(tmp_path / "t.json.gz")], tmp_path / "s", quiet=True), cache=False
+    )
     assert not [k for k in result.metrics["values"] if k.startswith("snapshot_")]
     assert not [k for k in result.metrics["missing"] if k.startswith("snapshot_")]
     assert "snapshot" not in (result.memory or {})
@@ -263,6 +301,7 @@ def test_empty_snapshot(tmp_path: Path) -> None:
 
 # --- the memory-timeline export ------------------------------------------------------------------
 
+
 @pytest.mark.skipif(not TIMELINE.is_file(), reason="the shared memory-timeline export is absent")
 def test_shared_memory_timeline_export(tmp_path: Path) -> None:
     raw = json.loads(gzip.decompress(TIMELINE.read_bytes()))
@@ -271,13 +310,24 @@ def test_shared_memory_timeline_export(tmp_path: Path) -> None:
     result = diagnose(store, cache=False)
     cats = result.memory["categories"][0]
     # the level at the end equals the sum of every row, per category
-    for i, name in enumerate(("parameter", "optimizer_state", "input", "temporary",
-                              "activation", "gradient", "autograd_detail", "unknown")):
+    for i, name in enumerate(
+        (
+            "parameter",
+            "optimizer_state",
+            "input",
+            "temporary",
+            "activation",
+            "gradient",
+            "autograd_detail",
+            "unknown",
+        )
+    ):
         total = sum(r[2] for r in raw if r[3] == i)
         if name in cats["series"]:
             assert cats["series"][name][-1] == total, name
     assert cats["peak"]["bytes"] == max(
-        sum(cats["series"][c][k] for c in cats["categories"]) for k in range(len(cats["x"])))
+        sum(cats["series"][c][k] for c in cats["categories"]) for k in range(len(cats["x"]))
+    )
     assert result.headline.startswith("Memory timeline: memory peaks at")
     # beside a snapshot of the same run it joins the same rank
     snap = fragmented_oom().write(tmp_path / "snap.pickle")

@@ -52,8 +52,13 @@ class Steps:
             t = 0
             while t < self.pre_trace_ns:
                 d = min(KERNEL_NS, self.pre_trace_ns - t)
-                b.launch("sm90_xmma_gemm_bf16bf16_bf16f32", cpu_start=0, gpu_start=t,
-                         gpu_dur=d, orphan=True)
+                b.launch(
+                    "sm90_xmma_gemm_bf16bf16_bf16f32",
+                    cpu_start=0,
+                    gpu_start=t,
+                    gpu_dur=d,
+                    orphan=True,
+                )
                 t += d
             gpu_free = self.pre_trace_ns
         t = 10 * US
@@ -70,9 +75,15 @@ class Steps:
                 c = t + 10 * US
                 if head:
                     with b.cpu_op("aten::copy_", c, head + 20 * US):
-                        b.launch("Memcpy DtoH (Device -> Pageable)", kind="memcpy",
-                                 cpu_start=c + 5 * US, cpu_dur=head, gpu_start=c + head - 10 * US,
-                                 gpu_dur=8 * US, bytes=4096)
+                        b.launch(
+                            "Memcpy DtoH (Device -> Pageable)",
+                            kind="memcpy",
+                            cpu_start=c + 5 * US,
+                            cpu_dur=head,
+                            gpu_start=c + head - 10 * US,
+                            gpu_dur=8 * US,
+                            bytes=4096,
+                        )
                     gpu_free = c + head
                     c += head + 20 * US
                 for j in range(k):
@@ -82,8 +93,13 @@ class Steps:
                     load = cold if j == 0 else 0
                     with b.cpu_op("aten::mm", c, 20 * US + load):
                         start = max(c + 10 * US + load, gpu_free)
-                        b.launch("sm90_xmma_gemm_bf16bf16_bf16f32", cpu_start=c + 5 * US,
-                                 cpu_dur=4 * US + load, gpu_start=start, gpu_dur=KERNEL_NS)
+                        b.launch(
+                            "sm90_xmma_gemm_bf16bf16_bf16f32",
+                            cpu_start=c + 5 * US,
+                            cpu_dur=4 * US + load,
+                            gpu_start=start,
+                            gpu_dur=KERNEL_NS,
+                        )
                         gpu_free = start + KERNEL_NS
                     c += PITCH_NS + load
             t += body + tail
@@ -121,6 +137,7 @@ def run(tmp_path: Path):
 
 # --- representative steps --------------------------------------------------------------------
 
+
 def test_pre_trace_kernels_inflate_the_first_step_and_it_is_left_out(run) -> None:
     d = run(Steps(pre_trace_ns=6 * MS))
     steps = sorted(d.d["breakdown"]["steps"], key=lambda s: s["start_ns"])
@@ -148,8 +165,9 @@ def test_a_blocking_copy_in_every_step_is_not_pre_trace(run) -> None:
     assert d.excluded == {}
     d = run(Steps(copy_ns=3 * MS, blocked_ns=4 * MS))  # the first waits 4 ms longer
     assert d.excluded == {1: "pre-trace work"}
-    assert "4.00 ms with the host waiting in cudaMemcpyAsync" in d.rank["steps_excluded"][0][
-        "detail"]
+    assert (
+        "4.00 ms with the host waiting in cudaMemcpyAsync" in d.rank["steps_excluded"][0]["detail"]
+    )
 
 
 def test_little_pre_trace_work_keeps_the_first_step(run) -> None:
@@ -191,6 +209,7 @@ def test_a_short_first_window_alone_is_not_excluded(run) -> None:
 
 
 # --- slow steps and their causes -------------------------------------------------------------
+
 
 def test_jitter_names_the_slow_step_and_its_host_stall(run) -> None:
     d = run(Steps(stall={3: 8 * MS}))
@@ -243,8 +262,10 @@ def test_resnet_edge_steps_are_not_jitter() -> None:
 def test_queued_kernels_before_the_trace_on_real_traces() -> None:
     """tb_plugin's 2021 ResNet50 captures: the first step runs hundreds of kernels that were
     launched before the profiler started."""
-    key = ("kineto/tb_plugin/samples/resnet50_num_workers_4/"
-           "2021-02-23_29dba67d_worker0.pt.trace.json.gz")
+    key = (
+        "kineto/tb_plugin/samples/resnet50_num_workers_4/"
+        "2021-02-23_29dba67d_worker0.pt.trace.json.gz"
+    )
     d = Diagnosed(diagnose(ingest([TRACES / key], quiet=True), cache=False).to_dict())
     assert d.excluded == {5: "pre-trace work", 10: "truncated"}
     assert "771 activities queued" in d.rank["steps_excluded"][0]["detail"]
@@ -253,30 +274,54 @@ def test_queued_kernels_before_the_trace_on_real_traces() -> None:
 
 # --- headline and primary --------------------------------------------------------------------
 
+
 def _f(rule: str, severity: str, impact: float) -> Finding:
-    return Finding(rule=rule, severity=severity, title=rule, category="x", message="",
-                   impact_pct=impact, evidence=[], recommendations=[])
+    return Finding(
+        rule=rule,
+        severity=severity,
+        title=rule,
+        category="x",
+        message="",
+        impact_pct=impact,
+        evidence=[],
+        recommendations=[],
+    )
 
 
 def test_primary_of() -> None:
     assert primary_of([]) == "healthy"
     assert primary_of([_f("jitter", "low", 9.0)]) == "healthy"
-    assert primary_of([_f("launch-bound", "high", 40.0), _f("gpu-idle", "medium", 20.0)]) \
+    assert (
+        primary_of([_f("launch-bound", "high", 40.0), _f("gpu-idle", "medium", 20.0)])
         == "launch-bound"
+    )
     # not-representative leads whenever it fired
-    assert primary_of([_f("launch-bound", "high", 90.0),
-                       _f("not-representative", "medium", 60.0)]) == "not-representative"
+    assert (
+        primary_of([_f("launch-bound", "high", 90.0), _f("not-representative", "medium", 60.0)])
+        == "not-representative"
+    )
 
 
 def test_headline_leads_with_the_primary_even_without_gpu() -> None:
-    jit = Finding(rule="jitter", severity="medium", title="t", category="jitter", message="",
-                  impact_pct=16.0, evidence=[], recommendations=[],
-                  headline="jittery: steps vary by 33%")
+    jit = Finding(
+        rule="jitter",
+        severity="medium",
+        title="t",
+        category="jitter",
+        message="",
+        impact_pct=16.0,
+        evidence=[],
+        recommendations=[],
+        headline="jittery: steps vary by 33%",
+    )
     h = headline([jit], {"has_gpu": 0.0}, None)
     assert h.startswith("Jittery: steps vary by 33%.") and "No GPU activity" in h
     assert headline([], {"has_gpu": 0.0}, None).startswith("No GPU activity")
-    h = headline([_f("gpu-idle", "low", 9.0)], {"has_gpu": 1.0, "compute_pct": 90.0,
-                                                  "gpu_idle_pct": 10.0}, None)
+    h = headline(
+        [_f("gpu-idle", "low", 9.0)],
+        {"has_gpu": 1.0, "compute_pct": 90.0, "gpu_idle_pct": 10.0},
+        None,
+    )
     assert h.startswith("GPU-bound: kernels run 90.0%") and h.endswith("Minor: gpu-idle.")
 
 
@@ -286,8 +331,10 @@ def test_primary_in_the_result_and_for_old_files(run) -> None:
     assert keys.index("primary") == keys.index("headline") + 1
     assert d.d["primary"] == primary_of([Finding.from_dict(f) for f in d.d["findings"]])
     old = {k: v for k, v in d.d.items() if k != "primary"}
-    old["findings"] = [{"rule": "comm-bound", "severity": "high", "impact_pct": 30.0},
-                       {"rule": "jitter", "severity": "medium", "impact_pct": 10.0}]
+    old["findings"] = [
+        {"rule": "comm-bound", "severity": "high", "impact_pct": 30.0},
+        {"rule": "jitter", "severity": "medium", "impact_pct": 10.0},
+    ]
     assert DiagnosisResult.from_dict(old).primary == "comm-bound"
     assert DiagnosisResult.from_dict({**old, "findings": []}).primary == "healthy"
     assert DiagnosisResult.from_dict(d.d).to_dict()["primary"] == d.d["primary"]
@@ -304,42 +351,84 @@ def test_healthy_compute_bound_headline_names_the_bound(run) -> None:
 
 
 def test_bound_sentence() -> None:
-    base = {"compute_pct": 95.0, "exposed_comm_pct": 0.0, "memcpy_exposed_pct": 0.0,
-            "memset_exposed_pct": 0.0, "gpu_idle_pct": 5.0, "idle_launch_pct": 4.0,
-            "idle_unknown_pct": 1.0}
+    base = {
+        "compute_pct": 95.0,
+        "exposed_comm_pct": 0.0,
+        "memcpy_exposed_pct": 0.0,
+        "memset_exposed_pct": 0.0,
+        "gpu_idle_pct": 5.0,
+        "idle_launch_pct": 4.0,
+        "idle_unknown_pct": 1.0,
+    }
     mix = [("gemm", 80.0), ("elementwise", 15.0), ("reduction", 5.0)]
-    s = bound_sentence({**base, "flops_modelled_pct": 90.0, "compute_bound_time_pct": 87.0,
-                        "memory_bound_time_pct": 13.0, "compute_bound_efficiency_pct": 61.0,
-                        "mfu_pct": 53.0}, mix)
+    s = bound_sentence(
+        {
+            **base,
+            "flops_modelled_pct": 90.0,
+            "compute_bound_time_pct": 87.0,
+            "memory_bound_time_pct": 13.0,
+            "compute_bound_efficiency_pct": 61.0,
+            "mfu_pct": 53.0,
+        },
+        mix,
+    )
     assert s.startswith("Compute-bound: 87% of modelled time in math at 61% of peak, MFU 53.0%")
     assert "lower precision or fewer FLOPs" in s and "GEMM 80%" in s
     assert "mostly launch overhead (4.0%)" in s
-    s = bound_sentence({**base, "flops_modelled_pct": 90.0, "compute_bound_time_pct": 20.0,
-                        "memory_bound_time_pct": 80.0, "memory_bound_efficiency_pct": 70.0,
-                        "mfu_pct": 5.0}, mix)
+    s = bound_sentence(
+        {
+            **base,
+            "flops_modelled_pct": 90.0,
+            "compute_bound_time_pct": 20.0,
+            "memory_bound_time_pct": 80.0,
+            "memory_bound_efficiency_pct": 70.0,
+            "mfu_pct": 5.0,
+        },
+        mix,
+    )
     assert s.startswith("Memory-bound: 80% of modelled time moves data at 70% of peak bandwidth")
     # too little modelled: no regime, MFU stated as a lower bound
-    s = bound_sentence({**base, "flops_modelled_pct": 2.7, "compute_bound_time_pct": 0.0,
-                        "memory_bound_time_pct": 100.0, "mfu_pct": 0.3}, mix)
+    s = bound_sentence(
+        {
+            **base,
+            "flops_modelled_pct": 2.7,
+            "compute_bound_time_pct": 0.0,
+            "memory_bound_time_pct": 100.0,
+            "mfu_pct": 0.3,
+        },
+        mix,
+    )
     assert s.startswith("GPU-bound: kernels run 95.0% of step time")
     assert "covers only 2.7% of kernel time" in s and "MFU ≥ 0.30% is only a lower bound" in s
     assert "Memory-bound" not in s
     # idle leads: named with its largest cause
-    s = bound_sentence({**base, "compute_pct": 30.0, "gpu_idle_pct": 70.0,
-                        "idle_launch_pct": 10.0, "idle_host_pct": 50.0}, mix)
-    assert s.startswith("GPU idle most of the window: 70.0% of step time, the largest part "
-                        "host stalls (50.0%)")
+    s = bound_sentence(
+        {
+            **base,
+            "compute_pct": 30.0,
+            "gpu_idle_pct": 70.0,
+            "idle_launch_pct": 10.0,
+            "idle_host_pct": 50.0,
+        },
+        mix,
+    )
+    assert s.startswith(
+        "GPU idle most of the window: 70.0% of step time, the largest part host stalls (50.0%)"
+    )
     s = bound_sentence({**base, "compute_pct": 58.0, "gpu_idle_pct": 42.0}, mix)
     assert s.startswith("No single bound: kernels run 58.0%")
 
 
 LABELS_HEADLINES = {
     # nothing of medium weight, the GPU busy 99.8%, 2.7% of kernel time modelled (MFU 0.3%)
-    "kineto/tracelens/traces/inference/vllm_decode_full/graph_execution.json.gz":
-        ("healthy", ["GPU-bound: kernels run 99", "GEMM", "covers only 2.",
-                     "only a lower bound"]),
-    "kineto/tb_plugin/samples/resnet50_num_workers_4/2021-02-23_29dba67d_worker0.pt.trace.json.gz":
-        ("healthy", ["GPU-bound: kernels run 8", "convolution", "no op's FLOPs or bytes"]),
+    "kineto/tracelens/traces/inference/vllm_decode_full/graph_execution.json.gz": (
+        "healthy",
+        ["GPU-bound: kernels run 99", "GEMM", "covers only 2.", "only a lower bound"],
+    ),
+    "kineto/tb_plugin/samples/resnet50_num_workers_4/2021-02-23_29dba67d_worker0.pt.trace.json.gz": (
+        "healthy",
+        ["GPU-bound: kernels run 8", "convolution", "no op's FLOPs or bytes"],
+    ),
 }
 
 

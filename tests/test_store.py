@@ -25,8 +25,12 @@ def trace(tmp_path: Path, name: str = "t.json", kernels: int = 3) -> Path:
     with b.step(1, 0, 1_000_000):
         for i in range(kernels):
             with b.cpu_op("aten::mul", 10_000 + i * 100_000, 50_000):
-                b.launch("mul_kernel", cpu_start=20_000 + i * 100_000,
-                         gpu_start=30_000 + i * 100_000, gpu_dur=40_000)
+                b.launch(
+                    "mul_kernel",
+                    cpu_start=20_000 + i * 100_000,
+                    gpu_start=30_000 + i * 100_000,
+                    gpu_dur=40_000,
+                )
     return b.write(tmp_path / name)
 
 
@@ -124,10 +128,15 @@ def test_incomplete_or_foreign_store_is_refused(tmp_path: Path) -> None:
 
 def test_secrets_in_trace_metadata_never_reach_the_store_or_output(tmp_path: Path) -> None:
     # GIVEN a trace whose metadata carries an environment with a token (as real ones do)
-    b = KinetoTraceBuilder(rank=0, metadata={
-        "metadata": {"system": {"env": {"HF_TOKEN": FAKE_TOKEN, "HOME": "/home/alice"}}},
-        "host_name": "gpu-node-17.internal", "username": "alice",
-        "INFO": [f"connected with {FAKE_TOKEN}"]})
+    b = KinetoTraceBuilder(
+        rank=0,
+        metadata={
+            "metadata": {"system": {"env": {"HF_TOKEN": FAKE_TOKEN, "HOME": "/home/alice"}}},
+            "host_name": "gpu-node-17.internal",
+            "username": "alice",
+            "INFO": [f"connected with {FAKE_TOKEN}"],
+        },
+    )
     b.op("aten::add", 0, 10_000, **{"Call stack": f"/home/alice/train.py;{FAKE_TOKEN}"})
     p = b.write(tmp_path / "t.json")
     out = tmp_path / "s.tistore"

@@ -26,10 +26,33 @@ def test_integer_microseconds_are_exact() -> None:
 
 def test_text_values_parse_digit_by_digit() -> None:
     stats = ConversionStats()
-    got = us_to_ns(["1712195495519689.047", "1419247333430.849", "0.5", "-1.25", "7", ".5",
-                    "12.3456", "1e3", "abc", None], stats).to_pylist()
-    assert got == [1712195495519689047, 1419247333430849, 500, -1250, 7000, 500, 12346,
-                   1_000_000, None, None]
+    got = us_to_ns(
+        [
+            "1712195495519689.047",
+            "1419247333430.849",
+            "0.5",
+            "-1.25",
+            "7",
+            ".5",
+            "12.3456",
+            "1e3",
+            "abc",
+            None,
+        ],
+        stats,
+    ).to_pylist()
+    assert got == [
+        1712195495519689047,
+        1419247333430849,
+        500,
+        -1250,
+        7000,
+        500,
+        12346,
+        1_000_000,
+        None,
+        None,
+    ]
     assert stats.rounded == 1 and stats.invalid == 1 and stats.negative == 1
 
 
@@ -74,17 +97,23 @@ def test_builder_styles_round_trip(style: str, tmp_path) -> None:
 
 
 @requires_corpus
-@pytest.mark.parametrize("rel", [
-    "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # absolute, 3 decimals
-    "hta/nccl_parser_config/nccl_data.json.gz",  # relative, beyond 2**42 µs
-    "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # relative, ROCm
-])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "hta/ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",  # absolute, 3 decimals
+        "hta/nccl_parser_config/nccl_data.json.gz",  # relative, beyond 2**42 µs
+        "hta/amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",  # relative, ROCm
+    ],
+)
 def test_corpus_timestamps_are_exact(rel: str, tmp_path) -> None:
     path = KINETO / rel
     doc = load_json(path)
     base = int(doc.get("baseTimeNanoseconds", 0))
-    want = sorted(base + int(Decimal(str(e["ts"])) * 1000) for e in doc["traceEvents"]
-                  if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel")
+    want = sorted(
+        base + int(Decimal(str(e["ts"])) * 1000)
+        for e in doc["traceEvents"]
+        if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"
+    )
     store = ingest([path], tmp_path / "s", quiet=True)
     gpu = store.table("gpu_activities")
     got = sorted(gpu.filter(pc.equal(gpu["kind"].cast("string"), "kernel"))["start_ns"].to_pylist())

@@ -25,8 +25,18 @@ def run(args: list, **kw) -> subprocess.CompletedProcess:
 def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     pytest.importorskip("hatchling", reason="hatchling (the build backend, extra [dev]) is needed")
     # GIVEN a wheel built from this checkout, installed into an empty target dir
-    run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", tmp_path / "dist",
-         REPO])
+    run(
+        [
+            sys.executable,
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            tmp_path / "dist",
+            REPO,
+        ]
+    )
     wheel = next((tmp_path / "dist").glob("*.whl"))
     assert wheel.name.startswith("traceinsight_doctor-")
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -34,8 +44,10 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     templates = {n for n in names if n.startswith("traceinsight/_data/templates/")}
     assert "traceinsight/_data/rules/comm-bound.yaml" in rules
     assert len(rules) == len(list((REPO / "rules").glob("*.yaml")))
-    assert {f"traceinsight/_data/templates/{t}"
-            for t in ("report.html", "compare.html", "base.html", "_macros.html")} <= templates
+    assert {
+        f"traceinsight/_data/templates/{t}"
+        for t in ("report.html", "compare.html", "base.html", "_macros.html")
+    } <= templates
     assert "traceinsight/devices/devices.yaml" in names
     assert "traceinsight/py.typed" in names  # PEP 561: users' type checkers read our hints
     assert "traceinsight/capture/_profile_site/sitecustomize.py" in names  # `traceinsight profile`
@@ -43,30 +55,80 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     # the trace builders and the simulator are for tests, samples and benchmarks only
     top = {n.split("/")[0] for n in names}
     assert not {"tracegen", "tests", "bench", "sample_traces"} & top
-    assert not [n for n in names
-                if Path(n).stem in ("synth", "workloads", "make_trace", "make_samples")]
-    run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target",
-         tmp_path / "site", wheel])
+    assert not [
+        n for n in names if Path(n).stem in ("synth", "workloads", "make_trace", "make_samples")
+    ]
+    run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--no-deps",
+            "--target",
+            tmp_path / "site",
+            wheel,
+        ]
+    )
     b = KinetoTraceBuilder(rank=0)
     with b.step(1, 0, 1_000_000):
         with b.cpu_op("aten::mm", 10_000, 50_000):
             b.launch("gemm", cpu_start=20_000, gpu_start=30_000, gpu_dur=100_000)
     trace = b.write(tmp_path / "t.json")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site"),
-           "TRACEINSIGHT_CACHE_DIR": str(tmp_path / "cache")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tmp_path / "site"),
+        "TRACEINSIGHT_CACHE_DIR": str(tmp_path / "cache"),
+    }
     # WHEN the installed copy runs (cwd and PYTHONPATH keep the checkout off sys.path)
-    listing = run([sys.executable, "-m", "traceinsight", "rules", "--explain", "comm-bound"],
-                  cwd=tmp_path, env=env).stdout
+    listing = run(
+        [sys.executable, "-m", "traceinsight", "rules", "--explain", "comm-bound"],
+        cwd=tmp_path,
+        env=env,
+    ).stdout
     assert "file: comm-bound.yaml" in listing
-    where = run([sys.executable, "-c", "import traceinsight.util.resources as r; "
-                 "print(r.data_dir('rules')); print(r.data_dir('templates'))"],
-                cwd=tmp_path, env=env).stdout
+    where = run(
+        [
+            sys.executable,
+            "-c",
+            "import traceinsight.util.resources as r; "
+            "print(r.data_dir('rules')); print(r.data_dir('templates'))",
+        ],
+        cwd=tmp_path,
+        env=env,
+    ).stdout
     # THEN the rules and templates come from the installed wheel, not the checkout
     assert str(tmp_path / "site") in where and str(REPO) not in where
-    run([sys.executable, "-m", "traceinsight", "diagnose", trace, "--html", tmp_path / "r.html",
-         "--json", tmp_path / "r.json"], cwd=tmp_path, env=env)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "traceinsight",
+            "diagnose",
+            trace,
+            "--html",
+            tmp_path / "r.html",
+            "--json",
+            tmp_path / "r.json",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     html = (tmp_path / "r.html").read_text()
     assert "<html" in html and "traceinsight" in html
-    run([sys.executable, "-m", "traceinsight", "compare", trace, tmp_path / "r.json",
-         "--html", tmp_path / "c.html"], cwd=tmp_path, env=env)
+    run(
+        [
+            sys.executable,
+            "-m",
+            "traceinsight",
+            "compare",
+            trace,
+            tmp_path / "r.json",
+            "--html",
+            tmp_path / "c.html",
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     assert 'id="waterfall"' in (tmp_path / "c.html").read_text()

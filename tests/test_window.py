@@ -38,8 +38,7 @@ def _limit_for(store, fraction: float) -> float:
 
 def test_estimate_prices_each_table(store) -> None:
     rows = store.row_counts
-    expect = window.BASE_MB + sum(rows.get(t, 0) * b
-                                  for t, b in window.BYTES_PER_ROW.items()) / 1e6
+    expect = window.BASE_MB + sum(rows.get(t, 0) * b for t, b in window.BYTES_PER_ROW.items()) / 1e6
     assert window.estimate_mb(store) == pytest.approx(expect)
     assert rows["cpu_ops"] > 0 and rows["gpu_activities"] > 0
 
@@ -70,8 +69,11 @@ def test_windowed_store_serves_only_the_window(store) -> None:
     assert isinstance(ws, window.WindowedStore) and ws.window == w
     for name, col in window.TIME_COLUMN.items():
         whole, part = store.table(name), ws.table(name)
-        want = int(pc.sum(pc.greater_equal(whole[col], w.start_ns)).as_py() or 0) \
-            if whole.num_rows else 0
+        want = (
+            int(pc.sum(pc.greater_equal(whole[col], w.start_ns)).as_py() or 0)
+            if whole.num_rows
+            else 0
+        )
         assert part.num_rows == want, name
         if part.num_rows:
             assert pc.min(part[col]).as_py() >= w.start_ns
@@ -97,8 +99,9 @@ def test_windowed_diagnosis_says_which_steps(store) -> None:
     # busy with work launched before the window, is excluded as pre-trace work
     rank = r.summary["ranks"][0]
     assert rank["steps"] == 4
-    assert [(x["step"], x["reason"]) for x in rank["steps_excluded"]] == \
-        [(win["first_step"], "pre-trace work")]
+    assert [(x["step"], x["reason"]) for x in rank["steps_excluded"]] == [
+        (win["first_step"], "pre-trace work")
+    ]
 
 
 def test_window_is_part_of_the_cache_key(store) -> None:
@@ -117,8 +120,11 @@ def test_cli_max_memory(store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     assert window.max_memory_mb(123) == 123.0
     monkeypatch.setenv(window.ENV_VAR, "lots")
     assert window.max_memory_mb() == window.DEFAULT_MAX_MB
-    invoke(["diagnose", str(store.path), "--max-memory", "-5"], exit_code=2,
-           stderr_contains="--max-memory")
+    invoke(
+        ["diagnose", str(store.path), "--max-memory", "-5"],
+        exit_code=2,
+        stderr_contains="--max-memory",
+    )
 
 
 def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> None:
@@ -126,8 +132,9 @@ def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> N
 
     folder = tmp_path / "job"
     folder.mkdir()
-    for r, b in enumerate(build_ranks(Workload(layers=1, steps=STEPS, world_size=2,
-                                               comm_bytes=1 << 20))):
+    for r, b in enumerate(
+        build_ranks(Workload(layers=1, steps=STEPS, world_size=2, comm_bytes=1 << 20))
+    ):
         b.write(str(folder / f"rank-{r}.json.gz"))
     store = ingest([folder], tmp_path / "job.tistore", quiet=True)
     assert store.meta.get("partitions")
@@ -146,12 +153,14 @@ def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> N
 
 @pytest.mark.parametrize("steps", ["none", "one"])
 def test_without_two_steps_the_window_is_the_last_part_of_the_span(
-        store, steps: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    store, steps: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No step markers (or a single step): the window is the last share of the recorded span
     that fits, and the message says so."""
     real = window._steps(store)
-    monkeypatch.setattr(window, "_steps", lambda s: None if steps == "none"
-                        else tuple(a[-1:] for a in real))
+    monkeypatch.setattr(
+        window, "_steps", lambda s: None if steps == "none" else tuple(a[-1:] for a in real)
+    )
     w = window.plan(store, _limit_for(store, 0.25))
     lo, hi = store.ranks[0]["span_ns"]
     assert w is not None and w.first_step is None and w.steps == 0

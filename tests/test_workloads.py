@@ -29,6 +29,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "sample_traces"
 
 # --- reading raw traces ------------------------------------------------------------------------
 
+
 def _ns(x: Any) -> int:
     return int(Decimal(str(x)) * 1000)
 
@@ -61,8 +62,9 @@ def preset_ranks(name: str) -> tuple[Trace, ...]:
 
 def xs(d: Trace, *cats: str) -> list[Event]:
     """Complete (``X``) events, optionally of the given categories."""
-    return [e for e in d["traceEvents"]
-            if e.get("ph") == "X" and (not cats or e.get("cat") in cats)]
+    return [
+        e for e in d["traceEvents"] if e.get("ph") == "X" and (not cats or e.get("cat") in cats)
+    ]
 
 
 def span(e: Event) -> tuple[int, int]:
@@ -143,8 +145,9 @@ def kernel_time(d: Trace, pred: Any) -> int:
 
 
 def memory_events(d: Trace) -> list[Event]:
-    return sorted((e for e in d["traceEvents"] if e.get("name") == "[memory]"),
-                  key=lambda e: e["_s"])
+    return sorted(
+        (e for e in d["traceEvents"] if e.get("name") == "[memory]"), key=lambda e: e["_s"]
+    )
 
 
 def total_mem(d: Trace) -> int:
@@ -163,11 +166,14 @@ def reserved_over_allocated_at_peak(d: Trace) -> float:
 
 def allocated_at_step_ends(d: Trace) -> list[int]:
     mem = memory_events(d)
-    return [[m for m in mem if m["_s"] <= end][-1]["args"]["Total Allocated"]
-            for _start, end in steps(d)]
+    return [
+        [m for m in mem if m["_s"] <= end][-1]["args"]["Total Allocated"]
+        for _start, end in steps(d)
+    ]
 
 
 # --- every preset: well-formed ------------------------------------------------------------------
+
 
 def assert_well_formed(d: Trace, w: Workload) -> None:
     ev = d["traceEvents"]
@@ -233,14 +239,34 @@ def test_preset_is_well_formed(name: str) -> None:
 
 
 ODD = {
-    "a100-fp16-1thread": Workload(device="A100", dtype="fp16", layers=2, steps=2,
-                                  backward_thread=False, syncs_per_step=3),
-    "v100-fp32-ddp-jitter": Workload(device="V100", dtype="fp32", layers=2, steps=3, world_size=2,
-                                     rank=1, comm_bytes=32 << 20, comm_overlap=0.5, jitter=0.2,
-                                     memory=False, tiny_kernels_per_layer=5),
-    "mi300x-straggler": Workload(device="MI300X", layers=3, steps=2, world_size=3, rank=2,
-                                 comm_bytes=64 << 20, straggler_rank=0, straggler_slowdown=2.0,
-                                 syncs_per_step=2, oom=True),
+    "a100-fp16-1thread": Workload(
+        device="A100", dtype="fp16", layers=2, steps=2, backward_thread=False, syncs_per_step=3
+    ),
+    "v100-fp32-ddp-jitter": Workload(
+        device="V100",
+        dtype="fp32",
+        layers=2,
+        steps=3,
+        world_size=2,
+        rank=1,
+        comm_bytes=32 << 20,
+        comm_overlap=0.5,
+        jitter=0.2,
+        memory=False,
+        tiny_kernels_per_layer=5,
+    ),
+    "mi300x-straggler": Workload(
+        device="MI300X",
+        layers=3,
+        steps=2,
+        world_size=3,
+        rank=2,
+        comm_bytes=64 << 20,
+        straggler_rank=0,
+        straggler_slowdown=2.0,
+        syncs_per_step=2,
+        oom=True,
+    ),
 }
 
 
@@ -275,8 +301,13 @@ def test_backward_runs_on_its_own_thread_linked_to_forward(name: str) -> None:
     assert all(o["args"]["Fwd thread id"] == 0 for o in fwd)
     fwd_seqs = {o["args"]["Sequence number"] for o in fwd}
     nodes = [o for o in bwd if "Sequence number" in o["args"]]
-    assert {"AddmmBackward0", "TBackward0", "NativeLayerNormBackward0", "GeluBackward0",
-            "AddBackward0"} <= {o["name"].split(": ", 1)[1] for o in nodes}
+    assert {
+        "AddmmBackward0",
+        "TBackward0",
+        "NativeLayerNormBackward0",
+        "GeluBackward0",
+        "AddBackward0",
+    } <= {o["name"].split(": ", 1)[1] for o in nodes}
     assert all(o["args"]["Sequence number"] in fwd_seqs for o in nodes)
     assert all(o["args"]["Fwd thread id"] == 1 for o in nodes)
     # a fwdbwd flow per backward node, from the forward op's start to the node's start
@@ -305,16 +336,24 @@ def test_healthy_has_realistic_forward_structure() -> None:
     assert addmm[0]["args"]["Input Dims"] == [[3 * h], [w.tokens, h], [h, 3 * h], [], []]
     assert {t for e in addmm for t in e["args"]["Input type"][:3]} == {"c10::BFloat16"}
     names = {k["name"] for k in kernels(d)}
-    for prefix in ("sm90_xmma_gemm_bf16bf16_bf16f32", "nvjet_tst_",
-                   "void pytorch_flash::flash_fwd_kernel<",
-                   "void pytorch_flash::flash_bwd_dq_dk_dv"):
+    for prefix in (
+        "sm90_xmma_gemm_bf16bf16_bf16f32",
+        "nvjet_tst_",
+        "void pytorch_flash::flash_fwd_kernel<",
+        "void pytorch_flash::flash_bwd_dq_dk_dv",
+    ):
         assert any(n.startswith(prefix) for n in names), prefix
-    for part in ("vectorized_layer_norm_kernel<c10::BFloat16, float>", "GeluCUDAKernelImpl",
-                 "multi_tensor_apply_kernel"):
+    for part in (
+        "vectorized_layer_norm_kernel<c10::BFloat16, float>",
+        "GeluCUDAKernelImpl",
+        "multi_tensor_apply_kernel",
+    ):
         assert any(part in n for n in names), part
     ann = {e["name"] for e in xs(d, "user_annotation")}
-    assert {"Optimizer.step#AdamW.step",
-            "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"} <= ann
+    assert {
+        "Optimizer.step#AdamW.step",
+        "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__",
+    } <= ann
     # the ProfilerStep GPU projection sits on the compute stream
     assert len([e for e in xs(d, "gpu_user_annotation") if e["tid"] == 7]) == w.steps
 
@@ -322,8 +361,9 @@ def test_healthy_has_realistic_forward_structure() -> None:
 def test_default_workload_is_deterministic() -> None:
     a = build(Workload())
     assert a.to_dict() == build(Workload()).to_dict()
-    jit = Workload(layers=1, steps=3, jitter=0.2, tiny_kernels_per_layer=4, world_size=2,
-                   comm_bytes=1 << 20)
+    jit = Workload(
+        layers=1, steps=3, jitter=0.2, tiny_kernels_per_layer=4, world_size=2, comm_bytes=1 << 20
+    )
     assert build(jit).to_dict() == build(jit).to_dict()
     assert build(jit).to_dict() != build(Workload(**{**jit.__dict__, "seed": 1})).to_dict()
     # and what write() produces is valid JSON with the same events
@@ -331,6 +371,7 @@ def test_default_workload_is_deterministic() -> None:
 
 
 # --- knob effects ------------------------------------------------------------------------------
+
 
 def test_healthy_gpu_is_busy() -> None:
     assert busy_fraction(preset("healthy")) > 0.9
@@ -347,8 +388,11 @@ def test_launch_bound_gpu_starves() -> None:
 
 def test_input_bound_dataloader_share() -> None:
     d = preset("input_bound")
-    loader = sum(e["_e"] - e["_s"] for e in xs(d, "user_annotation")
-                 if e["name"].startswith("enumerate(DataLoader)"))
+    loader = sum(
+        e["_e"] - e["_s"]
+        for e in xs(d, "user_annotation")
+        if e["name"].startswith("enumerate(DataLoader)")
+    )
     assert 0.30 < loader / sum(e - s for s, e in steps(d)) < 0.40
     assert busy_fraction(d) < 0.75
 
@@ -400,8 +444,9 @@ def test_comm_bound_exposes_allreduce() -> None:
     for d in ranks:
         assert exposed_comm_fraction(d) > 0.30
         nccl = [k for k in kernels(d) if is_nccl(k["name"])]
-        assert nccl[0]["name"] == ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL"
-                                   "(ncclDevComm*, unsigned long, ncclWork*)")
+        assert nccl[0]["name"] == (
+            "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+        )
         assert nccl[0]["tid"] != 7
         comms = [e for e in xs(d, "cpu_op") if e["name"] == "record_param_comms"]
         assert len(comms) == w.steps
@@ -447,8 +492,9 @@ def test_jitter_slow_steps() -> None:
 
 def test_memory_fragmentation_pressure_and_leak() -> None:
     frag, healthy = preset("fragmentation"), preset("healthy")
-    gap = max(e["args"]["Total Reserved"] - e["args"]["Total Allocated"]
-              for e in memory_events(frag))
+    gap = max(
+        e["args"]["Total Reserved"] - e["args"]["Total Allocated"] for e in memory_events(frag)
+    )
     assert gap >= GiB
     assert reserved_over_allocated_at_peak(frag) > 1.75
     assert reserved_over_allocated_at_peak(healthy) < 1.15
@@ -507,27 +553,41 @@ def test_no_stack_capture() -> None:
 def test_single_thread_backward_and_other_devices() -> None:
     d = _load(build(Workload(layers=1, steps=1, backward_thread=False)))
     assert {e["tid"] for e in xs(d, "cpu_op")} == {xs(d, "user_annotation")[0]["tid"]}
-    bwd = [e for e in xs(d, "cpu_op")
-           if e["name"].startswith("autograd::engine") and "Sequence number" in e["args"]]
+    bwd = [
+        e
+        for e in xs(d, "cpu_op")
+        if e["name"].startswith("autograd::engine") and "Sequence number" in e["args"]
+    ]
     assert bwd and all(e["args"]["Fwd thread id"] == 1 for e in bwd)
-    for device, dtype, gemm in (("A100", "bf16", "ampere_bf16_s16816gemm"),
-                                ("V100", "fp16", "volta_fp16_s884gemm")):
+    for device, dtype, gemm in (
+        ("A100", "bf16", "ampere_bf16_s16816gemm"),
+        ("V100", "fp16", "volta_fp16_s884gemm"),
+    ):
         trace = _load(build(Workload(device=device, dtype=dtype, layers=1, steps=1)))
         assert any(k["name"].startswith(gemm) for k in kernels(trace))
 
 
 def test_invalid_workloads_are_rejected() -> None:
-    for bad in ({"device": "TPU"}, {"dtype": "int8"}, {"rank": 4, "world_size": 4},
-                {"straggler_rank": 5, "world_size": 4}, {"comm_overlap": 1.5}, {"layers": 0}):
+    for bad in (
+        {"device": "TPU"},
+        {"dtype": "int8"},
+        {"rank": 4, "world_size": 4},
+        {"straggler_rank": 5, "world_size": 4},
+        {"comm_overlap": 1.5},
+        {"layers": 0},
+    ):
         with pytest.raises(ValueError):
             Workload(**bad)
 
 
 # --- bundled samples -----------------------------------------------------------------------------
 
+
 def test_bundled_samples_are_current() -> None:
-    files = [*sorted(SAMPLES.glob("synthetic_*.json.gz")),
-             *sorted(SAMPLES.glob("synthetic_*/rank-*.json.gz"))]
+    files = [
+        *sorted(SAMPLES.glob("synthetic_*.json.gz")),
+        *sorted(SAMPLES.glob("synthetic_*/rank-*.json.gz")),
+    ]
     assert len(files) == 12
     for f in files:
         data = f.read_bytes()
@@ -539,6 +599,7 @@ def test_bundled_samples_are_current() -> None:
 
 
 # --- devices and the benchmark trace ----------------------------------------------------------
+
 
 @pytest.mark.parametrize("device", sorted(DEVICES))
 def test_device_peaks_come_from_the_device_table(device: str) -> None:
@@ -566,16 +627,21 @@ def test_bench_trace_streams_to_the_requested_size(tmp_path: Path) -> None:
     events = d["traceEvents"]
     assert info["bytes"] == out.stat().st_size >= 1_500_000
     assert info["events"] == len(events) and info["steps"] >= 2
-    steps = [e for e in events if e.get("cat") == "user_annotation"
-             and e["name"].startswith("ProfilerStep#")]
+    steps = [
+        e
+        for e in events
+        if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")
+    ]
     assert len(steps) == info["steps"]
     # every launch finds its kernel, every kernel its launch, in the streamed pieces
     corr = defaultdict(set)
     for e in events:
         if e.get("ph") == "X" and "correlation" in e.get("args", {}):
             corr[e["args"]["correlation"]].add(e["cat"])
-    assert all(cats == {"cuda_runtime", "kernel"} or "gpu_memcpy" in cats
-               or cats == {"cuda_runtime"} for cats in corr.values())
+    assert all(
+        cats == {"cuda_runtime", "kernel"} or "gpu_memcpy" in cats or cats == {"cuda_runtime"}
+        for cats in corr.values()
+    )
     assert min(corr) > 675_000
     cats = {e.get("cat") for e in events}
     assert {"python_function", "fwdbwd", "ac2g", "cpu_instant_event", "kernel"} <= cats

@@ -49,15 +49,25 @@ class Backward:
         end = self.t[tid] - OP_GAP_NS + WRAP_POST_NS
         self.t[tid] = end + OP_GAP_NS
         kw: dict[str, Any] = {"seq": seq, "fwd_tid": 1} if seq is not None else {}
-        self._rec(start, end - start, partial(
-            self.b.op, f"autograd::engine::evaluate_function: {name}", start, end - start, tid=tid,
-            **kw))
+        self._rec(
+            start,
+            end - start,
+            partial(
+                self.b.op,
+                f"autograd::engine::evaluate_function: {name}",
+                start,
+                end - start,
+                tid=tid,
+                **kw,
+            ),
+        )
 
     def _accumulate(self, dims: list, hook_bytes: int = 0) -> Generator[tuple[int, int], int, None]:
         """AccumulateGrad for one parameter; ``hook_bytes``: the DDP bucket it completes."""
         tid = self.bwd
-        with self.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad",
-                     tid=tid):
+        with self.op(
+            "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", tid=tid
+        ):
             self.leaf("torch::autograd::AccumulateGrad", tid=tid, dims=[dims], types=[self.dt])
             if hook_bytes:
                 yield from self._allreduce(hook_bytes)
@@ -68,38 +78,65 @@ class Backward:
         w, tid = self.w, self.bwd
         nelems = nbytes // self.ds
         self.coll_seq += 1
-        coll = {"Collective name": "allreduce", "In msg nelems": nelems, "Out msg nelems": nelems,
-                "Group size": w.world_size, "dtype": COLL_DT[w.dtype], "In split size": "[]",
-                "Out split size": "[]", "Process Group Name": "0",
-                "Process Group Description": "default_pg",
-                "Process Group Ranks": str(list(range(w.world_size))), "Rank": self.rank,
-                "Global rank start": 0, "Global rank stride": 1, "Is asynchronized op": True}
+        coll = {
+            "Collective name": "allreduce",
+            "In msg nelems": nelems,
+            "Out msg nelems": nelems,
+            "Group size": w.world_size,
+            "dtype": COLL_DT[w.dtype],
+            "In split size": "[]",
+            "Out split size": "[]",
+            "Process Group Name": "0",
+            "Process Group Description": "default_pg",
+            "Process Group Ranks": str(list(range(w.world_size))),
+            "Rank": self.rank,
+            "Global rank start": 0,
+            "Global rank stride": 1,
+            "Is asynchronized op": True,
+        }
         on_kernel = {k: v for k, v in coll.items() if k not in ("Rank", "Is asynchronized op")}
         on_kernel["Seq"] = self.coll_seq
         with self.op("c10d::allreduce_", tid=tid), self.op("record_param_comms", tid=tid, **coll):
             c = self.t[tid] + 4_000
             if not self.amd:
-                self._rec(c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500,
-                                            tid=tid))
+                self._rec(
+                    c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500, tid=tid)
+                )
                 c += 2_500
             self.t[tid] = c
             with self.annotation("nccl:all_reduce", tid=tid, late=True):
                 c = self.t[tid] + 6_000
                 api_ns = w.launch_ns + 4_000
                 # waits for the gradients it reduces: everything launched on the compute stream
-                arrival = max(c + api_ns + LAUNCH_LATENCY_NS, self.free[self.comm] + KERNEL_GAP_NS,
-                              self.free[self.compute])
+                arrival = max(
+                    c + api_ns + LAUNCH_LATENCY_NS,
+                    self.free[self.comm] + KERNEL_GAP_NS,
+                    self.free[self.compute],
+                )
                 n = w.world_size
                 dur = COMM_LATENCY_NS + round(nbytes * 2 * (n - 1) / n / w.comm_bandwidth * 1e9)
                 end = yield (arrival, dur)
                 self.free[self.comm] = end
                 heapq.heappush(self.pending, end)
                 self.step_gpu[1] = max(self.step_gpu[1], end)
-                self._rec(c, api_ns, partial(
-                    self.b.launch, self.names["nccl"], cpu_start=c, gpu_start=arrival,
-                    gpu_dur=end - arrival, cpu_dur=api_ns, stream=self.comm,
-                    api="hipExtLaunchKernel" if self.amd else "cudaLaunchKernelExC", tid=tid,
-                    grid=[32, 1, 1], block=[512 if self.amd else 640, 1, 1], **on_kernel))
+                self._rec(
+                    c,
+                    api_ns,
+                    partial(
+                        self.b.launch,
+                        self.names["nccl"],
+                        cpu_start=c,
+                        gpu_start=arrival,
+                        gpu_dur=end - arrival,
+                        cpu_dur=api_ns,
+                        stream=self.comm,
+                        api="hipExtLaunchKernel" if self.amd else "cudaLaunchKernelExC",
+                        tid=tid,
+                        grid=[32, 1, 1],
+                        block=[512 if self.amd else 640, 1, 1],
+                        **on_kernel,
+                    ),
+                )
                 self.t[tid] = c + api_ns + 3_000
 
     def _backward(self) -> Generator[tuple[int, int], int, None]:
@@ -117,12 +154,14 @@ class Backward:
         self.mfree(self.t[self.bwd], self.bwd, grad[0])
         if self.w.world_size > 1 and self.w.comm_bytes and not self.amd:
             c = self.t[self.bwd]  # DDP: the compute stream waits for the all-reduce
-            self._rec(c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500,
-                                        tid=self.bwd))
+            self._rec(
+                c, 1_500, partial(self.b.runtime, "cudaStreamWaitEvent", c, 1_500, tid=self.bwd)
+            )
             self.t[self.bwd] = c + 2_500
 
-    def _backward_node(self, nd: Node, grad: list[int | None],
-                       hook: int) -> Generator[tuple[int, int], int, None]:
+    def _backward_node(
+        self, nd: Node, grad: list[int | None], hook: int
+    ) -> Generator[tuple[int, int], int, None]:
         w, T, H, dt, tid, ds = self.w, self.w.tokens, self.w.hidden, self.dt, self.bwd, self.ds
         B, S, F = w.batch, w.seq, 4 * w.hidden
         info = nd.info
@@ -145,13 +184,28 @@ class Backward:
             with self.node("AddmmBackward0", nd.seq, nd.fwd_start):
                 _, old = swap(T * k * ds)
                 self.leaf("aten::t", tid=tid, dims=[[k, n]], types=[dt])
-                self.leaf("aten::mm", [self.gemm(T, k, n, "nn")], tid=tid, dims=[[T, n], [n, k]],
-                          types=[dt, dt])
+                self.leaf(
+                    "aten::mm",
+                    [self.gemm(T, k, n, "nn")],
+                    tid=tid,
+                    dims=[[T, n], [n, k]],
+                    types=[dt, dt],
+                )
                 self.leaf("aten::t", tid=tid, dims=[[T, n]], types=[dt])
-                self.leaf("aten::mm", [self.gemm(n, k, T, "nt")], tid=tid, dims=[[n, T], [T, k]],
-                          types=[dt, dt])
-                self.leaf("aten::sum", [self.mem_kernel("sum", T * n * ds, T * n)], tid=tid,
-                          dims=[[T, n], [], [], []], types=[dt, "ScalarList", "Scalar", ""])
+                self.leaf(
+                    "aten::mm",
+                    [self.gemm(n, k, T, "nt")],
+                    tid=tid,
+                    dims=[[n, T], [T, k]],
+                    types=[dt, dt],
+                )
+                self.leaf(
+                    "aten::sum",
+                    [self.mem_kernel("sum", T * n * ds, T * n)],
+                    tid=tid,
+                    dims=[[T, n], [], [], []],
+                    types=[dt, "ScalarList", "Scalar", ""],
+                )
                 release(old)
             yield from self._accumulate([n])
         elif nd.kind == "t":
@@ -161,11 +215,17 @@ class Backward:
         elif nd.kind == "ln":
             with self.node("NativeLayerNormBackward0", nd.seq, nd.fwd_start):
                 _, old = swap(T * H * ds)
-                kerns = [self.mem_kernel("ln_bwd_input", 3 * T * H * ds, T * H),
-                         self.mem_kernel("ln_bwd_gamma", 2 * T * H * ds, T * H)]
-                self.leaf("aten::native_layer_norm_backward", kerns, tid=tid,
-                          dims=[[B, S, H], [B, S, H], [], [B, S, 1], [B, S, 1], [H], [H], []],
-                          types=[dt, dt, "", "float", "float", dt, dt, "ScalarList"])
+                kerns = [
+                    self.mem_kernel("ln_bwd_input", 3 * T * H * ds, T * H),
+                    self.mem_kernel("ln_bwd_gamma", 2 * T * H * ds, T * H),
+                ]
+                self.leaf(
+                    "aten::native_layer_norm_backward",
+                    kerns,
+                    tid=tid,
+                    dims=[[B, S, H], [B, S, H], [], [B, S, 1], [B, S, 1], [H], [H], []],
+                    types=[dt, dt, "", "float", "float", dt, dt, "ScalarList"],
+                )
                 release(old)
             yield from self._accumulate([H])
             yield from self._accumulate([H], hook)
@@ -191,8 +251,10 @@ class Backward:
             elif nd.kind == "embedding":
                 name, op = "EmbeddingBackward0", "aten::embedding_dense_backward"
                 size = VOCAB * H * ds
-                kerns = [self.mem_kernel("fill", VOCAB * H * ds, VOCAB * H),
-                         self.mem_kernel("embedding_bwd", 2 * T * H * ds, T * H)]
+                kerns = [
+                    self.mem_kernel("fill", VOCAB * H * ds, VOCAB * H),
+                    self.mem_kernel("embedding_bwd", 2 * T * H * ds, T * H),
+                ]
                 dims = [[B, S, H], [B, S], [], [], []]
                 types = [dt, "long int", "Scalar", "Scalar", "Scalar"]
             else:
@@ -208,29 +270,47 @@ class Backward:
         if hook:  # a bucket boundary on a node without parameters (not built by _forward)
             yield from self._allreduce(hook)
 
-    def _attention_backward(self, nd: Node, swap: Callable[[int], tuple[int | None, int | None]],
-                            release: Callable[[int | None], None]) -> None:
+    def _attention_backward(
+        self,
+        nd: Node,
+        swap: Callable[[int], tuple[int | None, int | None]],
+        release: Callable[[int | None], None],
+    ) -> None:
         w, T, H, dt, tid, ds = self.w, self.w.tokens, self.w.hidden, self.dt, self.bwd, self.ds
         B, S = w.batch, w.seq
         _, names = attention_kernels(w, self.hd)
         qkv = [B, self.heads, S, self.hd]
         grid = [math.ceil(S / 128), self.heads, B]
         main = self._gpu_ns(2.5 * nd.info["flops"] / (self.peak * w.gemm_efficiency * 0.75))
-        kerns = [Kernel(names[0], main, grid=[math.ceil(S / 64), self.heads, B], block=[256, 1, 1],
-                         api="hipLaunchKernel" if self.amd else None)]
+        kerns = [
+            Kernel(
+                names[0],
+                main,
+                grid=[math.ceil(S / 64), self.heads, B],
+                block=[256, 1, 1],
+                api="hipLaunchKernel" if self.amd else None,
+            )
+        ]
         if len(names) > 1:  # flash / ck: dO·O before, dQ conversion after
             bw = self.bw * w.memory_efficiency
-            kerns.insert(0, Kernel(names[1], self._gpu_ns(2 * T * H * ds / bw), grid=grid,
-                                    block=[256, 1, 1]))
-            kerns.append(Kernel(names[2], self._gpu_ns(T * H * (4 + ds) / bw), grid=grid,
-                                 block=[256, 1, 1]))
+            kerns.insert(
+                0, Kernel(names[1], self._gpu_ns(2 * T * H * ds / bw), grid=grid, block=[256, 1, 1])
+            )
+            kerns.append(
+                Kernel(names[2], self._gpu_ns(T * H * (4 + ds) / bw), grid=grid, block=[256, 1, 1])
+            )
         kind = "Efficient" if attention_impl(w) == "efficient" else "Flash"
         low = kind.lower()
         with self.node(f"ScaledDotProduct{kind}AttentionBackward0", nd.seq, nd.fwd_start):
             _, old = swap(3 * T * H * ds)
             dims, types = [qkv, qkv, qkv, qkv, [B, self.heads, S]], [dt, dt, dt, dt, "float"]
-            with self.op(f"aten::_scaled_dot_product_{low}_attention_backward", tid=tid, dims=dims,
-                         types=types):
-                self.leaf(f"aten::_{low}_attention_backward", kerns, tid=tid, dims=dims,
-                          types=types)
+            with self.op(
+                f"aten::_scaled_dot_product_{low}_attention_backward",
+                tid=tid,
+                dims=dims,
+                types=types,
+            ):
+                self.leaf(
+                    f"aten::_{low}_attention_backward", kerns, tid=tid, dims=dims, types=types
+                )
             release(old)

@@ -36,17 +36,34 @@ from tracegen.synth import EVENT_SEP, dumps_events, trace_parts
 N_LAYERS = 24
 DEFAULT_SEED = 20260
 #: what the benchmark trace simulates (``steps`` is only a cap: the size decides)
-BENCH = Workload(layers=N_LAYERS, hidden=1024, seq=1024, batch=8, world_size=8,
-                 comm_bytes=640 * MiB, comm_overlap=0.8, syncs_per_step=1, jitter=0.03,
-                 python_frames=True, steps=1_000_000, first_step=1, seed=DEFAULT_SEED)
+BENCH = Workload(
+    layers=N_LAYERS,
+    hidden=1024,
+    seq=1024,
+    batch=8,
+    world_size=8,
+    comm_bytes=640 * MiB,
+    comm_overlap=0.8,
+    syncs_per_step=1,
+    jitter=0.03,
+    python_frames=True,
+    steps=1_000_000,
+    first_step=1,
+    seed=DEFAULT_SEED,
+)
 TRACE_ID = "5A0B7C2E9D6F4B1A8C3E2D1F0A9B8C7D"
 #: a real run has been going a while when the profiler starts: CUPTI correlation ids are large
 #: (this also keeps HTA 0.5.0 off an int16 downcast that pandas 3 rejects)
 FIRST_CORRELATION = 675_000
 
 
-def write_trace(out: str | Path, size_mb: float = 320, seed: int = DEFAULT_SEED,
-                quiet: bool = False, layers: int = N_LAYERS) -> dict[str, Any]:
+def write_trace(
+    out: str | Path,
+    size_mb: float = 320,
+    seed: int = DEFAULT_SEED,
+    quiet: bool = False,
+    layers: int = N_LAYERS,
+) -> dict[str, Any]:
     """Write the trace to ``out`` (uncompressed JSON, atomically); stop after the step that
     passes ``size_mb`` (10^6 bytes). Returns what was written (path, bytes, events, steps, ...)."""
     out = Path(out)
@@ -80,9 +97,11 @@ def write_trace(out: str | Path, size_mb: float = 320, seed: int = DEFAULT_SEED,
                 sim.b.events.clear()
                 if not quiet and state["written"] >= state["report"]:
                     state["report"] += target / 10
-                    print(f"  step {state['steps']}: {state['written'] / 1e6:.0f} MB, "
-                          f"{state['events']:,} events, {time.perf_counter() - t0:.0f} s",
-                          file=sys.stderr)
+                    print(
+                        f"  step {state['steps']}: {state['written'] / 1e6:.0f} MB, "
+                        f"{state['events']:,} events, {time.perf_counter() - t0:.0f} s",
+                        file=sys.stderr,
+                    )
                 return state["written"] + len(tail) >= target
 
             sim.on_step = on_step
@@ -94,10 +113,19 @@ def write_trace(out: str | Path, size_mb: float = 320, seed: int = DEFAULT_SEED,
     finally:
         if tmp.exists():
             tmp.unlink()
-    info = {"path": str(out), "bytes": out.stat().st_size, "events": state["events"],
-            "steps": state["steps"], "layers": layers, "seed": seed,
-            "build_s": round(time.perf_counter() - t0, 2)}
+    info = {
+        "path": str(out),
+        "bytes": out.stat().st_size,
+        "events": state["events"],
+        "steps": state["steps"],
+        "layers": layers,
+        "seed": seed,
+        "build_s": round(time.perf_counter() - t0, 2),
+    }
     if not quiet:
-        print(f"wrote {out}: {info['bytes'] / 1e6:.1f} MB, {info['events']:,} events, "
-              f"{info['steps']} steps in {info['build_s']} s", file=sys.stderr)
+        print(
+            f"wrote {out}: {info['bytes'] / 1e6:.1f} MB, {info['events']:,} events, "
+            f"{info['steps']} steps in {info['build_s']} s",
+            file=sys.stderr,
+        )
     return info

@@ -3,7 +3,8 @@
 Each :class:`SimDevice` holds the ``deviceProperties`` entry a profiler writes for that GPU (name,
 memory, compute capability, SM count: real values, so traceinsight's device matcher resolves the
 trace as it would a real one) and takes its **peaks from traceinsight's device table**
-(``traceinsight/devices/devices.yaml`` through :mod:`traceinsight.devices.table`, the built-in table only,
+(``traceinsight/devices/devices.yaml`` through :mod:`traceinsight.devices.table`, the built-in table
+only,
 so a ``TRACEINSIGHT_DEVICES`` file never changes a generated trace). The simulated kernels run
 at a fraction of these peaks, and the analysis measures them against the same table.
 
@@ -77,27 +78,52 @@ class SimDevice:
 DEVICES: dict[str, SimDevice] = {
     "H100": SimDevice(
         "h100-sxm",
-        {"name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85_029_158_912,
-         "computeMajor": 9, "computeMinor": 0, "numSms": 132},
+        {
+            "name": "NVIDIA H100 80GB HBM3",
+            "totalGlobalMem": 85_029_158_912,
+            "computeMajor": 9,
+            "computeMinor": 0,
+            "numSms": 132,
+        },
         # the samples were made with the rounded 989 TFLOP/s (table: 989.4)
-        peak_override={"bf16": 989e12, "fp16": 989e12}),
+        peak_override={"bf16": 989e12, "fp16": 989e12},
+    ),
     "A100": SimDevice(
         "a100-sxm4-80gb",
-        {"name": "NVIDIA A100-SXM4-80GB", "totalGlobalMem": 85_097_971_712,
-         "computeMajor": 8, "computeMinor": 0, "numSms": 108},
+        {
+            "name": "NVIDIA A100-SXM4-80GB",
+            "totalGlobalMem": 85_097_971_712,
+            "computeMajor": 8,
+            "computeMinor": 0,
+            "numSms": 108,
+        },
         # generated with a rounded 2.0 TB/s (table: 2039 GB/s); tests pin its traces' timing
-        mem_bw_override=2.0e12),
+        mem_bw_override=2.0e12,
+    ),
     "V100": SimDevice(
         "v100-sxm2-32gb",
-        {"name": "Tesla V100-SXM2-32GB", "totalGlobalMem": 34_089_730_048,
-         "computeMajor": 7, "computeMinor": 0, "numSms": 80}),
+        {
+            "name": "Tesla V100-SXM2-32GB",
+            "totalGlobalMem": 34_089_730_048,
+            "computeMajor": 7,
+            "computeMinor": 0,
+            "numSms": 80,
+        },
+    ),
     "MI300X": SimDevice(
         "mi300x",
-        {"name": "AMD Instinct MI300X", "totalGlobalMem": 206_141_652_992,
-         "computeMajor": 9, "computeMinor": 4, "numSms": 304, "warpSize": 64},
+        {
+            "name": "AMD Instinct MI300X",
+            "totalGlobalMem": 206_141_652_992,
+            "computeMajor": 9,
+            "computeMinor": 4,
+            "numSms": 304,
+            "warpSize": 64,
+        },
         vendor="amd",
         # the samples were made with rounded 1307 / 163 TFLOP/s (table: 1307.4 / 163.4)
-        peak_override={"bf16": 1307e12, "fp16": 1307e12, "fp32": 163e12}),
+        peak_override={"bf16": 1307e12, "fp16": 1307e12, "fp32": 163e12},
+    ),
 }
 
 #: ``deviceProperties`` by device name, for :class:`~tracegen.synth.KinetoTraceBuilder`

@@ -91,14 +91,35 @@ class Workload:
             raise ValueError(f"straggler_rank {self.straggler_rank} outside world_size")
         if not 0.0 <= self.comm_overlap <= 1.0:
             raise ValueError("comm_overlap must be within [0, 1]")
-        if min(self.gemm_efficiency, self.memory_efficiency, self.comm_bandwidth,
-               self.straggler_slowdown, self.elementwise_scale, self.reserved_overhead,
-               self.peak_memory_fraction) <= 0:
+        if (
+            min(
+                self.gemm_efficiency,
+                self.memory_efficiency,
+                self.comm_bandwidth,
+                self.straggler_slowdown,
+                self.elementwise_scale,
+                self.reserved_overhead,
+                self.peak_memory_fraction,
+            )
+            <= 0
+        ):
             raise ValueError("efficiencies, bandwidths, scales and fractions must be > 0")
-        if min(self.cpu_op_overhead_ns, self.launch_ns, self.dataloader_ns, self.syncs_per_step,
-               self.tiny_kernels_per_layer, self.comm_bytes, self.slow_step_every,
-               self.slow_step_extra_ns, self.leak_bytes_per_step, self.cold_start_ns) < 0 \
-                or self.jitter < 0:
+        if (
+            min(
+                self.cpu_op_overhead_ns,
+                self.launch_ns,
+                self.dataloader_ns,
+                self.syncs_per_step,
+                self.tiny_kernels_per_layer,
+                self.comm_bytes,
+                self.slow_step_every,
+                self.slow_step_extra_ns,
+                self.leak_bytes_per_step,
+                self.cold_start_ns,
+            )
+            < 0
+            or self.jitter < 0
+        ):
             raise ValueError("counts, times and byte sizes must be >= 0")
 
     @property

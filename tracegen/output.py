@@ -11,12 +11,28 @@ from tracegen.devices import DEVICES
 from tracegen.model import GiB, MiB
 from tracegen.synth import KinetoTraceBuilder, _us
 
-_CBID = {"cudaLaunchKernel": 211, "cudaLaunchKernelExC": 430, "cudaMemcpyAsync": 41,
-         "cudaStreamSynchronize": 131, "cudaStreamWaitEvent": 146, "cudaEventRecord": 135}
-_CID = {"hipLaunchKernel": 107, "hipExtModuleLaunchKernel": 65, "hipMemcpyWithStream": 153,
-        "hipMemcpyAsync": 105, "hipExtLaunchKernel": 300}  # roctracer ids seen in MI300X traces
-_AMD_DROP = ("registers per thread", "shared memory", "blocks per SM", "warps per SM",
-             "est. achieved occupancy %")
+_CBID = {
+    "cudaLaunchKernel": 211,
+    "cudaLaunchKernelExC": 430,
+    "cudaMemcpyAsync": 41,
+    "cudaStreamSynchronize": 131,
+    "cudaStreamWaitEvent": 146,
+    "cudaEventRecord": 135,
+}
+_CID = {
+    "hipLaunchKernel": 107,
+    "hipExtModuleLaunchKernel": 65,
+    "hipMemcpyWithStream": 153,
+    "hipMemcpyAsync": 105,
+    "hipExtLaunchKernel": 300,
+}  # roctracer ids seen in MI300X traces
+_AMD_DROP = (
+    "registers per thread",
+    "shared memory",
+    "blocks per SM",
+    "warps per SM",
+    "est. achieved occupancy %",
+)
 
 
 class Output:
@@ -95,15 +111,38 @@ class Output:
                 del self.mem_size[key]  # a streamed run keeps only what is live
             alloc += nbytes
             reserved = self._reserve(reserved, alloc)
-            self._rec(ts, 0, partial(self.b.memory, ts, nbytes, alloc, reserved,
-                                     addr=0x7F0000000000 + 0x200000 * key,
-                                     device_type=device_type, tid=tid))
+            self._rec(
+                ts,
+                0,
+                partial(
+                    self.b.memory,
+                    ts,
+                    nbytes,
+                    alloc,
+                    reserved,
+                    addr=0x7F0000000000 + 0x200000 * key,
+                    device_type=device_type,
+                    tid=tid,
+                ),
+            )
         self.mem_alloc, self.mem_reserved = alloc, reserved
         if w.oom and final:
             t_oom = max(ts, self.t[self.main]) + 1_000
             request = max(GiB, total - reserved + GiB)
-            self._rec(t_oom, 0, partial(self.b.memory, t_oom, request, alloc, reserved,
-                                        device_type=device_type, tid=self.main, oom=True))
+            self._rec(
+                t_oom,
+                0,
+                partial(
+                    self.b.memory,
+                    t_oom,
+                    request,
+                    alloc,
+                    reserved,
+                    device_type=device_type,
+                    tid=self.main,
+                    oom=True,
+                ),
+            )
 
     def _reserve(self, reserved: int, alloc: int) -> int:
         total = DEVICES[self.w.device].total_mem
@@ -145,8 +184,17 @@ class Output:
         if self.bwd != self.main:
             names.append((b.pid, self.bwd, f"thread {self.bwd} (pt_autograd_0)"))
         names += [(0, s, f"stream {s} ") for s in sorted(self.free) if self._stream_used(s)]
-        return [{"name": "thread_name", "ph": "M", "ts": ts0, "pid": pid, "tid": tid,
-                 "args": {"name": name}} for pid, tid, name in names]
+        return [
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "ts": ts0,
+                "pid": pid,
+                "tid": tid,
+                "args": {"name": name},
+            }
+            for pid, tid, name in names
+        ]
 
     def _stream_used(self, stream: int) -> bool:
         return stream == self.compute or (self.w.world_size > 1 and self.w.comm_bytes > 0)

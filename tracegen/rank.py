@@ -45,8 +45,11 @@ from tracegen.output import Output
 from tracegen.synth import KinetoTraceBuilder
 
 #: Python frames between an nn.Module frame and its ops (``Workload.python_frames``)
-_CALL_FRAMES = ("torch/nn/modules/module.py(1773): _wrapped_call_impl",
-                "torch/nn/modules/module.py(1784): _call_impl", "model.py(64): forward")
+_CALL_FRAMES = (
+    "torch/nn/modules/module.py(1773): _wrapped_call_impl",
+    "torch/nn/modules/module.py(1784): _call_impl",
+    "model.py(64): forward",
+)
 
 
 class RankSim(Backward, Output):
@@ -57,20 +60,39 @@ class RankSim(Backward, Output):
         self.rank = rank
         self.amd = w.device == "MI300X"
         pid = 4242 + 100 * rank
-        capture = {"record_shapes": int(w.record_shapes), "profile_memory": int(w.memory),
-                   "with_stack": int(w.with_stack), "with_flops": 0,
-                   "with_modules": int(w.with_stack)}
-        self.b = KinetoTraceBuilder(rank=rank if w.world_size > 1 else None,
-                                    world_size=w.world_size if w.world_size > 1 else None,
-                                    device=w.device, pid=pid, tid=pid, capture=capture,
-                                    vendor="amd" if self.amd else "nvidia")
+        capture = {
+            "record_shapes": int(w.record_shapes),
+            "profile_memory": int(w.memory),
+            "with_stack": int(w.with_stack),
+            "with_flops": 0,
+            "with_modules": int(w.with_stack),
+        }
+        self.b = KinetoTraceBuilder(
+            rank=rank if w.world_size > 1 else None,
+            world_size=w.world_size if w.world_size > 1 else None,
+            device=w.device,
+            pid=pid,
+            tid=pid,
+            capture=capture,
+            vendor="amd" if self.amd else "nvidia",
+        )
         if w.world_size > 1:
             self.b.metadata["distributedInfo"] = {
-                "backend": "nccl", "rank": rank, "world_size": w.world_size, "pg_count": 1,
-                "pg_config": [{"pg_name": "0", "pg_desc": "default_pg",
-                               "backend_config": "cuda:nccl", "pg_size": w.world_size,
-                               "ranks": list(range(w.world_size))}],
-                "nccl_version": "2.21.5"}
+                "backend": "nccl",
+                "rank": rank,
+                "world_size": w.world_size,
+                "pg_count": 1,
+                "pg_config": [
+                    {
+                        "pg_name": "0",
+                        "pg_desc": "default_pg",
+                        "backend_config": "cuda:nccl",
+                        "pg_size": w.world_size,
+                        "ranks": list(range(w.world_size)),
+                    }
+                ],
+                "nccl_version": "2.21.5",
+            }
         self.main = pid
         self.bwd = pid + 17 if w.backward_thread else pid
         self.compute = self.b.default_stream
@@ -122,8 +144,9 @@ class RankSim(Backward, Output):
         self.seq += 1
         return self.seq
 
-    def _annotation(self, name: str, start: int, dur: int, tid: int,
-                    gpu: tuple[int, int] | None = None) -> None:
+    def _annotation(
+        self, name: str, start: int, dur: int, tid: int, gpu: tuple[int, int] | None = None
+    ) -> None:
         with self.b.annotation(name, start, dur, tid=tid, gpu=gpu):
             pass
 
@@ -132,8 +155,16 @@ class RankSim(Backward, Output):
             pass
 
     @contextmanager
-    def op(self, name: str, *, tid: int | None = None, dims: list | None = None,
-           types: list | None = None, seq: int | None = None, **extra: Any) -> Iterator[int]:
+    def op(
+        self,
+        name: str,
+        *,
+        tid: int | None = None,
+        dims: list | None = None,
+        types: list | None = None,
+        seq: int | None = None,
+        **extra: Any,
+    ) -> Iterator[int]:
         """A composite op around the ops issued inside the block; yields its start."""
         tid = self.main if tid is None else tid
         start = self.t[tid]
@@ -143,17 +174,28 @@ class RankSim(Backward, Output):
         self.t[tid] = end + OP_GAP_NS
         self._record_op(name, start, end, tid, dims, types, seq, extra)
 
-    def _record_op(self, name: str, start: int, end: int, tid: int, dims: list | None,
-                   types: list | None, seq: int | None, extra: dict[str, Any]) -> None:
+    def _record_op(
+        self,
+        name: str,
+        start: int,
+        end: int,
+        tid: int,
+        dims: list | None,
+        types: list | None,
+        seq: int | None,
+        extra: dict[str, Any],
+    ) -> None:
         kw = self._shapes(dims, types)
         if seq is not None:
             kw.update(seq=seq, fwd_tid=int(self.in_backward))
-        self._rec(start, end - start,
-                  partial(self.b.op, name, start, end - start, tid=tid, **kw, **extra))
+        self._rec(
+            start, end - start, partial(self.b.op, name, start, end - start, tid=tid, **kw, **extra)
+        )
 
     @contextmanager
-    def annotation(self, name: str, *, tid: int | None = None,
-                   late: bool = False) -> Iterator[None]:
+    def annotation(
+        self, name: str, *, tid: int | None = None, late: bool = False
+    ) -> Iterator[None]:
         """A record_function range around the block."""
         tid = self.main if tid is None else tid
         start = self.t[tid]
@@ -187,9 +229,19 @@ class RankSim(Backward, Output):
                 s, e = start + 500 * depth, end - 300 * depth
                 self._rec(s, e - s, partial(self.b.python, frame, s, e - s, tid=tid))
 
-    def leaf(self, name: str, kernels: Sequence[Kernel] = (), *, tid: int | None = None,
-             dims: list | None = None, types: list | None = None, seq: int | None = None,
-             alloc: int = 0, cpu_ns: int | None = None, **extra: Any) -> tuple[int, int | None]:
+    def leaf(
+        self,
+        name: str,
+        kernels: Sequence[Kernel] = (),
+        *,
+        tid: int | None = None,
+        dims: list | None = None,
+        types: list | None = None,
+        seq: int | None = None,
+        alloc: int = 0,
+        cpu_ns: int | None = None,
+        **extra: Any,
+    ) -> tuple[int, int | None]:
         """An op that launches ``kernels``; returns (start, key of the allocation it made)."""
         tid = self.main if tid is None else tid
         start = self.t[tid]
@@ -231,10 +283,26 @@ class RankSim(Backward, Output):
         kw: dict[str, Any] = dict(k.extra)
         if k.kind == "memcpy":
             kw["memory bandwidth (GB/s)"] = round((k.bytes or 0) / dur, 6)
-        self._rec(c, api_ns, partial(self.b.launch, k.name, cpu_start=c, gpu_start=gpu_start,
-                                     gpu_dur=dur, cpu_dur=api_ns, stream=stream, kind=k.kind,
-                                     api=k.api, tid=tid, bytes=k.bytes, grid=k.grid,
-                                     block=k.block, **kw))
+        self._rec(
+            c,
+            api_ns,
+            partial(
+                self.b.launch,
+                k.name,
+                cpu_start=c,
+                gpu_start=gpu_start,
+                gpu_dur=dur,
+                cpu_dur=api_ns,
+                stream=stream,
+                kind=k.kind,
+                api=k.api,
+                tid=tid,
+                bytes=k.bytes,
+                grid=k.grid,
+                block=k.block,
+                **kw,
+            ),
+        )
         return c + api_ns + 300
 
     def _track(self, start: int, end: int) -> None:
@@ -251,8 +319,13 @@ class RankSim(Backward, Output):
         name, api = gemm_kernel(self.w, layout, n)
         dur = self._gpu_ns(2.0 * m * n * k / (self.peak * self.w.gemm_efficiency))
         tiles = max(1, math.ceil(m / 128)) * max(1, math.ceil(n / 128))
-        return Kernel(name, dur, api=api, grid=[min(tiles, 65_535), 1, 1],
-                       block=[384 if self.w.device == "H100" else 256, 1, 1])
+        return Kernel(
+            name,
+            dur,
+            api=api,
+            grid=[min(tiles, 65_535), 1, 1],
+            block=[384 if self.w.device == "H100" else 256, 1, 1],
+        )
 
     def mem_kernel(self, key: str, nbytes: float, numel: int = 0) -> Kernel:
         dur = self._gpu_ns(nbytes / (self.bw * self.w.memory_efficiency))
@@ -278,8 +351,9 @@ class RankSim(Backward, Output):
         w = self.w
         n_sync_fwd = max(0, w.syncs_per_step - 1)
         slots = 2 * w.layers
-        self.sync_plan = [n_sync_fwd // slots + (1 if i < n_sync_fwd % slots else 0)
-                          for i in range(slots)]
+        self.sync_plan = [
+            n_sync_fwd // slots + (1 if i < n_sync_fwd % slots else 0) for i in range(slots)
+        ]
         for i in range(w.steps):
             self.factor = 1.0
             if w.jitter:
@@ -290,16 +364,24 @@ class RankSim(Backward, Output):
             if w.slow_step_every and (i + 1) % w.slow_step_every == 0 and w.slow_step_extra_ns:
                 s0 = self.t[self.main]
                 if w.with_stack:
-                    self._rec(s0, w.slow_step_extra_ns, partial(
-                        self.b.python, "<built-in function collect>", s0, w.slow_step_extra_ns))
+                    self._rec(
+                        s0,
+                        w.slow_step_extra_ns,
+                        partial(
+                            self.b.python, "<built-in function collect>", s0, w.slow_step_extra_ns
+                        ),
+                    )
                 self.t[self.main] = s0 + w.slow_step_extra_ns + OP_GAP_NS
             yield from self._step()
             end = self.t[self.main] - OP_GAP_NS + ANN_POST_NS
             g0, g1 = self.step_gpu
             proj = (g0, g1 - g0) if g1 else None
             name = f"ProfilerStep#{w.first_step + i}"
-            self._rec(start, end - start,
-                      partial(self._annotation, name, start, end - start, self.main, proj))
+            self._rec(
+                start,
+                end - start,
+                partial(self._annotation, name, start, end - start, self.main, proj),
+            )
             self.t[self.main] = end + 4_000  # prof.step()
             if self.on_step is not None and self.on_step(i):
                 return
@@ -312,18 +394,35 @@ class RankSim(Backward, Output):
             self.cpu(max(0, round(w.dataloader_ns * self.factor) - ANN_PRE_NS))
         batch = [w.batch, w.seq]
         nbytes = T * 8
-        copy = Kernel("Memcpy HtoD (Pinned -> Device)", max(2_000, round(nbytes / 25e9 * 1e9)),
-                       kind="memcpy", bytes=nbytes)
-        with self.op("aten::to", dims=[batch, [], [], [], [], []],
-                     types=["long int"] + ["Scalar"] * 5), \
-                self.op("aten::_to_copy", dims=[batch, [], [], [], [], [], []],
-                        types=["long int"] + ["Scalar"] * 6):
-            _, batch_key = self.leaf("aten::copy_", [copy], dims=[batch, batch, []],
-                                     types=["long int", "long int", "Scalar"], alloc=nbytes)
+        copy = Kernel(
+            "Memcpy HtoD (Pinned -> Device)",
+            max(2_000, round(nbytes / 25e9 * 1e9)),
+            kind="memcpy",
+            bytes=nbytes,
+        )
+        with (
+            self.op(
+                "aten::to", dims=[batch, [], [], [], [], []], types=["long int"] + ["Scalar"] * 5
+            ),
+            self.op(
+                "aten::_to_copy",
+                dims=[batch, [], [], [], [], [], []],
+                types=["long int"] + ["Scalar"] * 6,
+            ),
+        ):
+            _, batch_key = self.leaf(
+                "aten::copy_",
+                [copy],
+                dims=[batch, batch, []],
+                types=["long int", "long int", "Scalar"],
+                alloc=nbytes,
+            )
         self.tape = []
         if w.world_size > 1:
-            with self.annotation("DistributedDataParallel.forward"), \
-                    self.module("DistributedDataParallel", inst=0):
+            with (
+                self.annotation("DistributedDataParallel.forward"),
+                self.module("DistributedDataParallel", inst=0),
+            ):
                 self._forward()
         else:
             self._forward()
@@ -332,13 +431,23 @@ class RankSim(Backward, Output):
             self.malloc(self.t[self.main], self.main, w.leak_bytes_per_step, leak=True)
         # loss.backward()
         with self.annotation("## backward ##"):
-            with self.op("aten::ones_like", dims=[[], [], [], [], [], []],
-                         types=[dt, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"]):
-                with self.op("aten::empty_like", dims=[[], [], [], [], [], []],
-                             types=[dt, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"]):
+            with self.op(
+                "aten::ones_like",
+                dims=[[], [], [], [], [], []],
+                types=[dt, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
+            ):
+                with self.op(
+                    "aten::empty_like",
+                    dims=[[], [], [], [], [], []],
+                    types=[dt, "Scalar", "Scalar", "Scalar", "Scalar", "Scalar"],
+                ):
                     self.cpu(1_500)
-                self.leaf("aten::fill_", [self.mem_kernel("fill", self.ds, 1)], dims=[[], []],
-                          types=[dt, "Scalar"])
+                self.leaf(
+                    "aten::fill_",
+                    [self.mem_kernel("fill", self.ds, 1)],
+                    dims=[[], []],
+                    types=[dt, "Scalar"],
+                )
             self.t[self.bwd] = max(self.t[self.bwd], self.t[self.main] + 15_000)
             self.in_backward = True
             yield from self._backward()
@@ -361,12 +470,20 @@ class RankSim(Backward, Output):
             self.tape.append(Node("bucket", info={"bytes": self._bucket_bytes(-1)}))
             with self.module("Embedding", inst=0):
                 seq = self._next_seq()
-                with self.op("aten::embedding", dims=[[VOCAB, H], [B, S], [], [], []],
-                             types=[dt, "long int", "Scalar", "Scalar", "Scalar"],
-                             seq=seq) as start:
+                with self.op(
+                    "aten::embedding",
+                    dims=[[VOCAB, H], [B, S], [], [], []],
+                    types=[dt, "long int", "Scalar", "Scalar", "Scalar"],
+                    seq=seq,
+                ) as start:
                     kern = self.mem_kernel("index_select", 2 * T * H * self.ds, T * H)
-                    _, key = self.leaf("aten::index_select", [kern], dims=[[VOCAB, H], [], [B * S]],
-                                       types=[dt, "Scalar", "long int"], alloc=T * H * self.ds)
+                    _, key = self.leaf(
+                        "aten::index_select",
+                        [kern],
+                        dims=[[VOCAB, H], [], [B * S]],
+                        types=[dt, "Scalar", "long int"],
+                        alloc=T * H * self.ds,
+                    )
                 self.tape.append(Node("embedding", seq, start, {"saved": key}))
             for layer in range(w.layers):
                 self.tape.append(Node("bucket", info={"bytes": self._bucket_bytes(layer)}))
@@ -374,10 +491,18 @@ class RankSim(Backward, Output):
             self._layer_norm(2 * w.layers)
             with self.module("MSELoss", inst=0):
                 seq = self._next_seq()
-                kerns = [self.mem_kernel("mse", 3 * T * H * self.ds, T * H),
-                         self.mem_kernel("mean", T * H * self.ds, T * H)]
-                start, key = self.leaf("aten::mse_loss", kerns, dims=[[B, S, H], [B, S, H], []],
-                                       types=[dt, dt, "Scalar"], seq=seq, alloc=T * H * self.ds)
+                kerns = [
+                    self.mem_kernel("mse", 3 * T * H * self.ds, T * H),
+                    self.mem_kernel("mean", T * H * self.ds, T * H),
+                ]
+                start, key = self.leaf(
+                    "aten::mse_loss",
+                    kerns,
+                    dims=[[B, S, H], [B, S, H], []],
+                    types=[dt, dt, "Scalar"],
+                    seq=seq,
+                    alloc=T * H * self.ds,
+                )
                 self.tape.append(Node("mse", seq, start, {"saved": key}))
 
     def _bucket_bytes(self, layer: int) -> int:
@@ -397,27 +522,42 @@ class RankSim(Backward, Output):
         w, T, H, dt = self.w, self.w.tokens, self.w.hidden, self.dt
         with self.module("LayerNorm", inst=inst):
             seq = self._next_seq()
-            with self.op("aten::layer_norm", dims=[[w.batch, w.seq, H], [], [H], [H], [], []],
-                         types=[dt, "", dt, dt, "Scalar", "Scalar"], seq=seq):
-                start, key = self.leaf("aten::native_layer_norm",
-                                       [self.mem_kernel("ln", 2 * T * H * self.ds, T * H)],
-                                       dims=[[w.batch, w.seq, H], [], [H], [H], []],
-                                       types=[dt, "", dt, dt, "Scalar"], seq=seq,
-                                       alloc=T * H * self.ds)
+            with self.op(
+                "aten::layer_norm",
+                dims=[[w.batch, w.seq, H], [], [H], [H], [], []],
+                types=[dt, "", dt, dt, "Scalar", "Scalar"],
+                seq=seq,
+            ):
+                start, key = self.leaf(
+                    "aten::native_layer_norm",
+                    [self.mem_kernel("ln", 2 * T * H * self.ds, T * H)],
+                    dims=[[w.batch, w.seq, H], [], [H], [H], []],
+                    types=[dt, "", dt, dt, "Scalar"],
+                    seq=seq,
+                    alloc=T * H * self.ds,
+                )
             self.tape.append(Node("ln", seq, start, {"saved": key}))
 
     def _linear(self, k_in: int, n_out: int) -> None:
         w, T, dt = self.w, self.w.tokens, self.dt
         with self.module("Linear"):
             seq_t = self._next_seq()
-            with self.op("aten::linear", dims=[[w.batch, w.seq, k_in], [n_out, k_in], [n_out]],
-                         types=[dt, dt, dt], seq=seq_t):
+            with self.op(
+                "aten::linear",
+                dims=[[w.batch, w.seq, k_in], [n_out, k_in], [n_out]],
+                types=[dt, dt, dt],
+                seq=seq_t,
+            ):
                 start_t, _ = self.leaf("aten::t", dims=[[n_out, k_in]], types=[dt], seq=seq_t)
                 seq = self._next_seq()
-                start, key = self.leaf("aten::addmm", [self.gemm(T, n_out, k_in, "tn")],
-                                       dims=[[n_out], [T, k_in], [k_in, n_out], [], []],
-                                       types=[dt, dt, dt, "Scalar", "Scalar"], seq=seq,
-                                       alloc=T * n_out * self.ds)
+                start, key = self.leaf(
+                    "aten::addmm",
+                    [self.gemm(T, n_out, k_in, "tn")],
+                    dims=[[n_out], [T, k_in], [k_in, n_out], [], []],
+                    types=[dt, dt, dt, "Scalar", "Scalar"],
+                    seq=seq,
+                    alloc=T * n_out * self.ds,
+                )
         self.tape.append(Node("t", seq_t, start_t, {"k": k_in, "n": n_out}))
         self.tape.append(Node("addmm", seq, start, {"k": k_in, "n": n_out, "saved": key}))
 
@@ -439,8 +579,14 @@ class RankSim(Backward, Output):
                 with self.module("GELU", inst=layer):
                     seq = self._next_seq()
                     kern = self.mem_kernel("gelu", 2 * T * F * self.ds, T * F)
-                    start, key = self.leaf("aten::gelu", [kern], dims=[[B, S, F], []],
-                                           types=[dt, ""], seq=seq, alloc=T * F * self.ds)
+                    start, key = self.leaf(
+                        "aten::gelu",
+                        [kern],
+                        dims=[[B, S, F], []],
+                        types=[dt, ""],
+                        seq=seq,
+                        alloc=T * F * self.ds,
+                    )
                     self.tape.append(Node("gelu", seq, start, {"saved": key}))
                 # elementwise_scale: extra memory-bound work (gating / scaling of the MLP
                 # activations), on top of the 18·T·H elements a block moves in norms/adds/GELU
@@ -451,9 +597,14 @@ class RankSim(Backward, Output):
                 for _ in range(n_extra):
                     seq = self._next_seq()
                     nb = extra_bytes / n_extra
-                    start, key = self.leaf("aten::mul", [self.mem_kernel("mul", nb, T * F)],
-                                           dims=[[B, S, F], [B, S, F]], types=[dt, dt], seq=seq,
-                                           alloc=round(nb / 3))
+                    start, key = self.leaf(
+                        "aten::mul",
+                        [self.mem_kernel("mul", nb, T * F)],
+                        dims=[[B, S, F], [B, S, F]],
+                        types=[dt, dt],
+                        seq=seq,
+                        alloc=round(nb / 3),
+                    )
                     self.tape.append(Node("mul", seq, start, {"saved": key, "bytes": nb}))
                 self._linear(F, H)
             self._residual()
@@ -467,28 +618,52 @@ class RankSim(Backward, Output):
         fwd_name, _ = attention_kernels(w, self.hd)
         flops = 2.0 * w.batch * w.seq * w.seq * H  # causal: half of 4·B·S²·H
         dur = self._gpu_ns(flops / (self.peak * self.w.gemm_efficiency * 0.75))
-        kern = Kernel(fwd_name, dur, grid=[math.ceil(w.seq / 128), self.heads, w.batch],
-                       block=[128, 1, 1], api="hipLaunchKernel" if self.amd else None)
+        kern = Kernel(
+            fwd_name,
+            dur,
+            grid=[math.ceil(w.seq / 128), self.heads, w.batch],
+            block=[128, 1, 1],
+            api="hipLaunchKernel" if self.amd else None,
+        )
         kind = "efficient" if impl == "efficient" else "flash"
         inner = (f"aten::_scaled_dot_product_{kind}_attention", f"aten::_{kind}_attention_forward")
         seq = self._next_seq()
         scalars = ["Scalar"] * 4
-        with self.op("aten::scaled_dot_product_attention", dims=[qkv, qkv, qkv, [], [], [], [], []],
-                     types=[dt, dt, dt, "", *scalars], seq=seq), \
-                self.op(inner[0], dims=[qkv, qkv, qkv, [], [], [], []],
-                        types=[dt, dt, dt, *scalars], seq=seq) as start:
-            _, key = self.leaf(inner[1], [kern], dims=[qkv, qkv, qkv, [], [], [], [], [], []],
-                               types=[dt, dt, dt, "", "", "Scalar", "Scalar", "Scalar", "Scalar"],
-                               alloc=T * H * self.ds)
+        with (
+            self.op(
+                "aten::scaled_dot_product_attention",
+                dims=[qkv, qkv, qkv, [], [], [], [], []],
+                types=[dt, dt, dt, "", *scalars],
+                seq=seq,
+            ),
+            self.op(
+                inner[0],
+                dims=[qkv, qkv, qkv, [], [], [], []],
+                types=[dt, dt, dt, *scalars],
+                seq=seq,
+            ) as start,
+        ):
+            _, key = self.leaf(
+                inner[1],
+                [kern],
+                dims=[qkv, qkv, qkv, [], [], [], [], [], []],
+                types=[dt, dt, dt, "", "", "Scalar", "Scalar", "Scalar", "Scalar"],
+                alloc=T * H * self.ds,
+            )
         self.tape.append(Node("sdpa", seq, start, {"saved": key, "flops": flops}))
 
     def _residual(self) -> None:
         w, T, H, dt = self.w, self.w.tokens, self.w.hidden, self.dt
         seq = self._next_seq()
         act = [w.batch, w.seq, H]
-        start, key = self.leaf("aten::add", [self.mem_kernel("add", 3 * T * H * self.ds, T * H)],
-                               dims=[act, act, []], types=[dt, dt, "Scalar"], seq=seq,
-                               alloc=T * H * self.ds)
+        start, key = self.leaf(
+            "aten::add",
+            [self.mem_kernel("add", 3 * T * H * self.ds, T * H)],
+            dims=[act, act, []],
+            types=[dt, dt, "Scalar"],
+            seq=seq,
+            alloc=T * H * self.ds,
+        )
         self.tape.append(Node("add", seq, start, {"saved": key}))
 
     def _tiny(self, half: int) -> None:
@@ -519,24 +694,55 @@ class RankSim(Backward, Output):
                 self.free[stream] = gpu_start + 2_000
                 heapq.heappush(self.pending, gpu_start + 2_000)
                 self._track(gpu_start, gpu_start + 2_000)
-                self._rec(c, api_ns, partial(
-                    self.b.launch, "Memcpy DtoH (Device -> Host)", cpu_start=c,
-                    gpu_start=gpu_start, gpu_dur=2_000, cpu_dur=api_ns, stream=stream,
-                    kind="memcpy", api="hipMemcpyWithStream", tid=tid, bytes=self.ds,
-                    **{"memory bandwidth (GB/s)": round(self.ds / 2_000, 6)}))
+                self._rec(
+                    c,
+                    api_ns,
+                    partial(
+                        self.b.launch,
+                        "Memcpy DtoH (Device -> Host)",
+                        cpu_start=c,
+                        gpu_start=gpu_start,
+                        gpu_dur=2_000,
+                        cpu_dur=api_ns,
+                        stream=stream,
+                        kind="memcpy",
+                        api="hipMemcpyWithStream",
+                        tid=tid,
+                        bytes=self.ds,
+                        **{"memory bandwidth (GB/s)": round(self.ds / 2_000, 6)},
+                    ),
+                )
                 c += api_ns
             else:  # cudaMemcpyAsync, then cudaStreamSynchronize until the stream drains
-                copy = Kernel("Memcpy DtoH (Device -> Pinned)", 2_000, kind="memcpy",
-                               bytes=self.ds, api="cudaMemcpyAsync")
+                copy = Kernel(
+                    "Memcpy DtoH (Device -> Pinned)",
+                    2_000,
+                    kind="memcpy",
+                    bytes=self.ds,
+                    api="cudaMemcpyAsync",
+                )
                 c = self.launch(copy, c, tid)
                 sync_ns = max(2_000, self.free[stream] + 1_000 - c)
-                self._rec(c, sync_ns, partial(self.b.runtime, "cudaStreamSynchronize", c, sync_ns,
-                                              tid=tid))
+                self._rec(
+                    c,
+                    sync_ns,
+                    partial(self.b.runtime, "cudaStreamSynchronize", c, sync_ns, tid=tid),
+                )
                 c += sync_ns
             end = c + OP_TAIL_NS
             self.t[tid] = end + OP_GAP_NS
-            self._rec(start, end - start, partial(self.b.op, "aten::_local_scalar_dense", start,
-                                                  end - start, tid=tid, **self._shapes([[]], [dt])))
+            self._rec(
+                start,
+                end - start,
+                partial(
+                    self.b.op,
+                    "aten::_local_scalar_dense",
+                    start,
+                    end - start,
+                    tid=tid,
+                    **self._shapes([[]], [dt]),
+                ),
+            )
         self.cpu(POST_SYNC_HOST_NS)
 
     def _adamw(self) -> None:
@@ -549,8 +755,12 @@ class RankSim(Backward, Output):
         kerns = [self.mem_kernel("adam", per, P // n_launch) for _ in range(n_launch)]
         for k in kerns:
             k.grid, k.block = [320, 1, 1], [512, 1, 1]
-        self.leaf("aten::_fused_adamw_", kerns, dims=[[tensors]] * 5 + [[]] * 10,
-                  types=["TensorList"] * 5 + ["Scalar"] * 10)
+        self.leaf(
+            "aten::_fused_adamw_",
+            kerns,
+            dims=[[tensors]] * 5 + [[]] * 10,
+            types=["TensorList"] * 5 + ["Scalar"] * 10,
+        )
 
 
 def run_lockstep(sims: list[RankSim]) -> list[RankSim]:

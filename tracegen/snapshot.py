@@ -63,8 +63,14 @@ class _Segment:
 class SnapshotBuilder:
     """Segments, blocks and the allocator's trace of one device."""
 
-    def __init__(self, device: int = 0, *, start_us: int = START_US, step_us: int = 10,
-                 allocator_settings: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        device: int = 0,
+        *,
+        start_us: int = START_US,
+        step_us: int = 10,
+        allocator_settings: dict[str, Any] | None = None,
+    ) -> None:
         self.device = device
         self.now_us = start_us
         self.step_us = step_us
@@ -74,8 +80,15 @@ class SnapshotBuilder:
         self._next_address = BASE_ADDRESS
 
     # --- the allocator ---------------------------------------------------------------------
-    def segment(self, size: int, *, pool: str | None = None, stream: int = 0,
-                frames: list[Frame] | None = None, at_us: int | None = None) -> int:
+    def segment(
+        self,
+        size: int,
+        *,
+        pool: str | None = None,
+        stream: int = 0,
+        frames: list[Frame] | None = None,
+        at_us: int | None = None,
+    ) -> int:
         """cudaMalloc a segment of ``size`` bytes (``segment_alloc``); its address."""
         pool = pool or ("small" if size <= SMALL_SEGMENT else "large")
         addr = self._next_address
@@ -85,9 +98,17 @@ class SnapshotBuilder:
         self._record("segment_alloc", addr, size, stream, frames, at_us)
         return addr
 
-    def alloc(self, size: int | None = None, *, requested: int | None = None,
-              segment: int | None = None, pool: str | None = None, stream: int = 0,
-              frames: list[Frame] | None = None, at_us: int | None = None) -> int:
+    def alloc(
+        self,
+        size: int | None = None,
+        *,
+        requested: int | None = None,
+        segment: int | None = None,
+        pool: str | None = None,
+        stream: int = 0,
+        frames: list[Frame] | None = None,
+        at_us: int | None = None,
+    ) -> int:
         """Allocate a block (``alloc``); its address.
 
         ``size`` is the block size (default: ``requested`` rounded to 512 B); ``requested``
@@ -110,8 +131,14 @@ class SnapshotBuilder:
         self._record("alloc", blk.address, size, stream, frames, at_us)
         return blk.address
 
-    def free(self, addr: int, *, pending: bool = False, frames: list[Frame] | None = None,
-             at_us: int | None = None) -> None:
+    def free(
+        self,
+        addr: int,
+        *,
+        pending: bool = False,
+        frames: list[Frame] | None = None,
+        at_us: int | None = None,
+    ) -> None:
         """Free the block at ``addr``: ``free_requested``, then (unless ``pending``: another
         stream still uses it) ``free_completed``."""
         seg, blk = self._block(addr)
@@ -147,8 +174,14 @@ class SnapshotBuilder:
             self.release(seg.address, at_us=at_us)
         return freed
 
-    def oom(self, size: int, *, device_free: int, frames: list[Frame] | None = None,
-            at_us: int | None = None) -> None:
+    def oom(
+        self,
+        size: int,
+        *,
+        device_free: int,
+        frames: list[Frame] | None = None,
+        at_us: int | None = None,
+    ) -> None:
         """An allocation of ``size`` bytes that failed (``oom``; ``device_free``: what the
         driver still reported free)."""
         self._record("oom", None, size, 0, frames, at_us, device_free=device_free)
@@ -161,22 +194,31 @@ class SnapshotBuilder:
         """The snapshot as ``_snapshot()`` returns it (``layout``: current | 2.0 | 1.13)."""
         if layout not in ("current", "2.0", "1.13"):
             raise ValueError(f"unknown layout {layout!r}")
-        segs = [self._segment_dict(s, layout) for s in sorted(self.segments,
-                                                              key=lambda s: s.address)]
+        segs = [
+            self._segment_dict(s, layout) for s in sorted(self.segments, key=lambda s: s.address)
+        ]
         if layout == "1.13":
             return segs
         trace = [dict(e) for e in self.trace]
         if layout == "2.0":
             for e in trace:
                 e.pop("time_us", None)
-        out: dict[str, Any] = {"segments": segs,
-                               "device_traces": [[] for _ in range(self.device)] + [trace]}
+        out: dict[str, Any] = {
+            "segments": segs,
+            "device_traces": [[] for _ in range(self.device)] + [trace],
+        }
         if layout == "current" and self.allocator_settings is not None:
             out["allocator_settings"] = dict(self.allocator_settings)
         return out
 
-    def write(self, path: str | Path, *, layout: str = "current", protocol: int = 4,
-              compress: bool = False) -> Path:
+    def write(
+        self,
+        path: str | Path,
+        *,
+        layout: str = "current",
+        protocol: int = 4,
+        compress: bool = False,
+    ) -> Path:
         """Pickle the snapshot to ``path`` (as ``_dump_snapshot`` does; gzip if asked)."""
         p = Path(path)
         data = pickle.dumps(self.snapshot(layout), protocol=protocol)
@@ -184,18 +226,30 @@ class SnapshotBuilder:
         return p
 
     # --- internals -------------------------------------------------------------------------
-    def _record(self, action: str, addr: int | None, size: int, stream: int,
-                frames: list[Frame] | None, at_us: int | None, **extra: Any) -> None:
+    def _record(
+        self,
+        action: str,
+        addr: int | None,
+        size: int,
+        stream: int,
+        frames: list[Frame] | None,
+        at_us: int | None,
+        **extra: Any,
+    ) -> None:
         self.now_us = at_us if at_us is not None else self.now_us + self.step_us
         e: dict[str, Any] = {"action": action}
         if addr is not None:
             e["addr"] = addr
-        e.update(size=size, stream=stream, time_us=self.now_us,
-                 frames=[_frame(f) for f in frames or []], **extra)
+        e.update(
+            size=size,
+            stream=stream,
+            time_us=self.now_us,
+            frames=[_frame(f) for f in frames or []],
+            **extra,
+        )
         self.trace.append(e)
 
-    def _fit(self, size: int, segment: int | None, pool: str,
-             stream: int) -> tuple[_Segment, int]:
+    def _fit(self, size: int, segment: int | None, pool: str, stream: int) -> tuple[_Segment, int]:
         if segment is not None:
             seg = next(s for s in self.segments if s.address == segment)
             for i, b in enumerate(seg.blocks):
@@ -207,8 +261,7 @@ class SnapshotBuilder:
             if seg.pool != pool or seg.stream != stream:
                 continue
             for i, b in enumerate(seg.blocks):
-                if b.state == "inactive" and b.size >= size and (best is None
-                                                                  or b.size < best[0]):
+                if b.state == "inactive" and b.size >= size and (best is None or b.size < best[0]):
                     best = (b.size, seg, i)
         if best is not None:
             return best[1], best[2]
@@ -241,25 +294,43 @@ class SnapshotBuilder:
     def _segment_dict(self, s: _Segment, layout: str) -> dict[str, Any]:
         live = [b for b in s.blocks if b.state != "inactive"]
         d: dict[str, Any] = {
-            "device": self.device, "address": s.address, "total_size": s.size,
+            "device": self.device,
+            "address": s.address,
+            "total_size": s.size,
             "allocated_size": sum(b.size for b in s.blocks if b.state == "active_allocated"),
-            "active_size": sum(b.size for b in live), "stream": s.stream,
-            "segment_type": s.pool, "blocks": [],
+            "active_size": sum(b.size for b in live),
+            "stream": s.stream,
+            "segment_type": s.pool,
+            "blocks": [],
         }
         if layout == "current":
-            d.update(requested_size=sum(b.requested for b in live), segment_pool_id=(0, 0),
-                     is_expandable=False, frames=[_frame(f) for f in s.frames])
+            d.update(
+                requested_size=sum(b.requested for b in live),
+                segment_pool_id=(0, 0),
+                is_expandable=False,
+                frames=[_frame(f) for f in s.frames],
+            )
         for b in s.blocks:
             if layout == "current":
-                d["blocks"].append({"address": b.address, "size": b.size,
-                                    "requested_size": b.requested if b.state != "inactive"
-                                    else 0, "state": b.state,
-                                    "frames": [_frame(f) for f in b.frames]})
+                d["blocks"].append(
+                    {
+                        "address": b.address,
+                        "size": b.size,
+                        "requested_size": b.requested if b.state != "inactive" else 0,
+                        "state": b.state,
+                        "frames": [_frame(f) for f in b.frames],
+                    }
+                )
             else:
                 blk: dict[str, Any] = {"size": b.size, "state": b.state}
                 if b.state != "inactive":
-                    blk["history"] = [{"addr": b.address, "real_size": b.requested,
-                                       "frames": [_frame(f) for f in b.frames]}]
+                    blk["history"] = [
+                        {
+                            "addr": b.address,
+                            "real_size": b.requested,
+                            "frames": [_frame(f) for f in b.frames],
+                        }
+                    ]
                 d["blocks"].append(blk)
         return d
 
@@ -271,13 +342,16 @@ def _frame(f: Frame) -> dict[str, Any]:
 # --- the scenarios the tests measure ----------------------------------------------------------
 
 #: call sites of the scenarios (innermost frame first, as PyTorch lists them)
-ATTN = [("/home/alice/proj/model.py", 88, "attention"), ("/home/alice/proj/model.py", 140,
-                                                          "forward")]
+ATTN = [
+    ("/home/alice/proj/model.py", 88, "attention"),
+    ("/home/alice/proj/model.py", 140, "forward"),
+]
 MLP = [("/home/alice/proj/model.py", 61, "mlp"), ("/home/alice/proj/model.py", 141, "forward")]
-EMBED = [("/home/alice/proj/model.py", 30, "embed"), ("/home/alice/proj/model.py", 139,
-                                                       "forward")]
-LOGITS = [("/home/alice/proj/train.py", 52, "loss_fn"), ("/home/alice/proj/train.py", 77,
-                                                         "train_step")]
+EMBED = [("/home/alice/proj/model.py", 30, "embed"), ("/home/alice/proj/model.py", 139, "forward")]
+LOGITS = [
+    ("/home/alice/proj/train.py", 52, "loss_fn"),
+    ("/home/alice/proj/train.py", 77, "train_step"),
+]
 HISTORY = [("/home/alice/proj/train.py", 80, "train_step")]
 
 
@@ -347,10 +421,12 @@ def leaky_loop(iterations: int = 6, leak: int = 320 * MiB) -> SnapshotBuilder:
     b = SnapshotBuilder()
     b.alloc(GiB, frames=[("/home/alice/proj/train.py", 20, "load_model")])
     for i in range(iterations):
-        live = [b.alloc(256 * MiB, frames=EMBED),
-                b.alloc(512 * MiB + i * 2 * MiB, frames=ATTN),
-                b.alloc(768 * MiB, frames=MLP),
-                b.alloc(128 * MiB, frames=LOGITS)]
+        live = [
+            b.alloc(256 * MiB, frames=EMBED),
+            b.alloc(512 * MiB + i * 2 * MiB, frames=ATTN),
+            b.alloc(768 * MiB, frames=MLP),
+            b.alloc(128 * MiB, frames=LOGITS),
+        ]
         b.alloc(leak, frames=HISTORY)
         b.wait(1000)
         for addr in reversed(live):

@@ -109,7 +109,7 @@ def _dumps_trace(doc: dict[str, Any]) -> str:
     head, tail = trace_parts(doc)
     events = doc.get("traceEvents")
     if not events:
-        return head[: -len(_OPEN)] + '  "traceEvents": []' + tail[len(_CLOSE):]
+        return head[: -len(_OPEN)] + '  "traceEvents": []' + tail[len(_CLOSE) :]
     return head + dumps_events(events) + tail
 
 
@@ -138,9 +138,15 @@ class KinetoTraceBuilder:
     tid: int = 4242
     style: str = "relative"  #: relative | absolute | legacy
     base_ns: int = DEFAULT_BASE_NS
-    capture: dict[str, int] = field(default_factory=lambda: {
-        "record_shapes": 1, "profile_memory": 1, "with_stack": 1, "with_flops": 0,
-        "with_modules": 1})
+    capture: dict[str, int] = field(
+        default_factory=lambda: {
+            "record_shapes": 1,
+            "profile_memory": 1,
+            "with_stack": 1,
+            "with_flops": 0,
+            "with_modules": 1,
+        }
+    )
     metadata: dict[str, Any] = field(default_factory=dict)
     default_stream: int = 7
     vendor: str = "nvidia"
@@ -165,10 +171,25 @@ class KinetoTraceBuilder:
         self._corr += 1
         return self._corr
 
-    def _x(self, cat: str, name: str, start: int, dur: int, pid: Any, tid: Any,
-           args: dict[str, Any] | None = None) -> dict[str, Any]:
-        ev = {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid,
-              "ts": _us(start, self.style, self.base_ns), "dur": _dur(dur, self.style)}
+    def _x(
+        self,
+        cat: str,
+        name: str,
+        start: int,
+        dur: int,
+        pid: Any,
+        tid: Any,
+        args: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        ev = {
+            "ph": "X",
+            "cat": cat,
+            "name": name,
+            "pid": pid,
+            "tid": tid,
+            "ts": _us(start, self.style, self.base_ns),
+            "dur": _dur(dur, self.style),
+        }
         if args:
             ev["args"] = args
         self.events.append(ev)
@@ -177,8 +198,11 @@ class KinetoTraceBuilder:
     def _enclosing_ext(self, t: int, tid: int) -> int | None:
         best = None
         for op in self._ops:
-            if op.tid == tid and op.start <= t <= op.end and (
-                    best is None or op.start >= best.start):
+            if (
+                op.tid == tid
+                and op.start <= t <= op.end
+                and (best is None or op.start >= best.start)
+            ):
                 best = op
         return best.ext if best else None
 
@@ -187,10 +211,21 @@ class KinetoTraceBuilder:
     def cpu_op(self, name: str, start: int, dur: int, **kw: Any) -> Iterator[int]:
         yield self.op(name, start, dur, **kw)
 
-    def op(self, name: str, start: int, dur: int, *, tid: int | None = None,
-           input_dims: list | None = None, input_types: list | None = None,
-           concrete_inputs: list | None = None, seq: int | None = None,
-           fwd_tid: int | None = None, cat: str = "cpu_op", **extra: Any) -> int:
+    def op(
+        self,
+        name: str,
+        start: int,
+        dur: int,
+        *,
+        tid: int | None = None,
+        input_dims: list | None = None,
+        input_types: list | None = None,
+        concrete_inputs: list | None = None,
+        seq: int | None = None,
+        fwd_tid: int | None = None,
+        cat: str = "cpu_op",
+        **extra: Any,
+    ) -> int:
         """A framework op (``cpu_op``). Returns its External id."""
         tid = self.tid if tid is None else tid
         ext = self._next_ext()
@@ -210,16 +245,30 @@ class KinetoTraceBuilder:
         return ext
 
     @contextmanager
-    def annotation(self, name: str, start: int, dur: int, *, tid: int | None = None,
-                   gpu: tuple[int, int] | None = None) -> Iterator[int]:
+    def annotation(
+        self,
+        name: str,
+        start: int,
+        dur: int,
+        *,
+        tid: int | None = None,
+        gpu: tuple[int, int] | None = None,
+    ) -> Iterator[int]:
         """A ``record_function`` range; ``gpu=(start, dur)`` adds its GPU projection."""
         tid = self.tid if tid is None else tid
         ext = self._next_ext()
         self._x("user_annotation", name, start, dur, self.pid, tid, {"External id": ext})
         self._ops.append(_Op(name, start, dur, tid, ext))
         if gpu is not None:
-            self._x("gpu_user_annotation", name, gpu[0], gpu[1], 0, self.default_stream,
-                    {"External id": ext})
+            self._x(
+                "gpu_user_annotation",
+                name,
+                gpu[0],
+                gpu[1],
+                0,
+                self.default_stream,
+                {"External id": ext},
+            )
         yield ext
 
     def step(self, n: int, start: int, dur: int, *, gpu: tuple[int, int] | None = None):
@@ -227,8 +276,9 @@ class KinetoTraceBuilder:
         return self.annotation(f"ProfilerStep#{n}", start, dur, gpu=gpu)
 
     @contextmanager
-    def module(self, cls: str, start: int, dur: int, *, tid: int | None = None,
-               instance: int | None = None) -> Iterator[str]:
+    def module(
+        self, cls: str, start: int, dur: int, *, tid: int | None = None, instance: int | None = None
+    ) -> Iterator[str]:
         """An ``nn.Module: Cls_k`` Python frame (``with_stack=True``)."""
         tid = self.tid if tid is None else tid
         if instance is None:
@@ -236,17 +286,39 @@ class KinetoTraceBuilder:
             self._mod_counts[cls] = instance + 1
         self._py += 1
         name = f"nn.Module: {cls}_{instance}"
-        self._x("python_function", name, start, dur, self.pid, tid,
-                {"Python id": self._py, "Python parent id": None, "Python module id": instance})
+        self._x(
+            "python_function",
+            name,
+            start,
+            dur,
+            self.pid,
+            tid,
+            {"Python id": self._py, "Python parent id": None, "Python module id": instance},
+        )
         yield name
 
     def python(self, name: str, start: int, dur: int, *, tid: int | None = None) -> None:
         self._py += 1
-        self._x("python_function", name, start, dur, self.pid, self.tid if tid is None else tid,
-                {"Python id": self._py, "Python parent id": None})
+        self._x(
+            "python_function",
+            name,
+            start,
+            dur,
+            self.pid,
+            self.tid if tid is None else tid,
+            {"Python id": self._py, "Python parent id": None},
+        )
 
-    def runtime(self, name: str, start: int, dur: int, *, tid: int | None = None,
-                corr: int | None = None, cat: str = "cuda_runtime") -> int:
+    def runtime(
+        self,
+        name: str,
+        start: int,
+        dur: int,
+        *,
+        tid: int | None = None,
+        corr: int | None = None,
+        cat: str = "cuda_runtime",
+    ) -> int:
         """A runtime call without GPU work (cudaStreamSynchronize, cudaMalloc, ...)."""
         tid = self.tid if tid is None else tid
         corr = self._next_corr() if corr is None else corr
@@ -258,12 +330,26 @@ class KinetoTraceBuilder:
         return corr
 
     # --- GPU side -------------------------------------------------------------------------
-    def launch(self, kernel: str, *, cpu_start: int, gpu_start: int, gpu_dur: int,
-               cpu_dur: int = 4_000, stream: int | None = None, device: int = 0,
-               kind: str = "kernel", api: str | None = None, tid: int | None = None,
-               bytes: int | None = None, grid: list[int] | None = None,
-               block: list[int] | None = None, flow: bool = True,
-               orphan: bool = False, **kargs: Any) -> int:
+    def launch(
+        self,
+        kernel: str,
+        *,
+        cpu_start: int,
+        gpu_start: int,
+        gpu_dur: int,
+        cpu_dur: int = 4_000,
+        stream: int | None = None,
+        device: int = 0,
+        kind: str = "kernel",
+        api: str | None = None,
+        tid: int | None = None,
+        bytes: int | None = None,
+        grid: list[int] | None = None,
+        block: list[int] | None = None,
+        flow: bool = True,
+        orphan: bool = False,
+        **kargs: Any,
+    ) -> int:
         """A runtime launch on the CPU thread and its kernel / memcpy / memset on the GPU.
 
         ``orphan=True`` writes only the GPU activity (its launch record is lost).
@@ -274,41 +360,78 @@ class KinetoTraceBuilder:
         corr = self._next_corr()
         ext = self._enclosing_ext(cpu_start, tid)
         if api is None:
-            api = {"kernel": "cudaLaunchKernel", "memcpy": "cudaMemcpyAsync",
-                   "memset": "cudaMemsetAsync"}[kind]
+            api = {
+                "kernel": "cudaLaunchKernel",
+                "memcpy": "cudaMemcpyAsync",
+                "memset": "cudaMemsetAsync",
+            }[kind]
             if self.vendor == "amd":
-                api = {"kernel": "hipLaunchKernel", "memcpy": "hipMemcpyAsync",
-                       "memset": "hipMemsetAsync"}[kind]
+                api = {
+                    "kernel": "hipLaunchKernel",
+                    "memcpy": "hipMemcpyAsync",
+                    "memset": "hipMemsetAsync",
+                }[kind]
         if not orphan:
             rargs: dict[str, Any] = {"cbid": 211, "correlation": corr}
             if ext is not None:
                 rargs["External id"] = ext
             self._x("cuda_runtime", api, cpu_start, cpu_dur, self.pid, tid, rargs)
             if flow:
-                self.events.append({"ph": "s", "id": corr, "pid": self.pid, "tid": tid,
-                                    "ts": _us(cpu_start, self.style, self.base_ns),
-                                    "cat": "ac2g", "name": "ac2g"})
+                self.events.append(
+                    {
+                        "ph": "s",
+                        "id": corr,
+                        "pid": self.pid,
+                        "tid": tid,
+                        "ts": _us(cpu_start, self.style, self.base_ns),
+                        "cat": "ac2g",
+                        "name": "ac2g",
+                    }
+                )
         gargs: dict[str, Any] = {"device": device, "stream": stream, "correlation": corr}
         if ext is not None:
             gargs["External id"] = ext
         cat = {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}[kind]
         if kind == "kernel":
-            gargs.update({"grid": grid or [132, 1, 1], "block": block or [256, 1, 1],
-                          "registers per thread": 64, "shared memory": 0,
-                          "blocks per SM": 1.0, "warps per SM": 8.0,
-                          "est. achieved occupancy %": 50})
+            gargs.update(
+                {
+                    "grid": grid or [132, 1, 1],
+                    "block": block or [256, 1, 1],
+                    "registers per thread": 64,
+                    "shared memory": 0,
+                    "blocks per SM": 1.0,
+                    "warps per SM": 8.0,
+                    "est. achieved occupancy %": 50,
+                }
+            )
         if bytes is not None:
             gargs["bytes"] = bytes
         gargs.update(kargs)
         self._x(cat, kernel, gpu_start, gpu_dur, device, stream, gargs)
         if flow and not orphan:
-            self.events.append({"ph": "f", "id": corr, "pid": device, "tid": stream,
-                                "ts": _us(gpu_start, self.style, self.base_ns),
-                                "cat": "ac2g", "name": "ac2g", "bp": "e"})
+            self.events.append(
+                {
+                    "ph": "f",
+                    "id": corr,
+                    "pid": device,
+                    "tid": stream,
+                    "ts": _us(gpu_start, self.style, self.base_ns),
+                    "cat": "ac2g",
+                    "name": "ac2g",
+                    "bp": "e",
+                }
+            )
         return corr
 
-    def graph_launch(self, kernels: list[tuple[str, int, int]], *, cpu_start: int,
-                     cpu_dur: int = 8_000, stream: int | None = None, device: int = 0) -> int:
+    def graph_launch(
+        self,
+        kernels: list[tuple[str, int, int]],
+        *,
+        cpu_start: int,
+        cpu_dur: int = 8_000,
+        stream: int | None = None,
+        device: int = 0,
+    ) -> int:
         """``cudaGraphLaunch``: one correlation id for every kernel of the replay."""
         stream = self.default_stream if stream is None else stream
         corr = self._next_corr()
@@ -319,41 +442,100 @@ class KinetoTraceBuilder:
             rargs["External id"] = ext
         self._x("cuda_runtime", api, cpu_start, cpu_dur, self.pid, self.tid, rargs)
         for name, start, dur in kernels:
-            self._x("kernel", name, start, dur, device, stream,
-                    {"device": device, "stream": stream, "correlation": corr, "graph id": 1})
+            self._x(
+                "kernel",
+                name,
+                start,
+                dur,
+                device,
+                stream,
+                {"device": device, "stream": stream, "correlation": corr, "graph id": 1},
+            )
         return corr
 
-    def sync(self, name: str, start: int, dur: int, *, stream: int | None = None,
-             device: int = 0) -> None:
+    def sync(
+        self, name: str, start: int, dur: int, *, stream: int | None = None, device: int = 0
+    ) -> None:
         """A device-side ``cuda_sync`` event (Stream Sync, Event Sync, ...)."""
         stream = self.default_stream if stream is None else stream
-        self._x("cuda_sync", name, start, dur, device, stream,
-                {"device": device, "stream": stream, "cuda_sync_kind": name})
+        self._x(
+            "cuda_sync",
+            name,
+            start,
+            dur,
+            device,
+            stream,
+            {"device": device, "stream": stream, "cuda_sync_kind": name},
+        )
 
-    def fwdbwd(self, fwd_start: int, bwd_start: int, *, fwd_tid: int | None = None,
-               bwd_tid: int | None = None) -> None:
+    def fwdbwd(
+        self,
+        fwd_start: int,
+        bwd_start: int,
+        *,
+        fwd_tid: int | None = None,
+        bwd_tid: int | None = None,
+    ) -> None:
         self._flow += 1
-        self.events.append({"ph": "s", "id": self._flow, "pid": self.pid,
-                            "tid": self.tid if fwd_tid is None else fwd_tid,
-                            "ts": _us(fwd_start, self.style, self.base_ns), "cat": "fwdbwd",
-                            "name": "fwdbwd"})
-        self.events.append({"ph": "f", "id": self._flow, "pid": self.pid,
-                            "tid": self.tid if bwd_tid is None else bwd_tid,
-                            "ts": _us(bwd_start, self.style, self.base_ns), "cat": "fwdbwd",
-                            "name": "fwdbwd", "bp": "e"})
+        self.events.append(
+            {
+                "ph": "s",
+                "id": self._flow,
+                "pid": self.pid,
+                "tid": self.tid if fwd_tid is None else fwd_tid,
+                "ts": _us(fwd_start, self.style, self.base_ns),
+                "cat": "fwdbwd",
+                "name": "fwdbwd",
+            }
+        )
+        self.events.append(
+            {
+                "ph": "f",
+                "id": self._flow,
+                "pid": self.pid,
+                "tid": self.tid if bwd_tid is None else bwd_tid,
+                "ts": _us(bwd_start, self.style, self.base_ns),
+                "cat": "fwdbwd",
+                "name": "fwdbwd",
+                "bp": "e",
+            }
+        )
 
     # --- memory ---------------------------------------------------------------------------
-    def memory(self, ts: int, nbytes: int, total_allocated: int, total_reserved: int, *,
-               addr: int = 0x7F0000000000, device: int = 0, device_type: int = 1,
-               tid: int | None = None, oom: bool = False) -> None:
-        args = {"Total Reserved": total_reserved, "Total Allocated": total_allocated,
-                "Bytes": nbytes, "Device Id": device, "Device Type": device_type}
+    def memory(
+        self,
+        ts: int,
+        nbytes: int,
+        total_allocated: int,
+        total_reserved: int,
+        *,
+        addr: int = 0x7F0000000000,
+        device: int = 0,
+        device_type: int = 1,
+        tid: int | None = None,
+        oom: bool = False,
+    ) -> None:
+        args = {
+            "Total Reserved": total_reserved,
+            "Total Allocated": total_allocated,
+            "Bytes": nbytes,
+            "Device Id": device,
+            "Device Type": device_type,
+        }
         if not oom:
             args["Addr"] = addr
-        self.events.append({"ph": "i", "cat": "cpu_instant_event", "s": "t",
-                            "name": "[OutOfMemory]" if oom else "[memory]", "pid": self.pid,
-                            "tid": self.tid if tid is None else tid,
-                            "ts": _us(ts, self.style, self.base_ns), "args": args})
+        self.events.append(
+            {
+                "ph": "i",
+                "cat": "cpu_instant_event",
+                "s": "t",
+                "name": "[OutOfMemory]" if oom else "[memory]",
+                "pid": self.pid,
+                "tid": self.tid if tid is None else tid,
+                "ts": _us(ts, self.style, self.base_ns),
+                "args": args,
+            }
+        )
 
     # --- output ---------------------------------------------------------------------------
     def _device_props(self) -> list[dict[str, Any]]:
@@ -365,21 +547,51 @@ class KinetoTraceBuilder:
 
     def to_dict(self) -> dict[str, Any]:
         meta: list[dict[str, Any]] = [
-            {"name": "process_name", "ph": "M", "ts": _us(0, self.style, self.base_ns),
-             "pid": self.pid, "tid": 0, "args": {"name": "python3"}},
-            {"name": "thread_name", "ph": "M", "ts": _us(0, self.style, self.base_ns),
-             "pid": self.pid, "tid": self.tid, "args": {"name": f"thread {self.tid} (python3)"}},
+            {
+                "name": "process_name",
+                "ph": "M",
+                "ts": _us(0, self.style, self.base_ns),
+                "pid": self.pid,
+                "tid": 0,
+                "args": {"name": "python3"},
+            },
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "ts": _us(0, self.style, self.base_ns),
+                "pid": self.pid,
+                "tid": self.tid,
+                "args": {"name": f"thread {self.tid} (python3)"},
+            },
         ]
         for i in range(self.num_devices):
-            meta.append({"name": "process_name", "ph": "M", "ts": _us(0, self.style, self.base_ns),
-                         "pid": i, "tid": 0, "args": {"name": "python3"}})
-            meta.append({"name": "process_labels", "ph": "M",
-                         "ts": _us(0, self.style, self.base_ns),
-                         "pid": i, "tid": 0, "args": {"labels": f"GPU {i}"}})
+            meta.append(
+                {
+                    "name": "process_name",
+                    "ph": "M",
+                    "ts": _us(0, self.style, self.base_ns),
+                    "pid": i,
+                    "tid": 0,
+                    "args": {"name": "python3"},
+                }
+            )
+            meta.append(
+                {
+                    "name": "process_labels",
+                    "ph": "M",
+                    "ts": _us(0, self.style, self.base_ns),
+                    "pid": i,
+                    "tid": 0,
+                    "args": {"labels": f"GPU {i}"},
+                }
+            )
         d: dict[str, Any] = {"schemaVersion": 1, "deviceProperties": self._device_props()}
         if self.rank is not None:
-            d["distributedInfo"] = {"backend": "nccl", "rank": self.rank,
-                                    "world_size": self.world_size or 1}
+            d["distributedInfo"] = {
+                "backend": "nccl",
+                "rank": self.rank,
+                "world_size": self.world_size or 1,
+            }
         if self.vendor == "amd":
             d["hip_runtime_version"] = 60200000
         else:

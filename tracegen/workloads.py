@@ -84,30 +84,42 @@ PRESETS: dict[str, Workload] = {
     # H100 bf16, big GEMMs at a realistic efficiency, host far ahead: GPU busy ~99%
     "healthy": Workload(),
     # small model, tiny kernels, slow Python: the GPU waits for launches
-    "launch_bound": Workload(hidden=512, seq=256, batch=2, cpu_op_overhead_ns=40_000,
-                             tiny_kernels_per_layer=12),
+    "launch_bound": Workload(
+        hidden=512, seq=256, batch=2, cpu_op_overhead_ns=40_000, tiny_kernels_per_layer=12
+    ),
     # the DataLoader takes ~35% of every step; loss.item() at step end keeps host and GPU in step
     "input_bound": Workload(**_SMALL, dataloader_ns=7_000_000, syncs_per_step=1),
     # 16 .item() syncs per step drain the GPU queue again and again
     "host_sync": Workload(hidden=1024, seq=1024, batch=2, syncs_per_step=16),
     # small GEMMs, 6x the elementwise traffic at 30% of peak bandwidth
-    "memory_bound": Workload(hidden=1024, seq=2048, batch=8, elementwise_scale=6.0,
-                             memory_efficiency=0.3),
+    "memory_bound": Workload(
+        hidden=1024, seq=2048, batch=8, elementwise_scale=6.0, memory_efficiency=0.3
+    ),
     # large GEMMs at 85% of peak
     "compute_bound": Workload(hidden=8192, seq=2048, batch=8, gemm_efficiency=0.85),
     # fp32 training on H100: SIMT GEMMs at 67 TFLOP/s
     "fp32_gemms": Workload(**_SMALL, dtype="fp32"),
     # 4 ranks, 768 MiB all-reduce per step, none of it overlapped with backward
-    "comm_bound": Workload(hidden=2048, seq=2048, batch=2, world_size=4, comm_bytes=768 * MiB,
-                           comm_overlap=0.0),
+    "comm_bound": Workload(
+        hidden=2048, seq=2048, batch=2, world_size=4, comm_bytes=768 * MiB, comm_overlap=0.0
+    ),
     # 4 ranks, rank 2's GPU 1.5x slower; the others wait inside NCCL
-    "straggler": Workload(hidden=2048, seq=2048, batch=2, world_size=4, comm_bytes=256 * MiB,
-                          comm_overlap=0.5, straggler_rank=2, straggler_slowdown=1.5),
+    "straggler": Workload(
+        hidden=2048,
+        seq=2048,
+        batch=2,
+        world_size=4,
+        comm_bytes=256 * MiB,
+        comm_overlap=0.5,
+        straggler_rank=2,
+        straggler_slowdown=1.5,
+    ),
     # start-up: the first launch loads modules for 2 s, then 2 ordinary steps (not steady state)
     "cold_start": Workload(**_SMALL, steps=3, syncs_per_step=1, cold_start_ns=2_000_000_000),
     # every 2nd step stalls the host for 30 ms (GC / checkpoint), plus 5% noise
-    "jitter": Workload(**_SMALL, syncs_per_step=1, jitter=0.05, slow_step_every=2,
-                       slow_step_extra_ns=30_000_000),
+    "jitter": Workload(
+        **_SMALL, syncs_per_step=1, jitter=0.05, slow_step_every=2, slow_step_extra_ns=30_000_000
+    ),
     # allocator caching: reserved 1.8x allocated at the peak (tens of GiB unused)
     "fragmentation": Workload(**_SMALL, reserved_overhead=1.8, peak_memory_fraction=0.6),
     # peak reserved at 96% of HBM

@@ -66,13 +66,19 @@ class Finding:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
-        return cls(rule=d.get("rule", "?"), severity=d.get("severity", "info"),
-                   title=d.get("title", ""), category=d.get("category", ""),
-                   message=d.get("message", ""),
-                   impact_pct=None if d.get("impact_pct") is None else float(d["impact_pct"]),
-                   evidence=list(d.get("evidence", [])),
-                   recommendations=list(d.get("recommendations", [])), value=d.get("value"),
-                   headline=d.get("headline"), confidence=d.get("confidence"))
+        return cls(
+            rule=d.get("rule", "?"),
+            severity=d.get("severity", "info"),
+            title=d.get("title", ""),
+            category=d.get("category", ""),
+            message=d.get("message", ""),
+            impact_pct=None if d.get("impact_pct") is None else float(d["impact_pct"]),
+            evidence=list(d.get("evidence", [])),
+            recommendations=list(d.get("recommendations", [])),
+            value=d.get("value"),
+            headline=d.get("headline"),
+            confidence=d.get("confidence"),
+        )
 
 
 @dataclass
@@ -115,27 +121,42 @@ class DiagnosisResult:
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str = "result") -> DiagnosisResult:
         if not isinstance(d, dict) or d.get("schema") != RESULT_SCHEMA:
-            raise InputError("is not a traceinsight diagnosis result (no schema "
-                             f"{RESULT_SCHEMA!r})", path=source,
-                             hint="pass the file written by traceinsight diagnose --json")
+            raise InputError(
+                f"is not a traceinsight diagnosis result (no schema {RESULT_SCHEMA!r})",
+                path=source,
+                hint="pass the file written by traceinsight diagnose --json",
+            )
         _check_shape(d, source)
         v = int(d.get("version", 0))
         if v > RESULT_VERSION:
-            raise InputError(f"result version {v} is newer than this traceinsight reads "
-                             f"({RESULT_VERSION})", path=source, hint="upgrade traceinsight-doctor")
+            raise InputError(
+                f"result version {v} is newer than this traceinsight reads ({RESULT_VERSION})",
+                path=source,
+                hint="upgrade traceinsight-doctor",
+            )
         findings = [Finding.from_dict(f) for f in d.get("findings", [])]
         return cls(
-            tool=d.get("tool", {}), command=d.get("command", []), trace=d.get("trace", {}),
+            tool=d.get("tool", {}),
+            command=d.get("command", []),
+            trace=d.get("trace", {}),
             headline=d.get("headline", ""),
             # files written before the field existed: derived from their findings
             primary=str(d.get("primary") or primary_of(findings)),
             findings=findings,
-            rules=d.get("rules", []), rule_errors=d.get("rule_errors", []),
-            summary=d.get("summary", {"ranks": []}), metrics=d.get("metrics", {}),
-            breakdown=d.get("breakdown", {}), rollups=d.get("rollups", {}),
-            roofline=d.get("roofline"), memory=d.get("memory"), timeline=d.get("timeline"),
-            diagnostics=d.get("diagnostics", []), version=v, extra=d.get("extra", {}),
-            host=d.get("host"))
+            rules=d.get("rules", []),
+            rule_errors=d.get("rule_errors", []),
+            summary=d.get("summary", {"ranks": []}),
+            metrics=d.get("metrics", {}),
+            breakdown=d.get("breakdown", {}),
+            rollups=d.get("rollups", {}),
+            roofline=d.get("roofline"),
+            memory=d.get("memory"),
+            timeline=d.get("timeline"),
+            diagnostics=d.get("diagnostics", []),
+            version=v,
+            extra=d.get("extra", {}),
+            host=d.get("host"),
+        )
 
     @classmethod
     def load(cls, path: str) -> DiagnosisResult:
@@ -145,43 +166,68 @@ class DiagnosisResult:
         except FileNotFoundError:
             raise InputError("no such file", path=path, hint="check the path") from None
         except (ValueError, RecursionError) as e:
-            raise InputError(f"invalid JSON ({str(e)[:200]})", path=path,
-                             hint="pass a result written by traceinsight diagnose --json") from None
+            raise InputError(
+                f"invalid JSON ({str(e)[:200]})",
+                path=path,
+                hint="pass a result written by traceinsight diagnose --json",
+            ) from None
         return cls.from_dict(data, source=path)
 
 
 #: the JSON type of each top-level field of a result (None: may be null)
 _SHAPE: dict[str, tuple[type | None, ...]] = {
-    "version": (int,), "tool": (dict,), "command": (list,), "trace": (dict,),
-    "headline": (str,), "primary": (str,), "findings": (list,), "rules": (list,),
+    "version": (int,),
+    "tool": (dict,),
+    "command": (list,),
+    "trace": (dict,),
+    "headline": (str,),
+    "primary": (str,),
+    "findings": (list,),
+    "rules": (list,),
     "rule_errors": (list,),
-    "summary": (dict,), "metrics": (dict,), "breakdown": (dict,), "rollups": (dict,),
-    "roofline": (dict, None), "memory": (dict, None), "timeline": (dict, None),
-    "diagnostics": (list,), "extra": (dict,), "host": (dict, None),
+    "summary": (dict,),
+    "metrics": (dict,),
+    "breakdown": (dict,),
+    "rollups": (dict,),
+    "roofline": (dict, None),
+    "memory": (dict, None),
+    "timeline": (dict, None),
+    "diagnostics": (list,),
+    "extra": (dict,),
+    "host": (dict, None),
 }
 
 
 def _check_shape(d: dict[str, Any], source: str) -> None:
     """A clear error for a result whose fields have the wrong JSON types (hand-edited or
     damaged) instead of a crash in the renderers."""
+
     def bad(what: str) -> InputError:
-        return InputError(f"is a damaged diagnosis result: {what}", path=source,
-                          hint="write it again with traceinsight diagnose --json")
+        return InputError(
+            f"is a damaged diagnosis result: {what}",
+            path=source,
+            hint="write it again with traceinsight diagnose --json",
+        )
 
     for key, types in _SHAPE.items():
         if key not in d:
             continue
         v = d[key]
-        ok = any(v is None if t is None else isinstance(v, t) and not isinstance(v, bool)
-                 for t in types)
+        ok = any(
+            v is None if t is None else isinstance(v, t) and not isinstance(v, bool) for t in types
+        )
         if not ok:
             raise bad(f"{key!r} is {type(v).__name__}")
     for key in ("findings", "rules", "rule_errors", "diagnostics"):
         if any(not isinstance(x, dict) for x in d.get(key) or []):
             raise bad(f"an entry of {key!r} is not an object")
     for f in d.get("findings") or []:
-        for k, t in (("rule", str), ("severity", str), ("evidence", list),
-                     ("recommendations", list)):
+        for k, t in (
+            ("rule", str),
+            ("severity", str),
+            ("evidence", list),
+            ("recommendations", list),
+        ):
             if k in f and not isinstance(f[k], t):
                 raise bad(f"a finding's {k!r} is {type(f[k]).__name__}")
         if f.get("impact_pct") is not None and not isinstance(f["impact_pct"], (int, float)):

@@ -56,6 +56,7 @@ def with_plain_strings(fn):
     def inner(*a, **kw):
         with plain_strings():
             return fn(*a, **kw)
+
     return inner
 
 

@@ -68,8 +68,9 @@ def replay(actions: pd.DataFrame, end_allocated: int, end_reserved: int) -> Repl
     low = min(int(alloc.min()) if len(alloc) else 0, int(res.min()) if len(res) else 0)
     ts = actions["ts_ns"]
     axis = "ts_ns" if len(ts) and ts.notna().all() else "seq"
-    return Replay(actions.reset_index(drop=True), alloc, res, axis,
-                  mismatch_bytes=-low if low < 0 else 0)
+    return Replay(
+        actions.reset_index(drop=True), alloc, res, axis, mismatch_bytes=-low if low < 0 else 0
+    )
 
 
 def curve(rp: Replay, n: int = MAX_POINTS) -> dict[str, Any]:
@@ -78,23 +79,35 @@ def curve(rp: Replay, n: int = MAX_POINTS) -> dict[str, Any]:
     if len(x) > n:
         edges = np.linspace(x[0], x[-1], n + 1)
         b = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, n - 1)
-        df = pd.DataFrame({"b": b, "x": x, "a": a, "r": r}).groupby("b").agg(
-            x=("x", "max"), a=("a", "max"), r=("r", "max"))
+        df = (
+            pd.DataFrame({"b": b, "x": x, "a": a, "r": r})
+            .groupby("b")
+            .agg(x=("x", "max"), a=("a", "max"), r=("r", "max"))
+        )
         x, a, r = (df[c].to_numpy(np.int64) for c in ("x", "a", "r"))
-    return {"axis": rp.time_axis, "x": x.tolist(), "allocated": a.tolist(),
-            "reserved": r.tolist()}
+    return {"axis": rp.time_axis, "x": x.tolist(), "allocated": a.tolist(), "reserved": r.tolist()}
 
 
-def state_at(rp: Replay, k: int, blocks: list[dict[str, Any]],
-             segments: list[dict[str, Any]]) -> State:
+def state_at(
+    rp: Replay, k: int, blocks: list[dict[str, Any]], segments: list[dict[str, Any]]
+) -> State:
     """The allocator right after action ``k`` (the last action, or -1 without a trace: the
     snapshot's own state). ``blocks`` and ``segments`` are the snapshot's rows."""
-    live = {b["address"]: (b["size_bytes"], b["call_site"], b["frames"])
-            for b in blocks if b["state"] == "allocated" and b["address"] is not None}
-    pending = {b["address"]: b["size_bytes"]
-               for b in blocks if b["state"] == "pending_free" and b["address"] is not None}
-    segs = {s["address"]: (s["total_bytes"], str(s["pool"]))
-            for s in segments if s["address"] is not None}
+    live = {
+        b["address"]: (b["size_bytes"], b["call_site"], b["frames"])
+        for b in blocks
+        if b["state"] == "allocated" and b["address"] is not None
+    }
+    pending = {
+        b["address"]: b["size_bytes"]
+        for b in blocks
+        if b["state"] == "pending_free" and b["address"] is not None
+    }
+    segs = {
+        s["address"]: (s["total_bytes"], str(s["pool"]))
+        for s in segments
+        if s["address"] is not None
+    }
     a = rp.actions
     kinds = a["action"].astype(str).to_numpy()
     addrs = a["addr"].to_numpy(np.int64)  # -1: none
@@ -150,8 +163,7 @@ def segment_map(st: State) -> list[dict[str, Any]]:
 def map_totals(segs: list[dict[str, Any]]) -> dict[str, int]:
     """Reserved, allocated, pending, free, stranded (free in segments holding a live or
     pending block) and the largest free block of a segment map."""
-    out = {"reserved": 0, "allocated": 0, "pending": 0, "free": 0, "stranded": 0,
-           "largest_free": 0}
+    out = {"reserved": 0, "allocated": 0, "pending": 0, "free": 0, "stranded": 0, "largest_free": 0}
     for s in segs:
         out["reserved"] += s["bytes"]
         free = [b[1] for b in s["blocks"] if b[2] == "inactive"]
@@ -207,6 +219,9 @@ def iterations(levels: np.ndarray, min_swing: float = 0.25) -> dict[str, Any] | 
         return None
     vals = levels[troughs].astype(np.float64)
     slope = float(np.polyfit(np.arange(len(vals), dtype=np.float64), vals, 1)[0])
-    return {"troughs": troughs, "trough_bytes": vals.astype(np.int64).tolist(),
-            "growth_bytes_per_iteration": slope,
-            "grew_pct": 100.0 * float((np.diff(vals) > 0).mean())}
+    return {
+        "troughs": troughs,
+        "trough_bytes": vals.astype(np.int64).tolist(),
+        "growth_bytes_per_iteration": slope,
+        "grew_pct": 100.0 * float((np.diff(vals) > 0).mean()),
+    }

@@ -69,8 +69,9 @@ class Attribution:
         g = g[g["kind"] == "kernel"]
         total = int(g["dur_ns"].sum())
         attributed = int(g.loc[g["op"] != UNATTRIBUTED, "dur_ns"].sum())
-        by_method = {str(k): int(v)
-                     for k, v in g.groupby("method", observed=True)["dur_ns"].sum().items()}
+        by_method = {
+            str(k): int(v) for k, v in g.groupby("method", observed=True)["dur_ns"].sum().items()
+        }
         return {
             "kernel_time_ns": total,
             "attributed_ns": attributed,
@@ -90,15 +91,31 @@ def attribute(store: TraceStore) -> Attribution:
     diags = DiagnosticLog()
     gpu_all = frame(store.table("gpu_activities", GPU_COLUMNS), own=True)
     rt_all = frame(store.table("runtime_calls", all_columns("runtime_calls")), own=True)
-    ops_all = frame(store.table("cpu_ops", ["rank", "name", "process", "thread", "start_ns",
-                                             "dur_ns", "external_id", "sequence_nr",
-                                             "input_dims", "input_types", "concrete_inputs",
-                                             "flops"]), own=True)
+    ops_all = frame(
+        store.table(
+            "cpu_ops",
+            [
+                "rank",
+                "name",
+                "process",
+                "thread",
+                "start_ns",
+                "dur_ns",
+                "external_id",
+                "sequence_nr",
+                "input_dims",
+                "input_types",
+                "concrete_inputs",
+                "flops",
+            ],
+        ),
+        own=True,
+    )
     rng_all = frame(store.table("ranges", all_columns("ranges")), own=True)
-    py = store.table("python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns",
-                                       "frame_kind"])
-    py_all = frame(py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py,
-                    own=True)
+    py = store.table(
+        "python_frames", ["rank", "name", "process", "thread", "start_ns", "dur_ns", "frame_kind"]
+    )
+    py_all = frame(py.filter(pc.equal(py["frame_kind"], "module")) if py.num_rows else py, own=True)
     del py
     flows = LazyFlows(store)  # read only when a correlation or a backward link is missing
 
@@ -124,8 +141,9 @@ def attribute(store: TraceStore) -> Attribution:
         ops = rank_rows(ops_all, rank)
         rng = rank_rows(rng_all, rank)
         mods = rank_rows(py_all, rank)
-        res = _attribute_rank(rank, g, rt, ops, rng, mods, flows.of(rank), ops_all, rt_all,
-                              diags, is_node)
+        res = _attribute_rank(
+            rank, g, rt, ops, rng, mods, flows.of(rank), ops_all, rt_all, diags, is_node
+        )
         gpu_parts.append(res[0])
         steps.extend(res[1])
         has_steps[rank] = res[2]
@@ -143,8 +161,25 @@ def attribute(store: TraceStore) -> Attribution:
 
 
 def _empty_gpu() -> pd.DataFrame:
-    cols = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "end_ns", "cls",
-            "op", "top_op", "op_idx", "module", "phase", "annotation", "step", "method"]
+    cols = [
+        "rank",
+        "kind",
+        "name",
+        "device",
+        "stream",
+        "start_ns",
+        "dur_ns",
+        "end_ns",
+        "cls",
+        "op",
+        "top_op",
+        "op_idx",
+        "module",
+        "phase",
+        "annotation",
+        "step",
+        "method",
+    ]
     return pd.DataFrame({c: [] for c in cols})
 
 
@@ -161,13 +196,20 @@ def thread_keys(proc: np.ndarray, thr: np.ndarray, table: dict) -> np.ndarray:
     width = len(ut) + 1
     pair = cp.astype(np.int64) * width + ct
     upair, inv = np.unique(pair, return_inverse=True)
-    ids = np.array([table.setdefault((up[u // width], ut[u % width]), len(table)) for u in upair],
-                   dtype=np.int64)
+    ids = np.array(
+        [table.setdefault((up[u // width], ut[u % width]), len(table)) for u in upair],
+        dtype=np.int64,
+    )
     return ids[inv.reshape(-1)]
 
 
-def nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.ndarray,
-                   q_proc: np.ndarray, q_thread: np.ndarray) -> tuple[np.ndarray, dict]:
+def nest_by_thread(
+    intervals: pd.DataFrame,
+    queries: pd.DataFrame,
+    q_time: np.ndarray,
+    q_proc: np.ndarray,
+    q_thread: np.ndarray,
+) -> tuple[np.ndarray, dict]:
     """Innermost interval (row position in ``intervals``) enclosing each query on its thread.
 
     Returns (positions or -1, {thread key id: (positions array, Nesting)}).
@@ -183,10 +225,13 @@ def nest_by_thread(intervals: pd.DataFrame, queries: pd.DataFrame, q_time: np.nd
     ends = starts + intervals["dur_ns"].to_numpy(np.int64)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(n_keys + 1))
-    qcodes = thread_keys(np.asarray(q_proc, dtype=object), np.asarray(q_thread, dtype=object),
-                         table) if len(q_time) else np.empty(0, np.int64)
+    qcodes = (
+        thread_keys(np.asarray(q_proc, dtype=object), np.asarray(q_thread, dtype=object), table)
+        if len(q_time)
+        else np.empty(0, np.int64)
+    )
     for k in range(n_keys):
-        pos = order[bounds[k]:bounds[k + 1]]
+        pos = order[bounds[k] : bounds[k + 1]]
         nest = Nesting.build(starts[pos], ends[pos])
         nests[k] = (pos, nest)
         sel = np.flatnonzero(qcodes == k)
@@ -218,11 +263,19 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
     return paths
 
 
-def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFrame,
-                    rng: pd.DataFrame, mods: pd.DataFrame, flows: Callable[[str], pd.DataFrame],
-                    ops_all: pd.DataFrame, rt_all: pd.DataFrame,
-                    diags: DiagnosticLog, is_node: np.ndarray
-                    ) -> tuple[pd.DataFrame, list[StepWindow], bool]:
+def _attribute_rank(
+    rank: int,
+    g: pd.DataFrame,
+    rt: pd.DataFrame,
+    ops: pd.DataFrame,
+    rng: pd.DataFrame,
+    mods: pd.DataFrame,
+    flows: Callable[[str], pd.DataFrame],
+    ops_all: pd.DataFrame,
+    rt_all: pd.DataFrame,
+    diags: DiagnosticLog,
+    is_node: np.ndarray,
+) -> tuple[pd.DataFrame, list[StepWindow], bool]:
     """Attribute one rank's activities (``ops``: its rows of ``ops_all``; ``is_node`` marks
     the backward nodes among all ops)."""
     n = len(g)
@@ -236,9 +289,13 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     rt_c = rt[rt["correlation"].notna()]
     dup = rt_c["correlation"].duplicated(keep="first")
     if dup.any():
-        diags.add("duplicate-correlation", "runtime calls sharing a correlation id (several "
-                  "processes in one file?): the first is used", source=f"rank {rank}",
-                  count=int(dup.sum()))
+        diags.add(
+            "duplicate-correlation",
+            "runtime calls sharing a correlation id (several "
+            "processes in one file?): the first is used",
+            source=f"rank {rank}",
+            count=int(dup.sum()),
+        )
         rt_c = rt_c[~dup]
     rt_index = pd.Index(rt_c["correlation"].astype("int64"))
     launch_local = rt_index.get_indexer(corr.fillna(-(2**62)).astype("int64"))
@@ -246,8 +303,13 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     has_launch = launch_row >= 0
 
     # --- 2. launch -> enclosing cpu op (per thread) ---------------------------------------
-    op_of_rt, op_nests = nest_by_thread(ops, rt, rt["start_ns"].to_numpy(np.int64),
-                                        rt["process"].to_numpy(), rt["thread"].to_numpy())
+    op_of_rt, op_nests = nest_by_thread(
+        ops,
+        rt,
+        rt["start_ns"].to_numpy(np.int64),
+        rt["process"].to_numpy(),
+        rt["thread"].to_numpy(),
+    )
     # op positions are local to ``ops``: map to global op_idx
     op_global = ops["op_idx"].to_numpy()
     rt_op = take(op_global, op_of_rt, -1)
@@ -267,33 +329,48 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
         clipped += nest.clipped
         mis += nest.misnested
     if mis:
-        diags.add("misnested-ops", "CPU ops that overlap their parent by more than 1 µs "
-                  "(attributed to the enclosing op at launch time)", source=f"rank {rank}",
-                  count=mis)
+        diags.add(
+            "misnested-ops",
+            "CPU ops that overlap their parent by more than 1 µs "
+            "(attributed to the enclosing op at launch time)",
+            source=f"rank {rank}",
+            count=mis,
+        )
 
     rt_pos = pd.Index(rt_all.index).get_indexer(launch_row)
     op_idx = take(rt_all["op_idx"].to_numpy(), rt_pos, -1)
     launch_names = take(rt_all["name"].to_numpy(), rt_pos, None)
-    is_graph = np.array([isinstance(x, str) and "GraphLaunch" in x for x in launch_names],
-                        dtype=bool)
+    is_graph = np.array(
+        [isinstance(x, str) and "GraphLaunch" in x for x in launch_names], dtype=bool
+    )
 
     # --- 5. External id fallback and cross-check -------------------------------------------
     ext = g["external_id"]
     ext_valid = ext.notna() & (ext != g["correlation"])
-    ext_map = pd.Series(ops["op_idx"].to_numpy(),
-                        index=ops["external_id"].fillna(-1).astype("int64").to_numpy())
+    ext_map = pd.Series(
+        ops["op_idx"].to_numpy(), index=ops["external_id"].fillna(-1).astype("int64").to_numpy()
+    )
     ext_map = ext_map[~ext_map.index.duplicated(keep="first")]
-    ext_op = (ext_map.reindex(ext.fillna(-1).astype("int64").to_numpy())
-              .fillna(-1).astype("int64").to_numpy())
+    ext_op = (
+        ext_map.reindex(ext.fillna(-1).astype("int64").to_numpy())
+        .fillna(-1)
+        .astype("int64")
+        .to_numpy()
+    )
     ext_op = np.where(ext_valid.to_numpy(), ext_op, -1)
     both = (op_idx >= 0) & (ext_op >= 0)
     if both.any():
         op_ext = ops_all["external_id"].to_numpy()[op_idx[both]]
         disagree = int(np.sum(op_ext != ext.to_numpy()[both]))
         if disagree:
-            diags.add("external-id-mismatch", "kernels whose External id names another op than "
-                      "time nesting (time nesting is used)", severity="info",
-                      source=f"rank {rank}", count=disagree)
+            diags.add(
+                "external-id-mismatch",
+                "kernels whose External id names another op than "
+                "time nesting (time nesting is used)",
+                severity="info",
+                source=f"rank {rank}",
+                count=disagree,
+            )
     method = np.full(n, "none", dtype=object)
     method[op_idx >= 0] = "time"
     method[(op_idx >= 0) & is_graph] = "graph"
@@ -333,8 +410,13 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     if len(mods) and (~has_op & has_launch).any():
         sel = np.flatnonzero(~has_op & has_launch)
         lr = rt_all.iloc[rt_pos[sel]]
-        mpos, _ = nest_by_thread(mods, lr, lr["start_ns"].to_numpy(np.int64),
-                                 lr["process"].to_numpy(), lr["thread"].to_numpy())
+        mpos, _ = nest_by_thread(
+            mods,
+            lr,
+            lr["start_ns"].to_numpy(np.int64),
+            lr["process"].to_numpy(),
+            lr["thread"].to_numpy(),
+        )
         mod_paths = _module_paths(mods)
         ok = mpos >= 0
         module[sel[ok]] = mod_paths[mpos[ok]]
@@ -349,8 +431,13 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     if len(ann) and has_launch.any():
         sel = np.flatnonzero(has_launch)
         lr = rt_all.iloc[rt_pos[sel]]
-        apos, anests = nest_by_thread(ann, lr, lr["start_ns"].to_numpy(np.int64),
-                                      lr["process"].to_numpy(), lr["thread"].to_numpy())
+        apos, anests = nest_by_thread(
+            ann,
+            lr,
+            lr["start_ns"].to_numpy(np.int64),
+            lr["process"].to_numpy(),
+            lr["thread"].to_numpy(),
+        )
         ann_names = ann["name"].to_numpy()
         ok = apos >= 0
         annotation[sel[ok]] = ann_names[apos[ok]]
@@ -378,56 +465,70 @@ def _attribute_rank(rank: int, g: pd.DataFrame, rt: pd.DataFrame, ops: pd.DataFr
     kind = g["kind"].to_numpy()
     cls = np.full(n, "other", dtype=object)  # decided for all ranks at once (categories.classify)
 
-    out = pd.DataFrame({
-        "rank": g["rank"].to_numpy(),
-        "kind": kind,
-        "name": g["name"].to_numpy(),
-        "device": g["device"].to_numpy(),
-        "stream": g["stream"].to_numpy(),
-        "start_ns": g["start_ns"].to_numpy(np.int64),
-        "dur_ns": g["dur_ns"].to_numpy(np.int64),
-        "end_ns": g["end_ns"].to_numpy(np.int64),
-        "cls": cls,
-        "bytes": g["bytes"].to_numpy(),
-        "copy_kind": g["copy_kind"].to_numpy(),
-        "correlation": g["correlation"].to_numpy(),
-        "launch_name": launch_names,
-        "launch_start_ns": launch_t,
-        "op_idx": op_idx,
-        "op": leaf,
-        "top_op": top_name,
-        # None is a valid object-array operand; numpy's stubs type none of where()'s as None
-        "module": np.where(pd.isna(module), None, module),  # type: ignore[call-overload]
-        "phase": phase,
-        "annotation": annotation,
-        "step": step_of,
-        "method": method,
-        "grid_x": g["grid_x"].to_numpy(), "grid_y": g["grid_y"].to_numpy(),
-        "grid_z": g["grid_z"].to_numpy(), "block_x": g["block_x"].to_numpy(),
-        "block_y": g["block_y"].to_numpy(), "block_z": g["block_z"].to_numpy(),
-        "blocks_per_sm": g["blocks_per_sm"].to_numpy(),
-        "occupancy_pct": g["occupancy_pct"].to_numpy(),
-        # a communication kernel's own process group and sequence number (newer PyTorch)
-        "pg_name": g["pg_name"].to_numpy() if "pg_name" in g else None,
-        "seq": g["seq"].to_numpy() if "seq" in g else None,
-    })
+    out = pd.DataFrame(
+        {
+            "rank": g["rank"].to_numpy(),
+            "kind": kind,
+            "name": g["name"].to_numpy(),
+            "device": g["device"].to_numpy(),
+            "stream": g["stream"].to_numpy(),
+            "start_ns": g["start_ns"].to_numpy(np.int64),
+            "dur_ns": g["dur_ns"].to_numpy(np.int64),
+            "end_ns": g["end_ns"].to_numpy(np.int64),
+            "cls": cls,
+            "bytes": g["bytes"].to_numpy(),
+            "copy_kind": g["copy_kind"].to_numpy(),
+            "correlation": g["correlation"].to_numpy(),
+            "launch_name": launch_names,
+            "launch_start_ns": launch_t,
+            "op_idx": op_idx,
+            "op": leaf,
+            "top_op": top_name,
+            # None is a valid object-array operand; numpy's stubs type none of where()'s as None
+            "module": np.where(pd.isna(module), None, module),  # type: ignore[call-overload]
+            "phase": phase,
+            "annotation": annotation,
+            "step": step_of,
+            "method": method,
+            "grid_x": g["grid_x"].to_numpy(),
+            "grid_y": g["grid_y"].to_numpy(),
+            "grid_z": g["grid_z"].to_numpy(),
+            "block_x": g["block_x"].to_numpy(),
+            "block_y": g["block_y"].to_numpy(),
+            "block_z": g["block_z"].to_numpy(),
+            "blocks_per_sm": g["blocks_per_sm"].to_numpy(),
+            "occupancy_pct": g["occupancy_pct"].to_numpy(),
+            # a communication kernel's own process group and sequence number (newer PyTorch)
+            "pg_name": g["pg_name"].to_numpy() if "pg_name" in g else None,
+            "seq": g["seq"].to_numpy() if "seq" in g else None,
+        }
+    )
     kern = out["kind"] == "kernel"
     n_un = int(((out["op"] == UNATTRIBUTED) & kern).sum())
     if n_un:
         un_ns = int(out.loc[(out["op"] == UNATTRIBUTED) & kern, "dur_ns"].sum())
         tot = int(out.loc[kern, "dur_ns"].sum()) or 1
         no_launch = int(((~has_launch) & (method == "none") & kern.to_numpy()).sum())
-        diags.add("unattributed-kernels",
-                  f"{n_un:,} kernels ({100 * un_ns / tot:.1f}% of kernel time) could not be linked "
-                  f"to a CPU op ({no_launch:,} have no launch record: outside the profiling "
-                  "window, graph replays or lost records)",
-                  source=f"rank {rank}", count=n_un,
-                  hint="kernels from CUDA/HIP graph replays carry no per-op context; record "
-                       "an eager step to see their ops" if is_graph.any() else None)
+        diags.add(
+            "unattributed-kernels",
+            f"{n_un:,} kernels ({100 * un_ns / tot:.1f}% of kernel time) could not be linked "
+            f"to a CPU op ({no_launch:,} have no launch record: outside the profiling "
+            "window, graph replays or lost records)",
+            source=f"rank {rank}",
+            count=n_un,
+            hint="kernels from CUDA/HIP graph replays carry no per-op context; record "
+            "an eager step to see their ops"
+            if is_graph.any()
+            else None,
+        )
     if is_graph.any():
-        diags.add("graph-replay", "kernels replayed from CUDA/HIP graphs: attributed to the op "
-                  "that launched the graph", severity="info", source=f"rank {rank}",
-                  count=int(is_graph.sum()))
+        diags.add(
+            "graph-replay",
+            "kernels replayed from CUDA/HIP graphs: attributed to the op that launched the graph",
+            severity="info",
+            source=f"rank {rank}",
+            count=int(is_graph.sum()),
+        )
     return out, steps, has_markers
 
 
@@ -447,14 +548,23 @@ def _corr_from_flows(g: pd.DataFrame, corr: pd.Series, flows: pd.DataFrame) -> p
         return corr
     dev = pd.to_numeric(f["process"], errors="coerce")
     strm = pd.to_numeric(f["thread"].astype(str).str.extract(r"(-?\d+)")[0], errors="coerce")
-    key = pd.MultiIndex.from_arrays([dev.fillna(-1).astype("int64"),
-                                     strm.fillna(-1).astype("int64"), f["ts_ns"].astype("int64")])
+    key = pd.MultiIndex.from_arrays(
+        [
+            dev.fillna(-1).astype("int64"),
+            strm.fillna(-1).astype("int64"),
+            f["ts_ns"].astype("int64"),
+        ]
+    )
     fid = pd.Series(f["flow_id"].to_numpy(), index=key)
     fid = fid[~fid.index.duplicated(keep="first")]
     need = corr.isna()
-    gk = pd.MultiIndex.from_arrays([g.loc[need, "device"].fillna(-1).astype("int64"),
-                                    g.loc[need, "stream"].fillna(-1).astype("int64"),
-                                    g.loc[need, "start_ns"].astype("int64")])
+    gk = pd.MultiIndex.from_arrays(
+        [
+            g.loc[need, "device"].fillna(-1).astype("int64"),
+            g.loc[need, "stream"].fillna(-1).astype("int64"),
+            g.loc[need, "start_ns"].astype("int64"),
+        ]
+    )
     got = fid.reindex(gk).to_numpy()
     corr = corr.copy()
     corr.loc[need] = got
@@ -465,8 +575,9 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     """Path string of every module frame (``Model_0/Block_3/Linear_12``), by time nesting."""
     if not len(mods):
         return np.empty(0, dtype=object)
-    names = np.array([str(x).removeprefix("nn.Module: ") for x in mods["name"].to_numpy()],
-                     dtype=object)
+    names = np.array(
+        [str(x).removeprefix("nn.Module: ") for x in mods["name"].to_numpy()], dtype=object
+    )
     parent = np.full(len(mods), -1, dtype=np.int64)
     _, nests = nest_by_thread(mods, mods.iloc[0:0], np.empty(0, np.int64), np.empty(0), np.empty(0))
     for _k, (pos, nest) in nests.items():
@@ -474,17 +585,28 @@ def _module_paths(mods: pd.DataFrame) -> np.ndarray:
     return _paths(names, parent)
 
 
-def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
-                          mods: pd.DataFrame, flows: Callable[[str], pd.DataFrame],
-                          diags: DiagnosticLog, is_node: np.ndarray) -> None:
+def _modules_and_backward(
+    rank: int,
+    ops_all: pd.DataFrame,
+    ops: pd.DataFrame,
+    mods: pd.DataFrame,
+    flows: Callable[[str], pd.DataFrame],
+    diags: DiagnosticLog,
+    is_node: np.ndarray,
+) -> None:
     """Module path, backward node and forward op of the rank's ops (``ops``: its rows of
     ``ops_all`` as taken before attribution: their identity columns only are read)."""
     if not len(ops):
         return
     # module path of every op: innermost module frame enclosing the op's start on its thread
     if len(mods):
-        mpos, _ = nest_by_thread(mods, ops, ops["start_ns"].to_numpy(np.int64),
-                                 ops["process"].to_numpy(), ops["thread"].to_numpy())
+        mpos, _ = nest_by_thread(
+            mods,
+            ops,
+            ops["start_ns"].to_numpy(np.int64),
+            ops["process"].to_numpy(),
+            ops["thread"].to_numpy(),
+        )
         paths = _module_paths(mods)
         mod = take(paths, mpos, None)
         ops_all.loc[ops.index, "module"] = mod
@@ -509,18 +631,29 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
     nd = ops_all.loc[nodes]
     fwd_of_node = pd.Series(-1, index=nodes, dtype="int64")
     if len(fwd_cand):
-        left = (nd[nd["sequence_nr"].notna()][["op_idx", "sequence_nr", "start_ns"]]
-                .sort_values("start_ns"))
-        right = fwd_cand[["op_idx", "sequence_nr", "start_ns"]].rename(
-            columns={"op_idx": "fwd_idx", "start_ns": "fwd_start"}).sort_values("fwd_start")
+        left = nd[nd["sequence_nr"].notna()][["op_idx", "sequence_nr", "start_ns"]].sort_values(
+            "start_ns"
+        )
+        right = (
+            fwd_cand[["op_idx", "sequence_nr", "start_ns"]]
+            .rename(columns={"op_idx": "fwd_idx", "start_ns": "fwd_start"})
+            .sort_values("fwd_start")
+        )
         if len(left):
             left = left.astype({"sequence_nr": "int64"})
             right = right.astype({"sequence_nr": "int64"})
-            m = pd.merge_asof(left, right, left_on="start_ns", right_on="fwd_start",
-                              by="sequence_nr", direction="backward")
+            m = pd.merge_asof(
+                left,
+                right,
+                left_on="start_ns",
+                right_on="fwd_start",
+                by="sequence_nr",
+                direction="backward",
+            )
             ok = m["fwd_idx"].notna()
-            fwd_of_node.loc[m.loc[ok, "op_idx"].to_numpy()] = \
+            fwd_of_node.loc[m.loc[ok, "op_idx"].to_numpy()] = (
                 m.loc[ok, "fwd_idx"].astype("int64").to_numpy()
+            )
     # fallback: fwd_bwd flows (start on the forward op, end on the backward node)
     missing = fwd_of_node[fwd_of_node < 0].index.to_numpy()
     fl = flows("fwd_bwd") if len(missing) else None
@@ -546,13 +679,20 @@ def _modules_and_backward(rank: int, ops_all: pd.DataFrame, ops: pd.DataFrame,
                 hit = pm.reindex(missing).dropna().astype("int64")
                 fwd_of_node.loc[hit.index] = hit.to_numpy()
     # AccumulateGrad nodes have no forward op by design (they add into .grad)
-    accum = np.array(["AccumulateGrad" in str(x) for x in ops_all.loc[fwd_of_node.index, "name"]],
-                     dtype=bool)
+    accum = np.array(
+        ["AccumulateGrad" in str(x) for x in ops_all.loc[fwd_of_node.index, "name"]], dtype=bool
+    )
     unlinked = int(((fwd_of_node < 0).to_numpy() & ~accum).sum())
     if unlinked:
-        diags.add("backward-unlinked", "backward nodes whose forward op was not found (no "
-                  "Sequence number or fwdbwd flow in the window): no module path for their "
-                  "kernels", severity="info", source=f"rank {rank}", count=unlinked)
+        diags.add(
+            "backward-unlinked",
+            "backward nodes whose forward op was not found (no "
+            "Sequence number or fwdbwd flow in the window): no module path for their "
+            "kernels",
+            severity="info",
+            source=f"rank {rank}",
+            count=unlinked,
+        )
     node_of_op = ops_all.loc[ops.index, "bwd_node"].to_numpy()
     fwd_of = fwd_of_node.reindex(node_of_op).fillna(-1).astype("int64").to_numpy()
     fwd = np.where(node_of_op >= 0, fwd_of, -1)
@@ -566,8 +706,9 @@ def _gpu_annotation(g: pd.DataFrame, gann: pd.DataFrame) -> np.ndarray:
     if not len(gann):
         return out
     for dev, grp in gann.groupby("device", dropna=False):
-        nest = Nesting.build(grp["start_ns"].to_numpy(np.int64),
-                             (grp["start_ns"] + grp["dur_ns"]).to_numpy(np.int64))
+        nest = Nesting.build(
+            grp["start_ns"].to_numpy(np.int64), (grp["start_ns"] + grp["dur_ns"]).to_numpy(np.int64)
+        )
         sel = np.flatnonzero((g["device"] == dev).to_numpy())
         if not len(sel):
             continue

@@ -97,8 +97,11 @@ class RankRows:
         if step is None:
             return np.arange(len(self.s))
         if self._steps is None:
-            self._steps = (self.step.groupby(self.step, sort=False, dropna=True).indices
-                           if len(self.step) else {})
+            self._steps = (
+                self.step.groupby(self.step, sort=False, dropna=True).indices
+                if len(self.step)
+                else {}
+            )
         return self._steps.get(step, np.empty(0, dtype=np.int64))
 
     def overlapping(self, s: int, e: int) -> np.ndarray:
@@ -137,13 +140,21 @@ def window_breakdown(r: RankRows, w: StepWindow, in_step: np.ndarray) -> WindowB
             by_class[r.cls_name[code]] = iv.length(iv.clip(_u(r, kern[codes == code]), s, e))
     k_dur = r.dur[in_step][r.kernel[in_step]]
     return WindowBreakdown(
-        rank=w.rank, step=w.step, start_ns=s, end_ns=e, wall_ns=e - s,
-        busy_ns=busy, idle_ns=(e - s) - busy,
-        compute_ns=iv.length(C), comm_ns=iv.length(M),
+        rank=w.rank,
+        step=w.step,
+        start_ns=s,
+        end_ns=e,
+        wall_ns=e - s,
+        busy_ns=busy,
+        idle_ns=(e - s) - busy,
+        compute_ns=iv.length(C),
+        comm_ns=iv.length(M),
         comm_exposed_ns=iv.length(iv.subtract(M, C)),
         comm_hidden_ns=iv.length(iv.intersect(M, C)),
-        memcpy_ns=iv.length(Y), memcpy_exposed_ns=iv.length(iv.subtract(Y, CM)),
-        memset_ns=iv.length(S), memset_exposed_ns=iv.length(iv.subtract(S, CMY)),
+        memcpy_ns=iv.length(Y),
+        memcpy_exposed_ns=iv.length(iv.subtract(Y, CM)),
+        memset_ns=iv.length(S),
+        memset_exposed_ns=iv.length(iv.subtract(S, CMY)),
         kernel_sum_ns=int(k_dur.sum()),
         kernels=len(k_dur),
         host_ns=(w.host_end_ns - w.host_start_ns) if w.step is not None else None,
@@ -161,18 +172,36 @@ class Breakdown:
 
 
 def _sum(rank: int, parts: list[WindowBreakdown]) -> WindowBreakdown:
-    keys = ("wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_exposed_ns",
-            "comm_hidden_ns", "memcpy_ns", "memcpy_exposed_ns", "memset_ns", "memset_exposed_ns",
-            "kernel_sum_ns", "kernels")
+    keys = (
+        "wall_ns",
+        "busy_ns",
+        "idle_ns",
+        "compute_ns",
+        "comm_ns",
+        "comm_exposed_ns",
+        "comm_hidden_ns",
+        "memcpy_ns",
+        "memcpy_exposed_ns",
+        "memset_ns",
+        "memset_exposed_ns",
+        "kernel_sum_ns",
+        "kernels",
+    )
     tot = {k: sum(getattr(p, k) for p in parts) for k in keys}
     by_class: dict[str, int] = {}
     for p in parts:
         for k, v in p.by_class_ns.items():
             by_class[k] = by_class.get(k, 0) + v
     host = [p.host_ns for p in parts if p.host_ns is not None]
-    return WindowBreakdown(rank=rank, step=None, start_ns=min(p.start_ns for p in parts),
-                           end_ns=max(p.end_ns for p in parts), host_ns=sum(host) if host else None,
-                           by_class_ns=by_class, **tot)
+    return WindowBreakdown(
+        rank=rank,
+        step=None,
+        start_ns=min(p.start_ns for p in parts),
+        end_ns=max(p.end_ns for p in parts),
+        host_ns=sum(host) if host else None,
+        by_class_ns=by_class,
+        **tot,
+    )
 
 
 def breakdown(attr: Attribution) -> Breakdown:
@@ -184,8 +213,7 @@ def breakdown(attr: Attribution) -> Breakdown:
         per_rank.setdefault(w.rank, []).append(w)
     for rank in sorted(per_rank):
         rows = RankRows(by_rank.rows(g_all, rank))
-        parts = [window_breakdown(rows, w, rows.in_step(w.step))
-                 for w in per_rank[rank]]
+        parts = [window_breakdown(rows, w, rows.in_step(w.step)) for w in per_rank[rank]]
         steps.extend(parts)
         if parts:
             ranks[rank] = _sum(rank, parts)

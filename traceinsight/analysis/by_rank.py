@@ -57,7 +57,7 @@ def _split(df: pd.DataFrame) -> tuple[dict[int, np.ndarray], dict[int, pd.DataFr
         codes, uniq = pd.factorize(df["rank"], sort=True)
         order = np.argsort(codes, kind="stable")
         bounds = np.searchsorted(codes[order], np.arange(len(uniq) + 1))
-        pos = {int(r): order[bounds[i]:bounds[i + 1]] for i, r in enumerate(uniq)}
+        pos = {int(r): order[bounds[i] : bounds[i + 1]] for i, r in enumerate(uniq)}
     else:
         pos = {}
     taken: dict[int, pd.DataFrame] = {}
@@ -67,6 +67,8 @@ def _split(df: pd.DataFrame) -> tuple[dict[int, np.ndarray], dict[int, pd.DataFr
 
 def _dropper(key: int) -> Callable[[weakref.ref], None]:
     """A weakref callback that forgets the split of the table ``key``."""
+
     def drop(_ref: weakref.ref) -> None:
         _SPLITS.pop(key, None)
+
     return drop

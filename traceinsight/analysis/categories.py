@@ -36,8 +36,17 @@ from traceinsight.analysis.kernel_table import (
 )
 from traceinsight.util.vocab import CLASSES
 
-__all__ = ["CLASSES", "COMM_OP_RE", "MATRIX_CLASSES", "classify", "classify_names",
-           "is_matrix_helper", "kernel_class", "kernel_dtype", "op_class"]
+__all__ = [
+    "CLASSES",
+    "COMM_OP_RE",
+    "MATRIX_CLASSES",
+    "classify",
+    "classify_names",
+    "is_matrix_helper",
+    "kernel_class",
+    "kernel_dtype",
+    "op_class",
+]
 
 _KERNEL = tuple((c, re.compile(p, re.IGNORECASE)) for c, p in KERNEL_CLASSES)
 _OPS = tuple((c, re.compile(p, re.IGNORECASE)) for c, p in OP_CLASSES)
@@ -54,7 +63,9 @@ MATRIX_CLASSES = ("gemm", "attention", "convolution")
 TENSOR_CORE_RE = re.compile(
     r"nvjet|xmma|wgmma|hgmma|hmma|tensorop|s1688|s16816|h884|h1688|h16816|i8816|bf16|f16|"
     r"fp16|half|tf32|fp8|e4m3|e5m2|_16x16x|_32x32x|MI16x16|MI32x32|MFMA|sm80_|sm90_|sm100_|"
-    r"flash|fmha|Cijk_.*(BBS|HHS|HSS|BSS|F8)", re.IGNORECASE)
+    r"flash|fmha|Cijk_.*(BBS|HHS|HSS|BSS|F8)",
+    re.IGNORECASE,
+)
 #: fp32 GEMM kernels that do not use tensor cores
 FP32_GEMM_RE = re.compile(r"sgemm|gemm.*f32f32_f32f32|Cijk_.*_SB_|Cijk_.*SSS", re.IGNORECASE)
 
@@ -107,8 +118,9 @@ def _per_unique(values: np.ndarray, fn, default):
     if not len(values):
         return out
     codes, uniq = pd.factorize(pd.Series(values, dtype=object))
-    mapped = np.array([fn(u) if isinstance(u, str) else default for u in uniq] + [default],
-                      dtype=object)
+    mapped = np.array(
+        [fn(u) if isinstance(u, str) else default for u in uniq] + [default], dtype=object
+    )
     return mapped[np.where(codes >= 0, codes, len(uniq))]
 
 
@@ -189,13 +201,22 @@ def check_communication(store, gpu: pd.DataFrame, ops: pd.DataFrame, diags) -> N
         if len(ops):
             o = by_rank.rows(ops, rank)["name"].dropna().astype(str)
             comm_ops = int(o.map(lambda s: bool(COMM_OP_RE.search(s))).sum())
-        seen = (f"; {comm_ops:,} collective CPU ops were recorded, so their kernels were lost or "
-                "have names the kernel table does not know") if comm_ops else ""
-        diags.add("no-communication-found",
-                  f"distributedInfo says world size {int(ws)}, but none of the rank's "
-                  f"{len(k):,} kernels is communication{seen}: communication time, overlap and "
-                  "comm-bound cannot be judged",
-                  severity="warning", source=f"rank {rank}",
-                  hint="record the NCCL/RCCL streams (ProfilerActivity.CUDA on every rank); a "
-                       "custom collective library needs its kernel names in "
-                       "traceinsight/analysis/kernel_table.py")
+        seen = (
+            (
+                f"; {comm_ops:,} collective CPU ops were recorded, so their kernels were lost or "
+                "have names the kernel table does not know"
+            )
+            if comm_ops
+            else ""
+        )
+        diags.add(
+            "no-communication-found",
+            f"distributedInfo says world size {int(ws)}, but none of the rank's "
+            f"{len(k):,} kernels is communication{seen}: communication time, overlap and "
+            "comm-bound cannot be judged",
+            severity="warning",
+            source=f"rank {rank}",
+            hint="record the NCCL/RCCL streams (ProfilerActivity.CUDA on every rank); a "
+            "custom collective library needs its kernel names in "
+            "traceinsight/analysis/kernel_table.py",
+        )

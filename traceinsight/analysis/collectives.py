@@ -63,8 +63,11 @@ def cross_rank(summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
     steps, heat = _heatmaps(summaries)
     own = _own_frame(summaries)
     slow = _slowest(own)
-    last = (colls.loc[colls["last_rank"] >= 0, "last_rank"].value_counts().to_dict()
-            if len(colls) else {})
+    last = (
+        colls.loc[colls["last_rank"] >= 0, "last_rank"].value_counts().to_dict()
+        if len(colls)
+        else {}
+    )
     table = _rank_table(summaries, own, offsets, last, matched)
     out: dict[str, Any] = {
         "ranks": ranks,
@@ -79,12 +82,14 @@ def cross_rank(summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
         **rank_tables(table),
         "last_arrivals": {str(int(k)): int(v) for k, v in sorted(last.items())},
     }
-    out["straggler"] = (straggler_profile(out, summaries, slow, own, colls)
-                        if slow is not None else None)
+    out["straggler"] = (
+        straggler_profile(out, summaries, slow, own, colls) if slow is not None else None
+    )
     return out
 
 
 # --- collective records and their matching ---------------------------------------------------
+
 
 def _records(summaries: list[dict[str, Any]]) -> pd.DataFrame:
     frames = []
@@ -96,8 +101,20 @@ def _records(summaries: list[dict[str, Any]]) -> pd.DataFrame:
         f["rank"] = int(s["rank"])
         frames.append(f)
     if not frames:
-        return pd.DataFrame(columns=["rank", "kind", "pg", "seq", "stream", "step", "start_ns",
-                                     "dur_ns", "bytes", "group_size"])
+        return pd.DataFrame(
+            columns=[
+                "rank",
+                "kind",
+                "pg",
+                "seq",
+                "stream",
+                "step",
+                "start_ns",
+                "dur_ns",
+                "bytes",
+                "group_size",
+            ]
+        )
     df = pd.concat(frames, ignore_index=True)
     df["start_ns"] = df["start_ns"].astype(np.int64)
     df["dur_ns"] = df["dur_ns"].astype(np.int64)
@@ -110,19 +127,35 @@ def _match(recs: pd.DataFrame) -> pd.DataFrame:
     if not len(recs):
         return recs.assign(key=pd.Series(dtype=object), how=pd.Series(dtype=object))
     df = recs.sort_values(["rank", "start_ns"], kind="stable").copy()
-    lane = np.where(df["pg"].isna(), "stream " + df["stream"].astype(str),
-                    "pg " + df["pg"].astype(str))
+    lane = np.where(
+        df["pg"].isna(), "stream " + df["stream"].astype(str), "pg " + df["pg"].astype(str)
+    )
     df["lane"] = lane
     step = df["step"].where(df["step"].notna(), -1).astype(np.int64)
     df["ord"] = df.groupby(["rank", "lane", "kind", step], sort=False).cumcount()
     by_seq = df["seq"].notna() & df["pg"].notna()
-    key = np.where(by_seq, "seq|" + df["pg"].astype(str) + "|" + df["seq"].astype(str),
-                   "ord|" + df["lane"] + "|" + df["kind"].astype(str) + "|"
-                   + step.astype(str) + "|" + df["ord"].astype(str))
+    key = np.where(
+        by_seq,
+        "seq|" + df["pg"].astype(str) + "|" + df["seq"].astype(str),
+        "ord|"
+        + df["lane"]
+        + "|"
+        + df["kind"].astype(str)
+        + "|"
+        + step.astype(str)
+        + "|"
+        + df["ord"].astype(str),
+    )
     df["key"] = key
-    df["how"] = np.where(by_seq, "process group and sequence number",
-                         np.where(df["pg"].notna(), "n-th of its kind in its process group",
-                                  "n-th of its kind on its stream"))
+    df["how"] = np.where(
+        by_seq,
+        "process group and sequence number",
+        np.where(
+            df["pg"].notna(),
+            "n-th of its kind in its process group",
+            "n-th of its kind on its stream",
+        ),
+    )
     counts = df.groupby("key")["rank"].transform("nunique")
     df = df[counts >= 2]
     return df.drop_duplicates(["key", "rank"], keep="first")
@@ -130,9 +163,12 @@ def _match(recs: pd.DataFrame) -> pd.DataFrame:
 
 def _matching_note(recs: pd.DataFrame, matched: pd.DataFrame) -> dict[str, Any]:
     hows = matched["how"].value_counts().to_dict() if len(matched) else {}
-    return {"records": len(recs), "matched_records": len(matched),
-            "matched": int(matched["key"].nunique()) if len(matched) else 0,
-            "by": {str(k): int(v) for k, v in hows.items()}}
+    return {
+        "records": len(recs),
+        "matched_records": len(matched),
+        "matched": int(matched["key"].nunique()) if len(matched) else 0,
+        "by": {str(k): int(v) for k, v in hows.items()},
+    }
 
 
 def _clock_offsets(m: pd.DataFrame, ranks: list[int], rounds: int = 4) -> dict[int, int]:
@@ -164,39 +200,64 @@ def _group_sizes(summaries: list[dict[str, Any]]) -> dict[str, int]:
     return out
 
 
-def _per_collective(m: pd.DataFrame, offsets: dict[int, int],
-                    sizes: dict[str, int]) -> pd.DataFrame:
+def _per_collective(
+    m: pd.DataFrame, offsets: dict[int, int], sizes: dict[str, int]
+) -> pd.DataFrame:
     if not len(m):
-        return pd.DataFrame(columns=["key", "lane", "kind", "step", "ranks", "first_start_ns",
-                                     "skew_ns", "last_rank", "transfer_ns", "wait_ns",
-                                     "bytes", "n", "algbw", "busbw"])
+        return pd.DataFrame(
+            columns=[
+                "key",
+                "lane",
+                "kind",
+                "step",
+                "ranks",
+                "first_start_ns",
+                "skew_ns",
+                "last_rank",
+                "transfer_ns",
+                "wait_ns",
+                "bytes",
+                "n",
+                "algbw",
+                "busbw",
+            ]
+        )
     d = m.copy()
     d["astart"] = d["start_ns"] - d["rank"].map(offsets).astype(np.int64)
     g = d.groupby("key", sort=False)
     first = g["astart"].min()
     last_i = g["astart"].idxmax()
-    out = pd.DataFrame({
-        "lane": g["lane"].first(), "kind": g["kind"].first(), "step": g["step"].first(),
-        "ranks": g["rank"].nunique(), "first_start_ns": first,
-        "skew_ns": g["astart"].max() - first,
-        "last_rank": d.loc[last_i.values, "rank"].to_numpy(),
-        "transfer_ns": g["dur_ns"].min(), "dur_sum_ns": g["dur_ns"].sum(),
-        "bytes": g["bytes"].apply(lambda x: float(np.median(x.dropna())) if x.notna().any()
-                                  else np.nan),
-        "group_size": g["group_size"].apply(lambda x: float(np.median(x.dropna()))
-                                            if x.notna().any() else np.nan),
-    })
+    out = pd.DataFrame(
+        {
+            "lane": g["lane"].first(),
+            "kind": g["kind"].first(),
+            "step": g["step"].first(),
+            "ranks": g["rank"].nunique(),
+            "first_start_ns": first,
+            "skew_ns": g["astart"].max() - first,
+            "last_rank": d.loc[last_i.values, "rank"].to_numpy(),
+            "transfer_ns": g["dur_ns"].min(),
+            "dur_sum_ns": g["dur_ns"].sum(),
+            "bytes": g["bytes"].apply(
+                lambda x: float(np.median(x.dropna())) if x.notna().any() else np.nan
+            ),
+            "group_size": g["group_size"].apply(
+                lambda x: float(np.median(x.dropna())) if x.notna().any() else np.nan
+            ),
+        }
+    )
     out["wait_ns"] = out["dur_sum_ns"] - out["transfer_ns"] * out["ranks"]
     out.loc[out["skew_ns"] <= 0, "last_rank"] = -1  # all arrived together: no one was last
     pg = out["lane"].str.removeprefix("pg ")
-    n = out["group_size"].where(out["group_size"].notna(),
-                                pg.map(lambda p: sizes.get(p, np.nan)))
+    n = out["group_size"].where(out["group_size"].notna(), pg.map(lambda p: sizes.get(p, np.nan)))
     out["n"] = n.where(n.notna(), out["ranks"]).astype(np.int64)
     from traceinsight.metrics.comm import bus_factor  # the one table of nccl-tests factors
+
     secs = out["transfer_ns"].clip(lower=1) / 1e9
     out["algbw"] = out["bytes"] / secs
-    out["busbw"] = out["algbw"] * [bus_factor(str(k), int(x)) for k, x in
-                                   zip(out["kind"], out["n"])]
+    out["busbw"] = out["algbw"] * [
+        bus_factor(str(k), int(x)) for k, x in zip(out["kind"], out["n"])
+    ]
     return out.reset_index().rename(columns={"index": "key"}).sort_values("first_start_ns")
 
 
@@ -205,15 +266,22 @@ def _collective_rows(c: pd.DataFrame) -> list[dict[str, Any]]:
     if not len(c):
         return []
     top = c.sort_values("wait_ns", ascending=False).head(MAX_COLLECTIVE_ROWS)
-    return [{"group": str(r.lane), "collective": str(r.kind),
-             "step": None if pd.isna(r.step) else int(r.step), "ranks": int(r.ranks),
-             "skew_ns": int(r.skew_ns),
-             "last_rank": int(r.last_rank) if r.last_rank >= 0 else None,
-             "transfer_ns": int(r.transfer_ns), "wait_ns": int(r.wait_ns),
-             "bytes": None if pd.isna(r.bytes) else int(r.bytes),
-             "algbw_bytes_per_s": None if pd.isna(r.algbw) else float(r.algbw),
-             "busbw_bytes_per_s": None if pd.isna(r.busbw) else float(r.busbw)}
-            for r in top.itertuples()]
+    return [
+        {
+            "group": str(r.lane),
+            "collective": str(r.kind),
+            "step": None if pd.isna(r.step) else int(r.step),
+            "ranks": int(r.ranks),
+            "skew_ns": int(r.skew_ns),
+            "last_rank": int(r.last_rank) if r.last_rank >= 0 else None,
+            "transfer_ns": int(r.transfer_ns),
+            "wait_ns": int(r.wait_ns),
+            "bytes": None if pd.isna(r.bytes) else int(r.bytes),
+            "algbw_bytes_per_s": None if pd.isna(r.algbw) else float(r.algbw),
+            "busbw_bytes_per_s": None if pd.isna(r.busbw) else float(r.busbw),
+        }
+        for r in top.itertuples()
+    ]
 
 
 def _per_group(c: pd.DataFrame, summaries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -231,20 +299,27 @@ def _per_group(c: pd.DataFrame, summaries: list[dict[str, Any]]) -> list[dict[st
     for lane, d in c.groupby("lane", sort=True):
         name = str(lane).removeprefix("pg ")
         sized = d[d["busbw"].notna()]
-        out.append({
-            "group": str(lane), "description": desc.get(name) if lane.startswith("pg ") else None,
-            "ranks": int(d["ranks"].max()), "members": members.get(name),
-            "kinds": sorted({str(k) for k in d["kind"]}),
-            "collectives": len(d),
-            "bytes": None if d["bytes"].isna().all() else int(d["bytes"].sum()),
-            "transfer_ns": int(d["transfer_ns"].sum()), "wait_ns": int(d["wait_ns"].sum()),
-            "skew_p50_ns": int(d["skew_ns"].median()), "skew_max_ns": int(d["skew_ns"].max()),
-            "busbw_p50_bytes_per_s": float(sized["busbw"].median()) if len(sized) else None,
-        })
+        out.append(
+            {
+                "group": str(lane),
+                "description": desc.get(name) if lane.startswith("pg ") else None,
+                "ranks": int(d["ranks"].max()),
+                "members": members.get(name),
+                "kinds": sorted({str(k) for k in d["kind"]}),
+                "collectives": len(d),
+                "bytes": None if d["bytes"].isna().all() else int(d["bytes"].sum()),
+                "transfer_ns": int(d["transfer_ns"].sum()),
+                "wait_ns": int(d["wait_ns"].sum()),
+                "skew_p50_ns": int(d["skew_ns"].median()),
+                "skew_max_ns": int(d["skew_ns"].max()),
+                "busbw_p50_bytes_per_s": float(sized["busbw"].median()) if len(sized) else None,
+            }
+        )
     return sorted(out, key=lambda g: -(g["wait_ns"] + g["transfer_ns"]))
 
 
 # --- steps: heatmaps, own time, distributions --------------------------------------------------
+
 
 def _heatmaps(summaries: list[dict[str, Any]]) -> tuple[list[int], dict[str, Any]]:
     """Rank x step matrices of step time, GPU idle and exposed communication (None: the rank
@@ -264,28 +339,50 @@ def _heatmaps(summaries: list[dict[str, Any]]) -> tuple[list[int], dict[str, Any
 
 
 def _own_frame(summaries: list[dict[str, Any]]) -> pd.DataFrame:
-    rows = [{"rank": int(s["rank"]), "step": int(w["step"]), "wall_ns": w["wall_ns"],
-             "own_ns": w["wall_ns"] - w["comm_exposed_ns"], "compute_ns": w["compute_ns"],
-             "idle_ns": w["idle_ns"], "comm_exposed_ns": w["comm_exposed_ns"],
-             "comm_ns": w["comm_ns"]}
-            for s in summaries for w in s.get("steps") or []]
-    return pd.DataFrame(rows, columns=["rank", "step", "wall_ns", "own_ns", "compute_ns",
-                                       "idle_ns", "comm_exposed_ns", "comm_ns"])
+    rows = [
+        {
+            "rank": int(s["rank"]),
+            "step": int(w["step"]),
+            "wall_ns": w["wall_ns"],
+            "own_ns": w["wall_ns"] - w["comm_exposed_ns"],
+            "compute_ns": w["compute_ns"],
+            "idle_ns": w["idle_ns"],
+            "comm_exposed_ns": w["comm_exposed_ns"],
+            "comm_ns": w["comm_ns"],
+        }
+        for s in summaries
+        for w in s.get("steps") or []
+    ]
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "rank",
+            "step",
+            "wall_ns",
+            "own_ns",
+            "compute_ns",
+            "idle_ns",
+            "comm_exposed_ns",
+            "comm_ns",
+        ],
+    )
 
 
 def rank_tables(table: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     """The slowest (``top_ranks``) and fastest (``bottom_ranks``) :data:`TOP_RANKS` ranks."""
-    return {"top_ranks": sorted(table, key=lambda r: (tuple(-x for x in _slowness(r)),
-                                                      r["rank"]))[:TOP_RANKS],
-            "bottom_ranks": sorted(table, key=lambda r: (_slowness(r), r["rank"]))[:TOP_RANKS]}
+    return {
+        "top_ranks": sorted(table, key=lambda r: (tuple(-x for x in _slowness(r)), r["rank"]))[
+            :TOP_RANKS
+        ],
+        "bottom_ranks": sorted(table, key=lambda r: (_slowness(r), r["rank"]))[:TOP_RANKS],
+    }
 
 
 def _slowness(row: dict[str, Any]) -> tuple[int, int, int]:
     """How slow a rank is, for the slowest/fastest ranks tables: its own work per step, then
     (ties, as in jobs of identical ranks) how often the others waited for it, then its
     compute. Among equals the lower rank comes first in both tables."""
-    return (int(row["own_ns"] or 0), int(row["last_arrivals"] or 0),
-            int(row["compute_ns"] or 0))
+    return (int(row["own_ns"] or 0), int(row["last_arrivals"] or 0), int(row["compute_ns"] or 0))
 
 
 def _slowest(own: pd.DataFrame) -> int | None:
@@ -309,8 +406,13 @@ def _clear_slowest(own: pd.DataFrame) -> dict[int, int]:
     return {int(s): int(r) for s, r in by_step.idxmax(axis=1).items() if clear[s]}
 
 
-def _rank_table(summaries: list[dict[str, Any]], own: pd.DataFrame, offsets: dict[int, int],
-                last: dict[Any, int], matched: pd.DataFrame) -> list[dict[str, Any]]:
+def _rank_table(
+    summaries: list[dict[str, Any]],
+    own: pd.DataFrame,
+    offsets: dict[int, int],
+    last: dict[Any, int],
+    matched: pd.DataFrame,
+) -> list[dict[str, Any]]:
     med = own.groupby("rank").median(numeric_only=True) if len(own) else pd.DataFrame()
     waits = _waits(matched)
     out = []
@@ -321,11 +423,19 @@ def _rank_table(summaries: list[dict[str, Any]], own: pd.DataFrame, offsets: dic
         def v(k: str, _row: Any = row) -> int | None:
             return None if _row is None or pd.isna(_row[k]) else int(_row[k])
 
-        out.append({"rank": r, "step_ns": v("wall_ns"), "own_ns": v("own_ns"),
-                    "compute_ns": v("compute_ns"), "idle_ns": v("idle_ns"),
-                    "comm_exposed_ns": v("comm_exposed_ns"),
-                    "wait_ns": int(waits.get(r, 0)), "last_arrivals": int(last.get(r, 0)),
-                    "clock_offset_ns": int(offsets.get(r, 0))})
+        out.append(
+            {
+                "rank": r,
+                "step_ns": v("wall_ns"),
+                "own_ns": v("own_ns"),
+                "compute_ns": v("compute_ns"),
+                "idle_ns": v("idle_ns"),
+                "comm_exposed_ns": v("comm_exposed_ns"),
+                "wait_ns": int(waits.get(r, 0)),
+                "last_arrivals": int(last.get(r, 0)),
+                "clock_offset_ns": int(offsets.get(r, 0)),
+            }
+        )
     return out
 
 
@@ -341,10 +451,14 @@ def _distributions(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per measure: quartiles over ranks and the outlier ranks named (above the median by more
     than 3 scaled median absolute deviations and 5%)."""
     out = []
-    for key, label in (("step_ns", "step time"), ("own_ns", "own time (not waiting)"),
-                       ("compute_ns", "compute"), ("idle_ns", "GPU idle"),
-                       ("comm_exposed_ns", "exposed communication"),
-                       ("wait_ns", "waiting in collectives")):
+    for key, label in (
+        ("step_ns", "step time"),
+        ("own_ns", "own time (not waiting)"),
+        ("compute_ns", "compute"),
+        ("idle_ns", "GPU idle"),
+        ("comm_exposed_ns", "exposed communication"),
+        ("wait_ns", "waiting in collectives"),
+    ):
         vals = [(r["rank"], r[key]) for r in table if r.get(key) is not None]
         if len(vals) < 2:
             continue
@@ -353,19 +467,32 @@ def _distributions(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
         mad = 1.4826 * float(np.median(np.abs(a - q[2])))
         cut = max(q[2] + 3 * mad, q[2] * 1.05)
         outl = sorted(((r, v) for r, v in vals if v > cut and v > 0), key=lambda x: -x[1])
-        out.append({"measure": key, "label": label, "min": q[0], "p25": q[1], "p50": q[2],
-                    "p75": q[3], "max": q[4],
-                    "outliers": [{"rank": int(r), "value": int(v)}
-                                 for r, v in outl[:MAX_OUTLIERS]],
-                    "outlier_count": len(outl)})
+        out.append(
+            {
+                "measure": key,
+                "label": label,
+                "min": q[0],
+                "p25": q[1],
+                "p50": q[2],
+                "p75": q[3],
+                "max": q[4],
+                "outliers": [{"rank": int(r), "value": int(v)} for r, v in outl[:MAX_OUTLIERS]],
+                "outlier_count": len(outl),
+            }
+        )
     return out
 
 
 # --- the straggler -------------------------------------------------------------------------
 
-def straggler_profile(cross: dict[str, Any], summaries: list[dict[str, Any]], rank: int,
-                      own: pd.DataFrame | None = None,
-                      colls: pd.DataFrame | None = None) -> dict[str, Any] | None:
+
+def straggler_profile(
+    cross: dict[str, Any],
+    summaries: list[dict[str, Any]],
+    rank: int,
+    own: pd.DataFrame | None = None,
+    colls: pd.DataFrame | None = None,
+) -> dict[str, Any] | None:
     """How slow rank ``rank`` is, how often, and what it was doing more than the median rank."""
     own = _own_frame(summaries) if own is None else own
     if not len(own) or rank not in set(own["rank"]):
@@ -377,10 +504,14 @@ def straggler_profile(cross: dict[str, Any], summaries: list[dict[str, Any]], ra
     # it was the slowest in (all steps when none)
     steps = set(slow_in) if slow_in else set(own["step"])
     mine = own[(own["rank"] == rank) & own["step"].isin(steps)].set_index("step")
-    others = own[(own["rank"] != rank) & own["step"].isin(steps)].groupby("step").median(
-        numeric_only=True)
-    diff = (mine[["own_ns", "compute_ns", "idle_ns"]]
-            - others[["own_ns", "compute_ns", "idle_ns"]]).mean()
+    others = (
+        own[(own["rank"] != rank) & own["step"].isin(steps)]
+        .groupby("step")
+        .median(numeric_only=True)
+    )
+    diff = (
+        mine[["own_ns", "compute_ns", "idle_ns"]] - others[["own_ns", "compute_ns", "idle_ns"]]
+    ).mean()
     excess = {
         "compute": float(diff["compute_ns"]),
         "host stalls (GPU idle)": float(diff["idle_ns"]),
@@ -389,10 +520,13 @@ def straggler_profile(cross: dict[str, Any], summaries: list[dict[str, Any]], ra
     cause = max(excess, key=lambda k: excess[k])
     share = len(slow_in) / n_steps if n_steps else 0.0
     return {
-        "rank": int(rank), "steps": n_steps, "slowest_steps": len(slow_in),
+        "rank": int(rank),
+        "steps": n_steps,
+        "slowest_steps": len(slow_in),
         "slow_step_numbers": slow_in[:32],
-        "pattern": "every step" if share >= EVERY_STEP_SHARE else
-                   ("sometimes" if slow_in else "never the slowest"),
+        "pattern": "every step"
+        if share >= EVERY_STEP_SHARE
+        else ("sometimes" if slow_in else "never the slowest"),
         "own_ns": int(mine["own_ns"].mean()),
         "typical_own_ns": int(others["own_ns"].mean()),
         "excess_ns": {k: int(v) for k, v in excess.items()},

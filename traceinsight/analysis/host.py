@@ -29,26 +29,38 @@ from traceinsight.analysis import intervals as iv
 from traceinsight.util import fmt
 
 #: host ranges and ops that load input (same patterns as the GPU input-bound rule)
-DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"
-                           r"_next_data|get_batch", re.IGNORECASE)
+DATALOADER_RE = re.compile(
+    r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"
+    r"_next_data|get_batch",
+    re.IGNORECASE,
+)
 #: ops that wait for something else: a scalar read back, a collective, a barrier, a future
-SYNC_RE = re.compile(r"^aten::(?:item|_local_scalar_dense)$|synchroniz|^c10d::|^aten::wait|"
-                     r"barrier|^(?:gloo|nccl|mpi):|^record_param_comms$", re.IGNORECASE)
+SYNC_RE = re.compile(
+    r"^aten::(?:item|_local_scalar_dense)$|synchroniz|^c10d::|^aten::wait|"
+    r"barrier|^(?:gloo|nccl|mpi):|^record_param_comms$",
+    re.IGNORECASE,
+)
 #: matrix math (what a CPU run is usually bound by)
-MATMUL_RE = re.compile(r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation|"
-                       r"_scaled_dot_product\w*|convolution|_convolution|mkldnn\w*)$")
+MATMUL_RE = re.compile(
+    r"^aten::(?:mm|addmm|bmm|baddbmm|matmul|linear|_addmm_activation|"
+    r"_scaled_dot_product\w*|convolution|_convolution|mkldnn\w*)$"
+)
 MODULE_PREFIX = "nn.Module: "
 TOP_N = 20
 #: notes: a part of step time at or above this share is worth a line
-NOTE_PCT = {"data loading": 10.0, "synchronisation": 5.0, "Python and other host work": 25.0,
-            "matrix math": 30.0}
+NOTE_PCT = {
+    "data loading": 10.0,
+    "synchronisation": 5.0,
+    "Python and other host work": 25.0,
+    "matrix math": 30.0,
+}
 
 
 def module_type(name: str) -> str:
     """``nn.Module: TransformerEncoderLayer_1`` (or a path component ``Linear_3``) -> its type."""
     s = str(name)
     if s.startswith(MODULE_PREFIX):
-        s = s[len(MODULE_PREFIX):]
+        s = s[len(MODULE_PREFIX) :]
     return re.sub(r"_\d+$", "", s.strip())
 
 
@@ -66,14 +78,23 @@ def host_view(an: Any) -> dict[str, Any]:
     annotations = _annotations(an, windows, wall)
     steps = [w for w in attr.steps if w.step is not None]
     durs = np.array([w.host_end_ns - w.host_start_ns for w in steps], dtype=np.float64)
-    step_info = {"count": len(steps), "ranks": len(windows),
-                 "p50_ns": float(np.median(durs)) if len(durs) else None,
-                 "max_ns": float(durs.max()) if len(durs) else None,
-                 "basis": "ProfilerStep" if steps else "trace span"}
+    step_info = {
+        "count": len(steps),
+        "ranks": len(windows),
+        "p50_ns": float(np.median(durs)) if len(durs) else None,
+        "max_ns": float(durs.max()) if len(durs) else None,
+        "basis": "ProfilerStep" if steps else "trace span",
+    }
     matmul = sum(r["self_ns"] for r in _all_ops(ops, windows) if MATMUL_RE.match(r["name"]))
-    view = {"window_ns": int(wall), "steps": step_info, "split": split, "ops": op_rows,
-            "modules": modules, "annotations": annotations,
-            "matmul_pct": 100.0 * matmul / wall}
+    view = {
+        "window_ns": int(wall),
+        "steps": step_info,
+        "split": split,
+        "ops": op_rows,
+        "modules": modules,
+        "annotations": annotations,
+        "matmul_pct": 100.0 * matmul / wall,
+    }
     view["headline"] = _headline(view)
     view["notes"] = _notes(view)
     return view
@@ -116,22 +137,34 @@ def _split(an: Any, ops: pd.DataFrame, windows: dict[int, Union]) -> list[dict[s
     """Disjoint parts of step time, by priority: data loading, synchronisation, ops, the rest."""
     rng = _ranges(an)
     names = ops["name"].astype(str)
-    parts = {"framework ops": 0, "Python and other host work": 0, "data loading": 0,
-             "synchronisation": 0}
+    parts = {
+        "framework ops": 0,
+        "Python and other host work": 0,
+        "data loading": 0,
+        "synchronisation": 0,
+    }
     for rank, win in windows.items():
         o = ops[ops["rank"] == rank]
         n = names[ops["rank"] == rank]
         r = rng[rng["rank"] == rank]
-        dl = iv.intersect(iv.union(*_cat(_union_of(r[r["name"].str.contains(DATALOADER_RE)]),
-                                         _union_of(o[n.str.contains(DATALOADER_RE)]))), win)
+        dl = iv.intersect(
+            iv.union(
+                *_cat(
+                    _union_of(r[r["name"].str.contains(DATALOADER_RE)]),
+                    _union_of(o[n.str.contains(DATALOADER_RE)]),
+                )
+            ),
+            win,
+        )
         sy = iv.subtract(iv.intersect(_union_of(o[n.str.contains(SYNC_RE)]), win), dl)
         top = o[o["depth"] <= 0] if "depth" in o.columns else o
         busy = iv.subtract(iv.subtract(iv.intersect(_union_of(top), win), dl), sy)
         parts["data loading"] += iv.length(dl)
         parts["synchronisation"] += iv.length(sy)
         parts["framework ops"] += iv.length(busy)
-        parts["Python and other host work"] += (iv.length(win) - iv.length(dl) - iv.length(sy)
-                                               - iv.length(busy))
+        parts["Python and other host work"] += (
+            iv.length(win) - iv.length(dl) - iv.length(sy) - iv.length(busy)
+        )
     wall = sum(iv.length(w) for w in windows.values()) or 1
     return [{"part": k, "ns": int(v), "pct": 100.0 * v / wall} for k, v in parts.items()]
 
@@ -150,6 +183,7 @@ def _in_windows(starts: np.ndarray, win: Union) -> np.ndarray:
 
 
 # --- ops, modules, annotations ---------------------------------------------------------------
+
 
 def _all_ops(ops: pd.DataFrame, windows: dict[int, Union]) -> list[dict[str, Any]]:
     """Per op name (ops that start inside a step window): calls, self and total time."""
@@ -176,12 +210,25 @@ def _all_ops(ops: pd.DataFrame, windows: dict[int, Union]) -> list[dict[str, Any
     for rank, win in windows.items():
         sel = ranks == rank
         inside[sel] = _in_windows(starts[sel], win)
-    df = pd.DataFrame({"code": codes[inside], "self": self_ns[inside],
-                       "total": np.where(nested[inside], 0, dur[inside])})
-    agg = df.groupby("code").agg(calls=("self", "size"), self_ns=("self", "sum"),
-                                 total_ns=("total", "sum"))
-    return [{"name": str(uniq[c]), "calls": int(r.calls), "self_ns": int(r.self_ns),
-             "total_ns": int(r.total_ns)} for c, r in zip(agg.index, agg.itertuples())]
+    df = pd.DataFrame(
+        {
+            "code": codes[inside],
+            "self": self_ns[inside],
+            "total": np.where(nested[inside], 0, dur[inside]),
+        }
+    )
+    agg = df.groupby("code").agg(
+        calls=("self", "size"), self_ns=("self", "sum"), total_ns=("total", "sum")
+    )
+    return [
+        {
+            "name": str(uniq[c]),
+            "calls": int(r.calls),
+            "self_ns": int(r.self_ns),
+            "total_ns": int(r.total_ns),
+        }
+        for c, r in zip(agg.index, agg.itertuples())
+    ]
 
 
 def _ops(ops: pd.DataFrame, windows: dict[int, Union], wall: int) -> list[dict[str, Any]]:
@@ -214,8 +261,15 @@ def _modules(an: Any, windows: dict[int, Union], wall: int) -> list[dict[str, An
             t += iv.length(iv.intersect(_union_of(g), win))
             calls += int(_in_windows(g["start_ns"].to_numpy(np.int64), win).sum())
         if t:
-            rows.append({"type": str(typ), "instances": int(grp["name"].nunique()),
-                         "calls": calls, "total_ns": int(t), "pct": 100.0 * t / wall})
+            rows.append(
+                {
+                    "type": str(typ),
+                    "instances": int(grp["name"].nunique()),
+                    "calls": calls,
+                    "total_ns": int(t),
+                    "pct": 100.0 * t / wall,
+                }
+            )
     rows.sort(key=lambda r: (-r["total_ns"], r["type"]))
     return rows[:TOP_N]
 
@@ -226,16 +280,20 @@ def _annotations(an: Any, windows: dict[int, Union], wall: int) -> list[dict[str
     rng = rng[~rng["name"].str.startswith("ProfilerStep#")]
     rows: list[dict[str, Any]] = []
     for name, grp in rng.groupby("name"):
-        t = sum(iv.length(iv.intersect(_union_of(grp[grp["rank"] == rank]), win))
-                for rank, win in windows.items())
+        t = sum(
+            iv.length(iv.intersect(_union_of(grp[grp["rank"] == rank]), win))
+            for rank, win in windows.items()
+        )
         if t:
-            rows.append({"name": str(name), "calls": len(grp), "total_ns": int(t),
-                         "pct": 100.0 * t / wall})
+            rows.append(
+                {"name": str(name), "calls": len(grp), "total_ns": int(t), "pct": 100.0 * t / wall}
+            )
     rows.sort(key=lambda r: (-r["total_ns"], r["name"]))
     return rows[:TOP_N]
 
 
 # --- words -------------------------------------------------------------------------------------
+
 
 def _pct(view: dict[str, Any], part: str) -> float:
     return next((p["pct"] for p in view["split"] if p["part"] == part), 0.0)
@@ -245,19 +303,26 @@ def _headline(view: dict[str, Any]) -> str:
     st = view["steps"]
     if st["count"]:
         ranks = f" × {st['ranks']} ranks" if st["ranks"] > 1 else ""
-        head = (f"CPU-only run: a step takes {fmt.fmt_ns(st['p50_ns'])} (median of "
-                f"{st['count'] // max(1, st['ranks'])} steps{ranks})")
+        head = (
+            f"CPU-only run: a step takes {fmt.fmt_ns(st['p50_ns'])} (median of "
+            f"{st['count'] // max(1, st['ranks'])} steps{ranks})"
+        )
     else:
         head = f"CPU-only run over {fmt.fmt_ns(view['window_ns'])} (no step markers)"
-    tops = ", ".join(f"{r['name']} {fmt.fmt_pct(r['self_pct'], 0)}" for r in view["ops"][:2]
-                     if r["self_pct"] >= 1.0)
+    tops = ", ".join(
+        f"{r['name']} {fmt.fmt_pct(r['self_pct'], 0)}"
+        for r in view["ops"][:2]
+        if r["self_pct"] >= 1.0
+    )
     ops_part = f"framework ops {fmt.fmt_pct(_pct(view, 'framework ops'), 0)}"
     if tops:
         ops_part += f" (most: {tops})"
-    return (f"{head}; {ops_part}, Python and other host work "
-            f"{fmt.fmt_pct(_pct(view, 'Python and other host work'), 0)}, data loading "
-            f"{fmt.fmt_pct(_pct(view, 'data loading'), 0)}, synchronisation "
-            f"{fmt.fmt_pct(_pct(view, 'synchronisation'), 0)} of step time.")
+    return (
+        f"{head}; {ops_part}, Python and other host work "
+        f"{fmt.fmt_pct(_pct(view, 'Python and other host work'), 0)}, data loading "
+        f"{fmt.fmt_pct(_pct(view, 'data loading'), 0)}, synchronisation "
+        f"{fmt.fmt_pct(_pct(view, 'synchronisation'), 0)} of step time."
+    )
 
 
 def _notes(view: dict[str, Any]) -> list[dict[str, str]]:
@@ -265,31 +330,51 @@ def _notes(view: dict[str, Any]) -> list[dict[str, str]]:
     found = []
     dl = _pct(view, "data loading")
     if dl >= NOTE_PCT["data loading"]:
-        found.append((dl, "Input loading", f"Data loading takes {fmt.fmt_pct(dl)} of step time.",
-                      "Load in background: DataLoader(num_workers=N, persistent_workers=True, "
-                      "prefetch_factor=2); pre-tokenise or cache the dataset."))
+        found.append(
+            (
+                dl,
+                "Input loading",
+                f"Data loading takes {fmt.fmt_pct(dl)} of step time.",
+                "Load in background: DataLoader(num_workers=N, persistent_workers=True, "
+                "prefetch_factor=2); pre-tokenise or cache the dataset.",
+            )
+        )
     py = _pct(view, "Python and other host work")
     if py >= NOTE_PCT["Python and other host work"]:
-        found.append((py, "Python overhead",
-                      f"{fmt.fmt_pct(py)} of step time runs outside any framework op (the "
-                      "Python loop, the interpreter, logging, the profiler itself).",
-                      "Move per-step Python work out of the loop (logging, metric objects, "
-                      "hooks); torch.compile removes interpreter overhead between small ops; "
-                      "py-spy shows the Python hot spots."))
+        found.append(
+            (
+                py,
+                "Python overhead",
+                f"{fmt.fmt_pct(py)} of step time runs outside any framework op (the "
+                "Python loop, the interpreter, logging, the profiler itself).",
+                "Move per-step Python work out of the loop (logging, metric objects, "
+                "hooks); torch.compile removes interpreter overhead between small ops; "
+                "py-spy shows the Python hot spots.",
+            )
+        )
     sy = _pct(view, "synchronisation")
     if sy >= NOTE_PCT["synchronisation"]:
-        found.append((sy, "Synchronisation",
-                      f"Waiting (.item(), collectives, barriers) takes {fmt.fmt_pct(sy)} of "
-                      "step time.",
-                      "Read scalars back less often (log every N steps); overlap collectives "
-                      "with compute; check for a slow rank."))
+        found.append(
+            (
+                sy,
+                "Synchronisation",
+                f"Waiting (.item(), collectives, barriers) takes {fmt.fmt_pct(sy)} of step time.",
+                "Read scalars back less often (log every N steps); overlap collectives "
+                "with compute; check for a slow rank.",
+            )
+        )
     mm = view.get("matmul_pct") or 0.0
     if mm >= NOTE_PCT["matrix math"]:
-        found.append((mm, "Matrix math",
-                      f"Matrix multiplications and convolutions take {fmt.fmt_pct(mm)} of step "
-                      "time: the run is bound by the CPU's math throughput.",
-                      "Run it on a GPU; on the CPU, use more intra-op threads "
-                      "(torch.set_num_threads), bf16 autocast where the CPU has AMX or "
-                      "AVX-512 BF16, and torch.compile."))
+        found.append(
+            (
+                mm,
+                "Matrix math",
+                f"Matrix multiplications and convolutions take {fmt.fmt_pct(mm)} of step "
+                "time: the run is bound by the CPU's math throughput.",
+                "Run it on a GPU; on the CPU, use more intra-op threads "
+                "(torch.set_num_threads), bf16 autocast where the CPU has AMX or "
+                "AVX-512 BF16, and torch.compile.",
+            )
+        )
     found.sort(key=lambda x: -x[0])
     return [{"title": t, "text": text, "advice": adv} for _, t, text, adv in found]

@@ -35,7 +35,8 @@ HTA_MEMORY = re.compile(r"(^(hip)?Memcpy)|(^(hip)?Memset)|(^dma)")
 HTA_NOT_COMPUTE = re.compile(
     r"(^nccl)|(.*Memcpy)|(.*Memset)|(.*dma)|(^.*Sync)|(^Stream Wait Event)|(cuda.*LaunchKernel)|"
     r"(^runFunction)|(^hip)|(^job_exe)|(^packet)|(^pe_exe)|(^cpum_exe_subgraph)|(^hccl)|"
-    r"(^collective_subgraph_execution)")
+    r"(^collective_subgraph_execution)"
+)
 TYPES = ("COMPUTATION", "COMMUNICATION", "MEMORY")
 
 
@@ -73,10 +74,16 @@ class HtaTemporal:
     kernel_types_us: dict[str, float]
 
 
-def hta_breakdown(store: TraceStore, *, emulate_rounding: bool = True, hta_classes: bool = True,
-                  include_syncs: bool = True) -> list[HtaTemporal]:
-    gpu = store.table("gpu_activities", ["rank", "kind", "name", "stream", "start_ns", "dur_ns",
-                                         "correlation"]).to_pandas()
+def hta_breakdown(
+    store: TraceStore,
+    *,
+    emulate_rounding: bool = True,
+    hta_classes: bool = True,
+    include_syncs: bool = True,
+) -> list[HtaTemporal]:
+    gpu = store.table(
+        "gpu_activities", ["rank", "kind", "name", "stream", "start_ns", "dur_ns", "correlation"]
+    ).to_pandas()
     rt = store.table("runtime_calls", ["rank", "start_ns", "correlation"]).to_pandas()
     rng = store.table("ranges", ["rank", "kind", "name", "start_ns"]).to_pandas()
     for df in (gpu, rng):
@@ -95,20 +102,29 @@ def hta_breakdown(store: TraceStore, *, emulate_rounding: bool = True, hta_class
         e_ns = s_ns + g["dur_ns"].to_numpy(np.int64)
         if emulate_rounding:
             start, end = _hta_round(s_ns, g["dur_ns"].to_numpy(np.int64))
-            r_start = _hta_round(r["start_ns"].to_numpy(np.int64) - base[rank],
-                                 np.zeros(len(r), np.int64))[0]
+            r_start = _hta_round(
+                r["start_ns"].to_numpy(np.int64) - base[rank], np.zeros(len(r), np.int64)
+            )[0]
         else:
             start, end = s_ns.astype(np.float64) / 1000, e_ns.astype(np.float64) / 1000
             r_start = (r["start_ns"].to_numpy(np.int64) - base[rank]) / 1000
         keep = np.ones(len(g), dtype=bool)
-        steps = sorted(int(x) for x in step_rows.loc[step_rows["rank"] == rank, "name"]
-                       .str.extract(r"#(\d+)")[0].dropna().unique())
+        steps = sorted(
+            int(x)
+            for x in step_rows.loc[step_rows["rank"] == rank, "name"]
+            .str.extract(r"#(\d+)")[0]
+            .dropna()
+            .unique()
+        )
         if n_step_names >= 2:
             sr = step_rows[step_rows["rank"] == rank]
             if len(sr):
                 ls_ns = int(sr["start_ns"].max()) - base[rank]
-                last = _hta_round(np.array([ls_ns]), np.zeros(1, np.int64))[0][0] \
-                    if emulate_rounding else ls_ns / 1000
+                last = (
+                    _hta_round(np.array([ls_ns]), np.zeros(1, np.int64))[0][0]
+                    if emulate_rounding
+                    else ls_ns / 1000
+                )
                 kept_corr = set(r.loc[r_start < last, "correlation"].dropna().astype("int64"))
                 corr = g["correlation"]
                 has_corr = corr.notna() & (corr >= 0)
@@ -119,8 +135,10 @@ def hta_breakdown(store: TraceStore, *, emulate_rounding: bool = True, hta_class
         start, end = start[keep], end[keep]
         names = g["name"].to_numpy()
         kinds = g["kind"].to_numpy()
-        types = np.array([hta_type(n) if hta_classes else _our_type(n, k)
-                          for n, k in zip(names, kinds)], dtype=object)
+        types = np.array(
+            [hta_type(n) if hta_classes else _our_type(n, k) for n, k in zip(names, kinds)],
+            dtype=object,
+        )
         if not len(g):
             continue
         scale = 1 if emulate_rounding else 1000  # integer µs or ns units for the unions
@@ -135,18 +153,28 @@ def hta_breakdown(store: TraceStore, *, emulate_rounding: bool = True, hta_class
         compute = iv.length(comp_u)
         idle = span - busy
         non = busy - compute
-        ov = (100.0 * iv.length(iv.intersect(comm_u, comp_u)) / iv.length(comm_u)
-              if iv.length(comm_u) else None)
-        out.append(HtaTemporal(
-            rank=rank, steps=steps, span_us=span / scale, idle_us=idle / scale,
-            compute_us=compute / scale, non_compute_us=non / scale,
-            idle_pct=round(100 * idle / span, 2) if span else 0.0,
-            compute_pct=round(100 * compute / span, 2) if span else 0.0,
-            non_compute_pct=round(100 * non / span, 2) if span else 0.0,
-            comm_comp_overlap_pct=None if ov is None else round(ov, 2),
-            kernel_types_us={k: v / scale
-                             for k, v in _type_overlaps(comp_u, comm_u, mem_u).items()},
-        ))
+        ov = (
+            100.0 * iv.length(iv.intersect(comm_u, comp_u)) / iv.length(comm_u)
+            if iv.length(comm_u)
+            else None
+        )
+        out.append(
+            HtaTemporal(
+                rank=rank,
+                steps=steps,
+                span_us=span / scale,
+                idle_us=idle / scale,
+                compute_us=compute / scale,
+                non_compute_us=non / scale,
+                idle_pct=round(100 * idle / span, 2) if span else 0.0,
+                compute_pct=round(100 * compute / span, 2) if span else 0.0,
+                non_compute_pct=round(100 * non / span, 2) if span else 0.0,
+                comm_comp_overlap_pct=None if ov is None else round(ov, 2),
+                kernel_types_us={
+                    k: v / scale for k, v in _type_overlaps(comp_u, comm_u, mem_u).items()
+                },
+            )
+        )
     return out
 
 

@@ -45,30 +45,46 @@ from traceinsight.util import fmt
 
 #: the causes, in the order the host side of a gap is painted (dependency is decided first;
 #: the last three take what no host activity explains)
-CAUSES = ("dependency", "capture", "startup", "compile", "input", "copy", "sync", "alloc",
-          "host", "launch", "unknown")
+CAUSES = (
+    "dependency",
+    "capture",
+    "startup",
+    "compile",
+    "input",
+    "copy",
+    "sync",
+    "alloc",
+    "host",
+    "launch",
+    "unknown",
+)
 #: causes that say the window is not a steady state
 NONSTEADY = ("startup", "capture", "compile")
 
 SYNC_RE = re.compile(
     r"^(cuda|hip)(DeviceSynchronize|StreamSynchronize|EventSynchronize|Memcpy|MemcpyDtoH|"
     r"Memcpy2D|MemcpyFromSymbol)(_v\d+)?$|^cu(CtxSynchronize|StreamSynchronize|EventSynchronize|"
-    r"MemcpyDtoH|MemcpyHtoD|Memcpy)(_v\d+)?$")
+    r"MemcpyDtoH|MemcpyHtoD|Memcpy)(_v\d+)?$"
+)
 SYNC_CALL_RE = re.compile(r"^(?:cuda|hip|cu)(?:Device|Stream|Event|Ctx)Synchronize(?:_v\d+)?$")
 COPY_CALL_RE = re.compile(r"^(?:cuda|hip|cu)Memcpy\w*$")
 ASYNC_RE = re.compile(r"Async")
 ALLOC_CALL_RE = re.compile(
     r"^(?:cuda|hip)(?:Malloc|Free|MallocHost|FreeHost|HostAlloc|HostMalloc|HostFree|"
     r"MallocManaged|MallocPitch|Malloc3D|ExtMallocWithFlags)(?:_v\d+)?$"
-    r"|^cuMem(?:Alloc|Free|AllocHost|FreeHost|HostAlloc)\w*?(?:_v\d+)?$")
-LAUNCH_CALL_RE = re.compile(r"(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel)"
-                            r"(?:ExC|Ex)?(?:_v\d+|_ptsz)?$|^cuLaunch(?!HostFunc)")
+    r"|^cuMem(?:Alloc|Free|AllocHost|FreeHost|HostAlloc)\w*?(?:_v\d+)?$"
+)
+LAUNCH_CALL_RE = re.compile(
+    r"(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel)"
+    r"(?:ExC|Ex)?(?:_v\d+|_ptsz)?$|^cuLaunch(?!HostFunc)"
+)
 ONE_OFF_CALL_RE = re.compile(
     r"^(?:cuda|hip|cu)(?:StreamCreate\w*|EventCreate\w*|GetDeviceProperties\w*|"
     r"DeviceGetStreamPriorityRange|GetDeviceCount|SetDevice|Init|DevicePrimaryCtx\w*|"
     r"CtxCreate\w*|ModuleLoad\w*|ModuleGetFunction|FuncGetAttributes|FuncSetAttribute|"
     r"DeviceGetAttribute|DeviceSetLimit|GetDevice|DriverGetVersion|RuntimeGetVersion|"
-    r"LibraryLoad\w*|KernelGetFunction|ChooseDevice)(?:_v\d+)?$")
+    r"LibraryLoad\w*|KernelGetFunction|ChooseDevice)(?:_v\d+)?$"
+)
 BEGIN_CAPTURE_RE = re.compile(r"StreamBeginCapture")
 END_CAPTURE_RE = re.compile(r"StreamEndCapture")
 INSTANTIATE_RE = re.compile(r"GraphInstantiate|GraphUpload|GraphExecUpdate")
@@ -77,15 +93,20 @@ WAIT_CALL_RE = re.compile(r"StreamWaitEvent|StreamWaitValue")
 CAPTURE_RANGE_RE = re.compile(
     r"CUDAGraphNode\.record|cudagraph_trees\.py\(\d+\): (?:record_function|_record)\b"
     r"|_capture_cudagraphs|\bcapture_model\b|\bgraph[_ ]capture\b|^capture_\d+(?:_\w+)?$"
-    r"|CUDAGraph\.capture|cuda_graph\w*\.py\(\d+\): capture\b", re.IGNORECASE)
+    r"|CUDAGraph\.capture|cuda_graph\w*\.py\(\d+\): capture\b",
+    re.IGNORECASE,
+)
 #: ranges / ops / python frames in which torch.compile or Triton compiles
 COMPILE_RANGE_RE = re.compile(
     r"_compile\.compile_inner|\bcompile_fx(?:_inner)?\b|call_user_compiler|inductor_compile"
     r"|create_aot_dispatcher_function|fx_codegen_and_compile|TritonCompile|async_compile\.wait"
-    r"|convert_frame\.py\(\d+\): _compile\b|triton/compiler/compiler\.py\(\d+\): compile\b")
-DATALOADER_RE = re.compile(r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"
-                           r"\[pl\]\[profile\].*(?:next|train_dataloader)|_next_data|get_batch",
-                           re.IGNORECASE)
+    r"|convert_frame\.py\(\d+\): _compile\b|triton/compiler/compiler\.py\(\d+\): compile\b"
+)
+DATALOADER_RE = re.compile(
+    r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"
+    r"\[pl\]\[profile\].*(?:next|train_dataloader)|_next_data|get_batch",
+    re.IGNORECASE,
+)
 
 STALL_MIN_NS = 500_000  #: host stretches without runtime calls shorter than this: launch overhead
 BLOCKING_MIN_NS = 50_000  #: a copy/sync/alloc call shorter than this is launch overhead
@@ -123,6 +144,7 @@ class IdleSplit:
 
 # --- host-side interval sets ------------------------------------------------------------------
 
+
 def _py_frames(an: Analysis, rank: int) -> pd.DataFrame:
     """Python frames of the rank lasting at least ``STALL_MIN_NS`` (cached)."""
     key = ("idle_py", rank)
@@ -131,7 +153,9 @@ def _py_frames(an: Analysis, rank: int) -> pd.DataFrame:
             py = an.store.table("python_frames", ["rank", "name", "start_ns", "dur_ns"])
             an.cache["idle_py_long"] = (
                 py.filter(pc.greater_equal(py["dur_ns"], STALL_MIN_NS)).to_pandas()
-                if py.num_rows else None)
+                if py.num_rows
+                else None
+            )
         if an.cache["idle_py_long"] is not None:
             df = by_rank.rows(an.cache["idle_py_long"], rank).reset_index(drop=True)
         else:
@@ -140,16 +164,18 @@ def _py_frames(an: Analysis, rank: int) -> pd.DataFrame:
     return an.cache[key]
 
 
-def _host_events(an: Analysis, rank: int, frames: bool
-                 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+def _host_events(
+    an: Analysis, rank: int, frames: bool
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
     """The rank's annotation ranges and CPU ops (and python frames of 0.5 ms or more), with
     their names factorised (kept for the rank asked for last: the patterns of ``rank_ranges``
     are asked for one rank after another)."""
     key = ("idle_host_events", frames)
     if an.cache.get(key, (None,))[0] != rank:
         if "idle_annotations" not in an.cache:
-            rng = an.store.table("ranges", ["rank", "kind", "name", "start_ns", "dur_ns",
-                                            "thread"]).to_pandas()
+            rng = an.store.table(
+                "ranges", ["rank", "kind", "name", "start_ns", "dur_ns", "thread"]
+            ).to_pandas()
             an.cache["idle_annotations"] = rng[rng["kind"].astype(str).isin(["annotation"])]
         rng = by_rank.rows(an.cache["idle_annotations"], rank)
         ops = by_rank.rows(an.attribution.ops, rank)[["name", "start_ns", "dur_ns", "thread"]]
@@ -162,8 +188,9 @@ def _host_events(an: Analysis, rank: int, frames: bool
     return an.cache[key][1]
 
 
-def rank_ranges(an: Analysis, rank: int, rx: re.Pattern, *, frames: bool = False
-                ) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
+def rank_ranges(
+    an: Analysis, rank: int, rx: re.Pattern, *, frames: bool = False
+) -> tuple[np.ndarray, np.ndarray, pd.DataFrame]:
     """Host intervals (any thread of the rank) of annotation ranges and CPU ops (and, with
     ``frames``, python frames of 0.5 ms or more) whose names match ``rx``."""
     key = ("rank_ranges", rank, rx.pattern, frames)
@@ -176,8 +203,9 @@ def rank_ranges(an: Analysis, rank: int, rx: re.Pattern, *, frames: bool = False
     return an.cache[key]
 
 
-def _host_stalls(an: Analysis, rank: int, rt: pd.DataFrame
-                 ) -> tuple[tuple[np.ndarray, np.ndarray], pd.DataFrame]:
+def _host_stalls(
+    an: Analysis, rank: int, rt: pd.DataFrame
+) -> tuple[tuple[np.ndarray, np.ndarray], pd.DataFrame]:
     """Host stretches in which the rank issued no GPU runtime call for at least 0.5 ms, and the
     long host events (python frames, CPU ops of 0.5 ms or more) inside them.
 
@@ -195,8 +223,10 @@ def _host_stalls(an: Analysis, rank: int, rt: pd.DataFrame
     long = (qe - qs) >= STALL_MIN_NS
     quiet = (qs[long], qe[long])
     ops = by_rank.rows(an.attribution.ops, rank)
-    frames = [_py_frames(an, rank), ops[ops["dur_ns"] >= STALL_MIN_NS][
-        ["name", "start_ns", "dur_ns"]]]
+    frames = [
+        _py_frames(an, rank),
+        ops[ops["dur_ns"] >= STALL_MIN_NS][["name", "start_ns", "dur_ns"]],
+    ]
     df = pd.concat([f.astype({"name": object}) for f in frames], ignore_index=True)
     if len(df) and len(quiet[0]):
         es = df["start_ns"].to_numpy(np.int64)
@@ -209,8 +239,9 @@ def _host_stalls(an: Analysis, rank: int, rt: pd.DataFrame
     return quiet, df
 
 
-def _capture_spans(rt: pd.DataFrame, kind: np.ndarray, tkey: np.ndarray, t: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
+def _capture_spans(
+    rt: pd.DataFrame, kind: np.ndarray, tkey: np.ndarray, t: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Begin..EndCapture spans of thread ``t`` (a capture still open at the end runs to the end
     of the trace) and graph instantiations."""
     s = rt["start_ns"].to_numpy(np.int64)
@@ -220,8 +251,9 @@ def _capture_spans(rt: pd.DataFrame, kind: np.ndarray, tkey: np.ndarray, t: int
     ends = np.sort(e[on & (kind == "end")])
     j = np.searchsorted(ends, b, side="left")
     last = int(e.max()) if len(e) else 0
-    be = np.where(j < len(ends), ends[np.clip(j, 0, max(len(ends) - 1, 0))] if len(ends) else last,
-                  last)
+    be = np.where(
+        j < len(ends), ends[np.clip(j, 0, max(len(ends) - 1, 0))] if len(ends) else last, last
+    )
     inst = on & (kind == "instantiate")
     return np.concatenate((b, s[inst])), np.concatenate((be, e[inst]))
 
@@ -237,8 +269,9 @@ def _classify_calls(rt: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarra
     copy = name_matches(names, COPY_CALL_RE)
     sync = name_matches(names, SYNC_CALL_RE)
     one_off = name_matches(names, ONE_OFF_CALL_RE)
-    startup = (((one_off | launch) & (dur >= STARTUP_CALL_MIN_NS))
-               | (alloc & (dur >= STARTUP_ALLOC_MIN_NS)))
+    startup = ((one_off | launch) & (dur >= STARTUP_CALL_MIN_NS)) | (
+        alloc & (dur >= STARTUP_ALLOC_MIN_NS)
+    )
     family = np.full(len(rt), "", dtype=object)
     family[alloc] = "alloc"
     family[sync] = "sync"
@@ -262,13 +295,18 @@ def _drain_calls(rt: pd.DataFrame) -> pd.DataFrame:
     is_async = name_matches(names, ASYNC_RE)
     blocking_copy = copy & (~is_async | (rt["dur_ns"].to_numpy(np.int64) >= BLOCKING_MIN_NS))
     sel = rt[sync | blocking_copy]
-    out = pd.DataFrame({"start_ns": sel["start_ns"].to_numpy(np.int64),
-                        "end_ns": (sel["start_ns"] + sel["dur_ns"]).to_numpy(np.int64),
-                        "cause": np.where(sync[sync | blocking_copy], "sync", "copy")})
+    out = pd.DataFrame(
+        {
+            "start_ns": sel["start_ns"].to_numpy(np.int64),
+            "end_ns": (sel["start_ns"] + sel["dur_ns"]).to_numpy(np.int64),
+            "cause": np.where(sync[sync | blocking_copy], "sync", "copy"),
+        }
+    )
     return out.sort_values("start_ns", kind="stable").reset_index(drop=True)
 
 
 # --- classification -----------------------------------------------------------------------------
+
 
 @dataclass
 class _RankHost:
@@ -282,7 +320,8 @@ class _RankHost:
     ranges: dict[str, tuple[np.ndarray, np.ndarray]]
     quiet: tuple[np.ndarray, np.ndarray]
     painted: dict[int, list[tuple[str, tuple[np.ndarray, np.ndarray]]]] = field(
-        default_factory=dict)
+        default_factory=dict
+    )
 
     def layers(self, t: int) -> list[tuple[str, tuple[np.ndarray, np.ndarray]]]:
         """Disjoint interval sets, in painting order, for gaps launched by thread ``t``."""
@@ -292,8 +331,12 @@ class _RankHost:
         e = s + self.rt["dur_ns"].to_numpy(np.int64)
         on = self.tkey == t
         cs, ce = _capture_spans(self.rt, self.role, self.tkey, t)
-        sets = {"capture": iv.union(np.concatenate((cs, self.ranges["capture"][0])),
-                                    np.concatenate((ce, self.ranges["capture"][1])))}
+        sets = {
+            "capture": iv.union(
+                np.concatenate((cs, self.ranges["capture"][0])),
+                np.concatenate((ce, self.ranges["capture"][1])),
+            )
+        }
         for c in ("startup", "copy", "sync", "alloc"):
             m = on & (self.cause == c)
             sets[c] = iv.union(s[m], e[m])
@@ -317,24 +360,39 @@ def _rank_host(an: Analysis, rank: int) -> _RankHost:
 
 
 def _rank_host_uncached(an: Analysis, rank: int) -> _RankHost:
-    rt = by_rank.rows(an.attribution.runtime, rank).sort_values(
-        "start_ns", kind="stable").reset_index(drop=True)
-    tkey = thread_keys(rt["process"].to_numpy(), rt["thread"].to_numpy(), an.cache.setdefault(
-        "idle_threads", {}))
+    rt = (
+        by_rank.rows(an.attribution.runtime, rank)
+        .sort_values("start_ns", kind="stable")
+        .reset_index(drop=True)
+    )
+    tkey = thread_keys(
+        rt["process"].to_numpy(), rt["thread"].to_numpy(), an.cache.setdefault("idle_threads", {})
+    )
     cause, role, family = _classify_calls(rt)
     dl_s, dl_e, _ = rank_ranges(an, rank, DATALOADER_RE)
     cap_s, cap_e, _ = rank_ranges(an, rank, CAPTURE_RANGE_RE, frames=True)
     com_s, com_e, _ = rank_ranges(an, rank, COMPILE_RANGE_RE, frames=True)
     quiet, stall_events = _host_stalls(an, rank, rt)
-    host = _RankHost(rt, tkey, cause, role, family,
-                     {"input": iv.union(dl_s, dl_e), "capture": iv.union(cap_s, cap_e),
-                      "compile": iv.union(com_s, com_e)}, quiet)
+    host = _RankHost(
+        rt,
+        tkey,
+        cause,
+        role,
+        family,
+        {
+            "input": iv.union(dl_s, dl_e),
+            "capture": iv.union(cap_s, cap_e),
+            "compile": iv.union(com_s, com_e),
+        },
+        quiet,
+    )
     host.stall_events = stall_events  # type: ignore[attr-defined]
     return host
 
 
-def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
-               top: int | None = 20) -> tuple[IdleSplit, list[dict]]:
+def idle_split(
+    an: Analysis, rank: int, g: pd.DataFrame, windows, top: int | None = 20
+) -> tuple[IdleSplit, list[dict]]:
     """Classify the idle gaps of one rank's step windows; returns the split and the largest
     ``top`` gaps (all of them with ``top=None``)."""
     out = IdleSplit()
@@ -370,14 +428,28 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
     rt = host.rt
     rt_c = rt[rt["correlation"].notna()].drop_duplicates("correlation", keep="first")
     pos = pd.Index(rt_c["correlation"].astype("int64")).get_indexer(
-        pd.Series(corr).fillna(-(2 ** 62)).astype("int64"))
-    l_start = np.where(pos >= 0, rt_c["start_ns"].to_numpy(np.int64)[np.clip(pos, 0, None)], -1) \
-        if len(rt_c) else np.full(len(gs), -1, np.int64)
-    l_end = np.where(pos >= 0, (rt_c["start_ns"] + rt_c["dur_ns"]).to_numpy(np.int64)[
-        np.clip(pos, 0, None)], -1) if len(rt_c) else np.full(len(gs), -1, np.int64)
+        pd.Series(corr).fillna(-(2**62)).astype("int64")
+    )
+    l_start = (
+        np.where(pos >= 0, rt_c["start_ns"].to_numpy(np.int64)[np.clip(pos, 0, None)], -1)
+        if len(rt_c)
+        else np.full(len(gs), -1, np.int64)
+    )
+    l_end = (
+        np.where(
+            pos >= 0,
+            (rt_c["start_ns"] + rt_c["dur_ns"]).to_numpy(np.int64)[np.clip(pos, 0, None)],
+            -1,
+        )
+        if len(rt_c)
+        else np.full(len(gs), -1, np.int64)
+    )
     rt_pos = rt_c.index.to_numpy()
-    l_thread = np.where(pos >= 0, host.tkey[rt_pos[np.clip(pos, 0, None)]], -1) \
-        if len(rt_c) else np.full(len(gs), -1, np.int64)
+    l_thread = (
+        np.where(pos >= 0, host.tkey[rt_pos[np.clip(pos, 0, None)]], -1)
+        if len(rt_c)
+        else np.full(len(gs), -1, np.int64)
+    )
     launched = host.tkey[np.unique(rt_pos[pos[pos >= 0]])] if (pos >= 0).any() else host.tkey
     main = int(pd.Series(launched).mode().iloc[0]) if len(launched) else -1
 
@@ -433,8 +505,10 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
     queued = (gs - l_end > DEPENDENCY_MIN_NS) & (l_end >= 0)
     n_queued = np.concatenate(([0], np.cumsum(queued)))
     prev_end = np.concatenate(([np.iinfo(np.int64).min], ce[:-1]))
-    ahead = (n_queued[np.searchsorted(gs, cs, side="left")]
-             - n_queued[np.searchsorted(gs, prev_end, side="left")]) > 0
+    ahead = (
+        n_queued[np.searchsorted(gs, cs, side="left")]
+        - n_queued[np.searchsorted(gs, prev_end, side="left")]
+    ) > 0
     owed, kind = _owed_to_drains(rest, drained, waited, win, ahead)
     per_gap["copy"] += np.where(kind == "copy", owed, 0)
     per_gap["sync"] += np.where(kind == "sync", owed, 0)
@@ -452,24 +526,35 @@ def idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows,
     label = np.array(CAUSES, dtype=object)[mat.argmax(axis=0)]
     nxt_op = np.where(has_next, ops[kk], np.array(None, dtype=object))
     delay = np.where(known, ce - np.maximum(Le, L), -1)
-    gaps = [{"rank": rank, "step": None if st < 0 else int(st), "start_ns": int(a),
-             "dur_ns": int(b - a), "cause": _LABEL[c], "next_op": op,
-             "launch_to_start_ns": int(d) if d >= 0 else None}
-            for a, b, st, c, op, d in zip(cs, ce, steps, label, nxt_op, delay)]
+    gaps = [
+        {
+            "rank": rank,
+            "step": None if st < 0 else int(st),
+            "start_ns": int(a),
+            "dur_ns": int(b - a),
+            "cause": _LABEL[c],
+            "next_op": op,
+            "launch_to_start_ns": int(d) if d >= 0 else None,
+        }
+        for a, b, st, c, op, d in zip(cs, ce, steps, label, nxt_op, delay)
+    ]
     dep = per_gap["dependency"]
     if dep.any():
         i = int(dep.argmax())
         out.longest_wait_ns = int(dep[i])
-        out.longest_wait = gaps[i] | {"wait_ns": int(dep[i]),
-                                      "waited_on": _wait_call(host, int(thread[i]), int(L[i]))}
+        out.longest_wait = gaps[i] | {
+            "wait_ns": int(dep[i]),
+            "waited_on": _wait_call(host, int(thread[i]), int(L[i])),
+        }
     out.calls = _call_table(host, cs, ce, windows)
     gaps.sort(key=lambda x: -x["dur_ns"])
     out.gaps = gaps
     return out, gaps if top is None else gaps[:top]
 
 
-def _owed_to_drains(rest: np.ndarray, drained: np.ndarray, waited: np.ndarray,
-                    win: np.ndarray, ahead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _owed_to_drains(
+    rest: np.ndarray, drained: np.ndarray, waited: np.ndarray, win: np.ndarray, ahead: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """How much of each gap's launch-overhead rest blocking calls are owed, and which kind.
 
     A call that held the host for ``waited`` while the GPU was busy cost the host that much
@@ -518,13 +603,22 @@ def _wait_call(host: _RankHost, t: int, launch: int) -> str | None:
 
 
 #: the cause as shown in a gap table (also the ``cause`` filter of the idle_gaps evidence)
-_LABEL = {"dependency": "device wait", "capture": "graph capture", "startup": "start-up",
-          "compile": "compile", "input": "input", "copy": "blocking copy", "sync": "sync",
-          "alloc": "allocator", "host": "host stall", "launch": "launch", "unknown": "unknown"}
+_LABEL = {
+    "dependency": "device wait",
+    "capture": "graph capture",
+    "startup": "start-up",
+    "compile": "compile",
+    "input": "input",
+    "copy": "blocking copy",
+    "sync": "sync",
+    "alloc": "allocator",
+    "host": "host stall",
+    "launch": "launch",
+    "unknown": "unknown",
+}
 
 
-def _call_table(host: _RankHost, gap_s: np.ndarray, gap_e: np.ndarray, windows
-                ) -> pd.DataFrame:
+def _call_table(host: _RankHost, gap_s: np.ndarray, gap_e: np.ndarray, windows) -> pd.DataFrame:
     """Runtime calls of the windows that stand for an idle cause (start-up, graph capture,
     copies, syncs, allocator calls), with the host time inside the windows and the GPU idle
     time inside each call."""
@@ -538,9 +632,16 @@ def _call_table(host: _RankHost, gap_s: np.ndarray, gap_e: np.ndarray, windows
     e = s + calls["dur_ns"].to_numpy(np.int64)
     W = iv.union(np.array([w.start_ns for w in windows]), np.array([w.end_ns for w in windows]))
     inside = iv.overlap_with_windows(W, s, np.maximum(e, s + 1))
-    idle = (iv.overlap_with_windows((gap_s, gap_e), s, e) if len(gap_s)
-            else np.zeros(len(s), np.int64))
-    df = pd.DataFrame({"cause": host.family[sel], "name": calls["name"].astype(str).to_numpy(),
-                       "start_ns": s, "dur_ns": np.minimum(inside, e - s), "idle_ns": idle})
+    idle = (
+        iv.overlap_with_windows((gap_s, gap_e), s, e) if len(gap_s) else np.zeros(len(s), np.int64)
+    )
+    df = pd.DataFrame(
+        {
+            "cause": host.family[sel],
+            "name": calls["name"].astype(str).to_numpy(),
+            "start_ns": s,
+            "dur_ns": np.minimum(inside, e - s),
+            "idle_ns": idle,
+        }
+    )
     return df[inside > 0].reset_index(drop=True)
-

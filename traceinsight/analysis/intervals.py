@@ -26,8 +26,11 @@ def take(values: np.ndarray, idx: np.ndarray, fill: Any) -> np.ndarray:
     values = np.asarray(values)
     ok = idx >= 0
     if len(values) == 0 or not ok.any():
-        dtype = (object if fill is None or isinstance(fill, str)
-                 else np.result_type(values.dtype, type(fill)))
+        dtype = (
+            object
+            if fill is None or isinstance(fill, str)
+            else np.result_type(values.dtype, type(fill))
+        )
         return np.full(len(idx), fill, dtype=dtype)
     got = values[np.where(ok, idx, 0)]
     if fill is None or isinstance(fill, str):
@@ -82,8 +85,9 @@ def any_ancestor(idx: np.ndarray, parent: np.ndarray, flag: np.ndarray) -> np.nd
     return out
 
 
-def intersect(a: tuple[np.ndarray, np.ndarray],
-              b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def intersect(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """Intersection of two unions (each disjoint and sorted)."""
     as_, ae = a
     bs, be = b
@@ -104,8 +108,9 @@ def intersect(a: tuple[np.ndarray, np.ndarray],
     return s[keep], e[keep]
 
 
-def subtract(a: tuple[np.ndarray, np.ndarray],
-             b: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def subtract(
+    a: tuple[np.ndarray, np.ndarray], b: tuple[np.ndarray, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """Parts of union ``a`` not covered by union ``b``."""
     if len(a[0]) == 0 or len(b[0]) == 0:
         return a
@@ -125,8 +130,9 @@ def clip(u: tuple[np.ndarray, np.ndarray], start: int, end: int) -> tuple[np.nda
     return s[keep], e[keep]
 
 
-def overlap_with_windows(u: tuple[np.ndarray, np.ndarray], ws: np.ndarray,
-                         we: np.ndarray) -> np.ndarray:
+def overlap_with_windows(
+    u: tuple[np.ndarray, np.ndarray], ws: np.ndarray, we: np.ndarray
+) -> np.ndarray:
     """Length of union ``u`` inside each window [ws[i], we[i]) (windows may overlap)."""
     s, e = u
     if len(s) == 0 or len(ws) == 0:
@@ -202,8 +208,20 @@ class Nesting:
         idx = np.flatnonzero(pos)
         key = level[idx].astype(I64) * span + (s[idx] - base)
         order = np.argsort(key, kind="stable")
-        return cls(s, e, level, parent, clipped, misnested, key[order], idx[order],
-                   np.sort(s[pos]), np.sort(e[pos]), base, span)
+        return cls(
+            s,
+            e,
+            level,
+            parent,
+            clipped,
+            misnested,
+            key[order],
+            idx[order],
+            np.sort(s[pos]),
+            np.sort(e[pos]),
+            base,
+            span,
+        )
 
     @staticmethod
     def _levels(s: np.ndarray, e: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,8 +267,9 @@ class Nesting:
         t = np.asarray(t, I64)
         if len(self._key_s) == 0 or len(t) == 0:
             return np.full(len(t), -1, dtype=I64)
-        depth = (np.searchsorted(self._sorted_starts, t, side="right")
-                 - np.searchsorted(self._sorted_ends, t, side="right"))
+        depth = np.searchsorted(self._sorted_starts, t, side="right") - np.searchsorted(
+            self._sorted_ends, t, side="right"
+        )
         lvl = depth.astype(I64) - 1
         q = lvl * self._scale + (t - self._base)
         j = np.searchsorted(self._key_s, q, side="right") - 1
@@ -262,8 +281,9 @@ class Nesting:
         out[ok] = cand[ok]
         return out
 
-    def ancestors_pairs(self, idx: np.ndarray,
-                        max_depth: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    def ancestors_pairs(
+        self, idx: np.ndarray, max_depth: int = 256
+    ) -> tuple[np.ndarray, np.ndarray]:
         """(query position, ancestor index) pairs for every ancestor of each ``idx`` (itself
         included), walking the parent array level by level."""
         q = np.arange(len(idx))

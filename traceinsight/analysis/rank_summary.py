@@ -33,16 +33,41 @@ if TYPE_CHECKING:
 __all__ = ["STEP_KEYS", "RankTask", "rank_summary", "summaries", "summarize_partition"]
 
 #: the time split of a step window kept per rank
-STEP_KEYS = ("wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_exposed_ns",
-             "memcpy_exposed_ns", "memset_exposed_ns", "kernels")
+STEP_KEYS = (
+    "wall_ns",
+    "busy_ns",
+    "idle_ns",
+    "compute_ns",
+    "comm_ns",
+    "comm_exposed_ns",
+    "memcpy_exposed_ns",
+    "memset_exposed_ns",
+    "kernels",
+)
 #: the columns of a rank's collective records
 COLL_KEYS = ("kind", "pg", "seq", "stream", "step", "start_ns", "dur_ns", "bytes", "group_size")
 SUMMARY_VERSION = 1
 
-_DTYPE_BYTES = {"float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8,
-                "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "int8": 1,
-                "uint8": 1, "char": 1, "byte": 1, "bool": 1, "float8_e4m3fn": 1,
-                "float8_e5m2": 1}
+_DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "bfloat16": 2,
+    "half": 2,
+    "float16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "char": 1,
+    "byte": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
 
 
 def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]:
@@ -57,12 +82,15 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
     ranks = sorted({int(r["rank"]) for r in an.store.ranks})
     g = an.attribution.gpu
     by_rank = {int(k): v for k, v in g.groupby("rank", sort=False)} if len(ranks) > 1 else {}
-    return [rank_summary(an, rank, ms, by_rank.get(rank, g.iloc[:0]) if by_rank else None)
-            for rank in ranks]
+    return [
+        rank_summary(an, rank, ms, by_rank.get(rank, g.iloc[:0]) if by_rank else None)
+        for rank in ranks
+    ]
 
 
-def rank_summary(an: Analysis, rank: int, ms: MetricSet,
-                 gpu: pd.DataFrame | None = None) -> dict[str, Any]:
+def rank_summary(
+    an: Analysis, rank: int, ms: MetricSet, gpu: pd.DataFrame | None = None
+) -> dict[str, Any]:
     """The summary of rank ``rank`` of the store ``an`` analyses (``gpu``: that rank's rows of
     the attributed GPU activities, when already split out: each rank is then summarised from
     its own rows, in time linear in the job)."""
@@ -71,32 +99,44 @@ def rank_summary(an: Analysis, rank: int, ms: MetricSet,
     one = _OneRank(an, rank, gpu)
     rows = summary(cast(Analysis, one), ms)["ranks"]  # a duck-typed one-rank view
     totals = next((r for r in rows if r["rank"] == rank), {"rank": rank})
-    steps = [{"step": int(w.step), "start_ns": int(w.start_ns), "end_ns": int(w.end_ns),
-              "host_ns": None if w.host_ns is None else int(w.host_ns),
-              **{k: int(getattr(w, k)) for k in STEP_KEYS}}
-             for w in an.breakdown.steps if w.rank == rank and w.step is not None]
+    steps = [
+        {
+            "step": int(w.step),
+            "start_ns": int(w.start_ns),
+            "end_ns": int(w.end_ns),
+            "host_ns": None if w.host_ns is None else int(w.host_ns),
+            **{k: int(getattr(w, k)) for k in STEP_KEYS},
+        }
+        for w in an.breakdown.steps
+        if w.rank == rank and w.step is not None
+    ]
     meta = next((r for r in an.store.ranks if r.get("rank") == rank), {})
     dist = meta.get("distributed") or {}
-    return {"version": SUMMARY_VERSION, "rank": rank, "totals": totals, "steps": steps,
-            "collectives": collective_records(one, rank),
-            "pg_config": dist.get("pg_config") or [],
-            "world_size": dist.get("world_size")}
+    return {
+        "version": SUMMARY_VERSION,
+        "rank": rank,
+        "totals": totals,
+        "steps": steps,
+        "collectives": collective_records(one, rank),
+        "pg_config": dist.get("pg_config") or [],
+        "world_size": dist.get("world_size"),
+    }
 
 
 class _OneRank:
     """An analysis seen through one rank (what ``sections.summary`` iterates over)."""
 
     def __init__(self, an: Analysis, rank: int, gpu: pd.DataFrame | None = None) -> None:
-        self.attribution = (an.attribution if gpu is None
-                            else dataclasses.replace(an.attribution, gpu=gpu))
+        self.attribution = (
+            an.attribution if gpu is None else dataclasses.replace(an.attribution, gpu=gpu)
+        )
         self.breakdown = an.breakdown
         if gpu is not None:  # step statistics are cached for the whole analysis: never from
             from traceinsight.metrics.steps import step_stats  # one rank's rows
 
             step_stats(an)
         self.cache = an.cache  #: shared with the whole analysis (step statistics, comm args)
-        self.store = _RankMetaOnly([r for r in an.store.ranks if r.get("rank") == rank],
-                                   an.store)
+        self.store = _RankMetaOnly([r for r in an.store.ranks if r.get("rank") == rank], an.store)
 
 
 @dataclass(frozen=True)
@@ -123,8 +163,19 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
     full = an.cache.get("collective_args")
     if full is None:  # the collective args of every op, converted once per analysis
         names = schema.TABLES["cpu_ops"].column_names
-        cols = [c for c in ("in_msg_nelems", "out_msg_nelems", "group_size", "dtype",
-                            "collective_name", "pg_name", "seq") if c in names]
+        cols = [
+            c
+            for c in (
+                "in_msg_nelems",
+                "out_msg_nelems",
+                "group_size",
+                "dtype",
+                "collective_name",
+                "pg_name",
+                "seq",
+            )
+            if c in names
+        ]
         full = an.cache["collective_args"] = an.store.table("cpu_ops", cols).to_pandas()
     parent = an.attribution.ops["parent"].to_numpy()
     has_args = an.cache.get("collective_has_args")
@@ -172,21 +223,30 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
             seq, pg = k_seq[i], k_pg[i]
         pgs.append(None if pg is None or pd.isna(pg) else str(pg))
         seqs.append(None if seq is None or pd.isna(seq) else int(seq))
-        nel = row["out_msg_nelems"] if ("gather" in cname.lower()
-                                        and not pd.isna(row["out_msg_nelems"])) else row[
-            "in_msg_nelems"]
+        nel = (
+            row["out_msg_nelems"]
+            if ("gather" in cname.lower() and not pd.isna(row["out_msg_nelems"]))
+            else row["in_msg_nelems"]
+        )
         bpe = _DTYPE_BYTES.get(str(row["dtype"]).lower().replace("c10::", ""))
         sizes.append(int(nel) * bpe if bpe is not None and not pd.isna(nel) else None)
         groups.append(None if pd.isna(row["group_size"]) else int(row["group_size"]))
     steps = [None if s is None or pd.isna(s) else int(s) for s in comm["step"].to_numpy()]
-    return {"kind": kinds, "pg": pgs, "seq": seqs,
-            "stream": [int(s) for s in comm["stream"].to_numpy()],
-            "step": steps, "start_ns": [int(x) for x in comm["start_ns"].to_numpy()],
-            "dur_ns": [int(x) for x in comm["dur_ns"].to_numpy()],
-            "bytes": sizes, "group_size": groups}
+    return {
+        "kind": kinds,
+        "pg": pgs,
+        "seq": seqs,
+        "stream": [int(s) for s in comm["stream"].to_numpy()],
+        "step": steps,
+        "start_ns": [int(x) for x in comm["start_ns"].to_numpy()],
+        "dur_ns": [int(x) for x in comm["dur_ns"].to_numpy()],
+        "bytes": sizes,
+        "group_size": groups,
+    }
 
 
 # --- one partition, in a worker --------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class RankTask:
@@ -208,8 +268,11 @@ def summarize_partition(task: RankTask) -> list[dict[str, Any]]:
         if text:
             try:
                 cached = json.loads(text)
-                if (isinstance(cached, list) and cached
-                        and all(c.get("version") == SUMMARY_VERSION for c in cached)):
+                if (
+                    isinstance(cached, list)
+                    and cached
+                    and all(c.get("version") == SUMMARY_VERSION for c in cached)
+                ):
                     return cached
             except (ValueError, AttributeError):
                 pass
@@ -229,8 +292,11 @@ def summarize_store(store: TraceStore) -> list[dict[str, Any]]:
 def _cache_name(store: TraceStore) -> str:
     import hashlib
 
-    parts = {"code": code_digest(), "sources": [s.get("sha256") for s in
-                                                store.meta.get("sources", [])],
-             "tables": store.meta.get("tables"), "v": SUMMARY_VERSION}
+    parts = {
+        "code": code_digest(),
+        "sources": [s.get("sha256") for s in store.meta.get("sources", [])],
+        "tables": store.meta.get("tables"),
+        "v": SUMMARY_VERSION,
+    }
     key = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:24]
     return f"rank-summary-{key}.json"

@@ -17,13 +17,32 @@ from traceinsight.store.core import TraceStore
 __all__ = ["GPU_COLUMNS", "LazyFlows", "all_columns", "frame", "rank_rows"]
 
 #: the activity columns attribution reads (the rest stays in the store)
-GPU_COLUMNS = ["rank", "kind", "name", "device", "stream", "start_ns", "dur_ns", "correlation",
-               "external_id", "grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z",
-               "blocks_per_sm", "occupancy_pct", "bytes", "copy_kind", "pg_name", "seq"]
+GPU_COLUMNS = [
+    "rank",
+    "kind",
+    "name",
+    "device",
+    "stream",
+    "start_ns",
+    "dur_ns",
+    "correlation",
+    "external_id",
+    "grid_x",
+    "grid_y",
+    "grid_z",
+    "block_x",
+    "block_y",
+    "block_z",
+    "blocks_per_sm",
+    "occupancy_pct",
+    "bytes",
+    "copy_kind",
+    "pg_name",
+    "seq",
+]
 
 
-_STR_COLUMNS = ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind",
-                "collective")
+_STR_COLUMNS = ("name", "kind", "process", "thread", "phase", "cat_raw", "copy_kind", "collective")
 
 
 def frame(t: pa.Table, own: bool = False) -> pd.DataFrame:
@@ -70,7 +89,9 @@ class LazyFlows:
         def get(kind: str) -> pd.DataFrame:
             if kind not in self.frames:
                 t = self.store.table("flows")
-                self.frames[kind] = (frame(t.filter(pc.equal(t["kind"], kind)), own=True)
-                                     if t.num_rows else frame(t))
+                self.frames[kind] = (
+                    frame(t.filter(pc.equal(t["kind"], kind)), own=True) if t.num_rows else frame(t)
+                )
             return rank_rows(self.frames[kind], rank)
+
         return get

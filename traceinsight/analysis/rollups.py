@@ -27,15 +27,40 @@ def _share(df: pd.DataFrame, col: str, total: float) -> pd.Series:
 def by_kernel(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     g = _sel(attr, rank)
     if not len(g):
-        return pd.DataFrame(columns=["name", "kind", "cls", "calls", "total_ns", "mean_ns",
-                                     "min_ns", "max_ns", "share_pct", "top_op"])
-    agg = g.groupby(["name", "kind"], observed=True, sort=False).agg(
-        cls=("cls", "first"), calls=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
-        mean_ns=("dur_ns", "mean"), min_ns=("dur_ns", "min"),
-        max_ns=("dur_ns", "max")).reset_index()
-    top_op = (g.groupby(["name", "kind", "op"], observed=True)["dur_ns"].sum().reset_index()
-              .sort_values("dur_ns", ascending=False).drop_duplicates(["name", "kind"])
-              .set_index(["name", "kind"])["op"])
+        return pd.DataFrame(
+            columns=[
+                "name",
+                "kind",
+                "cls",
+                "calls",
+                "total_ns",
+                "mean_ns",
+                "min_ns",
+                "max_ns",
+                "share_pct",
+                "top_op",
+            ]
+        )
+    agg = (
+        g.groupby(["name", "kind"], observed=True, sort=False)
+        .agg(
+            cls=("cls", "first"),
+            calls=("dur_ns", "size"),
+            total_ns=("dur_ns", "sum"),
+            mean_ns=("dur_ns", "mean"),
+            min_ns=("dur_ns", "min"),
+            max_ns=("dur_ns", "max"),
+        )
+        .reset_index()
+    )
+    top_op = (
+        g.groupby(["name", "kind", "op"], observed=True)["dur_ns"]
+        .sum()
+        .reset_index()
+        .sort_values("dur_ns", ascending=False)
+        .drop_duplicates(["name", "kind"])
+        .set_index(["name", "kind"])["op"]
+    )
     agg["top_op"] = top_op.reindex(pd.MultiIndex.from_frame(agg[["name", "kind"]])).to_numpy()
     agg["share_pct"] = _share(agg, "total_ns", float(g["dur_ns"].sum()))
     return agg.sort_values(["total_ns", "name"], ascending=[False, True]).reset_index(drop=True)
@@ -48,8 +73,9 @@ def by_op(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     g = _sel(attr, rank)
     ops = attr.ops if rank is None else attr.ops[attr.ops["rank"] == rank]
     total = float(g["dur_ns"].sum())
-    self_t = g.groupby("op", observed=True).agg(device_self_ns=("dur_ns", "sum"),
-                                                kernels=("dur_ns", "size"))
+    self_t = g.groupby("op", observed=True).agg(
+        device_self_ns=("dur_ns", "sum"), kernels=("dur_ns", "size")
+    )
     kern_ns = g[g["kind"] == "kernel"].groupby("op", observed=True)["dur_ns"].sum()
     self_t["kernel_ns"] = kern_ns.reindex(self_t.index).fillna(0).astype("int64")
     # inclusive device time: kernel -> every ancestor op, each name once per kernel
@@ -88,8 +114,9 @@ def by_op(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     # input shapes: the most device time per (leaf op, dims)
     dims = _top_dims(g, attr)
     out["input_dims"] = out["name"].map(dims)
-    return out.sort_values(["device_self_ns", "device_total_ns", "name"],
-                           ascending=[False, False, True]).reset_index(drop=True)
+    return out.sort_values(
+        ["device_self_ns", "device_total_ns", "name"], ascending=[False, False, True]
+    ).reset_index(drop=True)
 
 
 def _top_dims(g: pd.DataFrame, attr: Attribution) -> dict[str, str]:
@@ -97,8 +124,9 @@ def _top_dims(g: pd.DataFrame, attr: Attribution) -> dict[str, str]:
     if not has.any():
         return {}
     dims = attr.ops["input_dims"].to_numpy()[g["op_idx"].to_numpy()[has]]
-    df = pd.DataFrame({"op": g["op"].to_numpy()[has], "dims": dims,
-                       "dur": g["dur_ns"].to_numpy()[has]})
+    df = pd.DataFrame(
+        {"op": g["op"].to_numpy()[has], "dims": dims, "dur": g["dur_ns"].to_numpy()[has]}
+    )
     df = df[df["dims"].notna()]
     if not len(df):
         return {}
@@ -106,8 +134,9 @@ def _top_dims(g: pd.DataFrame, attr: Attribution) -> dict[str, str]:
     return dict(best.drop_duplicates("op")[["op", "dims"]].itertuples(index=False, name=None))
 
 
-def by_layer(attr: Attribution, rank: int | None = None, *,
-             inclusive: bool = False) -> pd.DataFrame:
+def by_layer(
+    attr: Attribution, rank: int | None = None, *, inclusive: bool = False
+) -> pd.DataFrame:
     """Device time per module path, split forward / backward / optimizer / other.
 
     ``inclusive=False``: each kernel counts for its innermost module only (rows add up to the
@@ -116,8 +145,13 @@ def by_layer(attr: Attribution, rank: int | None = None, *,
     g = _sel(attr, rank)
     total = float(g["dur_ns"].sum())
     mod = g["module"].where(g["module"].notna(), NO_MODULE)
-    df = pd.DataFrame({"module": mod.to_numpy(), "phase": g["phase"].astype(str).to_numpy(),
-                       "dur": g["dur_ns"].to_numpy()})
+    df = pd.DataFrame(
+        {
+            "module": mod.to_numpy(),
+            "phase": g["phase"].astype(str).to_numpy(),
+            "dur": g["dur_ns"].to_numpy(),
+        }
+    )
     if inclusive:
         rows = []
         for path, grp in df.groupby("module"):
@@ -129,12 +163,14 @@ def by_layer(attr: Attribution, rank: int | None = None, *,
     for p in ("forward", "backward", "optimizer", "unknown"):
         if p not in piv.columns:
             piv[p] = 0
-    out = pd.DataFrame({
-        "module": piv.index,
-        "forward_ns": piv["forward"].to_numpy(np.int64),
-        "backward_ns": piv["backward"].to_numpy(np.int64),
-        "other_ns": (piv["optimizer"] + piv["unknown"]).to_numpy(np.int64),
-    })
+    out = pd.DataFrame(
+        {
+            "module": piv.index,
+            "forward_ns": piv["forward"].to_numpy(np.int64),
+            "backward_ns": piv["backward"].to_numpy(np.int64),
+            "other_ns": (piv["optimizer"] + piv["unknown"]).to_numpy(np.int64),
+        }
+    )
     out["total_ns"] = out["forward_ns"] + out["backward_ns"] + out["other_ns"]
     out["kernels"] = df.groupby("module").size().reindex(out["module"]).to_numpy()
     out["share_pct"] = _share(out, "total_ns", total)
@@ -156,15 +192,28 @@ def by_module_type(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     """
     g = _sel(attr, rank)
     total = float(g["dur_ns"].sum())
-    cols = ["module_type", "instances", "forward_ns", "backward_ns", "other_ns", "total_ns",
-            "kernels", "share_pct", "example"]
+    cols = [
+        "module_type",
+        "instances",
+        "forward_ns",
+        "backward_ns",
+        "other_ns",
+        "total_ns",
+        "kernels",
+        "share_pct",
+        "example",
+    ]
     mod = g["module"]
     has = mod.notna().to_numpy()
     if not has.any():
         return pd.DataFrame(columns=cols)
-    df = pd.DataFrame({"module": mod[has].astype(str).to_numpy(),
-                       "phase": g["phase"].astype(str).to_numpy()[has],
-                       "dur": g["dur_ns"].to_numpy(np.int64)[has]})
+    df = pd.DataFrame(
+        {
+            "module": mod[has].astype(str).to_numpy(),
+            "phase": g["phase"].astype(str).to_numpy()[has],
+            "dur": g["dur_ns"].to_numpy(np.int64)[has],
+        }
+    )
     per_path = df.groupby(["module", "phase"])["dur"].agg(["sum", "size"]).reset_index()
     rows: dict[str, dict] = {}
     for path, phase, dur, n in per_path.itertuples(index=False, name=None):
@@ -175,31 +224,56 @@ def by_module_type(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
             if typ in seen:  # nested in an instance of its own type: counted there
                 continue
             seen.add(typ)
-            r = rows.setdefault(typ, {"instances": set(), "forward_ns": 0, "backward_ns": 0,
-                                      "other_ns": 0, "kernels": 0, "example": ""})
+            r = rows.setdefault(
+                typ,
+                {
+                    "instances": set(),
+                    "forward_ns": 0,
+                    "backward_ns": 0,
+                    "other_ns": 0,
+                    "kernels": 0,
+                    "example": "",
+                },
+            )
             inst = "/".join(parts[: i + 1])
             r["instances"].add(inst)
             r["example"] = r["example"] or inst
             key = {"forward": "forward_ns", "backward": "backward_ns"}.get(phase, "other_ns")
             r[key] += int(dur)
             r["kernels"] += int(n)
-    out = pd.DataFrame([{"module_type": t, "instances": len(r["instances"]),
-                         "forward_ns": r["forward_ns"], "backward_ns": r["backward_ns"],
-                         "other_ns": r["other_ns"],
-                         "total_ns": r["forward_ns"] + r["backward_ns"] + r["other_ns"],
-                         "kernels": r["kernels"], "example": r["example"]}
-                        for t, r in rows.items()])
+    out = pd.DataFrame(
+        [
+            {
+                "module_type": t,
+                "instances": len(r["instances"]),
+                "forward_ns": r["forward_ns"],
+                "backward_ns": r["backward_ns"],
+                "other_ns": r["other_ns"],
+                "total_ns": r["forward_ns"] + r["backward_ns"] + r["other_ns"],
+                "kernels": r["kernels"],
+                "example": r["example"],
+            }
+            for t, r in rows.items()
+        ]
+    )
     out["share_pct"] = _share(out, "total_ns", total)
-    return out[cols].sort_values(["total_ns", "module_type"], ascending=[False, True]
-                                 ).reset_index(drop=True)
+    return (
+        out[cols]
+        .sort_values(["total_ns", "module_type"], ascending=[False, True])
+        .reset_index(drop=True)
+    )
 
 
 def by_annotation(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     g = _sel(attr, rank)
     total = float(g["dur_ns"].sum())
     ann = g["annotation"].where(g["annotation"].notna(), NO_ANNOTATION)
-    out = pd.DataFrame({"annotation": ann.to_numpy(), "dur": g["dur_ns"].to_numpy()}).groupby(
-        "annotation").agg(device_ns=("dur", "sum"), kernels=("dur", "size")).reset_index()
+    out = (
+        pd.DataFrame({"annotation": ann.to_numpy(), "dur": g["dur_ns"].to_numpy()})
+        .groupby("annotation")
+        .agg(device_ns=("dur", "sum"), kernels=("dur", "size"))
+        .reset_index()
+    )
     out["share_pct"] = _share(out, "device_ns", total)
     out = out.sort_values(["device_ns", "annotation"], ascending=[False, True])
     return out.reset_index(drop=True)

@@ -42,8 +42,10 @@ def build(store: Any) -> list[dict[str, Any]]:
         return []
     blocks = store.table("memory_blocks")
     actions = _actions(store.table("memory_actions"))
-    keys = sorted({(r, d) for r, d in zip(segs["rank"].to_pylist(), segs["device"].to_pylist())}
-                  | set(zip(actions["rank"], actions["device"])))
+    keys = sorted(
+        {(r, d) for r, d in zip(segs["rank"].to_pylist(), segs["device"].to_pylist())}
+        | set(zip(actions["rank"], actions["device"]))
+    )
     seg_rows, blk_rows = _rows(segs), _rows(blocks)
     out = []
     for rank, dev in keys:
@@ -55,13 +57,31 @@ def build(store: Any) -> list[dict[str, Any]]:
 
 
 def _rows(t: pa.Table) -> list[dict[str, Any]]:
-    return t.cast(pa.schema([pa.field(f.name, pa.string() if pa.types.is_dictionary(f.type)
-                                      else f.type) for f in t.schema])).to_pylist()
+    return t.cast(
+        pa.schema(
+            [
+                pa.field(f.name, pa.string() if pa.types.is_dictionary(f.type) else f.type)
+                for f in t.schema
+            ]
+        )
+    ).to_pylist()
 
 
 def _actions(t: pa.Table) -> pd.DataFrame:
-    df = t.select(["rank", "device", "seq", "ts_ns", "action", "addr", "size_bytes",
-                   "device_free_bytes", "call_site", "frames"]).to_pandas()
+    df = t.select(
+        [
+            "rank",
+            "device",
+            "seq",
+            "ts_ns",
+            "action",
+            "addr",
+            "size_bytes",
+            "device_free_bytes",
+            "call_site",
+            "frames",
+        ]
+    ).to_pandas()
     for c in ("action", "call_site", "frames"):
         df[c] = df[c].astype(object).where(df[c].notna(), None)
     df["addr"] = df["addr"].fillna(-1).astype(np.int64)
@@ -83,14 +103,19 @@ def totals(segs: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> dict[str
         free = [b["size_bytes"] for b in bs if b["state"] == "inactive"]
         alloc = [b for b in bs if b["state"] == "allocated"]
         return {
-            "segments": len(ss), "reserved": sum(s["total_bytes"] for s in ss),
+            "segments": len(ss),
+            "reserved": sum(s["total_bytes"] for s in ss),
             "allocated": sum(b["size_bytes"] for b in alloc),
             "requested": sum(b["requested_bytes"] or b["size_bytes"] for b in alloc),
             "pending": sum(b["size_bytes"] for b in bs if b["state"] == "pending_free"),
             "free": sum(free),
-            "stranded": sum(b["size_bytes"] for b in bs if b["state"] == "inactive"
-                            and busy[b["segment_address"]]),
-            "largest_free": max(free, default=0), "free_blocks": len(free),
+            "stranded": sum(
+                b["size_bytes"]
+                for b in bs
+                if b["state"] == "inactive" and busy[b["segment_address"]]
+            ),
+            "largest_free": max(free, default=0),
+            "free_blocks": len(free),
         }
 
     out: dict[str, Any] = of(None)
@@ -101,19 +126,32 @@ def totals(segs: list[dict[str, Any]], blocks: list[dict[str, Any]]) -> dict[str
     return out
 
 
-def device_view(rank: int, device: int, segs: list[dict[str, Any]],
-                blocks: list[dict[str, Any]], actions: pd.DataFrame) -> dict[str, Any]:
+def device_view(
+    rank: int,
+    device: int,
+    segs: list[dict[str, Any]],
+    blocks: list[dict[str, Any]],
+    actions: pd.DataFrame,
+) -> dict[str, Any]:
     """Everything the metrics, rules and report say about one snapshot device."""
     t = totals(segs, blocks)
-    view: dict[str, Any] = {"rank": rank, "device": device, "totals": t,
-                            "actions": len(actions), "notes": []}
+    view: dict[str, Any] = {
+        "rank": rank,
+        "device": device,
+        "totals": t,
+        "actions": len(actions),
+        "notes": [],
+    }
     if t["blocks_bytes"] != t["reserved"]:
-        view["notes"].append(f"blocks cover {t['blocks_bytes']:,} of {t['reserved']:,} "
-                             "reserved bytes")
+        view["notes"].append(
+            f"blocks cover {t['blocks_bytes']:,} of {t['reserved']:,} reserved bytes"
+        )
     rp = ar.replay(actions, t["allocated"], t["reserved"])
     if rp.mismatch_bytes:
-        view["notes"].append(f"the trace and the snapshot disagree by {rp.mismatch_bytes:,} "
-                             "bytes (the trace is incomplete)")
+        view["notes"].append(
+            f"the trace and the snapshot disagree by {rp.mismatch_bytes:,} "
+            "bytes (the trace is incomplete)"
+        )
     view["holes"] = holes(segs, blocks, actions)
     view["churn"] = churn(actions)
     view["ooms"] = ooms(rp, blocks, segs)
@@ -123,24 +161,29 @@ def device_view(rank: int, device: int, segs: list[dict[str, Any]],
     st = ar.state_at(rp, k, blocks, segs)
     smap = ar.segment_map(st)
     view["peak"] = {
-        "index": k, "at_snapshot": k == n - 1, "axis": rp.time_axis,
+        "index": k,
+        "at_snapshot": k == n - 1,
+        "axis": rp.time_axis,
         "x": int(rp.x[k]) if n else None,
         "allocated": int(rp.allocated[k]) if n else t["allocated"],
         "reserved": int(rp.reserved[k]) if n else t["reserved"],
         "reserved_peak": int(rp.reserved.max()) if n else t["reserved"],
         "map_totals": ar.map_totals(smap),
-        "live": live_sites(st), "top_allocations": top_allocations(st),
+        "live": live_sites(st),
+        "top_allocations": top_allocations(st),
     }
     view["segment_map"] = _cap_map(smap)
-    view["segment_map_snapshot"] = (None if k == n - 1 else _cap_map(
-        ar.segment_map(ar.state_at(rp, n - 1, blocks, segs))))
+    view["segment_map_snapshot"] = (
+        None if k == n - 1 else _cap_map(ar.segment_map(ar.state_at(rp, n - 1, blocks, segs)))
+    )
     view["curve"] = ar.curve(rp) if len(actions) else None
     view["iterations"] = _iterations(rp, blocks, actions)
     return view
 
 
-def holes(segs: list[dict[str, Any]], blocks: list[dict[str, Any]],
-          actions: pd.DataFrame) -> list[dict[str, Any]]:
+def holes(
+    segs: list[dict[str, Any]], blocks: list[dict[str, Any]], actions: pd.DataFrame
+) -> list[dict[str, Any]]:
     """The stranded free blocks grouped by the allocation that last held them (the trace's
     last ``alloc`` at that address, else the block's own frames): which call sites and sizes
     leave the holes."""
@@ -176,17 +219,35 @@ def churn(actions: pd.DataFrame) -> list[dict[str, Any]]:
     a = actions[actions["action"] == "alloc"]
     if not len(a):
         return []
-    df = pd.DataFrame({"site": a["call_site"].fillna(UNKNOWN_SITE).to_numpy(),
-                       "size": a["size_bytes"].to_numpy()})
-    g = df.groupby("site").agg(allocations=("size", "size"), sizes=("size", "nunique"),
-                               bytes=("size", "sum"), largest=("size", "max")).reset_index()
+    df = pd.DataFrame(
+        {"site": a["call_site"].fillna(UNKNOWN_SITE).to_numpy(), "size": a["size_bytes"].to_numpy()}
+    )
+    g = (
+        df.groupby("site")
+        .agg(
+            allocations=("size", "size"),
+            sizes=("size", "nunique"),
+            bytes=("size", "sum"),
+            largest=("size", "max"),
+        )
+        .reset_index()
+    )
     g = g.sort_values(["sizes", "bytes"], ascending=False).head(TOP)
-    return [{"call_site": r.site, "allocations": int(r.allocations), "sizes": int(r.sizes),
-             "bytes": int(r.bytes), "largest": int(r.largest)} for r in g.itertuples()]
+    return [
+        {
+            "call_site": r.site,
+            "allocations": int(r.allocations),
+            "sizes": int(r.sizes),
+            "bytes": int(r.bytes),
+            "largest": int(r.largest),
+        }
+        for r in g.itertuples()
+    ]
 
 
-def ooms(rp: ar.Replay, blocks: list[dict[str, Any]],
-         segs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def ooms(
+    rp: ar.Replay, blocks: list[dict[str, Any]], segs: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
     """Each OOM (the last 4): the request, what the driver had free, what the allocator held
     free then in total and in its largest block. ``cached_enough``: free device memory plus
     free cached bytes would have served the request, but no free block was large enough."""
@@ -200,14 +261,22 @@ def ooms(rp: ar.Replay, blocks: list[dict[str, Any]],
         dev_free = row["device_free_bytes"]
         dev_free = None if pd.isna(dev_free) else int(dev_free)
         avail = totals_k["free"] + (dev_free or 0)
-        out.append({
-            "seq": int(row["seq"]), "x": int(rp.x[k]), "request": request,
-            "device_free": dev_free, "reserved": int(rp.reserved[k]),
-            "allocated": int(rp.allocated[k]), "free_cached": totals_k["free"],
-            "stranded": totals_k["stranded"], "largest_free": totals_k["largest_free"],
-            "cached_enough": avail >= request > totals_k["largest_free"],
-            "call_site": row["call_site"], "frames": row["frames"],
-        })
+        out.append(
+            {
+                "seq": int(row["seq"]),
+                "x": int(rp.x[k]),
+                "request": request,
+                "device_free": dev_free,
+                "reserved": int(rp.reserved[k]),
+                "allocated": int(rp.allocated[k]),
+                "free_cached": totals_k["free"],
+                "stranded": totals_k["stranded"],
+                "largest_free": totals_k["largest_free"],
+                "cached_enough": avail >= request > totals_k["largest_free"],
+                "call_site": row["call_site"],
+                "frames": row["frames"],
+            }
+        )
     return out
 
 
@@ -225,12 +294,15 @@ def live_sites(st: ar.State) -> list[dict[str, Any]]:
 def top_allocations(st: ar.State, n: int = 8) -> list[dict[str, Any]]:
     """The largest live allocations at a moment, with their frames."""
     rows = sorted(st.live.items(), key=lambda kv: -kv[1][0])[:n]
-    return [{"address": addr, "bytes": size, "call_site": site or UNKNOWN_SITE,
-             "frames": frames or ""} for addr, (size, site, frames) in rows]
+    return [
+        {"address": addr, "bytes": size, "call_site": site or UNKNOWN_SITE, "frames": frames or ""}
+        for addr, (size, site, frames) in rows
+    ]
 
 
-def _iterations(rp: ar.Replay, blocks: list[dict[str, Any]],
-                actions: pd.DataFrame) -> dict[str, Any] | None:
+def _iterations(
+    rp: ar.Replay, blocks: list[dict[str, Any]], actions: pd.DataFrame
+) -> dict[str, Any] | None:
     it = ar.iterations(rp.allocated)
     if it is None:
         return None
@@ -264,7 +336,15 @@ def _cap_map(smap: list[dict[str, Any]]) -> dict[str, Any]:
     segs = sorted(smap, key=lambda s: (-s["bytes"], s["address"]))
     shown = []
     for s in segs[:MAX_MAP_SEGMENTS]:
-        shown.append({**s, "blocks": s["blocks"][:MAX_MAP_BLOCKS],
-                      "more_blocks": max(0, len(s["blocks"]) - MAX_MAP_BLOCKS)})
-    return {"segments": shown, "more_segments": max(0, len(segs) - MAX_MAP_SEGMENTS),
-            "more_bytes": sum(s["bytes"] for s in segs[MAX_MAP_SEGMENTS:])}
+        shown.append(
+            {
+                **s,
+                "blocks": s["blocks"][:MAX_MAP_BLOCKS],
+                "more_blocks": max(0, len(s["blocks"]) - MAX_MAP_BLOCKS),
+            }
+        )
+    return {
+        "segments": shown,
+        "more_segments": max(0, len(segs) - MAX_MAP_SEGMENTS),
+        "more_bytes": sum(s["bytes"] for s in segs[MAX_MAP_SEGMENTS:]),
+    }

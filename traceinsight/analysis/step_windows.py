@@ -35,9 +35,16 @@ def host_steps(rng: pd.DataFrame) -> pd.DataFrame:
     return st.drop_duplicates("step", keep="first")
 
 
-def step_windows(rank: int, g: pd.DataFrame, rng: pd.DataFrame, launch_t: np.ndarray,
-                 has_launch: np.ndarray, ops: pd.DataFrame, rt: pd.DataFrame,
-                 diags: DiagnosticLog) -> tuple[list[StepWindow], np.ndarray, bool]:
+def step_windows(
+    rank: int,
+    g: pd.DataFrame,
+    rng: pd.DataFrame,
+    launch_t: np.ndarray,
+    has_launch: np.ndarray,
+    ops: pd.DataFrame,
+    rt: pd.DataFrame,
+    diags: DiagnosticLog,
+) -> tuple[list[StepWindow], np.ndarray, bool]:
     """The rank's step windows, the step number of every activity in ``g`` (None outside any
     step) and whether the trace had step markers. ``launch_t`` is each activity's launch time
     (valid where ``has_launch``); ``ops`` / ``rt`` give the CPU span of a trace without GPU
@@ -50,20 +57,34 @@ def step_windows(rank: int, g: pd.DataFrame, rng: pd.DataFrame, launch_t: np.nda
         if n:
             starts, ends = [int(g["start_ns"].min())], [int(g["end_ns"].max())]
         else:
-            starts = [int(x) for x in (ops["start_ns"].min() if len(ops) else None,
-                                       rt["start_ns"].min() if len(rt) else None)
-                      if x is not None and not pd.isna(x)]
-            ends = [int(x) for x in ((ops["start_ns"] + ops["dur_ns"]).max() if len(ops) else None,
-                                     (rt["start_ns"] + rt["dur_ns"]).max() if len(rt) else None)
-                    if x is not None and not pd.isna(x)]
+            starts = [
+                int(x)
+                for x in (
+                    ops["start_ns"].min() if len(ops) else None,
+                    rt["start_ns"].min() if len(rt) else None,
+                )
+                if x is not None and not pd.isna(x)
+            ]
+            ends = [
+                int(x)
+                for x in (
+                    (ops["start_ns"] + ops["dur_ns"]).max() if len(ops) else None,
+                    (rt["start_ns"] + rt["dur_ns"]).max() if len(rt) else None,
+                )
+                if x is not None and not pd.isna(x)
+            ]
         if not starts:
             return [], np.full(n, None, dtype=object), False
         lo, hi = int(min(starts)), int(max(ends))
         w = StepWindow(rank, None, lo, hi, lo, hi)
-        diags.add("no-step-markers", "no ProfilerStep markers: the whole trace is analysed as one "
-                  "window (step-time metrics need prof.step() in the training loop)",
-                  severity="info", source=f"rank {rank}",
-                  hint="record with a torch.profiler schedule and call prof.step() every iteration")
+        diags.add(
+            "no-step-markers",
+            "no ProfilerStep markers: the whole trace is analysed as one "
+            "window (step-time metrics need prof.step() in the training loop)",
+            severity="info",
+            source=f"rank {rank}",
+            hint="record with a torch.profiler schedule and call prof.step() every iteration",
+        )
         return [w], np.full(n, None, dtype=object), False
     hs = st["start_ns"].to_numpy(np.int64)
     he = hs + st["dur_ns"].to_numpy(np.int64)

@@ -311,8 +311,7 @@ def _make_rewriter(script: str | os.PathLike[str] | None):
             return text
         for prefix, label in prefixes:
             if prefix in text:
-                text = re.sub(re.escape(prefix) + r"(?=[/\\]|$)", label.replace("\\", r"\\"),
-                              text)
+                text = re.sub(re.escape(prefix) + r"(?=[/\\]|$)", label.replace("\\", r"\\"), text)
         text = _SITE_DIR.sub("<site-packages>", text)
         text = _STDLIB_DIR.sub("<stdlib>", text)
         text = _ABS_POSIX.sub("<abs>/", text)

@@ -88,8 +88,10 @@ def start() -> None:
             return
         _Recorder(cfg, r).begin()
     except Exception as e:  # the user's program must run regardless
-        print(f"traceinsight profile: not recording this process: {type(e).__name__}: {e}",
-              file=sys.stderr)
+        print(
+            f"traceinsight profile: not recording this process: {type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
 
 
 class _Recorder:
@@ -106,23 +108,36 @@ class _Recorder:
         self.prof: Any = None
         self.hook: Any = None
         self.finished = False
-        self.note: dict[str, Any] = {"rank": r, "pid": self.pid, "file": None, "steps": 0,
-                                     "step_on": cfg.get("step_on", "optimizer")}
+        self.note: dict[str, Any] = {
+            "rank": r,
+            "pid": self.pid,
+            "file": None,
+            "steps": 0,
+            "step_on": cfg.get("step_on", "optimizer"),
+        }
 
     def begin(self) -> None:
-        flags: dict[str, Any] = {"record_shapes": bool(self.cfg.get("record_shapes", True)),
-                                 "profile_memory": bool(self.cfg.get("profile_memory", True)),
-                                 "with_stack": bool(self.cfg.get("with_stack", True)),
-                                 "with_modules": True, "with_flops": True}
+        flags: dict[str, Any] = {
+            "record_shapes": bool(self.cfg.get("record_shapes", True)),
+            "profile_memory": bool(self.cfg.get("profile_memory", True)),
+            "with_stack": bool(self.cfg.get("with_stack", True)),
+            "with_modules": True,
+            "with_flops": True,
+        }
         if self.cfg.get("step_on") == "none":
             self._begin_whole(flags)
         else:
             from traceinsight.capture import profile
 
             # the first optimizer step is the first waited step: the profiler starts after it
-            self.session = profile(self.out, wait=max(0, int(self.cfg.get("wait", 1)) - 1),
-                                   warmup=int(self.cfg.get("warmup", 1)),
-                                   active=int(self.cfg.get("active", 3)), repeat=1, **flags)
+            self.session = profile(
+                self.out,
+                wait=max(0, int(self.cfg.get("wait", 1)) - 1),
+                warmup=int(self.cfg.get("warmup", 1)),
+                active=int(self.cfg.get("active", 3)),
+                repeat=1,
+                **flags,
+            )
             import torch.optim.optimizer as optim
 
             self.hook = optim.register_optimizer_step_post_hook(self._on_step)

@@ -2,7 +2,8 @@
 
 The command runs as given (``python train.py ARGS``, ``torchrun ... train.py``, or a bare
 ``train.py``, run with this Python) with ``traceinsight/capture/_profile_site`` first on its
-PYTHONPATH: that folder's ``sitecustomize`` starts :mod:`traceinsight.capture.profile_child` in every
+PYTHONPATH: that folder's ``sitecustomize`` starts :mod:`traceinsight.capture.profile_child` in
+every
 Python process the command starts, which records each rank into ``OUT/rank-<RANK>.pt.trace.
 json.gz`` with the capture settings of :mod:`traceinsight.capture` (see there for why each
 flag). The user's script runs unchanged; this module only prepares the environment, waits, and
@@ -60,10 +61,14 @@ class Recording:
             steps = ""
             if settings.step_on == "optimizer":
                 first = settings.wait - 1 + settings.warmup  # it starts after the first step
-                steps = (f"; ProfilerStep#{first}..#{first + settings.active - 1}, one per "
-                         "optimizer step")
-            lines.append(f"traceinsight profile: recorded {len(self.files)} rank(s) in "
-                         f"{self.out}/: {names}{more}{steps}")
+                steps = (
+                    f"; ProfilerStep#{first}..#{first + settings.active - 1}, one per "
+                    "optimizer step"
+                )
+            lines.append(
+                f"traceinsight profile: recorded {len(self.files)} rank(s) in "
+                f"{self.out}/: {names}{more}{steps}"
+            )
             lines.append(f"next: traceinsight diagnose {self.out} --html report.html")
             return lines
         need = settings.wait + settings.warmup + settings.active
@@ -72,26 +77,33 @@ class Recording:
         if errors:
             lines.append(f"traceinsight profile: no trace written: {errors[0]}")
         elif not self.notes:
-            lines.append("traceinsight profile: no trace written: no Python process of the "
-                         "command was recorded (is it a Python program, run with the Python "
-                         "traceinsight is installed in?)")
+            lines.append(
+                "traceinsight profile: no trace written: no Python process of the "
+                "command was recorded (is it a Python program, run with the Python "
+                "traceinsight is installed in?)"
+            )
         elif settings.step_on == "optimizer" and seen == 0:
-            lines.append("traceinsight profile: no trace written: the program never called "
-                         "optimizer.step() (inference?); rerun with --step-on none to record "
-                         "the whole run")
+            lines.append(
+                "traceinsight profile: no trace written: the program never called "
+                "optimizer.step() (inference?); rerun with --step-on none to record "
+                "the whole run"
+            )
         else:
-            lines.append(f"traceinsight profile: no trace written: the program made {seen} "
-                         f"optimizer steps; the schedule needs {need} (--wait {settings.wait} "
-                         f"--warmup {settings.warmup} --active {settings.active}); lower them or "
-                         "run more steps")
+            lines.append(
+                f"traceinsight profile: no trace written: the program made {seen} "
+                f"optimizer steps; the schedule needs {need} (--wait {settings.wait} "
+                f"--warmup {settings.warmup} --active {settings.active}); lower them or "
+                "run more steps"
+            )
         return lines
 
 
 def command_line(argv: list[str]) -> list[str]:
     """The command to run: a bare ``script.py`` runs with this Python."""
     if not argv:
-        raise InputError("no command to profile",
-                         hint="traceinsight profile -- python train.py ARGS")
+        raise InputError(
+            "no command to profile", hint="traceinsight profile -- python train.py ARGS"
+        )
     if argv[0].endswith(".py"):
         return [sys.executable, *argv]
     return list(argv)
@@ -101,13 +113,14 @@ def prepare_out(out: Path, force: bool) -> None:
     """Create ``out``; refuse one that holds traces of an earlier recording unless ``force``
     (then only those rank files are removed)."""
     if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a folder", path=out,
-                         hint="choose another -o folder")
+        raise InputError("exists and is not a folder", path=out, hint="choose another -o folder")
     old = sorted(out.glob(TRACE_GLOB)) if out.is_dir() else []
     if old and not force:
-        raise InputError(f"already holds {len(old)} recorded trace(s) ({old[0].name} ...)",
-                         path=out, hint="choose another -o folder, or pass --force to "
-                                        "replace them")
+        raise InputError(
+            f"already holds {len(old)} recorded trace(s) ({old[0].name} ...)",
+            path=out,
+            hint="choose another -o folder, or pass --force to replace them",
+        )
     for p in old:
         p.unlink()
     out.mkdir(parents=True, exist_ok=True)
@@ -132,8 +145,9 @@ def record(argv: list[str], settings: Settings, *, force: bool = False) -> Recor
         try:
             rc = subprocess.call(command_line(argv), env=environment(settings))
         except FileNotFoundError as e:
-            raise InputError(f"cannot run {argv[0]!r}: {e.strerror}",
-                             hint="check the command after --") from None
+            raise InputError(
+                f"cannot run {argv[0]!r}: {e.strerror}", hint="check the command after --"
+            ) from None
         except KeyboardInterrupt:
             rc = 130
         notes = []

@@ -26,16 +26,28 @@ def _keep(name: str) -> Callable[[click.Context, click.Parameter, bool], bool]:
         if value:  # the command's context shares the group's obj dict
             ctx.ensure_object(dict)[name] = True
         return value
+
     return callback
 
 
 def _global_options() -> list[click.Parameter]:
     """The group's own options, accepted after the command name too (``diagnose x --quiet``)."""
-    return [click.Option(["-q", "--quiet"], is_flag=True, expose_value=False,
-                         callback=_keep("quiet"),
-                         help="No progress bars (also before the command)."),
-            click.Option(["--debug"], is_flag=True, expose_value=False, callback=_keep("debug"),
-                         help="Show tracebacks for errors (also before the command).")]
+    return [
+        click.Option(
+            ["-q", "--quiet"],
+            is_flag=True,
+            expose_value=False,
+            callback=_keep("quiet"),
+            help="No progress bars (also before the command).",
+        ),
+        click.Option(
+            ["--debug"],
+            is_flag=True,
+            expose_value=False,
+            callback=_keep("debug"),
+            help="Show tracebacks for errors (also before the command).",
+        ),
+    ]
 
 
 class Group(click.Group):
@@ -73,16 +85,21 @@ class Group(click.Group):
         except MemoryError:
             if debug_on():
                 raise
-            click.echo("traceinsight: error: out of memory (hint: free memory or use a machine "
-                       "with more RAM; ingest needs about 2.5x the uncompressed trace size)",
-                       err=True)
+            click.echo(
+                "traceinsight: error: out of memory (hint: free memory or use a machine "
+                "with more RAM; ingest needs about 2.5x the uncompressed trace size)",
+                err=True,
+            )
             ctx.exit(2)
         except Exception as e:  # the last line of defence for users
             if debug or debug_on():
                 raise
-            click.echo(f"traceinsight: internal error: {type(e).__name__}: "
-                       f"{for_terminal(str(e))} "
-                       "(hint: rerun with --debug for the traceback and report it)", err=True)
+            click.echo(
+                f"traceinsight: internal error: {type(e).__name__}: "
+                f"{for_terminal(str(e))} "
+                "(hint: rerun with --debug for the traceback and report it)",
+                err=True,
+            )
             ctx.exit(2)
 
 
@@ -94,8 +111,9 @@ def write_atomic(path: Path, text: str) -> None:
     write_text(path, text)
 
 
-def with_skipped(result: DiagnosisResult, inputs: list[Path],
-                  store: Any) -> tuple[DiagnosisResult, list[str]]:
+def with_skipped(
+    result: DiagnosisResult, inputs: list[Path], store: Any
+) -> tuple[DiagnosisResult, list[str]]:
     """The result with a data-quality note per entry of the input folder that was not read,
     and those notes as stderr lines."""
     from traceinsight.ingest.inputs import skipped_entries, skipped_lines
@@ -106,17 +124,33 @@ def with_skipped(result: DiagnosisResult, inputs: list[Path],
     return result, skipped_lines(result.diagnostics)
 
 
-def emit(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
-          as_json: Callable[[], str], as_md: Callable[[], str], as_html: Callable[[], str],
-          as_text: Callable[[], str], progress: Any = None, notes: Sequence[str] = ()) -> None:
+def emit(
+    json_out: Path | None,
+    md_out: Path | None,
+    html_out: Path | None,
+    *,
+    as_json: Callable[[], str],
+    as_md: Callable[[], str],
+    as_html: Callable[[], str],
+    as_text: Callable[[], str],
+    progress: Any = None,
+    notes: Sequence[str] = (),
+) -> None:
     """Write the requested files atomically, then print the terminal view (or the JSON, for
     ``--json -``) and name the files written (and ``notes``) on stderr. ``progress`` (a
     :class:`~traceinsight.util.progress.Progress`) shows the rendering and ends before the print."""
     if progress is not None:
         progress.stage("rendering", 0.95)
     try:
-        outputs, text = render_all(json_out, md_out, html_out, as_json=as_json, as_md=as_md,
-                                    as_html=as_html, as_text=as_text)
+        outputs, text = render_all(
+            json_out,
+            md_out,
+            html_out,
+            as_json=as_json,
+            as_md=as_md,
+            as_html=as_html,
+            as_text=as_text,
+        )
     finally:
         if progress is not None:
             progress.done()
@@ -128,10 +162,16 @@ def emit(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
         click.echo(line, err=True)
 
 
-def render_all(json_out: Path | None, md_out: Path | None, html_out: Path | None, *,
-                as_json: Callable[[], str], as_md: Callable[[], str],
-                as_html: Callable[[], str],
-                as_text: Callable[[], str]) -> tuple[dict[Path, str], str]:
+def render_all(
+    json_out: Path | None,
+    md_out: Path | None,
+    html_out: Path | None,
+    *,
+    as_json: Callable[[], str],
+    as_md: Callable[[], str],
+    as_html: Callable[[], str],
+    as_text: Callable[[], str],
+) -> tuple[dict[Path, str], str]:
     """Write the requested files; the text for stdout (the view, or the JSON for --json -)."""
     outputs = {}
     if json_out is not None and str(json_out) != "-":

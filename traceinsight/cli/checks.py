@@ -18,8 +18,9 @@ class Number(click.ParamType):
     def __init__(self, *, positive: bool) -> None:
         self.positive = positive
 
-    def convert(self, value: Any, param: click.Parameter | None,
-                ctx: click.Context | None) -> float:
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
         if isinstance(value, float) and math.isfinite(value) and (value > 0 or not self.positive):
             return value
         try:
@@ -52,6 +53,9 @@ def device_key(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
     if lookup(value) is None:
         keys = ", ".join(s.key for s in list_devices())
-        raise click.BadParameter(f"unknown device {value!r}; one of: {keys} (or give "
-                                 "--peak-tflops and --peak-bw)", ctx=ctx, param=param)
+        raise click.BadParameter(
+            f"unknown device {value!r}; one of: {keys} (or give --peak-tflops and --peak-bw)",
+            ctx=ctx,
+            param=param,
+        )
     return value

@@ -20,34 +20,69 @@ from traceinsight.cli.report import result_of
 @click.command(context_settings=CONTEXT)
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@click.option("--json", "json_out", type=click.Path(path_type=Path, allow_dash=True),
-              help="Write the comparison as JSON to FILE ('-' prints it instead).")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path, allow_dash=True),
+    help="Write the comparison as JSON to FILE ('-' prints it instead).",
+)
 @click.option("--html", "html_out", type=click.Path(path_type=Path), help="Write an HTML report.")
 @click.option("--markdown", "md_out", type=click.Path(path_type=Path), help="Write Markdown.")
-@click.option("--by", type=click.Choice(["auto", "layer", "op", "class"]), default="auto",
-              show_default=True, help="Split compute time by layer (module path), top-level op, or "
-                                      "kernel class; auto picks the finest both sides support.")
-@click.option("--fail-if-slower", type=FINITE, metavar="PCT",
-              help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate); "
-                   "exit 2 when the runs are not comparable or a side has no step time.")
-@click.option("--allow-incomparable", is_flag=True,
-              help="Gate with --fail-if-slower even when the runs are not comparable (different "
-                   "model shapes or world sizes): on the normalised change where there is one.")
-@click.option("--tokens-per-step", "tokens", type=POSITIVE, nargs=2, metavar="BEFORE AFTER",
-              help="Tokens per step of each side: step time is then also compared per token "
-                   "where the work per step differs.")
-@click.option("-n", "top_n", default=12, show_default=True, type=COUNT,
-              help="Contributors to list.")
+@click.option(
+    "--by",
+    type=click.Choice(["auto", "layer", "op", "class"]),
+    default="auto",
+    show_default=True,
+    help="Split compute time by layer (module path), top-level op, or "
+    "kernel class; auto picks the finest both sides support.",
+)
+@click.option(
+    "--fail-if-slower",
+    type=FINITE,
+    metavar="PCT",
+    help="Exit 1 when the p50 step time regresses by more than PCT percent (CI gate); "
+    "exit 2 when the runs are not comparable or a side has no step time.",
+)
+@click.option(
+    "--allow-incomparable",
+    is_flag=True,
+    help="Gate with --fail-if-slower even when the runs are not comparable (different "
+    "model shapes or world sizes): on the normalised change where there is one.",
+)
+@click.option(
+    "--tokens-per-step",
+    "tokens",
+    type=POSITIVE,
+    nargs=2,
+    metavar="BEFORE AFTER",
+    help="Tokens per step of each side: step time is then also compared per token "
+    "where the work per step differs.",
+)
+@click.option(
+    "-n", "top_n", default=12, show_default=True, type=COUNT, help="Contributors to list."
+)
 @rule_options
-@click.option("--device", callback=device_key,
-              help="Device for both sides' roofline (traces only).")
+@click.option(
+    "--device", callback=device_key, help="Device for both sides' roofline (traces only)."
+)
 @strict
 @click.pass_context
-def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None,
-            html_out: Path | None, md_out: Path | None, by: str, fail_if_slower: float | None,
-            allow_incomparable: bool, tokens: tuple[float, float] | None, top_n: int,
-            rules_dirs: tuple[Path, ...], overrides: tuple[str, ...],
-            device: str | None) -> None:
+def compare(
+    ctx: click.Context,
+    before: Path,
+    after: Path,
+    json_out: Path | None,
+    html_out: Path | None,
+    md_out: Path | None,
+    by: str,
+    fail_if_slower: float | None,
+    allow_incomparable: bool,
+    tokens: tuple[float, float] | None,
+    top_n: int,
+    rules_dirs: tuple[Path, ...],
+    overrides: tuple[str, ...],
+    device: str | None,
+) -> None:
     """Compare two runs: what changed in step time, and which layers, ops or parts explain it.
 
     BEFORE and AFTER are each a result JSON (diagnose --json), a store, a trace file or a
@@ -74,8 +109,13 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
     opts = RooflineOptions(device=device)
     a = result_of(ctx, before, rules_dirs, overrides, opts)
     b = result_of(ctx, after, rules_dirs, overrides, opts)
-    c = run_compare(a, b, by=by, labels=(before.name, after.name),
-                    tokens=(tokens[0], tokens[1]) if tokens else (None, None))
+    c = run_compare(
+        a,
+        b,
+        by=by,
+        labels=(before.name, after.name),
+        tokens=(tokens[0], tokens[1]) if tokens else (None, None),
+    )
 
     def md() -> str:
         from traceinsight.render.markdown import render_compare_markdown
@@ -87,11 +127,22 @@ def compare(ctx: click.Context, before: Path, after: Path, json_out: Path | None
 
         return render_compare_html(c)
 
-    emit(json_out, md_out, html_out, as_json=lambda: json.dumps(c, indent=2, default=str),
-          as_md=md, as_html=html, as_text=lambda: render_compare(c, n=top_n))
+    emit(
+        json_out,
+        md_out,
+        html_out,
+        as_json=lambda: json.dumps(c, indent=2, default=str),
+        as_md=md,
+        as_html=html,
+        as_text=lambda: render_compare(c, n=top_n),
+    )
     if fail_if_slower is not None:
-        code, line = gate(c, fail_if_slower, allow_incomparable=allow_incomparable,
-                          names=(str(before), str(after)))
+        code, line = gate(
+            c,
+            fail_if_slower,
+            allow_incomparable=allow_incomparable,
+            names=(str(before), str(after)),
+        )
         if line:
             click.echo(line, err=True)
         if code:

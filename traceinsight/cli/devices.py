@@ -31,12 +31,40 @@ def devices(as_json: bool) -> None:
 
     specs = dev.list_devices()
     if as_json:
-        click.echo(json.dumps([{"key": s.key, "name": s.name, "vendor": s.vendor,
-                                "peak_flops": s.peak_flops, "mem_bw": s.mem_bw,
-                                "mem_bytes": s.mem_bytes} for s in specs], indent=2))
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "key": s.key,
+                        "name": s.name,
+                        "vendor": s.vendor,
+                        "peak_flops": s.peak_flops,
+                        "mem_bw": s.mem_bw,
+                        "mem_bytes": s.mem_bytes,
+                    }
+                    for s in specs
+                ],
+                indent=2,
+            )
+        )
         return
-    rows = [[s.key, s.name, fmt.fmt_rate(s.peak("bf16") or s.peak("fp16"), "FLOP/s"),
-             fmt.fmt_rate(s.peak("fp32"), "FLOP/s"), fmt.fmt_rate(s.peak("fp8"), "FLOP/s"),
-             fmt.fmt_rate(s.mem_bw, "B/s"), fmt.fmt_bytes(s.mem_bytes)] for s in specs]
-    click.echo(fmt.table(rows, ["key", "name", "bf16/fp16", "fp32", "fp8", "bandwidth", "memory"],
-                         align="llrrrrr", flex=1))
+    rows = [
+        [
+            s.key,
+            s.name,
+            fmt.fmt_rate(s.peak("bf16") or s.peak("fp16"), "FLOP/s"),
+            fmt.fmt_rate(s.peak("fp32"), "FLOP/s"),
+            fmt.fmt_rate(s.peak("fp8"), "FLOP/s"),
+            fmt.fmt_rate(s.mem_bw, "B/s"),
+            fmt.fmt_bytes(s.mem_bytes),
+        ]
+        for s in specs
+    ]
+    click.echo(
+        fmt.table(
+            rows,
+            ["key", "name", "bf16/fp16", "fp32", "fp8", "bandwidth", "memory"],
+            align="llrrrrr",
+            flex=1,
+        )
+    )

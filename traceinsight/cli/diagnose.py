@@ -1,4 +1,5 @@
-"""``traceinsight diagnose``: why the run was slow, in the terminal and as HTML, Markdown and JSON."""
+"""``traceinsight diagnose``: why the run was slow, in the terminal and as HTML, Markdown and
+JSON."""
 
 from __future__ import annotations
 
@@ -19,52 +20,104 @@ from traceinsight.cli.options import CONTEXT, INPUTS, SEVERITY_CHOICES, rule_opt
 
 @click.command(context_settings=CONTEXT)
 @INPUTS
-@click.option("--json", "json_out", type=click.Path(path_type=Path, allow_dash=True),
-              help="Write the result as JSON to FILE ('-' prints it instead of the terminal view).")
-@click.option("--markdown", "md_out", type=click.Path(path_type=Path),
-              help="Write a Markdown summary for a ticket body.")
-@click.option("--html", "html_out", type=click.Path(path_type=Path),
-              help="Write the self-contained HTML report.")
-@click.option("--fail-on", type=click.Choice(SEVERITY_CHOICES), default="never", show_default=True,
-              help="Exit 1 when a finding has this severity or higher (for CI).")
+@click.option(
+    "--json",
+    "json_out",
+    type=click.Path(path_type=Path, allow_dash=True),
+    help="Write the result as JSON to FILE ('-' prints it instead of the terminal view).",
+)
+@click.option(
+    "--markdown",
+    "md_out",
+    type=click.Path(path_type=Path),
+    help="Write a Markdown summary for a ticket body.",
+)
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(path_type=Path),
+    help="Write the self-contained HTML report.",
+)
+@click.option(
+    "--fail-on",
+    type=click.Choice(SEVERITY_CHOICES),
+    default="never",
+    show_default=True,
+    help="Exit 1 when a finding has this severity or higher (for CI).",
+)
 @rule_options
-@click.option("--device", callback=device_key,
-              help="Device to use for the roofline (a key from `traceinsight devices`).")
-@click.option("--peak-tflops", type=POSITIVE,
-              help="Dense bf16/fp16 peak in TFLOP/s (unknown GPUs).")
+@click.option(
+    "--device",
+    callback=device_key,
+    help="Device to use for the roofline (a key from `traceinsight devices`).",
+)
+@click.option(
+    "--peak-tflops", type=POSITIVE, help="Dense bf16/fp16 peak in TFLOP/s (unknown GPUs)."
+)
 @click.option("--peak-bw", type=POSITIVE, help="Memory bandwidth in GB/s (unknown GPUs).")
-@click.option("--params", type=POSITIVE,
-              help="Model parameters, for the 6·N·tokens MFU estimate.")
-@click.option("--tokens-per-step", type=POSITIVE,
-              help="Tokens per step over all ranks (MFU estimate).")
-@click.option("--mode", type=click.Choice(["train", "infer"]), default=None,
-              help="6·N (train) or 2·N (infer) FLOPs per token; "
-                   "default: train if backward kernels exist.")
+@click.option("--params", type=POSITIVE, help="Model parameters, for the 6·N·tokens MFU estimate.")
+@click.option(
+    "--tokens-per-step", type=POSITIVE, help="Tokens per step over all ranks (MFU estimate)."
+)
+@click.option(
+    "--mode",
+    type=click.Choice(["train", "infer"]),
+    default=None,
+    help="6·N (train) or 2·N (infer) FLOPs per token; default: train if backward kernels exist.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="All evidence tables and recommendations.")
-@click.option("--color/--no-color", default=None,
-              help="Colour the terminal output (default: on a TTY).")
-@click.option("--recompute", is_flag=True,
-              help="Recompute the analysis even when the store already holds the result of the "
-                   "same code, rules, thresholds and options (it is cached there by default).")
-@click.option("--max-memory", "max_memory", type=POSITIVE, metavar="MB", default=None,
-              help="Memory the analysis may use (default 4096, or $TRACEINSIGHT_MAX_MEMORY_MB). "
-                   "A trace that would need more is diagnosed on its last steps that fit, "
-                   "and the report says which.")
-@click.option("--memory-snapshot", "memory_snapshots", multiple=True,
-              type=click.Path(path_type=Path),
-              help="A CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot() "
-                   "pickle, or an export_memory_timeline raw file): fragmentation, OOMs and "
-                   "memory over time from the allocator itself. Repeatable (one per rank).")
+@click.option(
+    "--color/--no-color", default=None, help="Colour the terminal output (default: on a TTY)."
+)
+@click.option(
+    "--recompute",
+    is_flag=True,
+    help="Recompute the analysis even when the store already holds the result of the "
+    "same code, rules, thresholds and options (it is cached there by default).",
+)
+@click.option(
+    "--max-memory",
+    "max_memory",
+    type=POSITIVE,
+    metavar="MB",
+    default=None,
+    help="Memory the analysis may use (default 4096, or $TRACEINSIGHT_MAX_MEMORY_MB). "
+    "A trace that would need more is diagnosed on its last steps that fit, "
+    "and the report says which.",
+)
+@click.option(
+    "--memory-snapshot",
+    "memory_snapshots",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="A CUDA memory snapshot of the same run (torch.cuda.memory._dump_snapshot() "
+    "pickle, or an export_memory_timeline raw file): fragmentation, OOMs and "
+    "memory over time from the allocator itself. Repeatable (one per rank).",
+)
 @strict
 @rank_options
 @click.pass_context
-def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None,
-             md_out: Path | None, html_out: Path | None, fail_on: str,
-             rules_dirs: tuple[Path, ...], overrides: tuple[str, ...], device: str | None,
-             peak_tflops: float | None, peak_bw: float | None, params: float | None,
-             tokens_per_step: float | None, mode: str | None, verbose: bool,
-             color: bool | None, recompute: bool, max_memory: float | None = None,
-             memory_snapshots: tuple[Path, ...] = ()) -> None:
+def diagnose(
+    ctx: click.Context,
+    inputs: tuple[Path, ...],
+    json_out: Path | None,
+    md_out: Path | None,
+    html_out: Path | None,
+    fail_on: str,
+    rules_dirs: tuple[Path, ...],
+    overrides: tuple[str, ...],
+    device: str | None,
+    peak_tflops: float | None,
+    peak_bw: float | None,
+    params: float | None,
+    tokens_per_step: float | None,
+    mode: str | None,
+    verbose: bool,
+    color: bool | None,
+    recompute: bool,
+    max_memory: float | None = None,
+    memory_snapshots: tuple[Path, ...] = (),
+) -> None:
     """Why was this run slow? Findings with evidence and advice, ordered by impact.
 
     INPUTS is a trace file, the per-rank files of one run, a folder of them, or a store; a
@@ -93,15 +146,32 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
     from traceinsight.util.progress import Progress
 
     check_files([json_out, md_out, html_out], inputs)
-    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False),
-                 memory=memory_snapshots)
-    opts = RooflineOptions(device=device, peak_tflops=peak_tflops, peak_bw_gbs=peak_bw,
-                           params=params, tokens_per_step=tokens_per_step, mode=mode)
+    store = load(
+        list(inputs),
+        quiet=ctx.obj["quiet"],
+        strict=ctx.obj.get("strict", False),
+        memory=memory_snapshots,
+    )
+    opts = RooflineOptions(
+        device=device,
+        peak_tflops=peak_tflops,
+        peak_bw_gbs=peak_bw,
+        params=params,
+        tokens_per_step=tokens_per_step,
+        mode=mode,
+    )
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
     try:
-        result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
-                              command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
-                              cache=not recompute, progress=prog, max_memory_mb=max_memory)
+        result = run_diagnose(
+            store,
+            options=opts,
+            rules_dirs=rules_dirs,
+            overrides=overrides,
+            command=["traceinsight", *sys.argv[1:]] if sys.argv else [],
+            cache=not recompute,
+            progress=prog,
+            max_memory_mb=max_memory,
+        )
     except BaseException:
         prog.stop()
         raise
@@ -118,9 +188,17 @@ def diagnose(ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
 
         return render_html(result)
 
-    emit(json_out, md_out, html_out, as_json=result.to_json, as_md=md, as_html=html,
-          as_text=lambda: render(result, color=use_color, verbose=verbose), progress=prog,
-          notes=notes)
+    emit(
+        json_out,
+        md_out,
+        html_out,
+        as_json=result.to_json,
+        as_md=md,
+        as_html=html,
+        as_text=lambda: render(result, color=use_color, verbose=verbose),
+        progress=prog,
+        notes=notes,
+    )
     exit_on(ctx, result, fail_on)
 
 
@@ -132,6 +210,9 @@ def exit_on(ctx: click.Context, result, fail_on: str) -> None:
     limit = SEVERITY_RANK[fail_on]
     hit = [f for f in result.findings if SEVERITY_RANK.get(f.severity, 9) <= limit]
     if hit:
-        click.echo(f"traceinsight: {len(hit)} finding(s) at or above {fail_on}: "
-                   + ", ".join(f.rule for f in hit), err=True)
+        click.echo(
+            f"traceinsight: {len(hit)} finding(s) at or above {fail_on}: "
+            + ", ".join(f.rule for f in hit),
+            err=True,
+        )
         ctx.exit(1)

@@ -1,4 +1,5 @@
-"""The ``traceinsight`` command group: its help, global options and the context every command reads."""
+"""The ``traceinsight`` command group: its help, global options and the context every command
+reads."""
 
 from __future__ import annotations
 

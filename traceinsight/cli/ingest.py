@@ -17,18 +17,32 @@ from traceinsight.cli.options import CONTEXT, INPUTS, strict
 
 @click.command(context_settings=CONTEXT)
 @INPUTS
-@click.option("-o", "--output", type=click.Path(path_type=Path),
-              help="Store directory to write (default: the cache, keyed by file content).")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    help="Store directory to write (default: the cache, keyed by file content).",
+)
 @click.option("--force", is_flag=True, help="Replace an existing store at --output.")
-@click.option("--salvage", is_flag=True,
-              help="Read the complete events of a truncated trace instead of refusing it.")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the store's location and counts as JSON.")
+@click.option(
+    "--salvage",
+    is_flag=True,
+    help="Read the complete events of a truncated trace instead of refusing it.",
+)
+@click.option(
+    "--json", "as_json", is_flag=True, help="Print the store's location and counts as JSON."
+)
 @strict
 @rank_options
 @click.pass_context
-def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, force: bool,
-           salvage: bool, as_json: bool) -> None:
+def ingest(
+    ctx: click.Context,
+    inputs: tuple[Path, ...],
+    output: Path | None,
+    force: bool,
+    salvage: bool,
+    as_json: bool,
+) -> None:
     """Read traces into a parquet trace store.
 
     INPUTS is one trace file, several per-rank files of one run, or one folder of per-rank
@@ -45,11 +59,21 @@ def ingest(ctx: click.Context, inputs: tuple[Path, ...], output: Path | None, fo
     start_hashing(inputs)  # the traces' sha256 (the content key) while the library imports
     from traceinsight.ingest import ingest as do_ingest
 
-    store = do_ingest(list(inputs), output, force=force, salvage=salvage,
-                      quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
+    store = do_ingest(
+        list(inputs),
+        output,
+        force=force,
+        salvage=salvage,
+        quiet=ctx.obj["quiet"],
+        strict=ctx.obj.get("strict", False),
+    )
     ranks = [r["rank"] for r in store.ranks]
-    info = {"store": str(store.path), "tables": store.row_counts, "ranks": ranks,
-            "diagnostics": len(store.meta.get("diagnostics", []))}
+    info = {
+        "store": str(store.path),
+        "tables": store.row_counts,
+        "ranks": ranks,
+        "diagnostics": len(store.meta.get("diagnostics", [])),
+    }
     if as_json:
         click.echo(json.dumps(info, indent=2))
     else:

@@ -1,4 +1,5 @@
-"""Options shared by several commands: the inputs argument, ``--strict``, ``--rules`` / ``--set`` and the ``--fail-on`` choices."""
+"""Options shared by several commands: the inputs argument, ``--strict``, ``--rules`` /
+``--set`` and the ``--fail-on`` choices."""
 
 from __future__ import annotations
 
@@ -19,23 +20,38 @@ INPUTS = click.argument("inputs", nargs=-1, required=True, type=click.Path(path_
 
 def strict(f):
     """``--strict``: a rank file of the folder that cannot be read is an error, not a warning."""
+
     def keep(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
         ctx.ensure_object(dict)["strict"] = value
         return value
 
-    return click.option("--strict", is_flag=True, expose_value=False, callback=keep,
-                        help="Exit 2 when a rank file of the folder cannot be read (by default "
-                             "a warning in the headline).")(f)
+    return click.option(
+        "--strict",
+        is_flag=True,
+        expose_value=False,
+        callback=keep,
+        help="Exit 2 when a rank file of the folder cannot be read (by default "
+        "a warning in the headline).",
+    )(f)
 
 
 SEVERITY_CHOICES = ["high", "medium", "low", "info", "never"]
 
 
 def rule_options(f):
-    f = click.option("--rules", "rules_dirs", multiple=True, type=click.Path(path_type=Path),
-                     help="Extra folder of rule YAML files (same id replaces a shipped rule). "
-                          "Repeatable.")(f)
-    f = click.option("--set", "overrides", multiple=True, metavar="RULE.THRESHOLD=VALUE",
-                     help="Override a rule threshold, e.g. "
-                          "--set comm-bound.min_exposed_comm_pct=20. Repeatable.")(f)
+    f = click.option(
+        "--rules",
+        "rules_dirs",
+        multiple=True,
+        type=click.Path(path_type=Path),
+        help="Extra folder of rule YAML files (same id replaces a shipped rule). Repeatable.",
+    )(f)
+    f = click.option(
+        "--set",
+        "overrides",
+        multiple=True,
+        metavar="RULE.THRESHOLD=VALUE",
+        help="Override a rule threshold, e.g. "
+        "--set comm-bound.min_exposed_comm_pct=20. Repeatable.",
+    )(f)
     return f

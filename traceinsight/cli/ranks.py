@@ -20,6 +20,7 @@ def _keep(key: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
     def keep(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
         ctx.ensure_object(dict)[key] = value
         return value
+
     return keep
 
 
@@ -31,22 +32,36 @@ def rank_options(f: Callable[..., Any]) -> Callable[..., Any]:
         from traceinsight.util.distributed import Runner, using
 
         obj = click.get_current_context().ensure_object(dict)
-        runner = Runner(jobs=obj.get("jobs"), scheduler=obj.get("scheduler"),
-                        fresh=bool(obj.get("no_cache")))
+        runner = Runner(
+            jobs=obj.get("jobs"), scheduler=obj.get("scheduler"), fresh=bool(obj.get("no_cache"))
+        )
         with using(runner):
             return f(*args, **kwargs)
 
     run = click.option(
-        "--no-cache", is_flag=True, expose_value=False, callback=_keep("no_cache"),
-        help="Ingest and analyse afresh, ignoring stores and results cached before.")(run)
+        "--no-cache",
+        is_flag=True,
+        expose_value=False,
+        callback=_keep("no_cache"),
+        help="Ingest and analyse afresh, ignoring stores and results cached before.",
+    )(run)
     run = click.option(
-        "--scheduler", metavar="ADDRESS", expose_value=False, callback=_keep("scheduler"),
+        "--scheduler",
+        metavar="ADDRESS",
+        expose_value=False,
+        callback=_keep("scheduler"),
         help="Run the per-rank ingest and analysis as Dask tasks: 'local' (a LocalCluster "
-             "of --jobs workers), a scheduler address (tcp://HOST:8786) or a scheduler file; "
-             "the store must be on storage every worker sees. Needs the dask extra.")(run)
+        "of --jobs workers), a scheduler address (tcp://HOST:8786) or a scheduler file; "
+        "the store must be on storage every worker sees. Needs the dask extra.",
+    )(run)
     run = click.option(
-        "-j", "--jobs", type=click.IntRange(1), metavar="N", expose_value=False,
+        "-j",
+        "--jobs",
+        type=click.IntRange(1),
+        metavar="N",
+        expose_value=False,
         callback=_keep("jobs"),
         help="Rank files read in parallel by N worker processes (default: the number of "
-             "cores); peak memory is about N times the largest rank.")(run)
+        "cores); peak memory is about N times the largest rank.",
+    )(run)
     return run

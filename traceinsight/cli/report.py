@@ -1,4 +1,5 @@
-"""``traceinsight report``: the HTML (and Markdown) report of a result JSON or a trace, and how a source is read as a result."""
+"""``traceinsight report``: the HTML (and Markdown) report of a result JSON or a trace, and how
+a source is read as a result."""
 
 from __future__ import annotations
 
@@ -20,16 +21,29 @@ from traceinsight.cli.options import CONTEXT, rule_options, strict
 
 @click.command(context_settings=CONTEXT)
 @click.argument("source", type=click.Path(path_type=Path))
-@click.option("-o", "--output", type=click.Path(path_type=Path), default=Path("report.html"),
-              show_default=True, help="The HTML file to write.")
-@click.option("--markdown", "md_out", type=click.Path(path_type=Path),
-              help="Also write the Markdown summary.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(path_type=Path),
+    default=Path("report.html"),
+    show_default=True,
+    help="The HTML file to write.",
+)
+@click.option(
+    "--markdown", "md_out", type=click.Path(path_type=Path), help="Also write the Markdown summary."
+)
 @rule_options
 @strict
 @rank_options
 @click.pass_context
-def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
-           rules_dirs: tuple[Path, ...], overrides: tuple[str, ...]) -> None:
+def report(
+    ctx: click.Context,
+    source: Path,
+    output: Path,
+    md_out: Path | None,
+    rules_dirs: tuple[Path, ...],
+    overrides: tuple[str, ...],
+) -> None:
     """Write the self-contained HTML report from a result JSON or a store/trace.
 
     SOURCE is a file written by `diagnose --json` (rendered as is) or a store or trace
@@ -45,8 +59,9 @@ def report(ctx: click.Context, source: Path, output: Path, md_out: Path | None,
     from traceinsight.util.outputs import check_files, write_files
 
     check_files([output, md_out], [source])
-    result = result_of(ctx, source, rules_dirs, overrides, None,
-                        command=["traceinsight", *sys.argv[1:]])
+    result = result_of(
+        ctx, source, rules_dirs, overrides, None, command=["traceinsight", *sys.argv[1:]]
+    )
     files = {output: render_html(result)}
     if md_out is not None:
         from traceinsight.render.markdown import render_markdown
@@ -67,9 +82,15 @@ def is_result(path: Path) -> bool:
     return b'"traceinsight.diagnosis"' in head
 
 
-def result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
-               overrides: Sequence[str], opts: RooflineOptions | None, *,
-               command: list[str] | None = None) -> DiagnosisResult:
+def result_of(
+    ctx: click.Context,
+    path: Path,
+    rules_dirs: Sequence[Path],
+    overrides: Sequence[str],
+    opts: RooflineOptions | None,
+    *,
+    command: list[str] | None = None,
+) -> DiagnosisResult:
     """A DiagnosisResult from a result JSON (read as is, without loading the analysis), a
     store, a trace file or a folder of rank traces (diagnosed; ``command`` is recorded, by
     default ``traceinsight diagnose PATH``)."""
@@ -84,9 +105,14 @@ def result_of(ctx: click.Context, path: Path, rules_dirs: Sequence[Path],
     store = load([path], quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
     try:
-        result = run_diagnose(store, options=opts, rules_dirs=rules_dirs, overrides=overrides,
-                              command=command or ["traceinsight", "diagnose", str(path)],
-                              progress=prog)
+        result = run_diagnose(
+            store,
+            options=opts,
+            rules_dirs=rules_dirs,
+            overrides=overrides,
+            command=command or ["traceinsight", "diagnose", str(path)],
+            progress=prog,
+        )
     finally:
         prog.done()
     return with_skipped(result, [path], store)[0]

@@ -16,8 +16,12 @@ from traceinsight.cli.options import CONTEXT, rule_options
 @click.option("--explain", "explain_id", metavar="ID", help="Show one rule: what, why, thresholds.")
 @click.option("--metrics", "list_metrics", is_flag=True, help="List the metrics rules can use.")
 @rule_options
-def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ...],
-          overrides: tuple[str, ...]) -> None:
+def rules(
+    explain_id: str | None,
+    list_metrics: bool,
+    rules_dirs: tuple[Path, ...],
+    overrides: tuple[str, ...],
+) -> None:
     """List the diagnosis rules, or explain one with its thresholds.
 
     Rules are YAML files (the shipped ones live in the package's rules/ folder); add or replace
@@ -43,11 +47,13 @@ def rules(explain_id: str | None, list_metrics: bool, rules_dirs: tuple[Path, ..
     if explain_id:
         match = [r for r in rs if r.id == explain_id]
         if not match:
-            raise ConfigError(f"no rule {explain_id!r}",
-                              hint="one of " + ", ".join(sorted(r.id for r in rs)))
+            raise ConfigError(
+                f"no rule {explain_id!r}", hint="one of " + ", ".join(sorted(r.id for r in rs))
+            )
         click.echo(explain(match[0]))
         return
     rows = [[r.id, r.category, r.summary] for r in sorted(rs, key=lambda r: (r.category, r.id))]
-    click.echo(fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2,
-                         wrap=True))
+    click.echo(
+        fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2, wrap=True)
+    )
     click.echo("\ntraceinsight rules --explain ID shows a rule's thresholds and advice.")

@@ -18,8 +18,9 @@ from traceinsight.cli.options import CONTEXT, INPUTS, strict
 @click.command(context_settings=CONTEXT)
 @INPUTS
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-@click.option("-n", "--top", "top_n", default=10, show_default=True, type=COUNT,
-              help="Kernels to list.")
+@click.option(
+    "-n", "--top", "top_n", default=10, show_default=True, type=COUNT, help="Kernels to list."
+)
 @strict
 @click.pass_context
 def summary(ctx: click.Context, inputs: tuple[Path, ...], as_json: bool, top_n: int) -> None:

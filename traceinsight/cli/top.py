@@ -17,17 +17,28 @@ from traceinsight.cli.options import CONTEXT, INPUTS, strict
 
 @click.command(context_settings=CONTEXT)
 @INPUTS
-@click.option("--by", type=click.Choice(["kernel", "op", "layer", "module-type", "annotation",
-                                         "step"]),
-              default="kernel", show_default=True, help="What to group GPU time by.")
+@click.option(
+    "--by",
+    type=click.Choice(["kernel", "op", "layer", "module-type", "annotation", "step"]),
+    default="kernel",
+    show_default=True,
+    help="What to group GPU time by.",
+)
 @click.option("-n", "top_n", default=20, show_default=True, type=COUNT, help="Rows to show.")
-@click.option("--rank", type=int, default=None,
-              help="Only this rank (default: all ranks together).")
+@click.option(
+    "--rank", type=int, default=None, help="Only this rank (default: all ranks together)."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON.")
 @strict
 @click.pass_context
-def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank: int | None,
-        as_json: bool) -> None:
+def top(
+    ctx: click.Context,
+    inputs: tuple[Path, ...],
+    by: str,
+    top_n: int,
+    rank: int | None,
+    as_json: bool,
+) -> None:
     """Where the GPU time went: the top kernels, operators, layers, annotations or steps.
 
     \b
@@ -65,7 +76,12 @@ def top(ctx: click.Context, inputs: tuple[Path, ...], by: str, top_n: int, rank:
     finally:
         prog.done()
     if as_json:
-        click.echo(json.dumps({"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
-                              indent=2, default=str))
+        click.echo(
+            json.dumps(
+                {"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
+                indent=2,
+                default=str,
+            )
+        )
     else:
         click.echo(render_top(df, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank))

@@ -41,26 +41,62 @@ class Check:
 
 #: every check, blocking first (the order of the headline and of docs/COMPARE.md)
 CHECKS: tuple[Check, ...] = (
-    Check("step time", "blocking", "no step time on a side",
-          "everything: a side has no GPU work in step windows, there is nothing to compare"),
-    Check("world size", "blocking", "different world sizes",
-          "absolute step time; communication parts; per-layer contributors"),
-    Check("run mode", "blocking", "different run modes",
-          "everything: a training step and an inference step do different work"),
-    Check("module tree", "blocking", "different module trees",
-          "absolute step time; per-layer contributors (paired by identical path only)"),
-    Check("op shapes", "blocking", "different op input shapes",
-          "absolute step time; per-op contributors"),
+    Check(
+        "step time",
+        "blocking",
+        "no step time on a side",
+        "everything: a side has no GPU work in step windows, there is nothing to compare",
+    ),
+    Check(
+        "world size",
+        "blocking",
+        "different world sizes",
+        "absolute step time; communication parts; per-layer contributors",
+    ),
+    Check(
+        "run mode",
+        "blocking",
+        "different run modes",
+        "everything: a training step and an inference step do different work",
+    ),
+    Check(
+        "module tree",
+        "blocking",
+        "different module trees",
+        "absolute step time; per-layer contributors (paired by identical path only)",
+    ),
+    Check(
+        "op shapes",
+        "blocking",
+        "different op input shapes",
+        "absolute step time; per-op contributors",
+    ),
     Check("parameters", "blocking", "different parameter counts", "absolute step time"),
     Check("tokens per step", "blocking", "different tokens per step", "absolute step time"),
-    Check("device", "caution", "different GPUs",
-          "absolute step time compares the systems, not the code; per-kernel names"),
-    Check("dtype", "caution", "different compute dtypes",
-          "absolute step time and per-kernel time compare numerics set-ups, not the code"),
-    Check("compile", "caution", "eager vs torch.compile",
-          "per-op and per-kernel contributors (fused kernels); launch and idle time"),
-    Check("steps", "caution", "too few steps",
-          f"step-time statistics: fewer than {MIN_STEPS} steps do not bound the noise"),
+    Check(
+        "device",
+        "caution",
+        "different GPUs",
+        "absolute step time compares the systems, not the code; per-kernel names",
+    ),
+    Check(
+        "dtype",
+        "caution",
+        "different compute dtypes",
+        "absolute step time and per-kernel time compare numerics set-ups, not the code",
+    ),
+    Check(
+        "compile",
+        "caution",
+        "eager vs torch.compile",
+        "per-op and per-kernel contributors (fused kernels); launch and idle time",
+    ),
+    Check(
+        "steps",
+        "caution",
+        "too few steps",
+        f"step-time statistics: fewer than {MIN_STEPS} steps do not bound the noise",
+    ),
 )
 CHECK = {c.what: c for c in CHECKS}
 #: differences that change the work per step: step time is normalised where they occur
@@ -107,8 +143,15 @@ def representative_steps(s: dict[str, Any]) -> int:
 
 def _diff(what: str, before: Any, after: Any, detail: str = "") -> dict[str, Any]:
     c = CHECK[what]
-    return {"what": what, "before": before, "after": after, "invalidates": c.invalidates,
-            "severity": c.severity, "label": c.label, "detail": detail}
+    return {
+        "what": what,
+        "before": before,
+        "after": after,
+        "invalidates": c.invalidates,
+        "severity": c.severity,
+        "label": c.label,
+        "detail": detail,
+    }
 
 
 def _tree(count: Any, sig: Any, unit: str) -> str:
@@ -136,40 +179,78 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict], list[
 
     old = "not in this result (written by an older traceinsight)"
     na, nb = representative_steps(a), representative_steps(b)
-    why_empty = {side: ("no GPU step windows" if not n else "no GPU activity")
-                 for side, n, s in (("before", na, a), ("after", nb, b))
-                 if not n or s["has_gpu"] is False}
+    why_empty = {
+        side: ("no GPU step windows" if not n else "no GPU activity")
+        for side, n, s in (("before", na, a), ("after", nb, b))
+        if not n or s["has_gpu"] is False
+    }
     if why_empty:
-        shown = {side: why_empty.get(side, f"{n} steps") for side, n in (("before", na),
-                                                                          ("after", nb))}
-        out.append(_diff("step time", shown["before"], shown["after"],
-                         "; ".join(f"{why} on {side}" for side, why in why_empty.items())))
+        shown = {
+            side: why_empty.get(side, f"{n} steps") for side, n in (("before", na), ("after", nb))
+        }
+        out.append(
+            _diff(
+                "step time",
+                shown["before"],
+                shown["after"],
+                "; ".join(f"{why} on {side}" for side, why in why_empty.items()),
+            )
+        )
     if a["world_size"] and b["world_size"] and a["world_size"] != b["world_size"]:
-        out.append(_diff("world size", a["world_size"], b["world_size"],
-                         f"{a['world_size']} → {b['world_size']} ranks"))
+        out.append(
+            _diff(
+                "world size",
+                a["world_size"],
+                b["world_size"],
+                f"{a['world_size']} → {b['world_size']} ranks",
+            )
+        )
     if a["mode"] and b["mode"]:
         if a["mode"] != b["mode"]:
             out.append(_diff("run mode", a["mode"], b["mode"], f"{a['mode']} → {b['mode']}"))
     elif not (a["recorded"] and b["recorded"]):
         unknown("run mode", None if a["recorded"] else old, None if b["recorded"] else old)
     for what, key, count, unit, why in (
-            ("module tree", "module_signature", "module_count", "module paths",
-             "no nn.Module hierarchy (record with with_stack=True, with_modules=True)"),
-            ("op shapes", "op_shape_signature", "op_shape_count", "(op, input shape) pairs",
-             "no input shapes (record with record_shapes=True)")):
+        (
+            "module tree",
+            "module_signature",
+            "module_count",
+            "module paths",
+            "no nn.Module hierarchy (record with with_stack=True, with_modules=True)",
+        ),
+        (
+            "op shapes",
+            "op_shape_signature",
+            "op_shape_count",
+            "(op, input shape) pairs",
+            "no input shapes (record with record_shapes=True)",
+        ),
+    ):
         sa, sb = a[key], b[key]
         if sa and sb:
             if sa != sb:
                 ta, tb = _tree(a[count], sa, unit), _tree(b[count], sb, unit)
                 same_n = a[count] == b[count]
-                out.append(_diff(what, ta, tb, f"{fmt.fmt_num(a[count], 0)} {unit} each, not the "
-                                 "same" if same_n else f"{fmt.fmt_num(a[count], 0)} → "
-                                 f"{fmt.fmt_num(b[count], 0)} {unit}"))
+                out.append(
+                    _diff(
+                        what,
+                        ta,
+                        tb,
+                        f"{fmt.fmt_num(a[count], 0)} {unit} each, not the same"
+                        if same_n
+                        else f"{fmt.fmt_num(a[count], 0)} → {fmt.fmt_num(b[count], 0)} {unit}",
+                    )
+                )
         else:
-            unknown(what, None if sa else (why if a["recorded"] else old),
-                    None if sb else (why if b["recorded"] else old))
-    for what, key, show in (("parameters", "params", _num),
-                            ("tokens per step", "tokens_per_step", _num)):
+            unknown(
+                what,
+                None if sa else (why if a["recorded"] else old),
+                None if sb else (why if b["recorded"] else old),
+            )
+    for what, key, show in (
+        ("parameters", "params", _num),
+        ("tokens per step", "tokens_per_step", _num),
+    ):
         if a[key] and b[key] and float(a[key]) != float(b[key]):
             out.append(_diff(what, a[key], b[key], f"{show(a[key])} → {show(b[key])}"))
     da, db = a["device"], b["device"]
@@ -180,21 +261,27 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict], list[
     ta_, tb_ = a["dtypes"], b["dtypes"]
     if ta_ and tb_:
         if set(ta_) != set(tb_):
-            out.append(_diff("dtype", "+".join(ta_), "+".join(tb_),
-                             f"{'+'.join(ta_)} → {'+'.join(tb_)}"))
+            out.append(
+                _diff("dtype", "+".join(ta_), "+".join(tb_), f"{'+'.join(ta_)} → {'+'.join(tb_)}")
+            )
     else:
         why = "no GEMM / attention kernel with a known dtype"
-        unknown("dtype", None if ta_ else (why if a["recorded"] else old),
-                None if tb_ else (why if b["recorded"] else old))
+        unknown(
+            "dtype",
+            None if ta_ else (why if a["recorded"] else old),
+            None if tb_ else (why if b["recorded"] else old),
+        )
     ca, cb = a["compiled"], b["compiled"]
     if ca is not None and cb is not None:
         if ca != cb:
             word = {True: "torch.compile", False: "eager"}
             out.append(_diff("compile", word[ca], word[cb], f"{word[ca]} → {word[cb]}"))
     else:
-        unknown("compile", None if ca is not None else (
-            "no GPU kernels or ops" if a["recorded"] else old),
-                None if cb is not None else ("no GPU kernels or ops" if b["recorded"] else old))
+        unknown(
+            "compile",
+            None if ca is not None else ("no GPU kernels or ops" if a["recorded"] else old),
+            None if cb is not None else ("no GPU kernels or ops" if b["recorded"] else old),
+        )
     if not why_empty and min(na, nb) < MIN_STEPS:
         out.append(_diff("steps", na, nb, f"{na} and {nb} per rank, fewer than {MIN_STEPS}"))
     order = {c.what: i for i, c in enumerate(CHECKS)}
@@ -202,8 +289,14 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict], list[
     return out, unchecked
 
 
-def normalise(a: dict[str, Any], b: dict[str, Any], ref_a: float | None, ref_b: float | None,
-              diffs: list[dict[str, Any]], ref: str) -> dict[str, Any] | None:
+def normalise(
+    a: dict[str, Any],
+    b: dict[str, Any],
+    ref_a: float | None,
+    ref_b: float | None,
+    diffs: list[dict[str, Any]],
+    ref: str,
+) -> dict[str, Any] | None:
     """Step time per token (tokens known on both sides) or per modelled FLOP, where the work per
     step differs; None where it does not or neither basis is known on both sides."""
     if not ref_a or not ref_b or not any(d["what"] in WORK_CHECKS for d in diffs):
@@ -211,20 +304,33 @@ def normalise(a: dict[str, Any], b: dict[str, Any], ref_a: float | None, ref_b: 
     ka, kb = a["tokens_per_step"], b["tokens_per_step"]
     if ka and kb:
         pa, pb = ref_a / float(ka), ref_b / float(kb)
-        return {"by": "token", "before": pa, "after": pb, "delta_pct": 100.0 * (pb / pa - 1.0),
-                "unit": "ns per token",
-                "basis": f"{ref} step time / tokens per step ({_num(ka)} → {_num(kb)})"}
+        return {
+            "by": "token",
+            "before": pa,
+            "after": pb,
+            "delta_pct": 100.0 * (pb / pa - 1.0),
+            "unit": "ns per token",
+            "basis": f"{ref} step time / tokens per step ({_num(ka)} → {_num(kb)})",
+        }
     fa, fb = a["flops_per_step"], b["flops_per_step"]
     if fa and fb:
         pa, pb = ref_a / float(fa), ref_b / float(fb)
         ma, mb = a["flops_modelled_pct"], b["flops_modelled_pct"]
-        note = (f"; kernel time modelled {fmt.fmt_pct(ma, 0)} → {fmt.fmt_pct(mb, 0)}"
-                if ma is not None and mb is not None else "")
-        return {"by": "flop", "before": pa, "after": pb, "delta_pct": 100.0 * (pb / pa - 1.0),
-                "unit": "ns per modelled FLOP",
-                "before_tflops": float(fa) / ref_a / 1e3, "after_tflops": float(fb) / ref_b / 1e3,
-                "basis": f"{ref} step time / modelled FLOPs per step ({_num(fa)} → "
-                         f"{_num(fb)}){note}"}
+        note = (
+            f"; kernel time modelled {fmt.fmt_pct(ma, 0)} → {fmt.fmt_pct(mb, 0)}"
+            if ma is not None and mb is not None
+            else ""
+        )
+        return {
+            "by": "flop",
+            "before": pa,
+            "after": pb,
+            "delta_pct": 100.0 * (pb / pa - 1.0),
+            "unit": "ns per modelled FLOP",
+            "before_tflops": float(fa) / ref_a / 1e3,
+            "after_tflops": float(fb) / ref_b / 1e3,
+            "basis": f"{ref} step time / modelled FLOPs per step ({_num(fa)} → {_num(fb)}){note}",
+        }
     return None
 
 
@@ -233,22 +339,39 @@ def pairing(before: dict[str, int], after: dict[str, int], skip: str) -> dict[st
     a = {k for k in before if k != skip}
     b = {k for k in after if k != skip}
     added, removed = sorted(b - a), sorted(a - b)
-    return {"by": "identical module path", "paired": len(a & b), "added_count": len(added),
-            "removed_count": len(removed), "added": added[:MAX_PAIRING_NAMES],
-            "removed": removed[:MAX_PAIRING_NAMES]}
+    return {
+        "by": "identical module path",
+        "paired": len(a & b),
+        "added_count": len(added),
+        "removed_count": len(removed),
+        "added": added[:MAX_PAIRING_NAMES],
+        "removed": removed[:MAX_PAIRING_NAMES],
+    }
 
 
-def assess(before: DiagnosisResult, after: DiagnosisResult, *, ref_a: float | None,
-           ref_b: float | None, ref: str = "p50",
-           tokens: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+def assess(
+    before: DiagnosisResult,
+    after: DiagnosisResult,
+    *,
+    ref_a: float | None,
+    ref_b: float | None,
+    ref: str = "p50",
+    tokens: tuple[float | None, float | None] = (None, None),
+) -> dict[str, Any]:
     """The ``comparability`` block of a compare."""
     a, b = signature(before, tokens[0]), signature(after, tokens[1])
     diffs, unchecked = differences(a, b)
     norm = normalise(a, b, ref_a, ref_b, diffs, ref)
-    return {"comparable": not any(d["severity"] == "blocking" for d in diffs),
-            "differences": diffs, "normalised_by": norm["by"] if norm else None,
-            "normalised": norm, "unchecked": unchecked, "min_steps": MIN_STEPS,
-            "before": _public(a), "after": _public(b)}
+    return {
+        "comparable": not any(d["severity"] == "blocking" for d in diffs),
+        "differences": diffs,
+        "normalised_by": norm["by"] if norm else None,
+        "normalised": norm,
+        "unchecked": unchecked,
+        "min_steps": MIN_STEPS,
+        "before": _public(a),
+        "after": _public(b),
+    }
 
 
 def _public(s: dict[str, Any]) -> dict[str, Any]:
@@ -290,8 +413,13 @@ def gate_change(c: dict[str, Any]) -> tuple[float | None, str]:
     return st.get("mean_delta_pct"), "mean step time"
 
 
-def gate(c: dict[str, Any], threshold: float, *, allow_incomparable: bool = False,
-         names: tuple[str, str] = ("before", "after")) -> tuple[int, str | None]:
+def gate(
+    c: dict[str, Any],
+    threshold: float,
+    *,
+    allow_incomparable: bool = False,
+    names: tuple[str, str] = ("before", "after"),
+) -> tuple[int, str | None]:
     """``--fail-if-slower``: exit code and one line for stderr. 2 when there is no change to
     judge (a side without GPU work in step windows: a gate never passes vacuously) or the
     comparison is not valid (blocking differences, unless ``allow_incomparable``); 1 when
@@ -303,15 +431,19 @@ def gate(c: dict[str, Any], threshold: float, *, allow_incomparable: bool = Fals
     none = [d for d in diffs if d.get("what") == "step time"]
     if none or pct is None:
         why = phrase(none[0]) if none else "no step time on a side"
-        return 2, (f"traceinsight: error: {pair}: {why}: there is no change of step time to "
-                   "judge, and a gate never passes without one (hint: profile both runs with "
-                   "ProfilerStep markers and GPU activity)")
+        return 2, (
+            f"traceinsight: error: {pair}: {why}: there is no change of step time to "
+            "judge, and a gate never passes without one (hint: profile both runs with "
+            "ProfilerStep markers and GPU activity)"
+        )
     blocking = [d for d in diffs if d.get("severity") == "blocking"]
     if blocking and not allow_incomparable:
-        return 2, (f"traceinsight: error: {pair}: not comparable: "
-                   f"{'; '.join(phrase(d) for d in blocking)}; --fail-if-slower cannot judge a "
-                   "regression (hint: pass --allow-incomparable to gate on the measured change "
-                   "anyway)")
+        return 2, (
+            f"traceinsight: error: {pair}: not comparable: "
+            f"{'; '.join(phrase(d) for d in blocking)}; --fail-if-slower cannot judge a "
+            "regression (hint: pass --allow-incomparable to gate on the measured change "
+            "anyway)"
+        )
     if pct > threshold:
         return 1, f"traceinsight: {what} regressed by {pct:.1f}% (> {threshold:g}%)"
     return 0, None

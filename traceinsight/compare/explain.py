@@ -32,8 +32,9 @@ COMPARE_VERSION = 1
 STRUCTURE_KINDS = ("layer", "op", "class")
 
 
-def _per_step(parts: dict[tuple[str, str], int], windows: int,
-              total: int) -> dict[tuple[str, str], int]:
+def _per_step(
+    parts: dict[tuple[str, str], int], windows: int, total: int
+) -> dict[tuple[str, str], int]:
     """Divide integer sums by ``windows`` keeping their sum equal to round(total / windows)."""
     if windows <= 0:
         return {k: 0 for k in parts}
@@ -46,7 +47,7 @@ def _per_step(parts: dict[tuple[str, str], int], windows: int,
         for k in order[:rest]:
             floors[k] += 1
     else:
-        for k in order[::-1][: -rest]:
+        for k in order[::-1][:-rest]:
             floors[k] -= 1
     return floors
 
@@ -100,20 +101,31 @@ def decompose(r: DiagnosisResult, kind: str) -> tuple[dict[tuple[str, str], int]
 
 def _side(r: DiagnosisResult, label: str) -> dict[str, Any]:
     t = r.trace
-    return {"label": label, "sources": [s["name"] for s in t.get("sources", [])],
-            "devices": t.get("devices", []), "device": t.get("device"),
-            "vendor": t.get("vendor"), "ranks": len(t.get("ranks", [])),
-            "world_size": t.get("world_size"), "headline": r.headline}
+    return {
+        "label": label,
+        "sources": [s["name"] for s in t.get("sources", [])],
+        "devices": t.get("devices", []),
+        "device": t.get("device"),
+        "vendor": t.get("vendor"),
+        "ranks": len(t.get("ranks", [])),
+        "world_size": t.get("world_size"),
+        "headline": r.headline,
+    }
 
 
 def _step_stats(r: DiagnosisResult) -> dict[str, float | None]:
     v = r.metrics.get("values", {})
     b = r.rollups.get("step_basis") or {}
     mean = b["wall_ns"] / b["windows"] if b.get("windows") else None
-    return {"p50": v.get("step_time_p50_ns"), "p90": v.get("step_time_p90_ns"),
-            "p99": v.get("step_time_p99_ns"), "max": v.get("step_time_max_ns"),
-            "mean": mean, "steps": v.get("steps"),
-            "cv_pct": v.get("step_time_cv_pct")}
+    return {
+        "p50": v.get("step_time_p50_ns"),
+        "p90": v.get("step_time_p90_ns"),
+        "p99": v.get("step_time_p99_ns"),
+        "max": v.get("step_time_max_ns"),
+        "mean": mean,
+        "steps": v.get("steps"),
+        "cv_pct": v.get("step_time_cv_pct"),
+    }
 
 
 def _delta(a: float | None, b: float | None) -> dict[str, float | None]:
@@ -128,8 +140,16 @@ def _table(before: dict[str, float], after: dict[str, float], key: str) -> list[
         a, b = before.get(name), after.get(name)
         status = "new" if a is None else ("gone" if b is None else "same")
         a0, b0 = a or 0, b or 0
-        rows.append({key: name, "before_ns": a0, "after_ns": b0, "delta_ns": b0 - a0,
-                     "delta_pct": 100.0 * (b0 - a0) / a0 if a0 else None, "status": status})
+        rows.append(
+            {
+                key: name,
+                "before_ns": a0,
+                "after_ns": b0,
+                "delta_ns": b0 - a0,
+                "delta_pct": 100.0 * (b0 - a0) / a0 if a0 else None,
+                "status": status,
+            }
+        )
     rows.sort(key=lambda x: (-abs(x["delta_ns"]), str(x[key])))
     return rows
 
@@ -149,8 +169,13 @@ def _findings(before: DiagnosisResult, after: DiagnosisResult) -> dict[str, Any]
     b = {f.rule: f for f in after.findings}
 
     def brief(f) -> dict[str, Any]:
-        return {"rule": f.rule, "severity": f.severity, "title": f.title,
-                "impact_pct": f.impact_pct, "message": f.message}
+        return {
+            "rule": f.rule,
+            "severity": f.severity,
+            "title": f.title,
+            "impact_pct": f.impact_pct,
+            "message": f.message,
+        }
 
     changed = []
     same = []
@@ -159,18 +184,34 @@ def _findings(before: DiagnosisResult, after: DiagnosisResult) -> dict[str, Any]
         if a[rule].severity != b[rule].severity:
             worse = SEVERITY_RANK[b[rule].severity] < SEVERITY_RANK[a[rule].severity]
             direction = "worse" if worse else "better"
-            changed.append({"rule": rule, "before": a[rule].severity, "after": b[rule].severity,
-                            "direction": direction, "title": b[rule].title, **impacts})
+            changed.append(
+                {
+                    "rule": rule,
+                    "before": a[rule].severity,
+                    "after": b[rule].severity,
+                    "direction": direction,
+                    "title": b[rule].title,
+                    **impacts,
+                }
+            )
         else:
             same.append({"rule": rule, "severity": b[rule].severity, **impacts})
-    return {"appeared": [brief(b[r]) for r in sorted(set(b) - set(a))],
-            "disappeared": [brief(a[r]) for r in sorted(set(a) - set(b))],
-            "changed": changed, "unchanged": same}
+    return {
+        "appeared": [brief(b[r]) for r in sorted(set(b) - set(a))],
+        "disappeared": [brief(a[r]) for r in sorted(set(a) - set(b))],
+        "changed": changed,
+        "unchanged": same,
+    }
 
 
-def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto",
-            labels: tuple[str, str] = ("before", "after"),
-            tokens: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+def compare(
+    before: DiagnosisResult,
+    after: DiagnosisResult,
+    *,
+    by: str = "auto",
+    labels: tuple[str, str] = ("before", "after"),
+    tokens: tuple[float | None, float | None] = (None, None),
+) -> dict[str, Any]:
     """Explain the change of step time from ``before`` to ``after`` (the compare JSON, see
     docs/RESULT.md). ``tokens`` (tokens per step of each side) override what the results
     recorded; they allow a per-token comparison where the work per step differs."""
@@ -178,11 +219,20 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
     diags = []
     for side, r in (("before", before), ("after", after)):
         if not r.rollups.get("step_basis"):
-            diags.append({"severity": "warning",
-                          "message": f"{side}: no GPU step windows, nothing to decompose"})
+            diags.append(
+                {
+                    "severity": "warning",
+                    "message": f"{side}: no GPU step windows, nothing to decompose",
+                }
+            )
         if not r.trace.get("has_step_markers"):
-            diags.append({"severity": "info", "message": f"{side}: no ProfilerStep markers; "
-                          "its 'step' is the whole GPU span of the trace"})
+            diags.append(
+                {
+                    "severity": "info",
+                    "message": f"{side}: no ProfilerStep markers; "
+                    "its 'step' is the whole GPU span of the trace",
+                }
+            )
     pa, ta = decompose(before, kind)
     pb, tb = decompose(after, kind)
     contributors: list[dict[str, Any]] = []
@@ -191,8 +241,16 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         if a == 0 and b == 0:
             continue
         status = "paired" if key in pa and key in pb else ("removed" if key in pa else "added")
-        contributors.append({"kind": key[0], "name": key[1], "before_ns": a, "after_ns": b,
-                             "delta_ns": b - a, "status": status})
+        contributors.append(
+            {
+                "kind": key[0],
+                "name": key[1],
+                "before_ns": a,
+                "after_ns": b,
+                "delta_ns": b - a,
+                "status": status,
+            }
+        )
     contributors.sort(key=lambda c: (-abs(c["delta_ns"]), c["kind"], c["name"]))
     total = tb - ta
     assert sum(c["delta_ns"] for c in contributors) == total
@@ -203,22 +261,32 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
     ref_a = sa["p50"] or sa["mean"]
     ref_b = sb["p50"] or sb["mean"]
     if ref_a and ref_b:
-        thr = {"before_steps_per_s": 1e9 / ref_a, "after_steps_per_s": 1e9 / ref_b,
-               "ratio": ref_a / ref_b, "delta_pct": 100.0 * (ref_a / ref_b - 1.0)}
+        thr = {
+            "before_steps_per_s": 1e9 / ref_a,
+            "after_steps_per_s": 1e9 / ref_b,
+            "ratio": ref_a / ref_b,
+            "delta_pct": 100.0 * (ref_a / ref_b - 1.0),
+        }
     ref = "p50" if sa["p50"] and sb["p50"] else "mean"
-    comp = comparability.assess(before, after, ref_a=sa[ref], ref_b=sb[ref], ref=ref,
-                                tokens=tokens)
+    comp = comparability.assess(before, after, ref_a=sa[ref], ref_b=sb[ref], ref=ref, tokens=tokens)
     if any(d["what"] == "module tree" for d in comp["differences"]):
-        comp["pairing"] = comparability.pairing(_structure(before, "layer"),
-                                                _structure(after, "layer"), NO_MODULE)
+        comp["pairing"] = comparability.pairing(
+            _structure(before, "layer"), _structure(after, "layer"), NO_MODULE
+        )
     bd = []
     for part in ("compute", "comm exposed", "memcpy exposed", "memset exposed", "idle"):
         col = part.replace(" ", "_") + "_ns"
         col = "comm_exposed_ns" if part == "comm exposed" else col
         va = _basis_per_step(before, col)
         vb = _basis_per_step(after, col)
-        bd.append({"part": part, "before_ns": va, "after_ns": vb,
-                   "delta_ns": None if va is None or vb is None else vb - va})
+        bd.append(
+            {
+                "part": part,
+                "before_ns": va,
+                "after_ns": vb,
+                "delta_ns": None if va is None or vb is None else vb - va,
+            }
+        )
     kern_a = _names(before.rollups.get("kernels", []), "name")
     kern_b = _names(after.rollups.get("kernels", []), "name")
     ops_a = _names(before.rollups.get("ops", []), "name")
@@ -231,9 +299,14 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         "after": _side(after, labels[1]),
         "comparability": comp,
         "explained_by": kind,
-        "step_time": {"before": sa, "after": sb, "p50_delta_ns": p50["delta"],
-                      "p50_delta_pct": p50["delta_pct"], "mean_delta_ns": mean["delta"],
-                      "mean_delta_pct": mean["delta_pct"]},
+        "step_time": {
+            "before": sa,
+            "after": sb,
+            "p50_delta_ns": p50["delta"],
+            "p50_delta_pct": p50["delta_pct"],
+            "mean_delta_ns": mean["delta"],
+            "mean_delta_pct": mean["delta_pct"],
+        },
         "throughput": thr,
         "total_delta_ns": total,
         "before_step_ns": ta,
@@ -242,8 +315,9 @@ def compare(before: DiagnosisResult, after: DiagnosisResult, *, by: str = "auto"
         "breakdown": bd,
         "layers": _table(_per_step_map(before, "layer"), _per_step_map(after, "layer"), "name"),
         "ops": _table(_per_step_map(before, "op"), _per_step_map(after, "op"), "name"),
-        "kernel_classes": _table(_per_step_map(before, "class"), _per_step_map(after, "class"),
-                                 "name"),
+        "kernel_classes": _table(
+            _per_step_map(before, "class"), _per_step_map(after, "class"), "name"
+        ),
         "new_kernels": sorted(kern_b - kern_a)[:200],
         "gone_kernels": sorted(kern_a - kern_b)[:200],
         "new_ops": sorted(ops_b - ops_a)[:200],
@@ -275,26 +349,34 @@ def compare_headline(c: dict[str, Any]) -> str:
     a = st["before"][ref]
     b = st["after"][ref]
     if pct is None or a is None or b is None:
-        return prefix + ("The runs cannot be compared by step time (no GPU step windows on one "
-                         "side).")
+        return prefix + (
+            "The runs cannot be compared by step time (no GPU step windows on one side)."
+        )
     word = "slower" if pct > 0 else "faster"
     who = "After" if valid else "Measured anyway, after"
     if abs(pct) < 1.0:
-        lead = (f"{'Step time' if valid else 'Measured anyway, step time'} is unchanged "
-                f"({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)}, {pct:+.1f}%)")
+        lead = (
+            f"{'Step time' if valid else 'Measured anyway, step time'} is unchanged "
+            f"({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)}, {pct:+.1f}%)"
+        )
     else:
         lead = f"{who} is {abs(pct):.1f}% {word} per step ({ref} {fmt.fmt_ns(a)} → {fmt.fmt_ns(b)})"
     norm = (comp or {}).get("normalised")
     if norm:
         npct = norm["delta_pct"]
-        nword = "unchanged" if abs(npct) < 1.0 else (
-            f"{abs(npct):.1f}% {'slower' if npct > 0 else 'faster'}")
+        nword = (
+            "unchanged"
+            if abs(npct) < 1.0
+            else (f"{abs(npct):.1f}% {'slower' if npct > 0 else 'faster'}")
+        )
         lead += f"; per {'modelled FLOP' if norm['by'] == 'flop' else 'token'} it is {nword}"
         if norm["by"] == "token":
             lead += f" ({fmt.fmt_ns(norm['before'])} → {fmt.fmt_ns(norm['after'])} per token)"
         else:
-            lead += (f" ({fmt.fmt_rate(norm['before_tflops'] * 1e12, 'FLOP/s')} → "
-                     f"{fmt.fmt_rate(norm['after_tflops'] * 1e12, 'FLOP/s')} modelled)")
+            lead += (
+                f" ({fmt.fmt_rate(norm['before_tflops'] * 1e12, 'FLOP/s')} → "
+                f"{fmt.fmt_rate(norm['after_tflops'] * 1e12, 'FLOP/s')} modelled)"
+            )
     tops = [x for x in c["contributors"] if x["delta_ns"] != 0][:3]
     if tops and valid:
         parts = [f"{x['name']} {fmt.signed_ns(x['delta_ns'])}" for x in tops]

@@ -61,18 +61,42 @@ MATRIX_DTYPES = ("fp4", "fp8", "int8", "bf16", "fp16", "tf32", "fp32_matrix")
 _FALLBACK = {"tf32": "fp32", "fp32_matrix": "fp32"}
 
 _ALIASES = {
-    "float": "fp32", "float32": "fp32", "f32": "fp32", "single": "fp32",
-    "double": "fp64", "float64": "fp64", "f64": "fp64",
-    "half": "fp16", "float16": "fp16", "f16": "fp16",
+    "float": "fp32",
+    "float32": "fp32",
+    "f32": "fp32",
+    "single": "fp32",
+    "double": "fp64",
+    "float64": "fp64",
+    "f64": "fp64",
+    "half": "fp16",
+    "float16": "fp16",
+    "f16": "fp16",
     "bfloat16": "bf16",
-    "float8": "fp8", "f8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "e4m3": "fp8",
-    "e5m2": "fp8", "mxfp4": "fp4", "nvfp4": "fp4", "e2m1": "fp4",
-    "xf32": "tf32", "tensorfloat32": "tf32",
+    "float8": "fp8",
+    "f8": "fp8",
+    "fp8_e4m3": "fp8",
+    "fp8_e5m2": "fp8",
+    "e4m3": "fp8",
+    "e5m2": "fp8",
+    "mxfp4": "fp4",
+    "nvfp4": "fp4",
+    "e2m1": "fp4",
+    "xf32": "tf32",
+    "tensorfloat32": "tf32",
 }
 
 _VENDORS = ("nvidia", "amd", "intel", "other")
-_ENTRY_KEYS = {"key", "name", "vendor", "match", "tflops", "mem_bw_gbs", "mem_gib", "per_gcd",
-               "source"}
+_ENTRY_KEYS = {
+    "key",
+    "name",
+    "vendor",
+    "match",
+    "tflops",
+    "mem_bw_gbs",
+    "mem_gib",
+    "per_gcd",
+    "source",
+}
 _REQUIRED = ("key", "name", "vendor", "match", "tflops", "mem_bw_gbs", "mem_gib")
 _GIB = 1 << 30
 
@@ -168,6 +192,7 @@ class Resolution:
 
 # ---------------------------------------------------------------------------------------- loading
 
+
 def builtin_table_path() -> Path:
     """``traceinsight/devices/devices.yaml`` (package data, shipped in the wheel)."""
     return Path(__file__).resolve().parent / "devices.yaml"
@@ -177,8 +202,11 @@ def _read_yaml(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError("device file not found", path=path,
-                          hint=f"check the path given to --devices or ${ENV_VAR}") from None
+        raise ConfigError(
+            "device file not found",
+            path=path,
+            hint=f"check the path given to --devices or ${ENV_VAR}",
+        ) from None
     except (OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"cannot read device file: {e}", path=path) from None
     from traceinsight.util.safeyaml import refuse_aliases
@@ -201,9 +229,11 @@ def _entries(doc: Any, path: Path) -> list[Mapping[str, Any]]:
     if isinstance(doc, Mapping):
         extra = set(doc) - {"devices"}
         if extra:
-            raise ConfigError(f"unknown top-level key(s) {sorted(map(str, extra))}", path=path,
-                              hint="a device file has one top-level key, 'devices:', "
-                                   "holding a list")
+            raise ConfigError(
+                f"unknown top-level key(s) {sorted(map(str, extra))}",
+                path=path,
+                hint="a device file has one top-level key, 'devices:', holding a list",
+            )
         doc = doc.get("devices") or []
     if not isinstance(doc, list):
         raise ConfigError("'devices' must be a list of entries", path=path)
@@ -221,8 +251,11 @@ def _check_entry(e: Mapping[str, Any], label: str, path: Path, *, partial: bool)
     """Validate the fields present; with ``partial=False`` also require all of them."""
     unknown = set(e) - _ENTRY_KEYS - {"_given"}
     if unknown:
-        raise ConfigError(f"{label}: unknown key(s) {sorted(map(str, unknown))}", path=path,
-                          hint=f"allowed keys: {', '.join(sorted(_ENTRY_KEYS))}")
+        raise ConfigError(
+            f"{label}: unknown key(s) {sorted(map(str, unknown))}",
+            path=path,
+            hint=f"allowed keys: {', '.join(sorted(_ENTRY_KEYS))}",
+        )
     for k in ("key", "name", "source"):
         if k in e and e[k] is not None and not isinstance(e[k], str):
             raise ConfigError(f"{label}: {k} must be a string", path=path)
@@ -238,8 +271,9 @@ def _check_entry(e: Mapping[str, Any], label: str, path: Path, *, partial: bool)
         if isinstance(pats, str):
             pats = [pats]
         if not isinstance(pats, list) or not pats or not all(isinstance(p, str) for p in pats):
-            raise ConfigError(f"{label}: match must be a regex or a non-empty list of regexes",
-                              path=path)
+            raise ConfigError(
+                f"{label}: match must be a regex or a non-empty list of regexes", path=path
+            )
         for p in pats:
             try:
                 re.compile(p, re.I)
@@ -251,22 +285,29 @@ def _check_entry(e: Mapping[str, Any], label: str, path: Path, *, partial: bool)
             raise ConfigError(f"{label}: tflops must be a mapping dtype -> TFLOP/s", path=path)
         bad = set(t) - set(DTYPES)
         if bad:
-            raise ConfigError(f"{label}: unknown dtype(s) in tflops: {sorted(map(str, bad))}",
-                              path=path, hint=f"dtypes: {', '.join(DTYPES)}")
+            raise ConfigError(
+                f"{label}: unknown dtype(s) in tflops: {sorted(map(str, bad))}",
+                path=path,
+                hint=f"dtypes: {', '.join(DTYPES)}",
+            )
         for d, v in t.items():
             if v is not None and not _num(v):
-                raise ConfigError(f"{label}: tflops.{d} must be a positive number or null, "
-                                  f"got {v!r}", path=path)
+                raise ConfigError(
+                    f"{label}: tflops.{d} must be a positive number or null, got {v!r}", path=path
+                )
     if not partial:
         missing = [k for k in _REQUIRED if e.get(k) is None]
         if missing:
-            raise ConfigError(f"{label}: missing {', '.join(missing)}", path=path,
-                              hint="a new device needs key, name, vendor, match, tflops, "
-                                   "mem_bw_gbs and mem_gib")
+            raise ConfigError(
+                f"{label}: missing {', '.join(missing)}",
+                path=path,
+                hint="a new device needs key, name, vendor, match, tflops, mem_bw_gbs and mem_gib",
+            )
         t = e["tflops"]
         if not any(_num(t.get(d)) for d in ("bf16", "fp16", "fp32")):
-            raise ConfigError(f"{label}: tflops needs a number for at least one of bf16, fp16, "
-                              f"fp32", path=path)
+            raise ConfigError(
+                f"{label}: tflops needs a number for at least one of bf16, fp16, fp32", path=path
+            )
 
 
 def _build(e: Mapping[str, Any], path: Path) -> DeviceSpec:
@@ -275,7 +316,9 @@ def _build(e: Mapping[str, Any], path: Path) -> DeviceSpec:
         pats = [pats]
     t = e["tflops"]
     return DeviceSpec(
-        name=e["name"], key=e["key"], vendor=e["vendor"],
+        name=e["name"],
+        key=e["key"],
+        vendor=e["vendor"],
         peak_flops={d: (float(t[d]) * 1e12 if t.get(d) is not None else None) for d in DTYPES},
         mem_bw=float(e["mem_bw_gbs"]) * 1e9,
         mem_bytes=round(float(e["mem_gib"]) * _GIB),
@@ -293,8 +336,11 @@ def _parse(path: Path, base: dict[str, dict[str, Any]] | None) -> list[tuple[str
         key = e.get("key")
         label = f"device entry #{i + 1}" + (f" ({key})" if isinstance(key, str) else "")
         if not isinstance(key, str) or not key.strip():
-            raise ConfigError(f"{label}: missing key", path=path,
-                              hint="every entry needs a 'key:' (e.g. h100-sxm)")
+            raise ConfigError(
+                f"{label}: missing key",
+                path=path,
+                hint="every entry needs a 'key:' (e.g. h100-sxm)",
+            )
         key = key.strip()
         if key in seen:
             raise ConfigError(f"{label}: duplicate key {key!r}", path=path)
@@ -377,6 +423,7 @@ def list_devices(extra: str | Path | None = None) -> list[DeviceSpec]:
 
 # -------------------------------------------------------------------------------------- matching
 
+
 def _match_name(name: str, table: Iterable[DeviceSpec]) -> DeviceSpec | None:
     for spec in table:
         for pat in spec.match:
@@ -412,8 +459,7 @@ def _gfx_guess(props: Mapping[str, Any], table: list[DeviceSpec]) -> tuple[Devic
     elif maj == 9 and mnr == 0 and gib is not None:  # gfx90a or gfx908 report 9.0
         if 56 <= gib <= 68:
             key = "mi250x-gcd"
-            why = ("gfx90a (MI200 class) with 64 GiB, i.e. one MI250X GCD "
-                   "(an MI210 looks the same)")
+            why = "gfx90a (MI200 class) with 64 GiB, i.e. one MI250X GCD (an MI210 looks the same)"
         elif 28 <= gib <= 34:
             key, why = "mi100", "gfx908 (MI100) with 32 GiB"
     if key is None:
@@ -435,13 +481,20 @@ def _looks_amd(name: str, props: Mapping[str, Any]) -> bool:
 
 
 def _hint() -> str:
-    return ("pass --device NAME (see `traceinsight devices` for the names) or "
-            "--peak-tflops and --peak-bw")
+    return (
+        "pass --device NAME (see `traceinsight devices` for the names) or "
+        "--peak-tflops and --peak-bw"
+    )
 
 
-def resolve(props: Mapping[str, Any] | None, *, override_key: str | None = None,
-            peak_tflops: float | None = None, peak_bw_gbs: float | None = None,
-            table: Iterable[DeviceSpec] | None = None) -> Resolution:
+def resolve(
+    props: Mapping[str, Any] | None,
+    *,
+    override_key: str | None = None,
+    peak_tflops: float | None = None,
+    peak_bw_gbs: float | None = None,
+    table: Iterable[DeviceSpec] | None = None,
+) -> Resolution:
     """Find the spec for one ``deviceProperties`` entry, applying the user's overrides.
 
     * ``override_key`` (``--device``): a key or name from the table; unknown -> ConfigError.
@@ -464,9 +517,11 @@ def resolve(props: Mapping[str, Any] | None, *, override_key: str | None = None,
     if override_key:
         spec = lookup(override_key, specs)
         if spec is None:
-            raise ConfigError(f"unknown device {override_key!r} for --device",
-                              hint="`traceinsight devices` lists the known keys; "
-                                   "or give --peak-tflops and --peak-bw")
+            raise ConfigError(
+                f"unknown device {override_key!r} for --device",
+                hint="`traceinsight devices` lists the known keys; "
+                "or give --peak-tflops and --peak-bw",
+            )
         how = "override"
         message = f"using {spec.name} from --device {override_key}"
         if name and _match_name(name, specs) not in (None, spec):
@@ -479,33 +534,48 @@ def resolve(props: Mapping[str, Any] | None, *, override_key: str | None = None,
             if guess is not None:
                 spec, why = guess
                 how = "gfx-guess"
-                named = (f"the trace names it only {name!r}" if name
-                         else "the trace gives no device name")
-                message = (f"identified as {spec.name} from its architecture, {why} "
-                           f"({named}); if that is wrong, {_hint()}")
+                named = (
+                    f"the trace names it only {name!r}"
+                    if name
+                    else "the trace gives no device name"
+                )
+                message = (
+                    f"identified as {spec.name} from its architecture, {why} "
+                    f"({named}); if that is wrong, {_hint()}"
+                )
         if spec is None:
             if name:
                 what = _KNOWN_OTHERS.get(name.upper())
                 desc = f"device {name!r}" + (f" ({what})" if what else "")
-                message = (f"{desc} is not in the device table, so roofline and MFU have no "
-                           f"peaks; {_hint()}")
+                message = (
+                    f"{desc} is not in the device table, so roofline and MFU have no "
+                    f"peaks; {_hint()}"
+                )
             elif props:
-                message = ("the trace's device has no name and could not be identified, so "
-                           f"roofline and MFU have no peaks; {_hint()}")
+                message = (
+                    "the trace's device has no name and could not be identified, so "
+                    f"roofline and MFU have no peaks; {_hint()}"
+                )
             else:
-                message = ("the trace has no deviceProperties, so roofline and MFU have no "
-                           f"peaks; {_hint()}")
+                message = (
+                    "the trace has no deviceProperties, so roofline and MFU have no "
+                    f"peaks; {_hint()}"
+                )
 
     if peak_tflops is not None or peak_bw_gbs is not None:
         spec, note = _apply_peaks(spec, props, peak_tflops, peak_bw_gbs)
         how = "override"
-        message = note if message is None or message.startswith("using ") else \
-            f"{note} (trace device: {name or 'unnamed'})"
+        message = (
+            note
+            if message is None or message.startswith("using ")
+            else f"{note} (trace device: {name or 'unnamed'})"
+        )
     return Resolution(spec=spec, how=how, message=message)
 
 
-def _apply_peaks(spec: DeviceSpec | None, props: Mapping[str, Any], tflops: float | None,
-                 bw_gbs: float | None) -> tuple[DeviceSpec, str]:
+def _apply_peaks(
+    spec: DeviceSpec | None, props: Mapping[str, Any], tflops: float | None, bw_gbs: float | None
+) -> tuple[DeviceSpec, str]:
     parts = []
     if tflops is not None:
         parts.append(f"--peak-tflops {tflops:g}")
@@ -520,7 +590,9 @@ def _apply_peaks(spec: DeviceSpec | None, props: Mapping[str, Any], tflops: floa
         mem = props.get("totalGlobalMem")
         new = DeviceSpec(
             name=f"{props.get('name') or 'unknown device'} (peaks from {opts})",
-            key="custom", vendor="other", peak_flops=peaks,
+            key="custom",
+            vendor="other",
+            peak_flops=peaks,
             mem_bw=bw_gbs * 1e9 if bw_gbs is not None else None,
             mem_bytes=int(mem) if isinstance(mem, (int, float)) and mem > 0 else None,
             source=f"command line: {opts}",
@@ -535,7 +607,11 @@ def _apply_peaks(spec: DeviceSpec | None, props: Mapping[str, Any], tflops: floa
     peaks = dict(spec.peak_flops)
     if tflops is not None:
         peaks.update(bf16=tflops * 1e12, fp16=tflops * 1e12)
-    new = replace(spec, name=f"{spec.name} (peaks from {opts})", peak_flops=peaks,
-                  mem_bw=bw_gbs * 1e9 if bw_gbs is not None else spec.mem_bw,
-                  source=f"command line ({opts}) over {spec.source}")
+    new = replace(
+        spec,
+        name=f"{spec.name} (peaks from {opts})",
+        peak_flops=peaks,
+        mem_bw=bw_gbs * 1e9 if bw_gbs is not None else spec.mem_bw,
+        source=f"command line ({opts}) over {spec.source}",
+    )
     return new, f"using {spec.name} with {opts}"

@@ -58,11 +58,17 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
-             rules_dirs: Sequence[str | Path] | None = None, overrides: Sequence[str] | None = None,
-             command: Sequence[str] | None = None, cache: bool = True,
-             progress: Progress | None = None,
-             max_memory_mb: float | None = None) -> DiagnosisResult:
+def diagnose(
+    store: TraceStore,
+    *,
+    options: RooflineOptions | None = None,
+    rules_dirs: Sequence[str | Path] | None = None,
+    overrides: Sequence[str] | None = None,
+    command: Sequence[str] | None = None,
+    cache: bool = True,
+    progress: Progress | None = None,
+    max_memory_mb: float | None = None,
+) -> DiagnosisResult:
     """Diagnose a store. With ``cache`` a result computed before from the same store by the
     same code, rules, thresholds and options is read back from the store's ``derived/``
     folder instead of recomputed (only ``command`` differs); a new result is saved there.
@@ -89,9 +95,12 @@ def diagnose(store: TraceStore, *, options: RooflineOptions | None = None,
     return result
 
 
-def result_key(store: TraceStore, rules_dirs: Sequence[str | Path] | None = None,
-               overrides: Sequence[str] | None = None,
-               options: RooflineOptions | None = None) -> str | None:
+def result_key(
+    store: TraceStore,
+    rules_dirs: Sequence[str | Path] | None = None,
+    overrides: Sequence[str] | None = None,
+    options: RooflineOptions | None = None,
+) -> str | None:
     """What a diagnosis depends on, hashed: the store's sources, the code, the rule files
     (shipped and ``rules_dirs``) and the ``--set`` overrides as given, the options and a user
     device table. Rules are hashed as text, not parsed, so a cached result is found without
@@ -150,16 +159,26 @@ def _read_cached(store: TraceStore, key: str) -> DiagnosisResult | None:
         return None
 
 
-def _diagnose(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
-              cmd: list[str], progress: Progress) -> DiagnosisResult:
+def _diagnose(
+    store: TraceStore,
+    rules: list[Any],
+    options: RooflineOptions | None,
+    cmd: list[str],
+    progress: Progress,
+) -> DiagnosisResult:
     from traceinsight.analysis import plain_strings
 
     with plain_strings():
         return _diagnose_plain(store, rules, options, cmd, progress)
 
 
-def _diagnose_plain(store: TraceStore, rules: list[Any], options: RooflineOptions | None,
-                    cmd: list[str], progress: Progress) -> DiagnosisResult:
+def _diagnose_plain(
+    store: TraceStore,
+    rules: list[Any],
+    options: RooflineOptions | None,
+    cmd: list[str],
+    progress: Progress,
+) -> DiagnosisResult:
     from traceinsight.analysis import Analysis
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import memory as memory_parts
@@ -187,49 +206,79 @@ def _diagnose_plain(store: TraceStore, rules: list[Any], options: RooflineOption
     mem_only = memory_parts.is_memory_only(store)  # a snapshot diagnosed without a trace
     mem = memory_parts.section(an, ms, sections.memory(ms))
     if dev.get("how") in ("unknown", "gfx-guess") and dev.get("message") and not mem_only:
-        diags.append({"code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
-                      "message": dev["message"], "severity": "warning",
-                      "hint": "pass --device NAME (traceinsight devices lists them) or "
-                              "--peak-tflops/--peak-bw"} if has_gpu else
-                     {"code": "device-unknown", "severity": "info",
-                      "message": "no GPU in this trace, so no device to identify (device "
-                                 "peaks only matter for GPU kernels)"})
+        diags.append(
+            {
+                "code": "device-unknown" if dev["how"] == "unknown" else "device-guessed",
+                "message": dev["message"],
+                "severity": "warning",
+                "hint": "pass --device NAME (traceinsight devices lists them) or "
+                "--peak-tflops/--peak-bw",
+            }
+            if has_gpu
+            else {
+                "code": "device-unknown",
+                "severity": "info",
+                "message": "no GPU in this trace, so no device to identify (device "
+                "peaks only matter for GPU kernels)",
+            }
+        )
     for err in ms.evidence.get("metric_errors", []):
-        diags.append({"code": "metric-error", "severity": "error",
-                      "message": f"metrics '{err['group']}' failed: {err['error']}"})
+        diags.append(
+            {
+                "code": "metric-error",
+                "severity": "error",
+                "message": f"metrics '{err['group']}' failed: {err['error']}",
+            }
+        )
     summary = sections.summary(an, ms)
     timeline = sections.timeline(an, ms)
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
-        trace={**sections.trace_info(store, an, dev, ms=ms, options=options),
-               **memory_parts.trace_extra(store),
-               **({"window": window.to_dict()} if window is not None else {})},
-        headline=sections.missing_ranks(store) + (
-            memory_parts.headline(findings, ms, mem) if mem_only
-            else _load("headline")(findings, ms.values, an)),
+        trace={
+            **sections.trace_info(store, an, dev, ms=ms, options=options),
+            **memory_parts.trace_extra(store),
+            **({"window": window.to_dict()} if window is not None else {}),
+        },
+        headline=sections.missing_ranks(store)
+        + (
+            memory_parts.headline(findings, ms, mem)
+            if mem_only
+            else _load("headline")(findings, ms.values, an)
+        ),
         primary=primary_of(findings),
         findings=findings,
         rules=[s.to_dict() for s in ev.statuses],
         rule_errors=[{"rule": e["rule"], "error": e["error"]} for e in ev.errors],
         summary=summary,
-        metrics={"values": ms.values, "units": {k: REGISTRY[k].unit for k in ms.values},
-                 "missing": ms.missing, "per_rank": {str(k): v for k, v in ms.per_rank.items()},
-                 "coverage": coverage_table(ms.values)},
+        metrics={
+            "values": ms.values,
+            "units": {k: REGISTRY[k].unit for k in ms.values},
+            "missing": ms.missing,
+            "per_rank": {str(k): v for k, v in ms.per_rank.items()},
+            "coverage": coverage_table(ms.values),
+        },
         breakdown=sections.breakdown(an),
-        rollups={**sections.rollups(an), "step_basis": sections.step_basis(an, ms),
-                 "module_types": an.rollup("module-type").to_dict("records")},
+        rollups={
+            **sections.rollups(an),
+            "step_basis": sections.step_basis(an, ms),
+            "module_types": an.rollup("module-type").to_dict("records"),
+        },
         roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),
         memory=mem,
         timeline=timeline,
         diagnostics=diags,
-        extra={"device": dev, "idle_gaps": ms.evidence.get("idle_gaps", []),
-               "collectives": ms.evidence.get("collectives", []),
-               "coverage": an.attribution.coverage(),
-               "cross_rank": ms.evidence.get("cross_rank"),
-               "options": {k: v for k, v in (options or RooflineOptions()).__dict__.items()
-                           if v is not None},
-               "open_in_viewer": open_in_viewer(store, timeline)},
+        extra={
+            "device": dev,
+            "idle_gaps": ms.evidence.get("idle_gaps", []),
+            "collectives": ms.evidence.get("collectives", []),
+            "coverage": an.attribution.coverage(),
+            "cross_rank": ms.evidence.get("cross_rank"),
+            "options": {
+                k: v for k, v in (options or RooflineOptions()).__dict__.items() if v is not None
+            },
+            "open_in_viewer": open_in_viewer(store, timeline),
+        },
         host=None if has_gpu or mem_only else host_view(an),
     )
     return DiagnosisResult.from_dict(clean(result.to_dict()))

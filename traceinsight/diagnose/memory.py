@@ -14,15 +14,24 @@ from traceinsight.store.core import TraceStore
 from traceinsight.util import fmt
 
 #: tables a trace fills; a store with none of their rows holds memory inputs only
-TRACE_TABLES = ("gpu_activities", "runtime_calls", "cpu_ops", "ranges", "python_frames",
-                "memory_events", "flows", "other_events")
+TRACE_TABLES = (
+    "gpu_activities",
+    "runtime_calls",
+    "cpu_ops",
+    "ranges",
+    "python_frames",
+    "memory_events",
+    "flows",
+    "other_events",
+)
 MEMORY_TABLES = ("memory_segments", "memory_actions", "memory_categories")
 
 
 def is_memory_only(store: TraceStore) -> bool:
     counts = store.row_counts
-    return (any(counts.get(t) for t in MEMORY_TABLES)
-            and not any(counts.get(t) for t in TRACE_TABLES))
+    return any(counts.get(t) for t in MEMORY_TABLES) and not any(
+        counts.get(t) for t in TRACE_TABLES
+    )
 
 
 def trace_extra(store: TraceStore) -> dict[str, Any]:
@@ -33,14 +42,23 @@ def trace_extra(store: TraceStore) -> dict[str, Any]:
     for r in store.ranks:
         mem = r.get("memory") or {}
         for f in mem.get("inputs") or []:
-            inputs.append({"rank": r.get("rank"), "name": f.get("name"),
-                           "format": f.get("format"), "sha256": f.get("sha256"),
-                           "layout": f.get("layout")})
+            inputs.append(
+                {
+                    "rank": r.get("rank"),
+                    "name": f.get("name"),
+                    "format": f.get("format"),
+                    "sha256": f.get("sha256"),
+                    "layout": f.get("layout"),
+                }
+            )
         settings.update(mem.get("allocator") or {})
     if not inputs:
         return {}
-    return {"memory_only": is_memory_only(store), "memory_inputs": inputs,
-            "allocator_settings": settings}
+    return {
+        "memory_only": is_memory_only(store),
+        "memory_inputs": inputs,
+        "allocator_settings": settings,
+    }
 
 
 def section(an: Analysis, ms: MetricSet, memory: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -52,9 +70,22 @@ def section(an: Analysis, ms: MetricSet, memory: dict[str, Any] | None) -> dict[
         return memory
     out = dict(memory or {})
     if snap:
-        keys = ("rank", "device", "totals", "curve", "peak", "segment_map",
-                "segment_map_snapshot", "holes", "churn", "ooms", "oom_count", "iterations",
-                "capacity_bytes", "notes")
+        keys = (
+            "rank",
+            "device",
+            "totals",
+            "curve",
+            "peak",
+            "segment_map",
+            "segment_map_snapshot",
+            "holes",
+            "churn",
+            "ooms",
+            "oom_count",
+            "iterations",
+            "capacity_bytes",
+            "notes",
+        )
         out["snapshot"] = {k: snap.get(k) for k in keys}
         out["snapshots"] = ms.evidence.get("memory_snapshots") or []
     if cats:
@@ -66,8 +97,10 @@ def headline(findings: list[Finding], ms: MetricSet, memory: dict[str, Any] | No
     """What a memory-only diagnosis found, in one sentence."""
     v = ms.values
     if v.get("snapshot_reserved_bytes") is not None:
-        ctx = (f"{fmt.fmt_bytes(v['snapshot_reserved_bytes'])} reserved, "
-               f"{fmt.fmt_bytes(v.get('snapshot_allocated_bytes'))} allocated at the snapshot")
+        ctx = (
+            f"{fmt.fmt_bytes(v['snapshot_reserved_bytes'])} reserved, "
+            f"{fmt.fmt_bytes(v.get('snapshot_allocated_bytes'))} allocated at the snapshot"
+        )
     else:
         ctx = ""
     major = [f for f in findings if SEVERITY_RANK[f.severity] <= SEVERITY_RANK["medium"]]
@@ -78,13 +111,17 @@ def headline(findings: list[Finding], ms: MetricSet, memory: dict[str, Any] | No
         tail = f"; also {', '.join(more)}" if more else ""
         return f"Memory snapshot: {text}" + (f" ({ctx})" if ctx else "") + f"{tail}."
     if ctx:
-        return (f"Memory snapshot: no memory problem found ({ctx}; "
-                f"{fmt.fmt_bytes(v.get('snapshot_stranded_bytes'))} stranded free).")
+        return (
+            f"Memory snapshot: no memory problem found ({ctx}; "
+            f"{fmt.fmt_bytes(v.get('snapshot_stranded_bytes'))} stranded free)."
+        )
     cats = (memory or {}).get("categories") or []
     if cats:
         pk = cats[0]["peak"]
         name, size = max(pk["by_category"].items(), key=lambda kv: kv[1], default=("", 0))
         share = fmt.fmt_pct(100.0 * size / pk["bytes"]) if pk["bytes"] else "–"
-        return (f"Memory timeline: memory peaks at {fmt.fmt_bytes(pk['bytes'])}; the largest "
-                f"category is {name.replace('_', ' ')} ({share}).")
+        return (
+            f"Memory timeline: memory peaks at {fmt.fmt_bytes(pk['bytes'])}; the largest "
+            f"category is {name.replace('_', ' ')} ({share})."
+        )
     return "Memory input without data to diagnose."

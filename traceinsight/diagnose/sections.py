@@ -31,14 +31,23 @@ def missing_ranks(store: TraceStore) -> str:
     if not miss:
         return ""
     names = ", ".join(miss[:3]) + (f" and {len(miss) - 3} more" if len(miss) > 3 else "")
-    return (f"Warning: {len(miss)} rank file{'s' if len(miss) != 1 else ''} could not be read "
-            f"({names}); every figure covers the other ranks only. ")
+    return (
+        f"Warning: {len(miss)} rank file{'s' if len(miss) != 1 else ''} could not be read "
+        f"({names}); every figure covers the other ranks only. "
+    )
 
 
 # --- result sections ------------------------------------------------------------------------
 
-def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | None = None,
-               options: RooflineOptions | None = None) -> dict[str, Any]:
+
+def trace_info(
+    store: TraceStore,
+    an: Analysis,
+    dev: dict,
+    *,
+    ms: MetricSet | None = None,
+    options: RooflineOptions | None = None,
+) -> dict[str, Any]:
     """Sources, ranks, devices, capture flags, versions and span of the trace, and what
     ``compare`` needs to judge comparability (:mod:`.signature`)."""
     ranks = store.ranks
@@ -51,10 +60,11 @@ def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | No
             if v is not None:
                 flags[k] = bool(flags.get(k)) or bool(v)
     return {
-        "sources": [{"name": s["name"], "sha256": s["sha256"], "rank": s["rank"]}
-                    for s in store.meta.get("sources", [])],
-        "format": ", ".join(sorted({str(r["format"]) for r in ranks if r.get("format")}))
-                  or None,
+        "sources": [
+            {"name": s["name"], "sha256": s["sha256"], "rank": s["rank"]}
+            for s in store.meta.get("sources", [])
+        ],
+        "format": ", ".join(sorted({str(r["format"]) for r in ranks if r.get("format")})) or None,
         "ranks": [r["rank"] for r in ranks],
         "world_size": max([d.get("world_size") or 0 for d in dist] or [0]) or len(ranks),
         "backend": next((d.get("backend") for d in dist if d.get("backend")), None),
@@ -63,8 +73,9 @@ def trace_info(store: TraceStore, an: Analysis, dev: dict, *, ms: MetricSet | No
         "vendor": ranks[0].get("vendor") if ranks else None,
         "capture_flags": flags,
         "versions": ranks[0].get("versions", {}) if ranks else {},
-        "span_ns": max((r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")),
-                       default=None),
+        "span_ns": max(
+            (r["span_ns"][1] - r["span_ns"][0] for r in ranks if r.get("span_ns")), default=None
+        ),
         "has_step_markers": all(markers.values()) if markers else False,
         **signature_fields(an, ms, options),
     }
@@ -74,8 +85,12 @@ def _q(values: list[float]) -> dict[str, float] | None:
     if not values:
         return None
     a = np.array(values, dtype=np.float64)
-    return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
-            "p99": float(np.percentile(a, 99)), "max": float(a.max())}
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
 
 
 def summary(an: Analysis, ms: MetricSet) -> dict[str, Any]:
@@ -97,29 +112,38 @@ def summary(an: Analysis, ms: MetricSet) -> dict[str, Any]:
         stats = stats_of.get(rank, [])
         pr = ms.per_rank.get(rank, {})
         cov = an.attribution.coverage(rank)
-        out.append({
-            "rank": rank,
-            "device": next((d.get("name") for d in r.get("devices", []) if d.get("name")), None),
-            "kernel_time_ns": int(kern["dur_ns"].sum()),
-            "comm_kernel_time_ns": int(kern.loc[kern["cls"] == "communication", "dur_ns"].sum()),
-            "memcpy_time_ns": int(gr.loc[gr["kind"] == "memcpy", "dur_ns"].sum()),
-            "memset_time_ns": int(gr.loc[gr["kind"] == "memset", "dur_ns"].sum()),
-            "kernels": len(kern),
-            "window_ns": int(w.wall_ns) if w else None,
-            "gpu_busy_ns": int(w.busy_ns) if w else None,
-            "gpu_idle_ns": int(w.idle_ns) if w else None,
-            "compute_ns": int(w.compute_ns) if w else None,
-            "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
-            "steps": len(steps),
-            "step_time_ns": _q([s.wall_ns for s in steps]),
-            "steps_representative": sum(1 for s in stats if s.excluded is None),
-            "steps_excluded": [{"step": s.step, "reason": s.excluded, "detail": s.why}
-                               for s in stats if s.excluded],
-            "peak_allocated_bytes": _int(pr.get("peak_allocated_bytes")),
-            "peak_reserved_bytes": _int(pr.get("peak_reserved_bytes")),
-            "attributed_pct": cov["coverage_pct"],
-            "op_attributed_pct": _op_cov(g, rank),
-        })
+        out.append(
+            {
+                "rank": rank,
+                "device": next(
+                    (d.get("name") for d in r.get("devices", []) if d.get("name")), None
+                ),
+                "kernel_time_ns": int(kern["dur_ns"].sum()),
+                "comm_kernel_time_ns": int(
+                    kern.loc[kern["cls"] == "communication", "dur_ns"].sum()
+                ),
+                "memcpy_time_ns": int(gr.loc[gr["kind"] == "memcpy", "dur_ns"].sum()),
+                "memset_time_ns": int(gr.loc[gr["kind"] == "memset", "dur_ns"].sum()),
+                "kernels": len(kern),
+                "window_ns": int(w.wall_ns) if w else None,
+                "gpu_busy_ns": int(w.busy_ns) if w else None,
+                "gpu_idle_ns": int(w.idle_ns) if w else None,
+                "compute_ns": int(w.compute_ns) if w else None,
+                "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
+                "steps": len(steps),
+                "step_time_ns": _q([s.wall_ns for s in steps]),
+                "steps_representative": sum(1 for s in stats if s.excluded is None),
+                "steps_excluded": [
+                    {"step": s.step, "reason": s.excluded, "detail": s.why}
+                    for s in stats
+                    if s.excluded
+                ],
+                "peak_allocated_bytes": _int(pr.get("peak_allocated_bytes")),
+                "peak_reserved_bytes": _int(pr.get("peak_reserved_bytes")),
+                "attributed_pct": cov["coverage_pct"],
+                "op_attributed_pct": _op_cov(g, rank),
+            }
+        )
     return {"ranks": out}
 
 
@@ -150,15 +174,18 @@ def breakdown(an: Analysis) -> dict[str, Any]:
 
     steps = an.breakdown.steps
     if len(steps) > MAX_STEP_ROWS:  # keep the slowest windows; per-rank totals stay complete
-        steps = sorted(sorted(steps, key=lambda w: -w.wall_ns)[:MAX_STEP_ROWS],
-                       key=lambda w: (w.rank, w.start_ns))
+        steps = sorted(
+            sorted(steps, key=lambda w: -w.wall_ns)[:MAX_STEP_ROWS],
+            key=lambda w: (w.rank, w.start_ns),
+        )
     return {
-        "ranks": [{**row(w), "by_class_ns": w.by_class_ns}
-                  for _, w in sorted(an.breakdown.ranks.items())],
+        "ranks": [
+            {**row(w), "by_class_ns": w.by_class_ns} for _, w in sorted(an.breakdown.ranks.items())
+        ],
         "steps": [row(w) for w in steps],
         "steps_total": len(an.breakdown.steps),
         "definition": "compute + comm_exposed + memcpy_exposed + memset_exposed + idle = wall "
-                      "(unions over the rank's streams inside GPU-aware step windows)",
+        "(unions over the rank's streams inside GPU-aware step windows)",
     }
 
 
@@ -184,20 +211,68 @@ def rollups(an: Analysis) -> dict[str, Any]:
     layers = an.rollup("layer")
     ann = an.rollup("annotation")
     g = an.attribution.gpu
-    classes = (g.assign(cls=g["cls"].astype(str)).groupby("cls")["dur_ns"].agg(["sum", "size"])
-               .reset_index().sort_values("sum", ascending=False))
+    classes = (
+        g.assign(cls=g["cls"].astype(str))
+        .groupby("cls")["dur_ns"]
+        .agg(["sum", "size"])
+        .reset_index()
+        .sort_values("sum", ascending=False)
+    )
     total = float(g["dur_ns"].sum()) or 1.0
     return {
         "windows": n_steps,
-        "kernels": _df_records(k, ["name", "kind", "cls", "calls", "total_ns", "mean_ns", "min_ns",
-                                   "max_ns", "share_pct", "top_op"]),
-        "ops": _df_records(ops, ["name", "calls", "device_self_ns", "device_total_ns", "kernel_ns",
-                                 "host_ns", "share_pct", "input_dims"]),
-        "layers": _df_records(layers, ["module", "forward_ns", "backward_ns", "other_ns",
-                                       "total_ns", "kernels", "share_pct", "depth"], n=2000),
+        "kernels": _df_records(
+            k,
+            [
+                "name",
+                "kind",
+                "cls",
+                "calls",
+                "total_ns",
+                "mean_ns",
+                "min_ns",
+                "max_ns",
+                "share_pct",
+                "top_op",
+            ],
+        ),
+        "ops": _df_records(
+            ops,
+            [
+                "name",
+                "calls",
+                "device_self_ns",
+                "device_total_ns",
+                "kernel_ns",
+                "host_ns",
+                "share_pct",
+                "input_dims",
+            ],
+        ),
+        "layers": _df_records(
+            layers,
+            [
+                "module",
+                "forward_ns",
+                "backward_ns",
+                "other_ns",
+                "total_ns",
+                "kernels",
+                "share_pct",
+                "depth",
+            ],
+            n=2000,
+        ),
         "annotations": _df_records(ann, ["annotation", "device_ns", "kernels", "share_pct"], n=200),
-        "classes": [{"cls": r.cls, "total_ns": int(r.sum), "kernels": int(r.size),
-                     "share_pct": 100.0 * r.sum / total} for r in classes.itertuples()],
+        "classes": [
+            {
+                "cls": r.cls,
+                "total_ns": int(r.sum),
+                "kernels": int(r.size),
+                "share_pct": 100.0 * r.sum / total,
+            }
+            for r in classes.itertuples()
+        ],
         "has_modules": bool((layers["module"] != NO_MODULE).any()) if len(layers) else False,
     }
 
@@ -213,9 +288,17 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     bd = an.breakdown
     if not bd.steps:
         return None
-    tot = {k: int(sum(getattr(w, k) for w in bd.steps)) for k in (
-        "wall_ns", "compute_ns", "comm_exposed_ns", "memcpy_exposed_ns", "memset_exposed_ns",
-        "idle_ns")}
+    tot = {
+        k: int(sum(getattr(w, k) for w in bd.steps))
+        for k in (
+            "wall_ns",
+            "compute_ns",
+            "comm_exposed_ns",
+            "memcpy_exposed_ns",
+            "memset_exposed_ns",
+            "idle_ns",
+        )
+    }
     g = an.attribution.gpu
     in_win = g[g["step"].notna()] if any(w.step is not None for w in bd.steps) else g
     comp = in_win[(in_win["kind"] == "kernel") & (in_win["cls"] != "communication")]
@@ -241,8 +324,11 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
 
 def roofline_why(ms: MetricSet) -> dict[str, Any]:
     """An empty roofline that says why there is nothing to plot."""
-    why = (ms.missing.get("memory_bound_time_pct") or ms.missing.get("flops_modelled_pct")
-           or "no op could be modelled")
+    why = (
+        ms.missing.get("memory_bound_time_pct")
+        or ms.missing.get("flops_modelled_pct")
+        or "no op could be modelled"
+    )
     if not ms.values.get("has_gpu"):
         why = "the trace holds no GPU kernels"
     return {"bandwidth": None, "peaks": {}, "points": [], "why": why}
@@ -252,9 +338,12 @@ def memory(ms: MetricSet) -> dict[str, Any] | None:
     tl = ms.evidence.get("memory_timeline")
     if not tl:
         return None
-    return {"timeline": tl, "peak": ms.evidence.get("memory_peak"),
-            "growth": ms.evidence.get("memory_growth"),
-            "top_allocators": ms.evidence.get("memory_top_allocators", [])}
+    return {
+        "timeline": tl,
+        "peak": ms.evidence.get("memory_peak"),
+        "growth": ms.evidence.get("memory_growth"),
+        "top_allocators": ms.evidence.get("memory_top_allocators", []),
+    }
 
 
 def timeline(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
@@ -293,16 +382,39 @@ def timeline(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
             counts = np.ones(len(s), dtype=np.int64)
         items = []
         for i in range(len(s)):
-            items.append([int(s[i]), int(e[i] - s[i]), cls[i], names.setdefault(nm[i], len(names)),
-                          int(counts[i])])
-        lanes.append({"device": None if pd.isna(dev) else int(dev),
-                      "stream": None if pd.isna(stream) else int(stream), "items": items})
-    window: list[Any] = [x for x in an.attribution.steps if x.rank == rank and x.step == w.step
-              and x.start_ns == w.start_ns] or [w]
-    _, gaps = idle_split(an, rank, an.attribution.gpu[an.attribution.gpu["rank"] == rank],
-                         window[:1], top=None)
+            items.append(
+                [
+                    int(s[i]),
+                    int(e[i] - s[i]),
+                    cls[i],
+                    names.setdefault(nm[i], len(names)),
+                    int(counts[i]),
+                ]
+            )
+        lanes.append(
+            {
+                "device": None if pd.isna(dev) else int(dev),
+                "stream": None if pd.isna(stream) else int(stream),
+                "items": items,
+            }
+        )
+    window: list[Any] = [
+        x
+        for x in an.attribution.steps
+        if x.rank == rank and x.step == w.step and x.start_ns == w.start_ns
+    ] or [w]
+    _, gaps = idle_split(
+        an, rank, an.attribution.gpu[an.attribution.gpu["rank"] == rank], window[:1], top=None
+    )
     idle = sorted([[int(x["start_ns"] - w.start_ns), int(x["dur_ns"]), x["cause"]] for x in gaps])
-    return {"rank": rank, "step": w.step, "window": "step" if w.step is not None else "trace",
-            "start_ns": int(w.start_ns), "span_ns": int(span), "idle": idle,
-            "names": [n for n, _ in sorted(names.items(), key=lambda kv: kv[1])], "lanes": lanes,
-            "item_format": ["start_ns", "dur_ns", "cls", "name_index", "merged_count"]}
+    return {
+        "rank": rank,
+        "step": w.step,
+        "window": "step" if w.step is not None else "trace",
+        "start_ns": int(w.start_ns),
+        "span_ns": int(span),
+        "idle": idle,
+        "names": [n for n, _ in sorted(names.items(), key=lambda kv: kv[1])],
+        "lanes": lanes,
+        "item_format": ["start_ns", "dur_ns", "cls", "name_index", "merged_count"],
+    }

@@ -27,15 +27,18 @@ MATRIX_CLASSES = ("gemm", "attention", "convolution")
 DTYPE_MIN_SHARE = 0.10
 
 #: kernel-name hints of the dtype, in order of precedence (used when the op has no input types)
-_NAME_DTYPES = tuple((d, re.compile(p, re.IGNORECASE)) for d, p in (
-    ("fp8", r"e4m3|e5m2|fp8|f8f8"),
-    ("bf16", r"bf16|bfloat16"),
-    ("fp16", r"fp16|f16f16|_f16|half|h884|h1688|h16816|hgemm"),
-    ("tf32", r"tf32|xf32|tensorop_s1688|tensorop_s16816"),
-    ("int8", r"int8|i8816|imma|s8s8"),
-    ("fp32", r"sgemm|fp32|f32f32|s1688|s884"),
-    ("fp64", r"dgemm|fp64"),
-))
+_NAME_DTYPES = tuple(
+    (d, re.compile(p, re.IGNORECASE))
+    for d, p in (
+        ("fp8", r"e4m3|e5m2|fp8|f8f8"),
+        ("bf16", r"bf16|bfloat16"),
+        ("fp16", r"fp16|f16f16|_f16|half|h884|h1688|h16816|hgemm"),
+        ("tf32", r"tf32|xf32|tensorop_s1688|tensorop_s16816"),
+        ("int8", r"int8|i8816|imma|s8s8"),
+        ("fp32", r"sgemm|fp32|f32f32|s1688|s884"),
+        ("fp64", r"dgemm|fp64"),
+    )
+)
 #: Tensile / hipBLASLt names: Cijk_<A layout>_<B layout>_<data types>_...
 _TENSILE = re.compile(r"Cijk_A[a-z]+_B[a-z]+_([A-Z][A-Z0-9]*)_")
 _TENSILE_TYPES = {"B": "bf16", "H": "fp16", "S": "fp32", "D": "fp64", "I": "int8", "F": "fp8"}
@@ -47,8 +50,9 @@ _COMPILED_KERNEL = re.compile(r"^triton_")
 _COMPILED_OP = re.compile(r"^(CompiledFunction(Backward)?$|Torch-Compiled Region|TorchDynamo)")
 
 
-def signature_fields(an: Analysis, ms: MetricSet | None,
-                     options: RooflineOptions | None) -> dict[str, Any]:
+def signature_fields(
+    an: Analysis, ms: MetricSet | None, options: RooflineOptions | None
+) -> dict[str, Any]:
     """The comparability fields of ``trace`` (docs/RESULT.md)."""
     opts = options or RooflineOptions()
     g = an.attribution.gpu
@@ -60,8 +64,10 @@ def signature_fields(an: Analysis, ms: MetricSet | None,
     return {
         "mode": _mode(g, opts, values),
         "steps": int(steps) if steps is not None else 0,
-        "module_signature": mods, "module_count": n_mods,
-        "op_shape_signature": shapes, "op_shape_count": n_shapes,
+        "module_signature": mods,
+        "module_count": n_mods,
+        "op_shape_signature": shapes,
+        "op_shape_count": n_shapes,
         "params": opts.params,
         "tokens_per_step": opts.tokens_per_step,
         "flops_per_step": _flops_per_step(an, values),
@@ -113,8 +119,11 @@ def _op_shapes(g: pd.DataFrame, ops: pd.DataFrame) -> tuple[str | None, int]:
         cur = np.where(more, up, cur)
     names = ops["name"].to_numpy()[cur]
     dims = ops["input_dims"].to_numpy()[cur]
-    pairs = {f"{n}\t{d}" for n, d in zip(names, dims, strict=True)
-             if isinstance(d, str) and d not in ("", "[]")}
+    pairs = {
+        f"{n}\t{d}"
+        for n, d in zip(names, dims, strict=True)
+        if isinstance(d, str) and d not in ("", "[]")
+    }
     return (digest(pairs) if pairs else None), len(pairs)
 
 
@@ -156,9 +165,14 @@ def _dtypes(g: pd.DataFrame, ops: pd.DataFrame) -> list[str]:
         types[has] = ops["input_types"].to_numpy()[idx[has]]
         if "input_dims" in ops.columns:
             dims[has] = ops["input_dims"].to_numpy()[idx[has]]
-    df = pd.DataFrame({"types": [x if isinstance(x, str) else "" for x in types],
-                       "dims": [x if isinstance(x, str) else "" for x in dims],
-                       "name": k["name"].astype(str).to_numpy(), "dur": k["dur_ns"].to_numpy()})
+    df = pd.DataFrame(
+        {
+            "types": [x if isinstance(x, str) else "" for x in types],
+            "dims": [x if isinstance(x, str) else "" for x in dims],
+            "name": k["name"].astype(str).to_numpy(),
+            "dur": k["dur_ns"].to_numpy(),
+        }
+    )
     time: dict[str, int] = {}
     for (t, dm, name), dur in df.groupby(["types", "dims", "name"])["dur"].sum().items():
         d = dtype_of(t, dm or None) if t else None
@@ -171,8 +185,11 @@ def _dtypes(g: pd.DataFrame, ops: pd.DataFrame) -> list[str]:
     total = sum(time.values())
     if not total:
         return []
-    return [d for d, t in sorted(time.items(), key=lambda x: (-x[1], x[0]))
-            if t >= DTYPE_MIN_SHARE * total]
+    return [
+        d
+        for d, t in sorted(time.items(), key=lambda x: (-x[1], x[0]))
+        if t >= DTYPE_MIN_SHARE * total
+    ]
 
 
 def _compiled(g: pd.DataFrame, ops: pd.DataFrame) -> bool | None:

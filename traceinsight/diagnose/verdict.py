@@ -33,11 +33,16 @@ GPU_BOUND_MIN_PCT = 70.0
 
 #: idle metric -> what the GPU waited for
 IDLE_CAUSES = (
-    ("idle_launch_pct", "launch overhead"), ("idle_host_pct", "host stalls"),
-    ("idle_input_pct", "input loading"), ("idle_sync_pct", "blocking syncs and copies"),
+    ("idle_launch_pct", "launch overhead"),
+    ("idle_host_pct", "host stalls"),
+    ("idle_input_pct", "input loading"),
+    ("idle_sync_pct", "blocking syncs and copies"),
     ("idle_device_wait_pct", "work waiting on a dependency"),
-    ("idle_startup_pct", "start-up calls"), ("idle_capture_pct", "graph capture"),
-    ("idle_compile_pct", "compilation"), ("idle_unknown_pct", "unrecorded host time"))
+    ("idle_startup_pct", "start-up calls"),
+    ("idle_capture_pct", "graph capture"),
+    ("idle_compile_pct", "compilation"),
+    ("idle_unknown_pct", "unrecorded host time"),
+)
 CLASS_LABEL = {"gemm": "GEMM", "other": "unclassified"}
 
 __all__ = ["headline", "primary_of"]
@@ -47,8 +52,10 @@ def headline(findings: list[Finding], m: dict[str, Any], an: Analysis | None) ->
     """What bounds this run, in one sentence."""
     lead = primary_of(findings)
     if not m.get("has_gpu"):
-        no_gpu = ("No GPU activity in this trace: only CPU events were recorded (a CPU run, or "
-                  "the profiler ran without ProfilerActivity.CUDA); GPU rules were not evaluated.")
+        no_gpu = (
+            "No GPU activity in this trace: only CPU events were recorded (a CPU run, or "
+            "the profiler ran without ProfilerActivity.CUDA); GPU rules were not evaluated."
+        )
         return no_gpu if lead == "healthy" else f"{_lead(findings, lead, '')} {no_gpu}"
     busy = m.get("gpu_busy_pct")
     ctx = f"GPU busy {fmt.fmt_pct(busy, 0)} of step time" if busy is not None else ""
@@ -71,26 +78,41 @@ def _lead(findings: list[Finding], lead: str, ctx: str) -> str:
 
 def bound_sentence(m: dict[str, Any], mix: list[tuple[str, float]]) -> str:
     """What dominates the step windows, with the confidence of the modelled figures."""
-    parts = {"compute": m.get("compute_pct") or 0.0, "comm": m.get("exposed_comm_pct") or 0.0,
-             "copies": (m.get("memcpy_exposed_pct") or 0.0) + (m.get("memset_exposed_pct") or 0.0),
-             "idle": m.get("gpu_idle_pct") or 0.0}
+    parts = {
+        "compute": m.get("compute_pct") or 0.0,
+        "comm": m.get("exposed_comm_pct") or 0.0,
+        "copies": (m.get("memcpy_exposed_pct") or 0.0) + (m.get("memset_exposed_pct") or 0.0),
+        "idle": m.get("gpu_idle_pct") or 0.0,
+    }
     lead = max(parts, key=lambda k: parts[k])
     idle = parts["idle"]
     cause, cause_pct = _idle_cause(m)
-    idle_note = (f"GPU idle {fmt.fmt_pct(idle)}" + (f", mostly {cause} ({fmt.fmt_pct(cause_pct)})"
-                                                    if cause else "")) if idle else ""
+    idle_note = (
+        (
+            f"GPU idle {fmt.fmt_pct(idle)}"
+            + (f", mostly {cause} ({fmt.fmt_pct(cause_pct)})" if cause else "")
+        )
+        if idle
+        else ""
+    )
     if lead == "idle":
-        return (f"GPU idle most of the window: {fmt.fmt_pct(idle)} of step time, the largest "
-                f"part {cause or 'not explained by the host'}"
-                + (f" ({fmt.fmt_pct(cause_pct)})" if cause else "")
-                + f"; kernels run {fmt.fmt_pct(parts['compute'])}{_mix_text(mix)}.")
+        return (
+            f"GPU idle most of the window: {fmt.fmt_pct(idle)} of step time, the largest "
+            f"part {cause or 'not explained by the host'}"
+            + (f" ({fmt.fmt_pct(cause_pct)})" if cause else "")
+            + f"; kernels run {fmt.fmt_pct(parts['compute'])}{_mix_text(mix)}."
+        )
     if lead == "comm":
-        return (f"Communication-bound: exposed communication is {fmt.fmt_pct(parts['comm'])} of "
-                f"step time ({fmt.fmt_pct(m.get('comm_overlap_pct'), 0)} of it hidden under "
-                f"compute); kernels run {fmt.fmt_pct(parts['compute'])}.")
+        return (
+            f"Communication-bound: exposed communication is {fmt.fmt_pct(parts['comm'])} of "
+            f"step time ({fmt.fmt_pct(m.get('comm_overlap_pct'), 0)} of it hidden under "
+            f"compute); kernels run {fmt.fmt_pct(parts['compute'])}."
+        )
     if lead == "copies":
-        return (f"Copy-bound: copies with no kernel running take {fmt.fmt_pct(parts['copies'])} "
-                f"of step time; kernels run {fmt.fmt_pct(parts['compute'])}.")
+        return (
+            f"Copy-bound: copies with no kernel running take {fmt.fmt_pct(parts['copies'])} "
+            f"of step time; kernels run {fmt.fmt_pct(parts['compute'])}."
+        )
     busy = f"kernels run {fmt.fmt_pct(parts['compute'])} of step time{_mix_text(mix)}"
     tail = f"; {idle_note}" if idle >= IDLE_NOTE_PCT else ""
     if parts["compute"] < GPU_BOUND_MIN_PCT:
@@ -103,27 +125,38 @@ def _gpu_bound(m: dict[str, Any], busy: str) -> str:
     cb, mb = m.get("compute_bound_time_pct"), m.get("memory_bound_time_pct")
     mfu = m.get("mfu_pct")
     if cov is None or cb is None or mb is None:
-        why = ("no op's FLOPs or bytes could be modelled" if not cov else
-               "the compute/memory split was not measured")
+        why = (
+            "no op's FLOPs or bytes could be modelled"
+            if not cov
+            else "the compute/memory split was not measured"
+        )
         return f"GPU-bound: {busy}; {why}, so MFU and the roofline split are not stated"
     if cov < MODELLED_MIN_PCT:
         low = f"MFU ≥ {_pct(mfu)} is only a lower bound and " if mfu is not None else ""
-        return (f"GPU-bound: {busy}; the FLOP/byte model covers only {_pct(cov)} of "
-                f"kernel time, so {low}the compute/memory split is not established")
+        return (
+            f"GPU-bound: {busy}; the FLOP/byte model covers only {_pct(cov)} of "
+            f"kernel time, so {low}the compute/memory split is not established"
+        )
     mfu_text = f", MFU {fmt.fmt_pct(mfu)}" if mfu is not None else ""
     cov_text = f" ({fmt.fmt_pct(cov, 0)} of kernel time modelled)"
     if cb >= REGIME_MIN_PCT:
         eff = m.get("compute_bound_efficiency_pct")
         at = f" at {fmt.fmt_pct(eff, 0)} of peak" if eff is not None else ""
-        return (f"Compute-bound: {fmt.fmt_pct(cb, 0)} of modelled time in math{at}{mfu_text}"
-                f"{cov_text}; gains now come from lower precision or fewer FLOPs; {busy}")
+        return (
+            f"Compute-bound: {fmt.fmt_pct(cb, 0)} of modelled time in math{at}{mfu_text}"
+            f"{cov_text}; gains now come from lower precision or fewer FLOPs; {busy}"
+        )
     if mb >= REGIME_MIN_PCT:
         eff = m.get("memory_bound_efficiency_pct")
         at = f" at {fmt.fmt_pct(eff, 0)} of peak bandwidth" if eff is not None else ""
-        return (f"Memory-bound: {fmt.fmt_pct(mb, 0)} of modelled time moves data{at}{mfu_text}"
-                f"{cov_text}; gains now come from fusing kernels or moving fewer bytes; {busy}")
-    return (f"GPU-bound, between compute and memory: {fmt.fmt_pct(cb, 0)} of modelled time "
-            f"compute-bound, {fmt.fmt_pct(mb, 0)} memory-bound{mfu_text}{cov_text}; {busy}")
+        return (
+            f"Memory-bound: {fmt.fmt_pct(mb, 0)} of modelled time moves data{at}{mfu_text}"
+            f"{cov_text}; gains now come from fusing kernels or moving fewer bytes; {busy}"
+        )
+    return (
+        f"GPU-bound, between compute and memory: {fmt.fmt_pct(cb, 0)} of modelled time "
+        f"compute-bound, {fmt.fmt_pct(mb, 0)} memory-bound{mfu_text}{cov_text}; {busy}"
+    )
 
 
 def _pct(p: float | None) -> str:
@@ -155,5 +188,8 @@ def _mix_text(mix: list[tuple[str, float]], n: int = 3) -> str:
     shown = [(c, p) for c, p in mix[:n] if p >= 1.0]
     if not shown:
         return ""
-    return (" (" + ", ".join(f"{CLASS_LABEL.get(c, c)} {fmt.fmt_pct(p, 0)}" for c, p in shown)
-            + " of kernel time)")
+    return (
+        " ("
+        + ", ".join(f"{CLASS_LABEL.get(c, c)} {fmt.fmt_pct(p, 0)}" for c, p in shown)
+        + " of kernel time)"
+    )

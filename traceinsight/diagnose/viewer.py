@@ -27,6 +27,9 @@ def open_in_viewer(store: TraceStore, timeline: dict[str, Any] | None) -> dict[s
     start = int(timeline["start_ns"]) - base
     end = start + int(timeline.get("span_ns") or 0)
     step = timeline.get("step")
-    return {"source": str(src.get("name") or ""), "rank": rank,
-            "marker": f"ProfilerStep#{step}" if step is not None else None,
-            "ts_us": [start / 1000.0, end / 1000.0]}
+    return {
+        "source": str(src.get("name") or ""),
+        "rank": rank,
+        "marker": f"ProfilerStep#{step}" if step is not None else None,
+        "ts_us": [start / 1000.0, end / 1000.0],
+    }

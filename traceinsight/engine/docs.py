@@ -17,8 +17,11 @@ if TYPE_CHECKING:  # pragma: no cover
 def explain(rule: Rule) -> str:
     """``traceinsight rules --explain ID``."""
     th = rule.threshold_values()
-    lines = [f"{rule.id} — {rule.title}",
-             f"category: {rule.category}   file: {Path(rule.source).name}", ""]
+    lines = [
+        f"{rule.id} — {rule.title}",
+        f"category: {rule.category}   file: {Path(rule.source).name}",
+        "",
+    ]
     for k in ("symptom", "why", "fix"):
         lines.append(f"{k.capitalize()}: {rule.doc[k]}")
     lines.append("")
@@ -29,12 +32,16 @@ def explain(rule: Rule) -> str:
         when = " and ".join(c.text(th) for c in conds) if conds else "otherwise"
         lines.append(f"  {lv:<6} {when}")
     if rule.impact:
-        lines.append(f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
-                     "(share of step time it could recover)")
+        lines.append(
+            f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
+            "(share of step time it could recover)"
+        )
     if rule.confidence:
         hi, med = rule.confidence.limits(th)
-        lines.append(f"Confidence: high needs {rule.confidence.metric} >= {hi:g}%, medium "
-                     f">= {med:g}%; below, the severity is capped")
+        lines.append(
+            f"Confidence: high needs {rule.confidence.metric} >= {hi:g}%, medium "
+            f">= {med:g}%; below, the severity is capped"
+        )
     for v in rule.variants:
         lines += ["", f"Variant {v.name} (tried first; {v.when}):"]
         if v.applies_if:
@@ -61,37 +68,50 @@ def explain(rule: Rule) -> str:
 
 def rules_markdown(rules: list[Rule]) -> str:
     """docs/RULES.md: every shipped rule with its thresholds (generated)."""
-    out = ["# Diagnosis rules", "",
-           "Generated from `rules/*.yaml` (`python -m traceinsight.engine.evaluate > docs/RULES.md`). "
-           "Each rule is a YAML file: conditions over named metrics "
-           "(`traceinsight rules --metrics`), "
-           "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
-           "time the fix could recover), evidence tables and recommendations. Override a "
-           "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
-           "",
-           "A recommendation, or a part of the message, is a string or `{text: \"...\", if: "
-           "[conditions]}`: it is given only when its conditions hold (a condition on a metric "
-           "that was not measured does not hold). Training-only advice (optimizers, GradScaler, "
-           "gradient synchronisation and accumulation, FSDP/ZeRO, activation checkpointing) "
-           "requires `is_training == 1`, so a forward-only run never receives it; precision "
-           "advice requires the device's peak for that dtype (`device_bf16_tflops > 0`). A rule "
-           "resting on modelled work states `confidence: {metric, min_for_high, "
-           "min_for_medium}`: below those coverages its severity is capped and the message says "
-           "on how much of the run it rests. Without one, a high finding decided by a metric "
-           "resting on modelled work (MFU, the roofline split) with under 50% coverage is capped "
-           "at medium. A rule may carry variants: other evidence for the same problem (a memory "
-           "snapshot beside the trace's `[memory]` events) with their own conditions and texts; "
-           "the first variant whose metrics are measured and whose `applies_if` holds decides, "
-           "else the rule's own conditions do. Conditional advice and the confidence cap apply "
-           "whichever decided.",
-           "", "| rule | category | what it finds |", "|---|---|---|"]
+    out = [
+        "# Diagnosis rules",
+        "",
+        "Generated from `rules/*.yaml` (`python -m traceinsight.engine.evaluate > docs/RULES.md`). "
+        "Each rule is a YAML file: conditions over named metrics "
+        "(`traceinsight rules --metrics`), "
+        "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
+        "time the fix could recover), evidence tables and recommendations. Override a "
+        "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
+        "",
+        'A recommendation, or a part of the message, is a string or `{text: "...", if: '
+        "[conditions]}`: it is given only when its conditions hold (a condition on a metric "
+        "that was not measured does not hold). Training-only advice (optimizers, GradScaler, "
+        "gradient synchronisation and accumulation, FSDP/ZeRO, activation checkpointing) "
+        "requires `is_training == 1`, so a forward-only run never receives it; precision "
+        "advice requires the device's peak for that dtype (`device_bf16_tflops > 0`). A rule "
+        "resting on modelled work states `confidence: {metric, min_for_high, "
+        "min_for_medium}`: below those coverages its severity is capped and the message says "
+        "on how much of the run it rests. Without one, a high finding decided by a metric "
+        "resting on modelled work (MFU, the roofline split) with under 50% coverage is capped "
+        "at medium. A rule may carry variants: other evidence for the same problem (a memory "
+        "snapshot beside the trace's `[memory]` events) with their own conditions and texts; "
+        "the first variant whose metrics are measured and whose `applies_if` holds decides, "
+        "else the rule's own conditions do. Conditional advice and the confidence cap apply "
+        "whichever decided.",
+        "",
+        "| rule | category | what it finds |",
+        "|---|---|---|",
+    ]
     for r in sorted(rules, key=lambda r: (r.category, r.id)):
         out.append(f"| [`{r.id}`](#{r.id}) | {r.category} | {r.summary} |")
     out.append("")
     for r in sorted(rules, key=lambda r: r.id):
         th = r.threshold_values()
-        out += [f"## {r.id}", "", f"**{r.title}.** {r.doc['symptom']}", "",
-                f"*Why it matters:* {r.doc['why']}", "", f"*Fix:* {r.doc['fix']}", ""]
+        out += [
+            f"## {r.id}",
+            "",
+            f"**{r.title}.** {r.doc['symptom']}",
+            "",
+            f"*Why it matters:* {r.doc['why']}",
+            "",
+            f"*Fix:* {r.doc['fix']}",
+            "",
+        ]
         if r.applies_if:
             applies = " and ".join(f"`{c.text(th)}`" for c in r.applies_if)
             out.append(f"Applies when {applies}.")
@@ -101,8 +121,10 @@ def rules_markdown(rules: list[Rule]) -> str:
             out.append(f"Impact: `{r.impact['metric']}` x {r.impact.get('factor', 1)}.")
         if r.confidence:
             hi, med = r.confidence.limits(th)
-            out.append(f"Confidence: high needs `{r.confidence.metric} >= {hi:g}`, medium "
-                       f"`>= {med:g}`; below, the severity is capped and the message says why.")
+            out.append(
+                f"Confidence: high needs `{r.confidence.metric} >= {hi:g}`, medium "
+                f"`>= {med:g}`; below, the severity is capped and the message says why."
+            )
         out += ["", "| threshold | default | meaning |", "|---|---|---|"]
         for t in r.thresholds.values():
             out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
@@ -118,8 +140,7 @@ def rules_markdown(rules: list[Rule]) -> str:
 
 
 def _severity(ladder: list[tuple[str, list[Condition]]], th: dict[str, float]) -> str:
-    steps = [f"{lv} if {_conds(conds, th)}" if conds else f"{lv} otherwise"
-             for lv, conds in ladder]
+    steps = [f"{lv} if {_conds(conds, th)}" if conds else f"{lv} otherwise" for lv, conds in ladder]
     return "Severity: " + "; ".join(steps) + "."
 
 
@@ -128,5 +149,6 @@ def _conds(conds: list[Condition], th: dict[str, float]) -> str:
 
 
 def _recs(recs: list[Text], th: dict[str, float]) -> list[str]:
-    return [f"- {x.text}" + (f" *(when {_conds(list(x.when), th)})*" if x.when else "")
-            for x in recs]
+    return [
+        f"- {x.text}" + (f" *(when {_conds(list(x.when), th)})*" if x.when else "") for x in recs
+    ]

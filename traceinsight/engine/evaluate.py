@@ -59,7 +59,7 @@ from traceinsight.util import fmt
 
 
 def lower_bound_prefix(metric: str, values: dict[str, float | None]) -> str:
-    """"≥ " for a metric that only grows with its coverage (MFU, achieved FLOP/s) when that
+    """ "≥ " for a metric that only grows with its coverage (MFU, achieved FLOP/s) when that
     coverage is below :data:`LOWER_BOUND_BELOW_PCT`: the value shown is a lower bound."""
     info = REGISTRY.get(metric)
     if info is None or not info.lower_bound or not info.coverage:
@@ -68,8 +68,13 @@ def lower_bound_prefix(metric: str, values: dict[str, float | None]) -> str:
     return "≥ " if cov is None or cov < LOWER_BOUND_BELOW_PCT else ""
 
 
-def render_text(text: str, values: dict[str, float | None], thresholds: dict[str, float],
-                rule: Rule, facts: dict[str, str] | None = None) -> str:
+def render_text(
+    text: str,
+    values: dict[str, float | None],
+    thresholds: dict[str, float],
+    rule: Rule,
+    facts: dict[str, str] | None = None,
+) -> str:
     """Fill ``{metric}`` / ``{threshold}`` / ``{fact}`` fields: plain fields are formatted by
     unit, fields with a format spec (``{x:.1f}``) use it on the raw number, facts are text. A
     lower-bound metric resting on too little modelled work is shown as ``≥ value``."""
@@ -131,14 +136,20 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
             else:
                 statuses.append(outcome)
         except Exception as e:  # a crashing rule is recorded, the others still run
-            errors.append({"rule": rule.id, "error": f"{type(e).__name__}: {e}",
-                           "traceback": traceback.format_exc(limit=5)})
+            errors.append(
+                {
+                    "rule": rule.id,
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc(limit=5),
+                }
+            )
     findings.sort(key=finding_sort_key)
     return Evaluation(findings, statuses, errors)
 
 
-def _decide_by_variants(rule: Rule, values: dict[str, float | None], th: dict[str, float],
-                        ms: MetricSet, context: Any) -> Finding | RuleStatus | None:
+def _decide_by_variants(
+    rule: Rule, values: dict[str, float | None], th: dict[str, float], ms: MetricSet, context: Any
+) -> Finding | RuleStatus | None:
     """The finding of the first variant that can decide and fires; else a passed status if
     one could decide; None when none can (the rule's own conditions decide)."""
     passed: list[str] = []
@@ -154,8 +165,14 @@ def _decide_by_variants(rule: Rule, values: dict[str, float | None], th: dict[st
     return RuleStatus(rule.id, "passed", "; ".join(passed)) if passed else None
 
 
-def _decide(rule: Rule, v: Variant, values: dict[str, float | None], th: dict[str, float],
-            ms: MetricSet, context: Any) -> Finding | RuleStatus:
+def _decide(
+    rule: Rule,
+    v: Variant,
+    values: dict[str, float | None],
+    th: dict[str, float],
+    ms: MetricSet,
+    context: Any,
+) -> Finding | RuleStatus:
     """One variant (or the rule's own conditions) over the measured values; the rule's
     confidence cap applies whichever decided."""
     from traceinsight.engine.evidence.core import build_evidence
@@ -163,17 +180,28 @@ def _decide(rule: Rule, v: Variant, values: dict[str, float | None], th: dict[st
     absent = [c.metric for c in v.applies_if + v.fires_if if values.get(c.metric) is None]
     if absent:
         m = absent[0]
-        return RuleStatus(rule.id, "not-evaluated", f"{m}: {ms.missing.get(m, 'not measured')}",
-                          REGISTRY[m].hint)
+        return RuleStatus(
+            rule.id, "not-evaluated", f"{m}: {ms.missing.get(m, 'not measured')}", REGISTRY[m].hint
+        )
     if not all(c.holds(values, th) for c in v.applies_if):
-        return RuleStatus(rule.id, "not-applicable", "; ".join(
-            c.text(th) for c in v.applies_if if not c.holds(values, th)) + " is false")
+        return RuleStatus(
+            rule.id,
+            "not-applicable",
+            "; ".join(c.text(th) for c in v.applies_if if not c.holds(values, th)) + " is false",
+        )
     if not all(c.holds(values, th) for c in v.fires_if):
-        return RuleStatus(rule.id, "passed", "; ".join(
-            f"{c.metric} = {format_value(c.metric, values.get(c.metric))} "
-            f"(fires at {c.op} {format_value(c.metric, c.limit(th))})" for c in v.fires_if))
-    level, step = next((lv, conds) for lv, conds in v.severity
-                       if all(c.holds(values, th) for c in conds))
+        return RuleStatus(
+            rule.id,
+            "passed",
+            "; ".join(
+                f"{c.metric} = {format_value(c.metric, values.get(c.metric))} "
+                f"(fires at {c.op} {format_value(c.metric, c.limit(th))})"
+                for c in v.fires_if
+            ),
+        )
+    level, step = next(
+        (lv, conds) for lv, conds in v.severity if all(c.holds(values, th) for c in conds)
+    )
     capped = None
     if rule.confidence:
         level, capped = rule.confidence.cap(level, values, th)
@@ -183,14 +211,28 @@ def _decide(rule: Rule, v: Variant, values: dict[str, float | None], th: dict[st
     impact = None  # rules about memory (not step time) estimate no time impact
     if rule.impact:
         x = values.get(rule.impact["metric"]) or 0.0
-        impact = round(max(0.0, min(float(rule.impact.get("max", 100.0)),
-                                    x * float(rule.impact.get("factor", 1.0)))), 2)
-    measured = [{"metric": c.metric, "value": values.get(c.metric),
-                 "display": format_value(c.metric, values.get(c.metric)),
-                 "op": c.op, "threshold": c.limit(th),
-                 "threshold_display": format_value(c.metric, c.limit(th)),
-                 "threshold_name": c.threshold, **_coverage_of(c.metric, values)}
-                for c in v.fires_if]
+        impact = round(
+            max(
+                0.0,
+                min(
+                    float(rule.impact.get("max", 100.0)), x * float(rule.impact.get("factor", 1.0))
+                ),
+            ),
+            2,
+        )
+    measured = [
+        {
+            "metric": c.metric,
+            "value": values.get(c.metric),
+            "display": format_value(c.metric, values.get(c.metric)),
+            "op": c.op,
+            "threshold": c.limit(th),
+            "threshold_display": format_value(c.metric, c.limit(th)),
+            "threshold_name": c.threshold,
+            **_coverage_of(c.metric, values),
+        }
+        for c in v.fires_if
+    ]
     title = "Measured vs threshold" + (f" ({v.when})" if v.name else "")
     evidence = [{"kind": "measurements", "title": title, "rows": measured}]
     evidence += build_evidence(v.evidence, ms, context)
@@ -203,12 +245,18 @@ def _decide(rule: Rule, v: Variant, values: dict[str, float | None], th: dict[st
     if capped:
         message += " " + capped
     return Finding(
-        rule=rule.id, severity=level, title=v.title or rule.title, category=rule.category,
-        message=message, impact_pct=impact,
+        rule=rule.id,
+        severity=level,
+        title=v.title or rule.title,
+        category=rule.category,
+        message=message,
+        impact_pct=impact,
         value=values.get(v.value) if v.value else None,
-        headline=text(v.headline) if v.headline else None, evidence=evidence,
+        headline=text(v.headline) if v.headline else None,
+        evidence=evidence,
         recommendations=[text(r.text) for r in v.recommendations if r.applies(values, th)],
-        confidence=_confidence_of(rule, values, th, capped))
+        confidence=_confidence_of(rule, values, th, capped),
+    )
 
 
 def _modelled_cap(conds: list[Condition], values: dict[str, float | None]) -> str | None:
@@ -223,8 +271,10 @@ def _modelled_cap(conds: list[Condition], values: dict[str, float | None]) -> st
         if cov is None or cov < LOWER_BOUND_BELOW_PCT:
             shown = "an unknown share" if cov is None else format_value(info.coverage, cov)
             need = fmt.fmt_pct(LOWER_BOUND_BELOW_PCT, 0)
-            return (f"Severity capped at medium (would be high): {c.metric} rests on {shown} "
-                    f"modelled ({info.coverage}), below the {need} a high finding needs.")
+            return (
+                f"Severity capped at medium (would be high): {c.metric} rests on {shown} "
+                f"modelled ({info.coverage}), below the {need} a high finding needs."
+            )
     return None
 
 
@@ -233,17 +283,26 @@ def _coverage_of(metric: str, values: dict[str, float | None]) -> dict[str, Any]
     info = REGISTRY.get(metric)
     if info is None or not info.coverage:
         return {}
-    return {"coverage_metric": info.coverage, "coverage_pct": values.get(info.coverage),
-            "lower_bound": bool(info.lower_bound and lower_bound_prefix(metric, values))}
+    return {
+        "coverage_metric": info.coverage,
+        "coverage_pct": values.get(info.coverage),
+        "lower_bound": bool(info.lower_bound and lower_bound_prefix(metric, values)),
+    }
 
 
-def _confidence_of(rule: Rule, values: dict[str, float | None], th: dict[str, float],
-                   capped: str | None) -> dict[str, Any] | None:
+def _confidence_of(
+    rule: Rule, values: dict[str, float | None], th: dict[str, float], capped: str | None
+) -> dict[str, Any] | None:
     if rule.confidence is None:
         return {"capped": capped} if capped else None
     hi, med = rule.confidence.limits(th)
-    return {"metric": rule.confidence.metric, "value": values.get(rule.confidence.metric),
-            "min_for_high": hi, "min_for_medium": med, "capped": capped}
+    return {
+        "metric": rule.confidence.metric,
+        "value": values.get(rule.confidence.metric),
+        "min_for_high": hi,
+        "min_for_medium": med,
+        "capped": capped,
+    }
 
 
 if __name__ == "__main__":  # pragma: no cover

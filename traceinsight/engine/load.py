@@ -29,18 +29,58 @@ from traceinsight.util.resources import data_dir
 
 CATEGORIES = ("compute", "memory", "comm", "host", "input", "precision", "jitter", "data", "gpu")
 OPS: dict[str, Callable[[float, float], bool]] = {
-    ">=": operator.ge, ">": operator.gt, "<=": operator.le, "<": operator.lt,
-    "==": operator.eq, "!=": operator.ne,
+    ">=": operator.ge,
+    ">": operator.gt,
+    "<=": operator.le,
+    "<": operator.lt,
+    "==": operator.eq,
+    "!=": operator.ne,
 }
-RULE_KEYS = {"id", "title", "category", "summary", "applies_if", "fires_if", "severity",
-             "thresholds", "impact", "value", "message", "headline", "evidence",
-             "recommendations", "confidence", "doc", "variants"}
-VARIANT_KEYS = {"name", "title", "when", "applies_if", "fires_if", "severity", "thresholds",
-                "value", "message", "headline", "evidence", "recommendations"}
+RULE_KEYS = {
+    "id",
+    "title",
+    "category",
+    "summary",
+    "applies_if",
+    "fires_if",
+    "severity",
+    "thresholds",
+    "impact",
+    "value",
+    "message",
+    "headline",
+    "evidence",
+    "recommendations",
+    "confidence",
+    "doc",
+    "variants",
+}
+VARIANT_KEYS = {
+    "name",
+    "title",
+    "when",
+    "applies_if",
+    "fires_if",
+    "severity",
+    "thresholds",
+    "value",
+    "message",
+    "headline",
+    "evidence",
+    "recommendations",
+}
 VARIANT_REQUIRED = {"name", "when", "fires_if", "message", "recommendations"}
 CONFIDENCE_KEYS = {"metric", "min_for_high", "min_for_medium"}
-REQUIRED = {"id", "title", "category", "fires_if", "thresholds", "message", "recommendations",
-            "doc"}
+REQUIRED = {
+    "id",
+    "title",
+    "category",
+    "fires_if",
+    "thresholds",
+    "message",
+    "recommendations",
+    "doc",
+}
 _ID_RE = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -94,23 +134,32 @@ class Confidence:
     def limits(self, thresholds: dict[str, float]) -> tuple[float, float]:
         def get(x: float | str) -> float:
             return thresholds[x] if isinstance(x, str) else float(x)
+
         return get(self.min_for_high), get(self.min_for_medium)
 
-    def cap(self, level: str, values: dict[str, float | None],
-            thresholds: dict[str, float]) -> tuple[str, str | None]:
+    def cap(
+        self, level: str, values: dict[str, float | None], thresholds: dict[str, float]
+    ) -> tuple[str, str | None]:
         """The severity after the cap, and the reason when it was lowered."""
         cov = values.get(self.metric)
         hi, med = self.limits(thresholds)
-        allowed = "high" if cov is not None and cov >= hi else \
-            "medium" if cov is not None and cov >= med else "low"
+        allowed = (
+            "high"
+            if cov is not None and cov >= hi
+            else "medium"
+            if cov is not None and cov >= med
+            else "low"
+        )
         if SEVERITY_RANK[level] >= SEVERITY_RANK[allowed]:
             return level, None
         need = hi if allowed == "medium" else med
         shown = "an unknown share" if cov is None else format_value(self.metric, cov)
         doc = REGISTRY[self.metric].doc
-        return allowed, (f"Severity capped at {allowed} (would be {level}): the finding rests on "
-                         f"{shown} ({self.metric}: {doc}), below the {fmt.fmt_pct(need, 0)} "
-                         f"needed for {'high' if allowed == 'medium' else 'medium'}.")
+        return allowed, (
+            f"Severity capped at {allowed} (would be {level}): the finding rests on "
+            f"{shown} ({self.metric}: {doc}), below the {fmt.fmt_pct(need, 0)} "
+            f"needed for {'high' if allowed == 'medium' else 'medium'}."
+        )
 
 
 @dataclass(frozen=True)
@@ -174,8 +223,19 @@ class Rule:
 
     def base(self) -> Variant:
         """The rule's own conditions and texts, as a variant."""
-        return Variant("", "", None, self.applies_if, self.fires_if, self.severity, self.value,
-                       self.message, self.headline, self.evidence, self.recommendations)
+        return Variant(
+            "",
+            "",
+            None,
+            self.applies_if,
+            self.fires_if,
+            self.severity,
+            self.value,
+            self.message,
+            self.headline,
+            self.evidence,
+            self.recommendations,
+        )
 
     def metrics(self) -> list[str]:
         names = self.base().metrics()
@@ -190,13 +250,16 @@ class Rule:
 
 # --- loading --------------------------------------------------------------------------------
 
+
 def _cond(raw: Any, where: str, thresholds: dict[str, Any]) -> Condition:
     if not isinstance(raw, dict) or set(raw) - {"metric", "op", "threshold", "value"}:
         raise ConfigError(f"{where}: a condition is {{metric, op, threshold | value}}, got {raw!r}")
     m, op = raw.get("metric"), raw.get("op")
     if m not in REGISTRY:
-        raise ConfigError(f"{where}: unknown metric {m!r}",
-                          hint="`traceinsight rules --metrics` lists the metrics")
+        raise ConfigError(
+            f"{where}: unknown metric {m!r}",
+            hint="`traceinsight rules --metrics` lists the metrics",
+        )
     if op not in OPS:
         raise ConfigError(f"{where}: op must be one of {' '.join(OPS)}, got {op!r}")
     if ("threshold" in raw) == ("value" in raw):
@@ -213,20 +276,28 @@ def _texts(raw: Any, what: str, source: str, thresholds: dict[str, Any]) -> list
     ``{text: ..., if: [conditions]}`` entries."""
     items = [raw] if isinstance(raw, str) and what.endswith("message") else raw
     if not isinstance(items, list) or not items:
-        raise ConfigError(f"{what} must be a non-empty list of strings or {{text, if}} entries",
-                          path=source)
+        raise ConfigError(
+            f"{what} must be a non-empty list of strings or {{text, if}} entries", path=source
+        )
     out = []
     for item in items:
         if isinstance(item, str):
             out.append(Text(item))
             continue
-        if not isinstance(item, dict) or set(item) - {"text", "if"} or \
-                not isinstance(item.get("text"), str) or not isinstance(item.get("if"), list) \
-                or not item["if"]:
-            raise ConfigError(f"{what}: an entry is a string or {{text: \"...\", if: [conditions]}}"
-                              f", got {item!r}", path=source)
-        out.append(Text(item["text"], tuple(_cond(c, f"{source}: {what}", thresholds)
-                                            for c in item["if"])))
+        if (
+            not isinstance(item, dict)
+            or set(item) - {"text", "if"}
+            or not isinstance(item.get("text"), str)
+            or not isinstance(item.get("if"), list)
+            or not item["if"]
+        ):
+            raise ConfigError(
+                f'{what}: an entry is a string or {{text: "...", if: [conditions]}}, got {item!r}',
+                path=source,
+            )
+        out.append(
+            Text(item["text"], tuple(_cond(c, f"{source}: {what}", thresholds) for c in item["if"]))
+        )
     return out
 
 
@@ -234,38 +305,59 @@ def _confidence(raw: Any, source: str, thresholds: dict[str, Any]) -> Confidence
     if raw is None:
         return None
     if not isinstance(raw, dict) or set(raw) != CONFIDENCE_KEYS:
-        raise ConfigError("confidence is {metric: <coverage metric, %>, min_for_high: N, "
-                          "min_for_medium: N} (numbers or threshold names)", path=source)
+        raise ConfigError(
+            "confidence is {metric: <coverage metric, %>, min_for_high: N, "
+            "min_for_medium: N} (numbers or threshold names)",
+            path=source,
+        )
     if raw["metric"] not in REGISTRY or REGISTRY[raw["metric"]].unit != "%":
-        raise ConfigError(f"confidence.metric must be a declared % metric, got {raw['metric']!r}",
-                          path=source)
+        raise ConfigError(
+            f"confidence.metric must be a declared % metric, got {raw['metric']!r}", path=source
+        )
     for k in ("min_for_high", "min_for_medium"):
         v = raw[k]
-        if (isinstance(v, str) and v not in thresholds) or not isinstance(v, (str, int, float)) \
-                or isinstance(v, bool):
-            raise ConfigError(f"confidence.{k} must be a number or a threshold name, got {v!r}",
-                              path=source)
-    return Confidence(raw["metric"], *(x if isinstance(x, str) else float(x) for x in
-                                       (raw["min_for_high"], raw["min_for_medium"])))
+        if (
+            (isinstance(v, str) and v not in thresholds)
+            or not isinstance(v, (str, int, float))
+            or isinstance(v, bool)
+        ):
+            raise ConfigError(
+                f"confidence.{k} must be a number or a threshold name, got {v!r}", path=source
+            )
+    return Confidence(
+        raw["metric"],
+        *(
+            x if isinstance(x, str) else float(x)
+            for x in (raw["min_for_high"], raw["min_for_medium"])
+        ),
+    )
 
 
 def _threshold(name: str, t: Any, source: str) -> Threshold:
-    if not isinstance(t, dict) or set(t) - {"default", "unit", "help"} or \
-            not {"default", "unit", "help"} <= set(t):
+    if (
+        not isinstance(t, dict)
+        or set(t) - {"default", "unit", "help"}
+        or not {"default", "unit", "help"} <= set(t)
+    ):
         raise ConfigError(f"threshold {name!r} needs default, unit and help", path=source)
     if not isinstance(t["default"], (int, float)):
         raise ConfigError(f"threshold {name!r}: default must be a number", path=source)
     return Threshold(name, float(t["default"]), str(t["unit"]), str(t["help"]))
 
 
-def _ladder(raw: list[Any], where: str, th: dict[str, Any],
-            source: str) -> list[tuple[str, list[Condition]]]:
+def _ladder(
+    raw: list[Any], where: str, th: dict[str, Any], source: str
+) -> list[tuple[str, list[Condition]]]:
     ladder = []
     for step in raw:
-        if not isinstance(step, dict) or step.get("level") not in SEVERITIES or \
-                set(step) - {"level", "when"}:
-            raise ConfigError("severity steps are {level: high|medium|low|info, when: [...]}",
-                              path=source)
+        if (
+            not isinstance(step, dict)
+            or step.get("level") not in SEVERITIES
+            or set(step) - {"level", "when"}
+        ):
+            raise ConfigError(
+                "severity steps are {level: high|medium|low|info, when: [...]}", path=source
+            )
         ladder.append((step["level"], [_cond(c, where, th) for c in step.get("when", []) or []]))
     if not ladder or ladder[-1][1]:
         ladder.append(("low", []))
@@ -278,25 +370,35 @@ def _variant(raw: Any, where: str, th: dict[str, Any], source: str) -> Variant:
     unknown = set(raw) - VARIANT_KEYS
     missing = VARIANT_REQUIRED - set(raw)
     if unknown or missing:
-        raise ConfigError(f"variant {raw.get('name')!r}: unknown keys {sorted(unknown)}, "
-                          f"missing keys {sorted(missing)}", path=source,
-                          hint=f"allowed: {', '.join(sorted(VARIANT_KEYS))}")
+        raise ConfigError(
+            f"variant {raw.get('name')!r}: unknown keys {sorted(unknown)}, "
+            f"missing keys {sorted(missing)}",
+            path=source,
+            hint=f"allowed: {', '.join(sorted(VARIANT_KEYS))}",
+        )
     if not isinstance(raw["fires_if"], list) or not raw["fires_if"]:
-        raise ConfigError(f"variant {raw['name']!r}: fires_if must be a non-empty list",
-                          path=source)
+        raise ConfigError(
+            f"variant {raw['name']!r}: fires_if must be a non-empty list", path=source
+        )
     value = raw.get("value")
     if value is not None and value not in REGISTRY:
-        raise ConfigError(f"variant {raw['name']!r}: value names an unknown metric {value!r}",
-                          path=source)
+        raise ConfigError(
+            f"variant {raw['name']!r}: value names an unknown metric {value!r}", path=source
+        )
     what = f"variant {raw['name']!r}"
     return Variant(
-        name=str(raw["name"]), when=str(raw["when"]), title=raw.get("title"),
+        name=str(raw["name"]),
+        when=str(raw["when"]),
+        title=raw.get("title"),
         applies_if=[_cond(c, where, th) for c in raw.get("applies_if") or []],
         fires_if=[_cond(c, where, th) for c in raw["fires_if"]],
-        severity=_ladder(raw.get("severity") or [], where, th, source), value=value,
+        severity=_ladder(raw.get("severity") or [], where, th, source),
+        value=value,
         message=_texts(raw["message"], f"{what} message", source, th),
-        headline=raw.get("headline"), evidence=list(raw.get("evidence") or []),
-        recommendations=_texts(raw["recommendations"], f"{what} recommendations", source, th))
+        headline=raw.get("headline"),
+        evidence=list(raw.get("evidence") or []),
+        recommendations=_texts(raw["recommendations"], f"{what} recommendations", source, th),
+    )
 
 
 def parse_rule(data: Any, source: str) -> Rule:
@@ -304,15 +406,21 @@ def parse_rule(data: Any, source: str) -> Rule:
         raise ConfigError("a rule file holds one mapping", path=source)
     unknown = set(data) - RULE_KEYS
     if unknown:
-        raise ConfigError(f"unknown keys {sorted(unknown)}", path=source,
-                          hint=f"allowed: {', '.join(sorted(RULE_KEYS))}")
+        raise ConfigError(
+            f"unknown keys {sorted(unknown)}",
+            path=source,
+            hint=f"allowed: {', '.join(sorted(RULE_KEYS))}",
+        )
     missing = REQUIRED - set(data)
     if missing:
         raise ConfigError(f"missing keys {sorted(missing)}", path=source)
     for key in ("fires_if", "recommendations"):
         if not isinstance(data[key], list) or not data[key]:
-            raise ConfigError(f"{key} must be a non-empty list, got {type(data[key]).__name__}",
-                              path=source, hint="compare it with a shipped rule (rules/*.yaml)")
+            raise ConfigError(
+                f"{key} must be a non-empty list, got {type(data[key]).__name__}",
+                path=source,
+                hint="compare it with a shipped rule (rules/*.yaml)",
+            )
     rid = data["id"]
     if not isinstance(rid, str) or not _ID_RE.match(rid):
         raise ConfigError(f"id must be lower-case words joined by '-', got {rid!r}", path=source)
@@ -331,26 +439,37 @@ def parse_rule(data: Any, source: str) -> Rule:
             thresholds[name] = _threshold(name, t, source)
     th_all = {**th_raw, **{n: {} for n in thresholds}}
     impact = data.get("impact")
-    if impact is not None and (not isinstance(impact, dict) or impact.get("metric") not in
-                               REGISTRY or set(impact) - {"metric", "factor", "max"}):
-        raise ConfigError("impact is {metric: <declared metric>, factor: 0..1, max: pct}",
-                              path=source)
+    if impact is not None and (
+        not isinstance(impact, dict)
+        or impact.get("metric") not in REGISTRY
+        or set(impact) - {"metric", "factor", "max"}
+    ):
+        raise ConfigError(
+            "impact is {metric: <declared metric>, factor: 0..1, max: pct}", path=source
+        )
     value = data.get("value")
     if value is not None and value not in REGISTRY:
         raise ConfigError(f"value names an unknown metric {value!r}", path=source)
     rule = Rule(
-        id=rid, title=str(data["title"]), category=data["category"],
+        id=rid,
+        title=str(data["title"]),
+        category=data["category"],
         summary=str(data.get("summary") or data["title"]),
         applies_if=[_cond(c, where, th_raw) for c in data.get("applies_if", []) or []],
         fires_if=[_cond(c, where, th_raw) for c in data["fires_if"]],
         severity=_ladder(data.get("severity", []) or [], where, th_raw, source),
-        thresholds=thresholds, impact=impact, value=value,
-        message=_texts(data["message"], "message", source, th_raw), headline=data.get("headline"),
+        thresholds=thresholds,
+        impact=impact,
+        value=value,
+        message=_texts(data["message"], "message", source, th_raw),
+        headline=data.get("headline"),
         evidence=list(data.get("evidence") or []),
         recommendations=_texts(data["recommendations"], "recommendations", source, th_raw),
-        doc={k: str(v) for k, v in (data.get("doc") or {}).items()}, source=source,
+        doc={k: str(v) for k, v in (data.get("doc") or {}).items()},
+        source=source,
         confidence=_confidence(data.get("confidence"), source, th_all),
-        variants=[_variant(raw, where, th_all, source) for raw in variants_raw])
+        variants=[_variant(raw, where, th_all, source) for raw in variants_raw],
+    )
     for k in ("symptom", "why", "fix"):
         if not rule.doc.get(k):
             raise ConfigError(f"doc.{k} is missing", path=source)
@@ -368,20 +487,30 @@ def _check_texts_and_evidence(rule: Rule, thresholds: dict[str, Threshold], sour
         for text in [v.headline or "", *texts]:
             for _, fname, spec, _ in string.Formatter().parse(text):
                 safeyaml.check_format_spec(spec, fname or "", source)
-                if fname and fname not in REGISTRY and fname not in thresholds \
-                        and fname not in FACTS:
-                    raise ConfigError(f"text field {{{fname}}} is neither a metric, a threshold "
-                                      "nor a fact", path=source)
+                if (
+                    fname
+                    and fname not in REGISTRY
+                    and fname not in thresholds
+                    and fname not in FACTS
+                ):
+                    raise ConfigError(
+                        f"text field {{{fname}}} is neither a metric, a threshold nor a fact",
+                        path=source,
+                    )
         for ev in v.evidence:
             one = isinstance(ev, dict) and len(ev) == 1
             name = ev if isinstance(ev, str) else (next(iter(ev)) if one else None)
             if name not in PROVIDERS:
-                raise ConfigError(f"unknown evidence {ev!r}", path=source,
-                                  hint=f"one of {', '.join(sorted(PROVIDERS))}")
+                raise ConfigError(
+                    f"unknown evidence {ev!r}",
+                    path=source,
+                    hint=f"one of {', '.join(sorted(PROVIDERS))}",
+                )
 
 
-def load_rules(extra_dirs: list[Path] | None = None,
-               overrides: list[str] | None = None) -> list[Rule]:
+def load_rules(
+    extra_dirs: list[Path] | None = None, overrides: list[str] | None = None
+) -> list[Rule]:
     """The shipped rules, then the user's (same id replaces), with ``--set`` overrides applied."""
     rules: dict[str, Rule] = {}
     dirs = [data_dir("rules")] + [Path(d) for d in (extra_dirs or [])]
@@ -393,8 +522,11 @@ def load_rules(extra_dirs: list[Path] | None = None,
             try:
                 rule = parse_rule(data, str(f))
             except (TypeError, AttributeError, KeyError, ValueError) as e:
-                raise ConfigError(f"malformed rule ({type(e).__name__}: {e})", path=f,
-                                  hint="compare it with a shipped rule (rules/*.yaml)") from None
+                raise ConfigError(
+                    f"malformed rule ({type(e).__name__}: {e})",
+                    path=f,
+                    hint="compare it with a shipped rule (rules/*.yaml)",
+                ) from None
             rules[rule.id] = rule
     for item in overrides or []:
         apply_override(rules, item)
@@ -404,16 +536,21 @@ def load_rules(extra_dirs: list[Path] | None = None,
 def apply_override(rules: dict[str, Rule], item: str) -> None:
     m = re.match(r"^([a-z0-9-]+)\.([A-Za-z0-9_]+)=(.+)$", item.strip())
     if not m:
-        raise ConfigError(f"--set {item!r}: expected RULE.THRESHOLD=NUMBER",
-                          hint="e.g. --set comm-bound.min_exposed_comm_pct=20")
+        raise ConfigError(
+            f"--set {item!r}: expected RULE.THRESHOLD=NUMBER",
+            hint="e.g. --set comm-bound.min_exposed_comm_pct=20",
+        )
     rid, name, val = m.groups()
     example = "give a finite number, e.g. --set comm-bound.min_exposed_comm_pct=20"
     if rid not in rules:
-        raise ConfigError(f"--set {item!r}: no rule {rid!r}",
-                          hint="`traceinsight rules` lists them")
+        raise ConfigError(
+            f"--set {item!r}: no rule {rid!r}", hint="`traceinsight rules` lists them"
+        )
     if name not in rules[rid].thresholds:
-        raise ConfigError(f"--set {item!r}: rule {rid} has no threshold {name!r}",
-                          hint=f"its thresholds: {', '.join(rules[rid].thresholds)}")
+        raise ConfigError(
+            f"--set {item!r}: rule {rid} has no threshold {name!r}",
+            hint=f"its thresholds: {', '.join(rules[rid].thresholds)}",
+        )
     try:
         number = float(val)
     except ValueError:

@@ -87,26 +87,41 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
         SourceFile.stat(p)  # a clear error for missing, unreadable and special files
         if p.is_dir():
             if len(paths) > 1:
-                raise InputError("a folder must be the only input", path=p,
-                                 hint="pass either one folder of per-rank files or the files")
+                raise InputError(
+                    "a folder must be the only input",
+                    path=p,
+                    hint="pass either one folder of per-rank files or the files",
+                )
             directory = p
             found, problems = scan_folder(p, suffixes())
             files = found
             unreadable = [(q.name, why) for q, why in problems]
             if not files:
                 shown = ", ".join(s for s in suffixes() if s != ".gz")
-                what = (f"no readable trace files ({unreadable[0][0]}: {unreadable[0][1]})"
-                        if unreadable else f"no trace files ({shown})")
-                raise InputError(f"folder holds {what}", path=p,
-                                 hint="point at a trace file or a folder of per-rank trace files")
+                what = (
+                    f"no readable trace files ({unreadable[0][0]}: {unreadable[0][1]})"
+                    if unreadable
+                    else f"no trace files ({shown})"
+                )
+                raise InputError(
+                    f"folder holds {what}",
+                    path=p,
+                    hint="point at a trace file or a folder of per-rank trace files",
+                )
         else:
             files.append(p)
     return Inputs(files, directory, unreadable)
 
 
-def load(paths: Sequence[str | Path], *, salvage: bool = False, quiet: bool = False,
-         use_cache: bool = True, strict: bool = False,
-         memory: Sequence[str | Path] = ()) -> TraceStore:
+def load(
+    paths: Sequence[str | Path],
+    *,
+    salvage: bool = False,
+    quiet: bool = False,
+    use_cache: bool = True,
+    strict: bool = False,
+    memory: Sequence[str | Path] = (),
+) -> TraceStore:
     """Open a store, or ingest traces (reusing the cache when the inputs are unchanged).
 
     ``strict``: a rank file that could not be read is an error, not a warning. ``memory``:
@@ -122,15 +137,26 @@ def check_strict(store: TraceStore, strict: bool) -> TraceStore:
     if strict:
         missing = [d for d in store.diagnostics if d.code == RANK_MISSING]
         if missing:
-            raise InputError(f"--strict: {missing[0].message}", path=store.path,
-                             hint="fix or remove the unreadable file, or run without --strict "
-                                  "to diagnose the ranks that could be read")
+            raise InputError(
+                f"--strict: {missing[0].message}",
+                path=store.path,
+                hint="fix or remove the unreadable file, or run without --strict "
+                "to diagnose the ranks that could be read",
+            )
     return store
 
 
-def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force: bool = False,
-           salvage: bool = False, quiet: bool = False, use_cache: bool = True,
-           progress: Progress | None = None, strict: bool = False) -> TraceStore:
+def ingest(
+    paths: Sequence[str | Path],
+    out: str | Path | None = None,
+    *,
+    force: bool = False,
+    salvage: bool = False,
+    quiet: bool = False,
+    use_cache: bool = True,
+    progress: Progress | None = None,
+    strict: bool = False,
+) -> TraceStore:
     """Ingest trace files into a store at ``out`` (default: the content-addressed cache).
 
     An existing store built from the same file contents (and options) is reused. An existing
@@ -144,12 +170,19 @@ def ingest(paths: Sequence[str | Path], out: str | Path | None = None, *, force:
         options: dict[str, Any] = {"salvage": bool(salvage)}
         if inputs.unreadable:  # a store without those ranks is another store
             options["unreadable"] = sorted(n for n, _ in inputs.unreadable)
-        job = _Job(inputs, Path(out) if out is not None else None, options, force=force,
-                   use_cache=use_cache and not current_runner().fresh)
+        job = _Job(
+            inputs,
+            Path(out) if out is not None else None,
+            options,
+            force=force,
+            use_cache=use_cache and not current_runner().fresh,
+        )
         found = _lookup(job)
         if found is None:
-            _ensure_folder(job.out.parent if job.out is not None else cache.store_path("-").parent,
-                           cache=job.out is None)
+            _ensure_folder(
+                job.out.parent if job.out is not None else cache.store_path("-").parent,
+                cache=job.out is None,
+            )
             found = _read_and_write(job, progress or Progress("ingest", quiet=quiet))
     return check_strict(found, strict)
 
@@ -174,14 +207,16 @@ class _Job:
         """The content key, built once (files without a digest yet are hashed first)."""
         if self._key is None:
             files = self.inputs.files
-            digests = [d if d is not None else cache.file_digest(p)
-                       for p, d in zip(files, self.digests)]
+            digests = [
+                d if d is not None else cache.file_digest(p) for p, d in zip(files, self.digests)
+            ]
             self.digests = list(digests)
             self._key = cache.content_key(files, digests, self.options)
         return self._key
 
 
 # --- 2. look up a store that already holds the inputs ---------------------------------------
+
 
 def _lookup(job: _Job) -> TraceStore | None:
     """The store that holds these inputs already, found by hashing their bytes (never by
@@ -204,11 +239,15 @@ def _lookup_target(job: _Job, out: Path) -> TraceStore | None:
         return None
     if meta.get("content_key") == job.key and is_valid_store(out):
         return TraceStore.open(out) if job.use_cache else None  # --no-cache: read again
-    raise InputError("already exists and holds other traces", path=out,
-                     hint="pass --force to replace it, or choose another -o path")
+    raise InputError(
+        "already exists and holds other traces",
+        path=out,
+        hint="pass --force to replace it, or choose another -o path",
+    )
 
 
 # --- 3. read every file and write the store -------------------------------------------------
+
 
 def _ensure_folder(folder: Path, *, cache: bool) -> None:
     """The folder the store goes to exists (made if need be) and is writable; a clear error
@@ -222,11 +261,18 @@ def _ensure_folder(folder: Path, *, cache: bool) -> None:
         if ok:
             return
         problem = "not writable"
-    where = ("the store cache (TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight)" if cache
-             else "the store's folder")
-    raise InputError(f"cannot write {where}: {problem}", path=folder,
-                     hint="point TRACEINSIGHT_CACHE_DIR at a writable folder" if cache
-                     else "choose an -o path in a writable folder")
+    where = (
+        "the store cache (TRACEINSIGHT_CACHE_DIR or ~/.cache/traceinsight)"
+        if cache
+        else "the store's folder"
+    )
+    raise InputError(
+        f"cannot write {where}: {problem}",
+        path=folder,
+        hint="point TRACEINSIGHT_CACHE_DIR at a writable folder"
+        if cache
+        else "choose an -o path in a writable folder",
+    )
 
 
 @dataclass
@@ -238,7 +284,7 @@ class _Read:
 
 def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
     for i, p in enumerate(job.inputs.files):  # hashed while the command started (joined:
-        if job.digests[i] is None:             # no thread may run when the reader forks)
+        if job.digests[i] is None:  # no thread may run when the reader forks)
             job.digests[i] = prehash.take(p)
     if ranks.applies(job.inputs.files):  # several rank files: one task and partition each
         return ranks.read_and_write(job, prog)
@@ -269,15 +315,18 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
         store = write_store(target, meta, tables, replace=True)
     except OSError as e:
         where = "the cache folder" if job.out is None else "the store folder"
-        raise InputError(f"cannot write the store: {e.strerror or e}", path=target,
-                         hint=f"check that {where} is writable (TRACEINSIGHT_CACHE_DIR sets "
-                              "the cache's place)") from None
+        raise InputError(
+            f"cannot write the store: {e.strerror or e}",
+            path=target,
+            hint=f"check that {where} is writable (TRACEINSIGHT_CACHE_DIR sets the cache's place)",
+        ) from None
     prog.done(f"{rows['gpu_activities']:,} GPU activities, {len(reads)} rank(s) -> {target}")
     return store
 
 
-def _read_all(job: _Job, prog: Progress,
-              parts: streamed.Parts) -> tuple[list[_Read], DiagnosticLog]:
+def _read_all(
+    job: _Job, prog: Progress, parts: streamed.Parts
+) -> tuple[list[_Read], DiagnosticLog]:
     """Each file through its reader; in a folder of several, files no reader can read are
     skipped with a diagnostic. Files are hashed while they are parsed."""
     inputs = job.inputs
@@ -309,9 +358,15 @@ def _read_all(job: _Job, prog: Progress,
         # starts it once it has forked its helper process
         hasher = streamed.FileHasher(p) if job.digests[i] is None else None
         try:
-            r = streamed.read_streamed(p, head, parts, rank_hint=rank_from_filename(p.name),
-                                       progress=step, background=hasher.start if hasher else None,
-                                       wrap=functools.partial(_reader_errors, p))
+            r = streamed.read_streamed(
+                p,
+                head,
+                parts,
+                rank_hint=rank_from_filename(p.name),
+                progress=step,
+                background=hasher.start if hasher else None,
+                wrap=functools.partial(_reader_errors, p),
+            )
             if r is None:  # read whole: the readers without a stream entry, damaged files
                 if hasher and hasher.started:
                     job.digests[i] = hasher.result()  # no thread may run when the reader forks
@@ -319,16 +374,26 @@ def _read_all(job: _Job, prog: Progress,
                 raw = read_raw(p)
                 reader, data = open_trace(p, raw)
                 del raw
-                r = _read_one(reader, data, p, bool(job.options["salvage"]), step,
-                              hasher.start if hasher else None)
+                r = _read_one(
+                    reader,
+                    data,
+                    p,
+                    bool(job.options["salvage"]),
+                    step,
+                    hasher.start if hasher else None,
+                )
                 del data
         except TraceFormatError as e:
             if in_folder:
                 if _looks_like_trace(head):
                     _rank_missing(skipped, p.name, e.message)
                 else:
-                    skipped.add("file-skipped", f"{p.name} skipped: {e.message}",
-                                severity="info", source=p.name)
+                    skipped.add(
+                        "file-skipped",
+                        f"{p.name} skipped: {e.message}",
+                        severity="info",
+                        source=p.name,
+                    )
                 done += size
                 continue
             raise
@@ -338,8 +403,11 @@ def _read_all(job: _Job, prog: Progress,
         done += size
     if not reads:
         formats = " or ".join(r.title for r in readers.READERS)
-        raise TraceFormatError(f"no {formats} trace found among the files", path=inputs.display,
-                               hint="; ".join(d.message for d in skipped.items)[:300] or None)
+        raise TraceFormatError(
+            f"no {formats} trace found among the files",
+            path=inputs.display,
+            hint="; ".join(d.message for d in skipped.items)[:300] or None,
+        )
     reads = join_memory(reads, inputs.display)  # a snapshot joins its trace's rank
     _one_format(reads, inputs)
     return reads, skipped
@@ -352,18 +420,31 @@ def _one_format(reads: list[_Read], inputs: Inputs) -> None:
         first.setdefault(r.result.meta.format, r.path.name)
     if len(first) > 1:
         listing = ", ".join(f"{name} ({fmt})" for fmt, name in first.items())
-        raise InputError(f"the files mix trace formats: {listing}", path=inputs.display,
-                         hint="diagnose each format on its own (one folder or file list per "
-                              "format); compare can put the two results side by side")
+        raise InputError(
+            f"the files mix trace formats: {listing}",
+            path=inputs.display,
+            hint="diagnose each format on its own (one folder or file list per "
+            "format); compare can put the two results side by side",
+        )
 
 
-def _read_one(reader: Reader, data: bytes, p: Path, salvage: bool,
-              step: Any, background: Any) -> RankRead:
+def _read_one(
+    reader: Reader, data: bytes, p: Path, salvage: bool, step: Any, background: Any
+) -> RankRead:
     """``reader.read`` of one file (errors as :func:`_reader_errors` makes them)."""
     kw = {"path": p} if reader.opens_path else {}
-    return _reader_errors(p, lambda: reader.read(
-        data, source=p.name, rank_hint=rank_from_filename(p.name), **kw, salvage=salvage,
-        progress=step, background=background))
+    return _reader_errors(
+        p,
+        lambda: reader.read(
+            data,
+            source=p.name,
+            rank_hint=rank_from_filename(p.name),
+            **kw,
+            salvage=salvage,
+            progress=step,
+            background=background,
+        ),
+    )
 
 
 def _reader_errors(p: Path, fn: Callable[[], Any]) -> Any:
@@ -376,15 +457,25 @@ def _reader_errors(p: Path, fn: Callable[[], Any]) -> Any:
             e.path = p.name
         raise
     except RecursionError:
-        raise TraceFormatError("holds values nested too deeply to read (thousands of levels)",
-                               path=p.name, hint="check how the file was produced") from None
-    except (OverflowError, pa.ArrowInvalid, pa.ArrowNotImplementedError, ValueError,
-            TypeError) as e:
+        raise TraceFormatError(
+            "holds values nested too deeply to read (thousands of levels)",
+            path=p.name,
+            hint="check how the file was produced",
+        ) from None
+    except (
+        OverflowError,
+        pa.ArrowInvalid,
+        pa.ArrowNotImplementedError,
+        ValueError,
+        TypeError,
+    ) as e:
         raise TraceFormatError(
             f"holds a value out of the range traceinsight reads ({type(e).__name__}: "
-            f"{str(e).splitlines()[0][:120] if str(e) else 'no detail'})", path=p.name,
+            f"{str(e).splitlines()[0][:120] if str(e) else 'no detail'})",
+            path=p.name,
             hint="a time, id or count is beyond 64-bit integers or not a number; fix or drop "
-                 "that event (--debug shows where)") from e
+            "that event (--debug shows where)",
+        ) from e
 
 
 def _size(p: Path) -> int:
@@ -405,9 +496,13 @@ def _looks_like_trace(raw: bytes) -> bool:
 
 def _rank_missing(log: DiagnosticLog, name: str, why: str) -> None:
     """A rank file of a folder that could not be read: a warning every output shows."""
-    log.add(RANK_MISSING, f"rank file {name} could not be read ({why}); its rank is missing "
-            "from every figure", severity="warning", source=name,
-            hint="fix or remove the file; --strict makes this an error")
+    log.add(
+        RANK_MISSING,
+        f"rank file {name} could not be read ({why}); its rank is missing from every figure",
+        severity="warning",
+        source=name,
+        hint="fix or remove the file; --strict makes this an error",
+    )
 
 
 def _warm_up_arrow() -> threading.Thread:
@@ -435,7 +530,8 @@ def _assign_ranks(reads: list[_Read], inputs: Inputs) -> None:
                 f"cannot tell the rank of {len(unknown)} of {len(reads)} files: {listing}",
                 path=inputs.display,
                 hint="the traces have no distributedInfo; name the files with their rank "
-                     "(e.g. rank-0.json.gz, rank-1.json.gz)")
+                "(e.g. rank-0.json.gz, rank-1.json.gz)",
+            )
     seen: dict[int, str] = {}
     for r in reads:
         rank = r.result.meta.rank
@@ -443,23 +539,27 @@ def _assign_ranks(reads: list[_Read], inputs: Inputs) -> None:
             raise InputError(
                 f"two files claim rank {rank}: {seen[rank]} and {r.path.name}",
                 path=inputs.display,
-                hint="keep one trace per rank in the folder (or pass the files of one run)")
+                hint="keep one trace per rank in the folder (or pass the files of one run)",
+            )
         seen[rank] = r.path.name
 
 
-def _assemble(reads: list[_Read], skipped: DiagnosticLog, key: str,
-              options: dict[str, Any]) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+def _assemble(
+    reads: list[_Read], skipped: DiagnosticLog, key: str, options: dict[str, Any]
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     reads = sorted(reads, key=lambda r: r.result.meta.rank)
     tables = {}
     for name in schema.TABLES:
         parts = [r.result.tables[name] for r in reads]
-        tables[name] = (pa.concat_tables(parts, promote_options="default") if len(parts) > 1
-                        else parts[0])
+        tables[name] = (
+            pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
+        )
     return tables, _store_meta(reads, skipped, key, options)
 
 
-def _store_meta(reads: list[_Read], skipped: DiagnosticLog, key: str,
-                options: dict[str, Any]) -> dict[str, Any]:
+def _store_meta(
+    reads: list[_Read], skipped: DiagnosticLog, key: str, options: dict[str, Any]
+) -> dict[str, Any]:
     """``meta.json`` of a store of ``reads`` (in rank order), less the table counts."""
     diags = DiagnosticLog()
     diags.extend(skipped)
@@ -471,14 +571,21 @@ def _store_meta(reads: list[_Read], skipped: DiagnosticLog, key: str,
         "content_key": key,
         "ingest_options": options,
         "sources": [
-            {"name": _source_name(r), "path": str(r.path.resolve()), "sha256": r.digest,
-             "bytes": r.path.stat().st_size, "mtime_ns": r.path.stat().st_mtime_ns,
-             "rank": r.result.meta.rank, "format": r.result.meta.format}
+            {
+                "name": _source_name(r),
+                "path": str(r.path.resolve()),
+                "sha256": r.digest,
+                "bytes": r.path.stat().st_size,
+                "mtime_ns": r.path.stat().st_mtime_ns,
+                "rank": r.result.meta.rank,
+                "format": r.result.meta.format,
+            }
             for r in reads
         ],
         "ranks": [r.result.meta.to_dict() for r in reads],
-        "event_counts": {str(r.result.meta.rank): dict(sorted(r.result.counts.items()))
-                         for r in reads},
+        "event_counts": {
+            str(r.result.meta.rank): dict(sorted(r.result.counts.items())) for r in reads
+        },
         "diagnostics": diags.to_list(),
     }
     return meta

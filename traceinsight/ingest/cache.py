@@ -63,8 +63,7 @@ def file_digest(path: Path) -> str:
             while chunk := f.read(8 << 20):
                 h.update(chunk)
     except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=path,
-                         hint="check permissions") from e
+        raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions") from e
     return h.hexdigest()
 
 

@@ -161,8 +161,7 @@ def float_col(values: Sequence[Any]) -> pa.Array:
     return pa.array(out, type=pa.float64())
 
 
-def from_numpy(values: np.ndarray, type_: pa.DataType, mask: np.ndarray | None = None
-               ) -> pa.Array:
+def from_numpy(values: np.ndarray, type_: pa.DataType, mask: np.ndarray | None = None) -> pa.Array:
     """A numpy array of ``type_``'s values as an Arrow array (``mask`` True: null), without a
     copy. (``pa.array`` of a numpy array imports ``numpy.ma`` on first use: 10-15 ms in each
     parsing process.)"""
@@ -215,8 +214,9 @@ def id_str_col(values: list) -> pa.Array:
     if pa.types.is_integer(arr.type):
         enc = arr.dictionary_encode()
         idx = enc.indices
-        return pa.DictionaryArray.from_arrays(idx if idx.type == _INT32 else idx.cast(_INT32),
-                                              enc.dictionary.cast(pa.string()))
+        return pa.DictionaryArray.from_arrays(
+            idx if idx.type == _INT32 else idx.cast(_INT32), enc.dictionary.cast(pa.string())
+        )
     if pa.types.is_string(arr.type):  # all text (2021 traces write thread ids so)
         return arr.dictionary_encode()
     return dict_col(values)
@@ -257,8 +257,13 @@ def json_text_col(raws: Sequence[Any]) -> pa.Array:
         text = _PRETTY_NL.sub("", text)
     parts = pc.list_flatten(pc.split_pattern(pa.array([text], pa.string()), "\x00"))
     if len(parts) != len(raws):  # pragma: no cover - NUL inside JSON text is invalid JSON
-        return pa.array([None if r is None or bytes(r) == b"null"
-                         else bytes(r).decode("utf-8", "replace") for r in raws], pa.string())
+        return pa.array(
+            [
+                None if r is None or bytes(r) == b"null" else bytes(r).decode("utf-8", "replace")
+                for r in raws
+            ],
+            pa.string(),
+        )
     return pc.if_else(pc.equal(parts, "null"), pa.scalar(None, pa.string()), parts)
 
 
@@ -269,13 +274,20 @@ def xyz_cols(values: Sequence[Any]) -> list[pa.Array]:
         n = len(arr)
         if n and not arr.null_count:
             flat = arr.flatten()
-            if (len(flat) == 3 * n and not flat.null_count
-                    and (np.diff(arr.offsets.to_numpy()) == 3).all()):  # the usual case
+            if (
+                len(flat) == 3 * n
+                and not flat.null_count
+                and (np.diff(arr.offsets.to_numpy()) == 3).all()
+            ):  # the usual case
                 xyz = flat.to_numpy().reshape(n, 3)
                 return [from_numpy(xyz[:, i], _INT64) for i in range(3)]
         if pc.min(pc.list_value_length(arr)).as_py() in (None, 3) or arr.null_count == len(arr):
-            return [pc.list_element(arr, i) if arr.null_count < len(arr)
-                    else pa.nulls(len(arr), pa.int64()) for i in range(3)]
+            return [
+                pc.list_element(arr, i)
+                if arr.null_count < len(arr)
+                else pa.nulls(len(arr), pa.int64())
+                for i in range(3)
+            ]
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         pass
     out = []

@@ -27,8 +27,9 @@ def skipped_entries(inputs: list[Path], store: TraceStore) -> list[dict[str, Any
         return []
     folder = Path(inputs[0])
     read = {str(s.get("name")) for s in store.meta.get("sources", [])}
-    reported = {str(d.get("source")) for d in store.meta.get("diagnostics", [])
-                if d.get("code") == SKIPPED}
+    reported = {
+        str(d.get("source")) for d in store.meta.get("diagnostics", []) if d.get("code") == SKIPPED
+    }
     ends = tuple(s for s in suffixes())
     shown = ", ".join(s for s in ends if s != ".gz")
     out = []
@@ -41,12 +42,19 @@ def skipped_entries(inputs: list[Path], store: TraceStore) -> list[dict[str, Any
             why = f"not a trace file name ({shown})"
         else:
             continue  # a trace-named file that was read under another name: nothing to say
-        out.append({"code": SKIPPED, "severity": "info", "source": p.name,
-                    "message": f"{p.name} skipped: {why}"})
+        out.append(
+            {
+                "code": SKIPPED,
+                "severity": "info",
+                "source": p.name,
+                "message": f"{p.name} skipped: {why}",
+            }
+        )
     return out
 
 
 def skipped_lines(result_diagnostics: list[dict[str, Any]]) -> list[str]:
     """One stderr line per skipped entry of the input folder (this run's and ingest's)."""
-    return [f"traceinsight: {d.get('message')}" for d in result_diagnostics
-            if d.get("code") == SKIPPED]
+    return [
+        f"traceinsight: {d.get('message')}" for d in result_diagnostics if d.get("code") == SKIPPED
+    ]

@@ -40,12 +40,16 @@ def with_memory(paths: Sequence[str | Path], memory: Sequence[str | Path]) -> li
     for raw in paths:
         p = Path(raw)
         if p.is_dir() and read_meta(p) is not None:
-            raise InputError("a memory snapshot joins traces, not a store", path=p,
-                             hint="pass the trace files with --memory-snapshot")
+            raise InputError(
+                "a memory snapshot joins traces, not a store",
+                path=p,
+                hint="pass the trace files with --memory-snapshot",
+            )
         if p.is_dir():  # its trace files, as a folder input lists them
             sfx = readers.suffixes()
-            out.extend(sorted(q for q in p.iterdir()
-                              if q.is_file() and q.name.lower().endswith(sfx)))
+            out.extend(
+                sorted(q for q in p.iterdir() if q.is_file() and q.name.lower().endswith(sfx))
+            )
         else:
             out.append(p)
     for raw in memory:
@@ -73,11 +77,17 @@ def _check_memory_file(p: Path) -> None:
         if r.sniff(head[:4096]):
             if r.memory:
                 return
-            raise InputError(f"is a {r.title} file, not a memory snapshot", path=p,
-                             hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() "
-                                  "output or a memory-timeline export; pass traces as inputs")
-    raise InputError("is not a memory snapshot or memory-timeline export", path=p,
-                     hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() output")
+            raise InputError(
+                f"is a {r.title} file, not a memory snapshot",
+                path=p,
+                hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() "
+                "output or a memory-timeline export; pass traces as inputs",
+            )
+    raise InputError(
+        "is not a memory snapshot or memory-timeline export",
+        path=p,
+        hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() output",
+    )
 
 
 def is_memory(read: _ReadLike) -> bool:
@@ -104,13 +114,18 @@ def join(reads: list[Any], display: str) -> list[Any]:
             target = next(iter(by_rank.values()))
         else:
             raise InputError(
-                f"cannot tell which rank {m.path.name} belongs to", path=display,
-                hint="name the memory file with its rank (e.g. snapshot_rank-3.pickle)")
+                f"cannot tell which rank {m.path.name} belongs to",
+                path=display,
+                hint="name the memory file with its rank (e.g. snapshot_rank-3.pickle)",
+            )
         key = (target.result.meta.rank, m.result.meta.format)
         if key in taken:
-            raise InputError(f"two {m.result.meta.format} files for rank {key[0]}: "
-                             f"{taken[key]} and {m.path.name}", path=display,
-                             hint="give one memory snapshot (and one timeline) per rank")
+            raise InputError(
+                f"two {m.result.meta.format} files for rank {key[0]}: "
+                f"{taken[key]} and {m.path.name}",
+                path=display,
+                hint="give one memory snapshot (and one timeline) per rank",
+            )
         taken[key] = m.path.name
         _join_one(target, m)
     return ranks
@@ -135,9 +150,14 @@ def _primaries(mem: list[Any]) -> tuple[list[Any], list[Any]]:
 
 def _origin(m: Any) -> dict[str, Any]:
     meta = m.result.meta
-    return {"name": m.path.name, "format": meta.format, "sha256": m.digest,
-            "bytes": _size(m.path), "layout": meta.memory.get("snapshot_layout"),
-            "span_ns": meta.span_ns}
+    return {
+        "name": m.path.name,
+        "format": meta.format,
+        "sha256": m.digest,
+        "bytes": _size(m.path),
+        "layout": meta.memory.get("snapshot_layout"),
+        "span_ns": meta.span_ns,
+    }
 
 
 def _join_one(target: Any, m: Any) -> None:
@@ -146,11 +166,17 @@ def _join_one(target: Any, m: Any) -> None:
     for name, table in src.tables.items():
         if not table.num_rows:
             continue
-        table = table.set_column(table.schema.get_field_index("rank"), "rank",
-                                 pa.array([rank] * table.num_rows, pa.int32()))
+        table = table.set_column(
+            table.schema.get_field_index("rank"),
+            "rank",
+            pa.array([rank] * table.num_rows, pa.int32()),
+        )
         have = t.tables.get(name)
-        t.tables[name] = (pa.concat_tables([have, table], promote_options="default")
-                          if have is not None and have.num_rows else table)
+        t.tables[name] = (
+            pa.concat_tables([have, table], promote_options="default")
+            if have is not None and have.num_rows
+            else table
+        )
     mem = t.meta.memory
     for k, v in src.meta.memory.items():
         if k != "inputs":

@@ -126,8 +126,7 @@ def read_ipc(files: dict[str, str]) -> dict[str, pa.Table]:
     return out
 
 
-def _claimer(n: int, counter: Any, emitted: Any = None,
-             ahead: int = 0) -> Callable[[], int | None]:
+def _claimer(n: int, counter: Any, emitted: Any = None, ahead: int = 0) -> Callable[[], int | None]:
     """``claim()``: the next unclaimed index (None: all claimed). With ``emitted`` (a shared
     count of results handed on) it first waits while the next index is more than ``ahead``
     past it, so a fast helper does not pile up results the parent has yet to take."""
@@ -142,6 +141,7 @@ def _claimer(n: int, counter: Any, emitted: Any = None,
                 return None
             counter.value = k + 1
             return k
+
     return claim
 
 
@@ -155,8 +155,13 @@ def _picklable(e: BaseException) -> BaseException:
         return RuntimeError(f"{type(e).__name__}: {e}")
 
 
-def _claiming_helper(conn: Any, claim: Callable[[], int | None], work: Callable[[int], Part],
-                     folder: str, parent: int) -> None:
+def _claiming_helper(
+    conn: Any,
+    claim: Callable[[], int | None],
+    work: Callable[[int], Part],
+    folder: str,
+    parent: int,
+) -> None:
     """A forked helper: parse the chunks it claims, hand each one's tables on as IPC files."""
     _quiet_orphan(parent)
     try:
@@ -173,8 +178,14 @@ def _claiming_helper(conn: Any, claim: Callable[[], int | None], work: Callable[
         os._exit(0)
 
 
-def in_order(n: int, work: Callable[[int], Part], emit: Callable[[int, Part], None], *,
-             helpers: int = 1, forked: Callable[[], None] | None = None) -> None:
+def in_order(
+    n: int,
+    work: Callable[[int], Part],
+    emit: Callable[[int, Part], None],
+    *,
+    helpers: int = 1,
+    forked: Callable[[], None] | None = None,
+) -> None:
     """Run ``work(k)`` for every ``k < n`` and call ``emit(k, result)`` here, in order of ``k``.
 
     This process and ``helpers`` forked helpers each claim the next unclaimed ``k`` in turn,
@@ -202,8 +213,11 @@ def in_order(n: int, work: Callable[[int], Part], emit: Callable[[int, Part], No
         try:
             for _ in range(helpers):
                 mine, theirs = ctx.Pipe(duplex=False)
-                p = ctx.Process(target=_claiming_helper, daemon=True,
-                                args=(theirs, helper_claim, work, tmp, os.getpid()))
+                p = ctx.Process(
+                    target=_claiming_helper,
+                    daemon=True,
+                    args=(theirs, helper_claim, work, tmp, os.getpid()),
+                )
                 p.start()
                 theirs.close()
                 procs.append(p)
@@ -220,8 +234,14 @@ def in_order(n: int, work: Callable[[int], Part], emit: Callable[[int, Part], No
                 c.close()
 
 
-def _drive(n: int, work: Callable[[int], Part], emit: Callable[[int, Part], None],
-           claim: Callable[[], int | None], conns: list[Any], emitted: Any) -> None:
+def _drive(
+    n: int,
+    work: Callable[[int], Part],
+    emit: Callable[[int, Part], None],
+    claim: Callable[[], int | None],
+    conns: list[Any],
+    emitted: Any,
+) -> None:
     import multiprocessing.connection
 
     ready: dict[int, tuple[bool, Any, Any]] = {}  # k -> (here, tables or files, extra)
@@ -280,11 +300,14 @@ def _helper(i: int) -> tuple[dict[str, str], Any]:
     return files, state
 
 
-def fork_and_join(work: Callable[[int], Part], helpers: int, *,
-                  here: Callable[[], dict[str, pa.Table]] | None = None,
-                  forked: Callable[[], None] | None = None,
-                  done: Callable[[int], None] | None = None
-                  ) -> tuple[dict[str, pa.Table], list[Any]]:
+def fork_and_join(
+    work: Callable[[int], Part],
+    helpers: int,
+    *,
+    here: Callable[[], dict[str, pa.Table]] | None = None,
+    forked: Callable[[], None] | None = None,
+    done: Callable[[int], None] | None = None,
+) -> tuple[dict[str, pa.Table], list[Any]]:
     """Run ``work(i)`` for each ``i < helpers`` in forked processes and join the tables.
 
     ``forked()`` is called once the helpers exist (threads may start then), ``here()`` parses
@@ -297,8 +320,9 @@ def fork_and_join(work: Callable[[int], Part], helpers: int, *,
 
     with tempfile.TemporaryDirectory(prefix="traceinsight-parse-") as tmp:
         _SHARED.update(work=work, dir=tmp)
-        pool = multiprocessing.get_context("fork").Pool(helpers, initializer=_quiet_orphan,
-                                                        initargs=(os.getpid(),))
+        pool = multiprocessing.get_context("fork").Pool(
+            helpers, initializer=_quiet_orphan, initargs=(os.getpid(),)
+        )
         try:
             _SHARED.clear()
             results = pool.imap(_helper, range(helpers))
@@ -322,8 +346,9 @@ def fork_and_join(work: Callable[[int], Part], helpers: int, *,
         names = list(handed[0][0] if handed else mine)
         for name in names:  # one name at a time: each part is freed once joined
             parts = [mine.pop(name)] if name in mine else []
-            parts += [pa.ipc.open_file(pa.memory_map(files[name])).read_all()
-                      for files, _ in handed]
+            parts += [
+                pa.ipc.open_file(pa.memory_map(files[name])).read_all() for files, _ in handed
+            ]
             tables[name] = pa.concat_tables(parts).unify_dictionaries().combine_chunks()
             del parts
     return tables, [state for _, state in handed]

@@ -75,6 +75,7 @@ def _is_memory_input(p: Path) -> bool:
 
 # --- one task: one file ----------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class RankTask:
     """Read file ``path`` into a single-rank store under ``folder``."""
@@ -119,8 +120,7 @@ def read_rank(task: RankTask) -> RankDone:
     done = RankDone(task.index, task.path)
     folder = Path(task.folder) / f"part-{task.index}"
     try:
-        ingest([p], folder, salvage=bool(task.options.get("salvage")), quiet=True,
-               use_cache=False)
+        ingest([p], folder, salvage=bool(task.options.get("salvage")), quiet=True, use_cache=False)
     except TraceFormatError as e:
         if not task.in_folder:
             done.error = e
@@ -151,6 +151,7 @@ def _head(p: Path) -> bytes:
 
 # --- the fan-out -----------------------------------------------------------------------------
 
+
 def read_and_write(job: _Job, prog: Progress) -> TraceStore:
     """Ingest ``job``'s files one task per file into a rank-partitioned store."""
     from traceinsight.ingest import _rank_missing
@@ -165,8 +166,10 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
         in_folder = inputs.from_directory is not None
         runner = current()
         worker = bool(runner.scheduler) or runner.workers > 1
-        tasks = [RankTask(i, str(p), dict(job.options), str(tmp), in_folder, worker)
-                 for i, p in enumerate(inputs.files)]
+        tasks = [
+            RankTask(i, str(p), dict(job.options), str(tmp), in_folder, worker)
+            for i, p in enumerate(inputs.files)
+        ]
         n = len(tasks)
         prog.update(f"0/{n} ranks", 0.0)
 
@@ -186,14 +189,17 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
             if d.missing is not None:
                 _rank_missing(skipped, name, d.missing)
             elif d.skipped is not None:
-                skipped.add("file-skipped", f"{name} skipped: {d.skipped}", severity="info",
-                            source=name)
+                skipped.add(
+                    "file-skipped", f"{name} skipped: {d.skipped}", severity="info", source=name
+                )
         parts = [d for d in results if d.folder is not None]
         if not parts:
             formats = " or ".join(r.title for r in readers.READERS)
-            raise TraceFormatError(f"no {formats} trace found among the files",
-                                   path=inputs.display,
-                                   hint="; ".join(x.message for x in skipped.items)[:300] or None)
+            raise TraceFormatError(
+                f"no {formats} trace found among the files",
+                path=inputs.display,
+                hint="; ".join(x.message for x in skipped.items)[:300] or None,
+            )
         _check_ranks(parts, inputs.display)
         key = job.key
         target = job.out if job.out is not None else cache.store_path(key)
@@ -207,15 +213,17 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
             commit_dir(tmp, target)
         except OSError as e:
             where = "the cache folder" if job.out is None else "the store folder"
-            raise InputError(f"cannot write the store: {e.strerror or e}", path=target,
-                             hint=f"check that {where} is writable (TRACEINSIGHT_CACHE_DIR "
-                                  "sets the cache's place)") from None
+            raise InputError(
+                f"cannot write the store: {e.strerror or e}",
+                path=target,
+                hint=f"check that {where} is writable (TRACEINSIGHT_CACHE_DIR "
+                "sets the cache's place)",
+            ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     store = TraceStore.open(target)
     gpu = store.row_counts.get("gpu_activities", 0)
-    prog.done(f"{gpu:,} GPU activities, {len(store.ranks)} rank(s) in {runner.label} -> "
-              f"{target}")
+    prog.done(f"{gpu:,} GPU activities, {len(store.ranks)} rank(s) in {runner.label} -> {target}")
     return store
 
 
@@ -226,8 +234,9 @@ def _ranks_of(d: RankDone) -> list[dict[str, Any]]:
 def _check_ranks(parts: list[RankDone], display: str) -> None:
     """Every file's rank known, no rank claimed twice, one format (as the one-process ingest
     checks them)."""
-    unknown = [Path(d.path).name for d in parts for r in _ranks_of(d)
-               if r.get("rank_source") == "default"]
+    unknown = [
+        Path(d.path).name for d in parts for r in _ranks_of(d) if r.get("rank_source") == "default"
+    ]
     if unknown:
         listing = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
         total = sum(len(_ranks_of(d)) for d in parts)
@@ -235,28 +244,34 @@ def _check_ranks(parts: list[RankDone], display: str) -> None:
             f"cannot tell the rank of {len(unknown)} of {total} files: {listing}",
             path=display,
             hint="the traces have no distributedInfo; name the files with their rank "
-                 "(e.g. rank-0.json.gz, rank-1.json.gz)")
+            "(e.g. rank-0.json.gz, rank-1.json.gz)",
+        )
     seen: dict[int, str] = {}
     formats: dict[str, str] = {}
     for d in parts:
         name = Path(d.path).name
         for r in _ranks_of(d):
             if r["rank"] in seen:
-                raise InputError(f"two files claim rank {r['rank']}: {seen[r['rank']]} and "
-                                 f"{name}", path=display,
-                                 hint="keep one trace per rank in the folder (or pass the "
-                                      "files of one run)")
+                raise InputError(
+                    f"two files claim rank {r['rank']}: {seen[r['rank']]} and {name}",
+                    path=display,
+                    hint="keep one trace per rank in the folder (or pass the files of one run)",
+                )
             seen[r["rank"]] = name
             formats.setdefault(str(r.get("format")), name)
     if len(formats) > 1:
         listing = ", ".join(f"{name} ({fmt})" for fmt, name in formats.items())
-        raise InputError(f"the files mix trace formats: {listing}", path=display,
-                         hint="diagnose each format on its own (one folder or file list per "
-                              "format); compare can put the two results side by side")
+        raise InputError(
+            f"the files mix trace formats: {listing}",
+            path=display,
+            hint="diagnose each format on its own (one folder or file list per "
+            "format); compare can put the two results side by side",
+        )
 
 
-def _finish(tmp: Path, parts: list[RankDone], skipped: DiagnosticLog, key: str,
-            options: dict[str, Any]) -> None:
+def _finish(
+    tmp: Path, parts: list[RankDone], skipped: DiagnosticLog, key: str, options: dict[str, Any]
+) -> None:
     """Name the rank folders (a file of several ranks: by its first) and write the top-level
     ``meta.json``: the ranks' metadata in rank order, their row counts summed."""
     parts = sorted(parts, key=lambda d: min(r["rank"] for r in _ranks_of(d)))
@@ -277,10 +292,17 @@ def _finish(tmp: Path, parts: list[RankDone], skipped: DiagnosticLog, key: str,
         for t, n in (d.meta.get("tables") or {}).items():
             totals[t] = totals.get(t, 0) + int(n)
     full = {
-        "format": STORE_FORMAT, "schema_version": schema.SCHEMA_VERSION,
+        "format": STORE_FORMAT,
+        "schema_version": schema.SCHEMA_VERSION,
         "tool_version": __version__,
         "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "content_key": key, "ingest_options": options, "sources": sources, "ranks": ranks,
-        "event_counts": counts, "diagnostics": diags, "tables": totals, "partitions": names,
+        "content_key": key,
+        "ingest_options": options,
+        "sources": sources,
+        "ranks": ranks,
+        "event_counts": counts,
+        "diagnostics": diags,
+        "tables": totals,
+        "partitions": names,
     }
     (tmp / META_FILE).write_text(json.dumps(full, indent=1, default=str), encoding="utf-8")

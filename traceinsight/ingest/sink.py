@@ -36,10 +36,13 @@ PENDING_BYTES = int(os.environ.get("TRACEINSIGHT_PENDING_BYTES", str(16 << 20)))
 def _write_options(sch: pa.Schema) -> dict[str, Any]:
     """zstd level 1 and dictionary pages for the string columns only: dictionary-encoding
     times and ids costs a hash per value and makes the files larger (measured)."""
-    strings = [f.name for f in sch
-               if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
-    return {"compression": "zstd", "compression_level": 1, "use_dictionary": strings,
-            "write_statistics": True}
+    strings = [f.name for f in sch if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
+    return {
+        "compression": "zstd",
+        "compression_level": 1,
+        "use_dictionary": strings,
+        "write_statistics": True,
+    }
 
 
 @dataclass(frozen=True)
@@ -69,8 +72,7 @@ class TableSink:
             return
         spec = schema.TABLES[name]
         if not table.schema.equals(spec.arrow_schema):
-            table = schema.conform(name, {c: table[c].combine_chunks()
-                                          for c in table.column_names})
+            table = schema.conform(name, {c: table[c].combine_chunks() for c in table.column_names})
         self._pending.setdefault(name, []).append(table)
         self._pending_rows[name] = self._pending_rows.get(name, 0) + table.num_rows
         self._pending_bytes[name] = self._pending_bytes.get(name, 0) + table.nbytes
@@ -97,8 +99,9 @@ class TableSink:
         w = self._writers.get(name)
         if w is None:
             sch = schema.TABLES[name].arrow_schema
-            w = self._writers[name] = pq.ParquetWriter(self.folder / f"{name}.parquet", sch,
-                                                       **_write_options(sch))
+            w = self._writers[name] = pq.ParquetWriter(
+                self.folder / f"{name}.parquet", sch, **_write_options(sch)
+            )
         w.write_table(t, row_group_size=max(1, t.num_rows))
         self.flushed = True
         del t
@@ -162,8 +165,7 @@ def join_parts(ranks: Iterable[dict[str, StoredTable]], folder: Path) -> dict[st
                 for i in range(f.num_row_groups):
                     t = f.read_row_group(i)
                     if not t.schema.equals(sch):
-                        t = schema.conform(name, {c: t[c].combine_chunks()
-                                                  for c in t.column_names})
+                        t = schema.conform(name, {c: t[c].combine_chunks() for c in t.column_names})
                     w.write_table(t, row_group_size=max(1, t.num_rows))
                     rows += t.num_rows
                 f.close()

@@ -56,17 +56,24 @@ class SourceFile:
         try:
             st = path.stat()
         except FileNotFoundError:
-            hint = ("the link points to a missing file" if path.is_symlink() else
-                    "check the path; traces are .json, .json.gz or a folder of them")
+            hint = (
+                "the link points to a missing file"
+                if path.is_symlink()
+                else "check the path; traces are .json, .json.gz or a folder of them"
+            )
             raise InputError("no such file or directory", path=path, hint=hint) from None
         except OSError as e:
-            raise InputError(f"cannot read: {e.strerror}", path=path,
-                             hint="check the path and its permissions") from e
+            raise InputError(
+                f"cannot read: {e.strerror}", path=path, hint="check the path and its permissions"
+            ) from e
         kind = special_kind(st.st_mode)
         if kind:
-            raise InputError(f"is {kind}, not a regular file", path=path,
-                             hint="save the trace to a file, or pipe it on stdin: "
-                                  "traceinsight diagnose - < trace.json")
+            raise InputError(
+                f"is {kind}, not a regular file",
+                path=path,
+                hint="save the trace to a file, or pipe it on stdin: "
+                "traceinsight diagnose - < trace.json",
+            )
         return cls(path, st.st_size, st.st_mtime_ns)
 
 
@@ -86,6 +93,7 @@ def special_kind(mode: int) -> str | None:
 
 
 # --- stdin and pipes --------------------------------------------------------------------------
+
 
 def is_stream(raw: str | Path) -> bool:
     """``-``, ``/dev/stdin`` or a ``/dev/fd/N`` pipe (process substitution ``<(...)``)."""
@@ -117,8 +125,11 @@ def materialized(paths: Sequence[str | Path]) -> Iterator[list[Path]]:
                 continue
             if str(p) in _STDIN:
                 if stdin_used:
-                    raise InputError("stdin is given twice", path=str(p),
-                                     hint="stdin can be read once: pass '-' a single time")
+                    raise InputError(
+                        "stdin is given twice",
+                        path=str(p),
+                        hint="stdin can be read once: pass '-' a single time",
+                    )
                 stdin_used = True
                 name = "stdin.json"
             else:
@@ -141,28 +152,40 @@ def _drain(raw: str, target: Path) -> Path:
             src = os.fdopen(fd, "rb")
             close = True
     except (OSError, ValueError, AttributeError) as e:
-        raise InputError(f"cannot read: {getattr(e, 'strerror', None) or e}", path=raw,
-                         hint="pipe the trace on stdin: traceinsight diagnose - < trace.json"
-                         ) from None
+        raise InputError(
+            f"cannot read: {getattr(e, 'strerror', None) or e}",
+            path=raw,
+            hint="pipe the trace on stdin: traceinsight diagnose - < trace.json",
+        ) from None
     try:
         mode = os.fstat(fd).st_mode
         if os.isatty(fd):
-            raise InputError("stdin is a terminal", path=raw,
-                             hint="pipe a trace into it: traceinsight diagnose - < trace.json")
+            raise InputError(
+                "stdin is a terminal",
+                path=raw,
+                hint="pipe a trace into it: traceinsight diagnose - < trace.json",
+            )
         if not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode) or stat.S_ISSOCK(mode)):
-            raise InputError(f"is {special_kind(mode)}, not a trace stream", path=raw,
-                             hint="pipe a trace file: traceinsight diagnose - < trace.json")
+            raise InputError(
+                f"is {special_kind(mode)}, not a trace stream",
+                path=raw,
+                hint="pipe a trace file: traceinsight diagnose - < trace.json",
+            )
         n = 0
         with open(target, "wb") as f:
             while chunk := src.read(8 << 20):
                 n += len(chunk)
                 if n > STREAM_MAX_BYTES:
-                    raise InputError(f"stream is longer than {STREAM_MAX_BYTES:,} bytes",
-                                     path=raw, hint="save the trace to a file first")
+                    raise InputError(
+                        f"stream is longer than {STREAM_MAX_BYTES:,} bytes",
+                        path=raw,
+                        hint="save the trace to a file first",
+                    )
                 f.write(chunk)
     except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=raw,
-                         hint="check the command that writes the pipe") from None
+        raise InputError(
+            f"cannot read: {e.strerror}", path=raw, hint="check the command that writes the pipe"
+        ) from None
     finally:
         if close:
             src.close()
@@ -197,22 +220,28 @@ def read_raw(path: Path) -> bytes:
     except FileNotFoundError:
         raise InputError("no such file", path=path, hint="check the path") from None
     except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=path,
-                         hint="check the path and its permissions") from e
+        raise InputError(
+            f"cannot read: {e.strerror}", path=path, hint="check the path and its permissions"
+        ) from e
     try:
         st = os.fstat(fd)
         if stat.S_ISDIR(st.st_mode):
-            raise InputError("is a directory", path=path,
-                             hint="pass the folder itself, not a file in it")
+            raise InputError(
+                "is a directory", path=path, hint="pass the folder itself, not a file in it"
+            )
         kind = special_kind(st.st_mode)
         if kind:
-            raise InputError(f"is {kind}, not a regular file", path=path,
-                             hint="save the trace to a file, or pipe it on stdin")
+            raise InputError(
+                f"is {kind}, not a regular file",
+                path=path,
+                hint="save the trace to a file, or pipe it on stdin",
+            )
         with os.fdopen(fd, "rb", closefd=False) as f:
             return f.read()
     except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=path,
-                         hint="check the file and its permissions") from e
+        raise InputError(
+            f"cannot read: {e.strerror}", path=path, hint="check the file and its permissions"
+        ) from e
     finally:
         os.close(fd)
 
@@ -222,27 +251,40 @@ def unreadable(path: Path, data: bytes, *, compressed: bool) -> TraceFormatError
     kind = sniff(data[:4096])
     if kind == "empty":
         return TraceFormatError(
-            "file is empty", path=path,
-            hint="the profiler wrote nothing; check that it ran and stopped cleanly")
+            "file is empty",
+            path=path,
+            hint="the profiler wrote nothing; check that it ran and stopped cleanly",
+        )
     if kind == "sqlite":
         return UnsupportedTraceVersion(
             "is an SQLite database (an Nsight Systems export?); this version reads Kineto JSON "
-            "only", path=path,
-            hint="record with torch.profiler, or wait for the Nsight Systems reader")
+            "only",
+            path=path,
+            hint="record with torch.profiler, or wait for the Nsight Systems reader",
+        )
     if compressed:
         return TraceFormatError(
-            "gzip file does not contain JSON text", path=path,
-            hint="expected a PyTorch profiler trace (.json or .json.gz)")
+            "gzip file does not contain JSON text",
+            path=path,
+            hint="expected a PyTorch profiler trace (.json or .json.gz)",
+        )
     if kind == "json":
-        return TraceFormatError("is JSON text no registered reader recognises", path=path,
-                                hint="expected a PyTorch profiler trace (.json or .json.gz)")
+        return TraceFormatError(
+            "is JSON text no registered reader recognises",
+            path=path,
+            hint="expected a PyTorch profiler trace (.json or .json.gz)",
+        )
     if kind == "nsys-rep":
         return UnsupportedTraceVersion(
-            "is an Nsight Systems report (.nsys-rep), a binary container", path=path,
-            hint=NSYS_EXPORT_HINT.format(name=path.name))
+            "is an Nsight Systems report (.nsys-rep), a binary container",
+            path=path,
+            hint=NSYS_EXPORT_HINT.format(name=path.name),
+        )
     return TraceFormatError(
-        f"is not JSON text (first bytes: {data[:16]!r})", path=path,
-        hint="expected a PyTorch profiler trace (.json or .json.gz)")
+        f"is not JSON text (first bytes: {data[:16]!r})",
+        path=path,
+        hint="expected a PyTorch profiler trace (.json or .json.gz)",
+    )
 
 
 def gunzip(path: Path, data: bytes) -> bytes:
@@ -277,8 +319,10 @@ def gunzip_pieces(path: Path, read: Callable[[int], bytes], size: int) -> Iterat
                     raise TraceFormatError(
                         f"gzip content expands beyond {limit:,} bytes, over {GZIP_MAX_RATIO}x "
                         f"the file's {size:,}: a decompression bomb, not a trace",
-                        path=path, hint="check where the file came from; real traces compress "
-                                        "5-40x (TRACEINSIGHT_GZIP_MAX_RATIO raises the limit)")
+                        path=path,
+                        hint="check where the file came from; real traces compress "
+                        "5-40x (TRACEINSIGHT_GZIP_MAX_RATIO raises the limit)",
+                    )
                 if out:
                     yield out
             rest = d.unused_data  # the next member starts there
@@ -296,11 +340,16 @@ def gunzip_pieces(path: Path, read: Callable[[int], bytes], size: int) -> Iterat
             break
     except EOFError:
         raise TraceFormatError(
-            "gzip stream is truncated (the file ends before the end-of-stream marker)", path=path,
-            hint="the copy is incomplete: copy or download it again") from None
+            "gzip stream is truncated (the file ends before the end-of-stream marker)",
+            path=path,
+            hint="the copy is incomplete: copy or download it again",
+        ) from None
     except zlib.error as e:
-        raise TraceFormatError(f"corrupt gzip data ({e})", path=path,
-                               hint="the file is damaged: copy or download it again") from e
+        raise TraceFormatError(
+            f"corrupt gzip data ({e})",
+            path=path,
+            hint="the file is damaged: copy or download it again",
+        ) from e
 
 
 # --- rank discovery -------------------------------------------------------------------------
@@ -314,8 +363,9 @@ def rank_from_filename(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def scan_folder(directory: Path, suffixes: tuple[str, ...]
-                ) -> tuple[list[Path], list[tuple[Path, str]]]:
+def scan_folder(
+    directory: Path, suffixes: tuple[str, ...]
+) -> tuple[list[Path], list[tuple[Path, str]]]:
     """The candidate trace files of a folder (not recursive, names ending in one of
     ``suffixes``), sorted by name, and the candidates that cannot be read as regular files
     (a broken or looping link, a FIFO, a device, a folder, no read permission) with why."""
@@ -324,8 +374,9 @@ def scan_folder(directory: Path, suffixes: tuple[str, ...]
     try:
         entries = sorted(directory.iterdir())
     except OSError as e:
-        raise InputError(f"cannot list the folder: {e.strerror}", path=directory,
-                         hint="check its permissions") from e
+        raise InputError(
+            f"cannot list the folder: {e.strerror}", path=directory, hint="check its permissions"
+        ) from e
     for p in entries:
         if not p.name.lower().endswith(suffixes):
             continue
@@ -354,6 +405,9 @@ def list_trace_files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
     files, problems = scan_folder(directory, suffixes)
     if not files and not problems:
         shown = ", ".join(s for s in suffixes if s != ".gz")
-        raise InputError(f"folder holds no trace files ({shown})", path=directory,
-                         hint="point at a trace file or a folder of per-rank trace files")
+        raise InputError(
+            f"folder holds no trace files ({shown})",
+            path=directory,
+            hint="point at a trace file or a folder of per-rank trace files",
+        )
     return files

@@ -39,8 +39,7 @@ class Parts:
 
     def __init__(self, parent: Path, name: str) -> None:
         parent.mkdir(parents=True, exist_ok=True)
-        self.path = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-parts-",
-                                          dir=parent))
+        self.path = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-{os.getpid()}-parts-", dir=parent))
         self._n = 0
 
     def sink(self) -> TableSink:
@@ -63,11 +62,13 @@ def head_of(p: Path) -> bytes:
     except FileNotFoundError:
         raise InputError("no such file", path=p, hint="check the path") from None
     except IsADirectoryError:
-        raise InputError("is a directory", path=p,
-                         hint="pass the folder itself, not a file in it") from None
+        raise InputError(
+            "is a directory", path=p, hint="pass the folder itself, not a file in it"
+        ) from None
     except OSError as e:
-        raise InputError(f"cannot read: {e.strerror}", path=p,
-                         hint="check the file and its permissions") from e
+        raise InputError(
+            f"cannot read: {e.strerror}", path=p, hint="check the file and its permissions"
+        ) from e
 
 
 class FileHasher:
@@ -106,8 +107,9 @@ class FileHasher:
             self._run()
         if self._error is not None:
             why = getattr(self._error, "strerror", None) or self._error
-            raise InputError(f"cannot read: {why}", path=self.path,
-                             hint="check the file and its permissions")
+            raise InputError(
+                f"cannot read: {why}", path=self.path, hint="check the file and its permissions"
+            )
         assert self._digest is not None
         return self._digest
 
@@ -129,10 +131,16 @@ def _gunzip_to(p: Path, parts: Parts) -> Path:
     return out
 
 
-def read_streamed(p: Path, head: bytes, parts: Parts, *, rank_hint: int | None,
-                  progress: Callable[[str, float], None] | None,
-                  background: Callable[[], None] | None,
-                  wrap: Callable[[Callable[[], Any]], Any]) -> RankRead | None:
+def read_streamed(
+    p: Path,
+    head: bytes,
+    parts: Parts,
+    *,
+    rank_hint: int | None,
+    progress: Callable[[str, float], None] | None,
+    background: Callable[[], None] | None,
+    wrap: Callable[[Callable[[], Any]], Any],
+) -> RankRead | None:
     """Read file ``p`` (first bytes ``head``) through its reader's ``stream`` entry; None when
     it has none or hands the file back (the caller reads it whole). ``wrap(fn)`` calls ``fn``
     and turns a reader's errors into user-facing ones."""
@@ -156,8 +164,16 @@ def read_streamed(p: Path, head: bytes, parts: Parts, *, rank_hint: int | None,
         return None
     sink = parts.sink()
     try:
-        got = wrap(lambda: stream(plain, sink, source=p.name, rank_hint=rank_hint,
-                                  progress=progress, background=background))
+        got = wrap(
+            lambda: stream(
+                plain,
+                sink,
+                source=p.name,
+                rank_hint=rank_hint,
+                progress=progress,
+                background=background,
+            )
+        )
     except Exception as e:
         sink.discard()
         if getattr(e, "stream_fallback", False):
@@ -192,8 +208,10 @@ def store_tables(ranks: list[RankRead], parts: Parts) -> tuple[dict[str, Any], d
         r.tables.clear()
         files.append(sink.close())
     joined = join_parts(files, parts.path / "joined")
-    return ({name: s.path for name, s in joined.items()},
-            {name: s.rows for name, s in joined.items()})
+    return (
+        {name: s.path for name, s in joined.items()},
+        {name: s.rows for name, s in joined.items()},
+    )
 
 
 def _copy_into(sink: TableSink, name: str, stored: StoredTable) -> None:

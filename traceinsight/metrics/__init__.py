@@ -38,8 +38,15 @@ from traceinsight.metrics.registry import (
     declare,
 )
 
-__all__ = ["LOWER_BOUND_BELOW_PCT", "REGISTRY", "MetricInfo", "MetricSet", "compute_metrics",
-           "coverage_table", "declare"]
+__all__ = [
+    "LOWER_BOUND_BELOW_PCT",
+    "REGISTRY",
+    "MetricInfo",
+    "MetricSet",
+    "compute_metrics",
+    "coverage_table",
+    "declare",
+]
 
 
 def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> MetricSet:
@@ -65,7 +72,12 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         try:
             fn()
         except Exception as e:  # one broken group must not hide the others
-            errors.append({"group": name, "error": f"{type(e).__name__}: {e}",
-                           "traceback": traceback.format_exc(limit=6)})
+            errors.append(
+                {
+                    "group": name,
+                    "error": f"{type(e).__name__}: {e}",
+                    "traceback": traceback.format_exc(limit=6),
+                }
+            )
     ms.evidence["metric_errors"] = errors
     return ms

@@ -20,31 +20,83 @@ import pandas as pd
 from traceinsight.analysis import Analysis, by_rank
 from traceinsight.metrics.registry import MetricSet, declare
 
-declare("collectives_per_step", "count", "communication kernels per step",
-        needs="communication kernels")
-declare("comm_all_to_all_pct", "%", "all-to-all and send/recv (expert-parallel dispatch/combine, "
-        "embedding exchange) share of communication kernel time", needs="communication kernels")
-declare("comm_all_reduce_pct", "%", "all-reduce (gradient synchronisation, tensor-parallel "
-        "reductions) share of communication kernel time", needs="communication kernels")
-declare("straggler_excess_pct", "%", "slowest rank's per-step compute time over the median "
-        "rank's, % of the median", needs="traces of 2 or more ranks with ProfilerSteps",
-        hint="pass the folder with every rank's trace")
-declare("straggler_wait_pct", "%", "time the other ranks wait per step for the slowest rank's "
-        "compute, % of the median step time", needs="traces of 2 or more ranks with ProfilerSteps",
-        hint="pass the folder with every rank's trace")
-declare("straggler_rank", "rank", "the rank with the most per-step compute time",
-        needs="traces of 2 or more ranks")
-declare("comm_wait_spread_pct", "%", "spread of per-rank communication time (max - min), "
-        "% of step time: time fast ranks wait in collectives", needs="traces of 2 or more ranks")
-declare("last_arrival_share_pct", "%", "share of collectives where the straggler rank "
-        "started last", needs="traces of 2 or more ranks with communication kernels")
+declare(
+    "collectives_per_step", "count", "communication kernels per step", needs="communication kernels"
+)
+declare(
+    "comm_all_to_all_pct",
+    "%",
+    "all-to-all and send/recv (expert-parallel dispatch/combine, "
+    "embedding exchange) share of communication kernel time",
+    needs="communication kernels",
+)
+declare(
+    "comm_all_reduce_pct",
+    "%",
+    "all-reduce (gradient synchronisation, tensor-parallel "
+    "reductions) share of communication kernel time",
+    needs="communication kernels",
+)
+declare(
+    "straggler_excess_pct",
+    "%",
+    "slowest rank's per-step compute time over the median rank's, % of the median",
+    needs="traces of 2 or more ranks with ProfilerSteps",
+    hint="pass the folder with every rank's trace",
+)
+declare(
+    "straggler_wait_pct",
+    "%",
+    "time the other ranks wait per step for the slowest rank's compute, % of the median step time",
+    needs="traces of 2 or more ranks with ProfilerSteps",
+    hint="pass the folder with every rank's trace",
+)
+declare(
+    "straggler_rank",
+    "rank",
+    "the rank with the most per-step compute time",
+    needs="traces of 2 or more ranks",
+)
+declare(
+    "comm_wait_spread_pct",
+    "%",
+    "spread of per-rank communication time (max - min), "
+    "% of step time: time fast ranks wait in collectives",
+    needs="traces of 2 or more ranks",
+)
+declare(
+    "last_arrival_share_pct",
+    "%",
+    "share of collectives where the straggler rank started last",
+    needs="traces of 2 or more ranks with communication kernels",
+)
 
-DTYPE_BYTES = {"float": 4, "float32": 4, "bfloat16": 2, "half": 2, "float16": 2, "double": 8,
-               "float64": 8, "int": 4, "int32": 4, "long": 8, "int64": 8, "int8": 1,
-               "uint8": 1, "char": 1, "byte": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
-_COLL_RE = re.compile(r"(all_?reduce|allreduce|cross_device_reduce|all_?gather|allgather|"
-                      r"reduce_?scatter|reducescatter|all_?to_?all|alltoall|all2all|dispatch|"
-                      r"combine|broadcast|sendrecv|send|recv|reduce)", re.IGNORECASE)
+DTYPE_BYTES = {
+    "float": 4,
+    "float32": 4,
+    "bfloat16": 2,
+    "half": 2,
+    "float16": 2,
+    "double": 8,
+    "float64": 8,
+    "int": 4,
+    "int32": 4,
+    "long": 8,
+    "int64": 8,
+    "int8": 1,
+    "uint8": 1,
+    "char": 1,
+    "byte": 1,
+    "bool": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+}
+_COLL_RE = re.compile(
+    r"(all_?reduce|allreduce|cross_device_reduce|all_?gather|allgather|"
+    r"reduce_?scatter|reducescatter|all_?to_?all|alltoall|all2all|dispatch|"
+    r"combine|broadcast|sendrecv|send|recv|reduce)",
+    re.IGNORECASE,
+)
 #: collective kinds of expert-parallel / embedding exchanges (all-to-all and its point-to-point
 #: form): their overlap levers differ from gradient all-reduce
 ALL_TO_ALL = ("all_to_all", "sendrecv", "send", "recv")
@@ -66,26 +118,44 @@ def collective_kind(name: str) -> str:
     if not m:
         return "other"
     k = m.group(1).lower().replace("_", "")
-    return {"allreduce": "all_reduce", "crossdevicereduce": "all_reduce",
-            "allgather": "all_gather", "reducescatter": "reduce_scatter", "alltoall": "all_to_all",
-            "all2all": "all_to_all", "dispatch": "all_to_all", "combine": "all_to_all"}.get(k, k)
+    return {
+        "allreduce": "all_reduce",
+        "crossdevicereduce": "all_reduce",
+        "allgather": "all_gather",
+        "reducescatter": "reduce_scatter",
+        "alltoall": "all_to_all",
+        "all2all": "all_to_all",
+        "dispatch": "all_to_all",
+        "combine": "all_to_all",
+    }.get(k, k)
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
     g = an.attribution.gpu
     comm = g[(g["kind"] == "kernel") & (g["cls"] == "communication")]
     n_windows = max(1, len(an.attribution.steps))
-    ms.set("collectives_per_step", float(len(comm)) / n_windows if len(g) else None,
-           why_missing="no GPU activity")
+    ms.set(
+        "collectives_per_step",
+        float(len(comm)) / n_windows if len(g) else None,
+        why_missing="no GPU activity",
+    )
     ms.evidence["collectives"] = colls = _collectives(an, comm)
     tot = sum(c["total_ns"] for c in colls)
     why = "no communication kernels"
-    ms.set("comm_all_to_all_pct", 100.0 * sum(c["total_ns"] for c in colls
-                                              if c["collective"] in ALL_TO_ALL) / tot
-           if tot else None, why_missing=why)
-    ms.set("comm_all_reduce_pct", 100.0 * sum(c["total_ns"] for c in colls
-                                              if c["collective"] == "all_reduce") / tot
-           if tot else None, why_missing=why)
+    ms.set(
+        "comm_all_to_all_pct",
+        100.0 * sum(c["total_ns"] for c in colls if c["collective"] in ALL_TO_ALL) / tot
+        if tot
+        else None,
+        why_missing=why,
+    )
+    ms.set(
+        "comm_all_reduce_pct",
+        100.0 * sum(c["total_ns"] for c in colls if c["collective"] == "all_reduce") / tot
+        if tot
+        else None,
+        why_missing=why,
+    )
     if ms.get("comm_pct") == 0.0 and ms.get("comm_overlap_pct") is None:
         # the overlap is always stated: a run without communication hides none
         ms.set("comm_overlap_pct", 0.0)
@@ -103,8 +173,9 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
     parent = ops["parent"].to_numpy()
     cur = idx.copy()
     # the store's cpu_ops rows are in attribution order (op_idx = row number)
-    ops_full = an.store.table("cpu_ops", ["in_msg_nelems", "out_msg_nelems", "group_size",
-                                          "dtype", "collective_name"]).to_pandas()
+    ops_full = an.store.table(
+        "cpu_ops", ["in_msg_nelems", "out_msg_nelems", "group_size", "dtype", "collective_name"]
+    ).to_pandas()
     in_n = ops_full["in_msg_nelems"].to_numpy()
     out_n = ops_full["out_msg_nelems"].to_numpy()
     gsz = ops_full["group_size"].to_numpy()
@@ -129,8 +200,14 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
     names = comm["name"].astype(str).to_numpy()
     kinds = np.array([collective_kind(c if c else n) for c, n in zip(coll, names)], dtype=object)
     ws = max([r.get("distributed", {}).get("world_size") or 0 for r in an.store.ranks] or [0])
-    df = pd.DataFrame({"kind": kinds, "dur": comm["dur_ns"].to_numpy(np.int64), "bytes": size_bytes,
-                       "n": np.where(np.isnan(group), ws or 1, group)})
+    df = pd.DataFrame(
+        {
+            "kind": kinds,
+            "dur": comm["dur_ns"].to_numpy(np.int64),
+            "bytes": size_bytes,
+            "n": np.where(np.isnan(group), ws or 1, group),
+        }
+    )
     out: list[dict[str, Any]] = []
     for kind, d in df.groupby("kind"):
         sized = d[d["bytes"].notna() & (d["dur"] > 0)]
@@ -139,10 +216,17 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
             alg = sized["bytes"] / (sized["dur"] / 1e9)
             fac = np.array([bus_factor(str(kind), int(n)) for n in sized["n"]])
             busbw = float(np.median(alg * fac))
-        out.append({"collective": str(kind), "count": len(d), "total_ns": int(d["dur"].sum()),
-                    "mean_ns": float(d["dur"].mean()), "max_ns": int(d["dur"].max()),
-                    "median_bytes": float(sized["bytes"].median()) if len(sized) else None,
-                    "busbw_bytes_per_s": busbw})
+        out.append(
+            {
+                "collective": str(kind),
+                "count": len(d),
+                "total_ns": int(d["dur"].sum()),
+                "mean_ns": float(d["dur"].mean()),
+                "max_ns": int(d["dur"].max()),
+                "median_bytes": float(sized["bytes"].median()) if len(sized) else None,
+                "busbw_bytes_per_s": busbw,
+            }
+        )
     out.sort(key=lambda x: -x["total_ns"])
     return out
 
@@ -153,8 +237,13 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
     steps = [w for w in bd.steps if w.step is not None]
     if len(ranks) < 2 or not steps:
         why = "needs traces of 2 or more ranks" if len(ranks) < 2 else "needs ProfilerStep markers"
-        for name in ("straggler_excess_pct", "straggler_wait_pct", "straggler_rank",
-                     "comm_wait_spread_pct", "last_arrival_share_pct"):
+        for name in (
+            "straggler_excess_pct",
+            "straggler_wait_pct",
+            "straggler_rank",
+            "comm_wait_spread_pct",
+            "last_arrival_share_pct",
+        ):
             ms.set(name, None, why_missing=why)
         return
     per_rank: dict[int, list] = {r: [] for r in ranks}
@@ -170,8 +259,15 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
     ms.set("straggler_excess_pct", 100.0 * (compute[slow] - med) / med if med else None)
     ms.set("straggler_wait_pct", 100.0 * (compute[slow] - med) / wall)
     ms.set("comm_wait_spread_pct", 100.0 * (max(comm_t.values()) - min(comm_t.values())) / wall)
-    table = [{"rank": r, "compute_ns_per_step": compute[r], "comm_ns_per_step": comm_t[r],
-              "step_ns": float(np.median([w.wall_ns for w in per_rank[r]]))} for r in ranks]
+    table = [
+        {
+            "rank": r,
+            "compute_ns_per_step": compute[r],
+            "comm_ns_per_step": comm_t[r],
+            "step_ns": float(np.median([w.wall_ns for w in per_rank[r]])),
+        }
+        for r in ranks
+    ]
     ms.evidence["ranks"] = table
     # last arrival: align the n-th communication kernel of every rank
     starts = {r: np.sort(by_rank.rows(comm, r)["start_ns"].to_numpy(np.int64)) for r in ranks}
@@ -183,7 +279,8 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
     last = np.array(ranks)[np.argmax(mat, axis=0)]
     ms.set("last_arrival_share_pct", 100.0 * float((last == slow).mean()))
     spread = mat.max(axis=0) - mat.min(axis=0)
-    ms.evidence["collective_skew"] = {"median_spread_ns": float(np.median(spread)),
-                                      "max_spread_ns": float(spread.max()),
-                                      "last_arrivals": {int(r): int((last == r).sum())
-                                                        for r in ranks}}
+    ms.evidence["collective_skew"] = {
+        "median_spread_ns": float(np.median(spread)),
+        "max_spread_ns": float(spread.max()),
+        "last_arrivals": {int(r): int((last == r).sum()) for r in ranks},
+    }

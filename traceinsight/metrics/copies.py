@@ -32,18 +32,35 @@ from traceinsight.analysis import intervals as iv
 from traceinsight.metrics.registry import MetricSet, declare
 
 KINDS = ("pageable", "pinned", "host", "d2d", "peer", "other")
-LABELS = {"pageable": "host copies, pageable memory", "pinned": "host copies, pinned memory",
-          "host": "host copies, memory kind not recorded", "d2d": "device to device (same GPU)",
-          "peer": "peer to peer (between GPUs)", "other": "other copies"}
+LABELS = {
+    "pageable": "host copies, pageable memory",
+    "pinned": "host copies, pinned memory",
+    "host": "host copies, memory kind not recorded",
+    "d2d": "device to device (same GPU)",
+    "peer": "peer to peer (between GPUs)",
+    "other": "other copies",
+}
 _DIR_RE = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP)\b")
 
 for _k in KINDS[:-1]:
-    declare(f"memcpy_exposed_{_k}_pct", "%", f"{LABELS[_k]} with no kernel running, % of step time",
-            needs="GPU copies in step windows")
-declare("memcpy_exposed_d2h_pct", "%", "device-to-host copies (any host memory) with no kernel "
-        "running, % of step time", needs="GPU copies in step windows")
-declare("memcpy_pageable_copies", "count", "host copies from or to pageable memory, whole trace",
-        needs="GPU activity")
+    declare(
+        f"memcpy_exposed_{_k}_pct",
+        "%",
+        f"{LABELS[_k]} with no kernel running, % of step time",
+        needs="GPU copies in step windows",
+    )
+declare(
+    "memcpy_exposed_d2h_pct",
+    "%",
+    "device-to-host copies (any host memory) with no kernel running, % of step time",
+    needs="GPU copies in step windows",
+)
+declare(
+    "memcpy_pageable_copies",
+    "count",
+    "host copies from or to pageable memory, whole trace",
+    needs="GPU activity",
+)
 
 
 def classify(names: np.ndarray, directions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -57,8 +74,9 @@ def classify(names: np.ndarray, directions: np.ndarray) -> tuple[np.ndarray, np.
             d = m.group(1) if m else None
         dirs[i] = d
         if d in ("HtoD", "DtoH", "HtoH"):
-            kinds[i] = ("pageable" if "Pageable" in text else
-                        "pinned" if "Pinned" in text else "host")
+            kinds[i] = (
+                "pageable" if "Pageable" in text else "pinned" if "Pinned" in text else "host"
+            )
         elif d == "DtoD":
             kinds[i] = "d2d"
         elif d == "PtoP":
@@ -78,8 +96,9 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             ms.set(n, None, why_missing="no GPU activity in step windows")
         return
     cp = g[g["kind"] == "memcpy"]
-    kinds, dirs = classify(cp["name"].astype(object).to_numpy(),
-                           cp["copy_kind"].astype(object).to_numpy())
+    kinds, dirs = classify(
+        cp["name"].astype(object).to_numpy(), cp["copy_kind"].astype(object).to_numpy()
+    )
     cp = cp.assign(copy_class=kinds, direction=dirs)
     ms.set("memcpy_pageable_copies", float((kinds == "pageable").sum()))
     exposed = {k: 0 for k in KINDS}
@@ -115,16 +134,29 @@ def _table(cp: pd.DataFrame, exposed: dict[tuple[str, str], int], wall: float) -
     if not len(cp):
         return []
     cp = cp.assign(direction=cp["direction"].fillna("?"))
-    agg = cp.groupby(["copy_class", "direction"]).agg(
-        copies=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
-        bytes=("bytes", lambda b: float(b.fillna(0).sum()))).reset_index()
+    agg = (
+        cp.groupby(["copy_class", "direction"])
+        .agg(
+            copies=("dur_ns", "size"),
+            total_ns=("dur_ns", "sum"),
+            bytes=("bytes", lambda b: float(b.fillna(0).sum())),
+        )
+        .reset_index()
+    )
     agg = agg.sort_values("total_ns", ascending=False)
     out = []
     for r in agg.itertuples():
         k, dr = str(r.copy_class), str(r.direction)
         rate = 1e9 * r.bytes / r.total_ns if r.total_ns and r.bytes else None
-        out.append({"kind": LABELS.get(k, k), "direction": dr, "copies": int(r.copies),
-                    "total_ns": int(r.total_ns),
-                    "exposed_pct": 100.0 * exposed.get((k, dr), 0) / wall,
-                    "bytes": int(r.bytes) if r.bytes else None, "bytes_per_s": rate})
+        out.append(
+            {
+                "kind": LABELS.get(k, k),
+                "direction": dr,
+                "copies": int(r.copies),
+                "total_ns": int(r.total_ns),
+                "exposed_pct": 100.0 * exposed.get((k, dr), 0) / wall,
+                "bytes": int(r.bytes) if r.bytes else None,
+                "bytes_per_s": rate,
+            }
+        )
     return out

@@ -32,50 +32,100 @@ HINT = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU mach
 
 for _n, _d in (
     ("idle_input_pct", "GPU idle while the host loads input (DataLoader ranges), % of window"),
-    ("idle_sync_pct", "GPU idle because the host blocks on the device: inside sync calls and "
-                      "blocking copies of 50 µs or more, and after one that drained the queue "
-                      "until the host launched again (includes idle_copy_pct), % of window"),
-    ("idle_copy_pct", "GPU idle inside or right after blocking copies (cudaMemcpy, "
-                      "hipMemcpyWithStream, pageable cudaMemcpyAsync: .item(), .cpu()), "
-                      "% of window"),
-    ("idle_host_pct", "GPU idle while the launching host thread is stalled: inside allocator "
-                      "calls, or issuing no GPU runtime call for 0.5 ms or more; the sum of "
-                      "idle_alloc_pct and idle_host_busy_pct, % of window"),
-    ("idle_alloc_pct", "GPU idle while the launching thread is inside allocator calls of 50 µs "
-                       "or more (cudaMalloc/cudaFree, hipMalloc/hipFree), % of window"),
-    ("idle_host_busy_pct", "GPU idle while the host issues no GPU runtime call for 0.5 ms or "
-                           "more (one long CPU op, GC, I/O, unrecorded host time), % of window"),
-    ("idle_launch_pct", "GPU idle while the host is busy issuing work: gaps ended by work "
-                        "launched after the GPU went idle, with the host in no blocking call, "
-                        "% of window"),
-    ("idle_device_wait_pct", "GPU idle with the next work already launched but queued behind a "
-                             "dependency (stream wait event, another stream, a peer), % of window"),
-    ("idle_startup_pct", "GPU idle while the launching thread is in one-off start-up calls "
-                         "(context, module, stream or event creation; a kernel launch of 1 ms or "
-                         "more = lazy module loading; an allocator call of 100 ms or more), "
-                         "% of window"),
-    ("idle_capture_pct", "GPU idle while the host records a CUDA/HIP graph (Begin..EndCapture, "
-                         "graph instantiation, capture ranges), % of window"),
+    (
+        "idle_sync_pct",
+        "GPU idle because the host blocks on the device: inside sync calls and "
+        "blocking copies of 50 µs or more, and after one that drained the queue "
+        "until the host launched again (includes idle_copy_pct), % of window",
+    ),
+    (
+        "idle_copy_pct",
+        "GPU idle inside or right after blocking copies (cudaMemcpy, "
+        "hipMemcpyWithStream, pageable cudaMemcpyAsync: .item(), .cpu()), "
+        "% of window",
+    ),
+    (
+        "idle_host_pct",
+        "GPU idle while the launching host thread is stalled: inside allocator "
+        "calls, or issuing no GPU runtime call for 0.5 ms or more; the sum of "
+        "idle_alloc_pct and idle_host_busy_pct, % of window",
+    ),
+    (
+        "idle_alloc_pct",
+        "GPU idle while the launching thread is inside allocator calls of 50 µs "
+        "or more (cudaMalloc/cudaFree, hipMalloc/hipFree), % of window",
+    ),
+    (
+        "idle_host_busy_pct",
+        "GPU idle while the host issues no GPU runtime call for 0.5 ms or "
+        "more (one long CPU op, GC, I/O, unrecorded host time), % of window",
+    ),
+    (
+        "idle_launch_pct",
+        "GPU idle while the host is busy issuing work: gaps ended by work "
+        "launched after the GPU went idle, with the host in no blocking call, "
+        "% of window",
+    ),
+    (
+        "idle_device_wait_pct",
+        "GPU idle with the next work already launched but queued behind a "
+        "dependency (stream wait event, another stream, a peer), % of window",
+    ),
+    (
+        "idle_startup_pct",
+        "GPU idle while the launching thread is in one-off start-up calls "
+        "(context, module, stream or event creation; a kernel launch of 1 ms or "
+        "more = lazy module loading; an allocator call of 100 ms or more), "
+        "% of window",
+    ),
+    (
+        "idle_capture_pct",
+        "GPU idle while the host records a CUDA/HIP graph (Begin..EndCapture, "
+        "graph instantiation, capture ranges), % of window",
+    ),
     ("idle_compile_pct", "GPU idle during torch.compile / Triton compilation ranges, % of window"),
-    ("idle_unknown_pct", "GPU idle that nothing on the host explains (after the last GPU work, "
-                         "or before work without a launch record), % of window"),
-    ("longest_wait_pct", "the longest single dependency wait (work queued, GPU idle), % of its "
-                         "rank's windows"),
-    ("nonsteady_pct", "share of the window that is not steady state: GPU idle in start-up "
-                      "calls, graph capture and compilation, plus the longest single dependency "
-                      "wait"),
-    ("alloc_host_pct", "host time in allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree), "
-                       "% of window"),
+    (
+        "idle_unknown_pct",
+        "GPU idle that nothing on the host explains (after the last GPU work, "
+        "or before work without a launch record), % of window",
+    ),
+    (
+        "longest_wait_pct",
+        "the longest single dependency wait (work queued, GPU idle), % of its rank's windows",
+    ),
+    (
+        "nonsteady_pct",
+        "share of the window that is not steady state: GPU idle in start-up "
+        "calls, graph capture and compilation, plus the longest single dependency "
+        "wait",
+    ),
+    (
+        "alloc_host_pct",
+        "host time in allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree), % of window",
+    ),
 ):
     declare(_n, "%", _d, needs=NEEDS, hint=HINT)
-declare("steady_state", "bool", f"1 unless nonsteady_pct >= {NONSTEADY_MIN_PCT:g}: the window "
-        "shows steady-state work (the steady-state rules apply only then); 1 without GPU work",
-        needs=NEEDS, hint=HINT)
-declare("alloc_calls", "count", "allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree, host "
-        "allocations) in the windows", needs=NEEDS, hint=HINT)
+declare(
+    "steady_state",
+    "bool",
+    f"1 unless nonsteady_pct >= {NONSTEADY_MIN_PCT:g}: the window "
+    "shows steady-state work (the steady-state rules apply only then); 1 without GPU work",
+    needs=NEEDS,
+    hint=HINT,
+)
+declare(
+    "alloc_calls",
+    "count",
+    "allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree, host allocations) in the windows",
+    needs=NEEDS,
+    hint=HINT,
+)
 for _n, _d in (
-    ("nonsteady_kind", "what the window is instead of a steady state (start-up, graph capture, "
-                       "compilation, a one-off wait)"),
+    (
+        "nonsteady_kind",
+        "what the window is instead of a steady state (start-up, graph capture, "
+        "compilation, a one-off wait)",
+    ),
     ("nonsteady_detail", "the calls or the wait that make the window not steady state"),
     ("host_stall_detail", "the allocator calls and host events behind idle_host_pct"),
     ("sync_detail", "the blocking calls behind idle_sync_pct"),
@@ -83,16 +133,35 @@ for _n, _d in (
     declare_fact(_n, _d)
 
 #: idle metric -> the causes it sums
-METRIC_CAUSES = {"idle_input_pct": ("input",), "idle_sync_pct": ("sync", "copy"),
-                 "idle_copy_pct": ("copy",), "idle_host_pct": ("host", "alloc"),
-                 "idle_alloc_pct": ("alloc",), "idle_host_busy_pct": ("host",),
-                 "idle_launch_pct": ("launch",), "idle_device_wait_pct": ("dependency",),
-                 "idle_startup_pct": ("startup",), "idle_capture_pct": ("capture",),
-                 "idle_compile_pct": ("compile",), "idle_unknown_pct": ("unknown",)}
-METRICS = (*METRIC_CAUSES, "longest_wait_pct", "nonsteady_pct", "steady_state", "alloc_host_pct",
-           "alloc_calls")
-_FAMILY = {"startup": "start-up", "capture": "graph capture", "copy": "copy", "sync": "sync",
-           "alloc": "allocator"}
+METRIC_CAUSES = {
+    "idle_input_pct": ("input",),
+    "idle_sync_pct": ("sync", "copy"),
+    "idle_copy_pct": ("copy",),
+    "idle_host_pct": ("host", "alloc"),
+    "idle_alloc_pct": ("alloc",),
+    "idle_host_busy_pct": ("host",),
+    "idle_launch_pct": ("launch",),
+    "idle_device_wait_pct": ("dependency",),
+    "idle_startup_pct": ("startup",),
+    "idle_capture_pct": ("capture",),
+    "idle_compile_pct": ("compile",),
+    "idle_unknown_pct": ("unknown",),
+}
+METRICS = (
+    *METRIC_CAUSES,
+    "longest_wait_pct",
+    "nonsteady_pct",
+    "steady_state",
+    "alloc_host_pct",
+    "alloc_calls",
+)
+_FAMILY = {
+    "startup": "start-up",
+    "capture": "graph capture",
+    "copy": "copy",
+    "sync": "sync",
+    "alloc": "allocator",
+}
 
 
 def set_missing(ms: MetricSet, why: str) -> None:
@@ -140,8 +209,11 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     nonsteady = _pct(nonsteady_ns, wall)
     ms.set("nonsteady_pct", nonsteady)
     ms.set("steady_state", None if nonsteady is None else float(nonsteady < NONSTEADY_MIN_PCT))
-    call_df = pd.concat(calls, ignore_index=True) if calls else pd.DataFrame(
-        columns=["cause", "name", "start_ns", "dur_ns", "idle_ns", "rank"])
+    call_df = (
+        pd.concat(calls, ignore_index=True)
+        if calls
+        else pd.DataFrame(columns=["cause", "name", "start_ns", "dur_ns", "idle_ns", "rank"])
+    )
     alloc = call_df[call_df["cause"] == "alloc"]
     ms.set("alloc_calls", float(len(alloc)))
     ms.set("alloc_host_pct", _pct(int(alloc["dur_ns"].sum()), wall))
@@ -153,14 +225,17 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     ms.evidence["idle_calls"] = call_rows
     ms.evidence["host_stalls"] = stall_rows
     ms.evidence["nonsteady"] = _nonsteady_rows(total, wait, wall)
-    kind, detail = _nonsteady_text(total, wait, wall, call_rows,
-                                   call_df[call_df["cause"] == "capture"])
+    kind, detail = _nonsteady_text(
+        total, wait, wall, call_rows, call_df[call_df["cause"] == "capture"]
+    )
     ms.set_fact("nonsteady_kind", kind)
     ms.set_fact("nonsteady_detail", detail)
     ms.set_fact("host_stall_detail", _stall_text(stall_rows, wall))
-    ms.set_fact("sync_detail", _calls_text(
-        [r for r in call_rows if r["cause"] in ("copy", "sync")], wall)
-        or "no blocking call of 50 µs or more")
+    ms.set_fact(
+        "sync_detail",
+        _calls_text([r for r in call_rows if r["cause"] in ("copy", "sync")], wall)
+        or "no blocking call of 50 µs or more",
+    )
 
 
 def _call_rows(df: pd.DataFrame, wall: int) -> list[dict]:
@@ -170,10 +245,17 @@ def _call_rows(df: pd.DataFrame, wall: int) -> list[dict]:
     agg = df.groupby(["cause", "name"])[["dur_ns", "idle_ns"]].agg(["size", "sum", "max"])
     rows: list[dict[str, Any]] = []
     for (cause, name), r in agg.iterrows():
-        rows.append({"cause": _FAMILY[cause], "call": name, "count": int(r[("dur_ns", "size")]),
-                     "total_ns": int(r[("dur_ns", "sum")]), "max_ns": int(r[("dur_ns", "max")]),
-                     "window_pct": _pct(int(r[("dur_ns", "sum")]), wall),
-                     "idle_ns": int(r[("idle_ns", "sum")])})
+        rows.append(
+            {
+                "cause": _FAMILY[cause],
+                "call": name,
+                "count": int(r[("dur_ns", "size")]),
+                "total_ns": int(r[("dur_ns", "sum")]),
+                "max_ns": int(r[("dur_ns", "max")]),
+                "window_pct": _pct(int(r[("dur_ns", "sum")]), wall),
+                "idle_ns": int(r[("idle_ns", "sum")]),
+            }
+        )
     rows.sort(key=lambda x: (-x["idle_ns"], -x["total_ns"]))
     return [r for r in rows if r["idle_ns"] >= BLOCKING_MIN_NS][:12]
 
@@ -184,28 +266,52 @@ def _stall_rows(stalls: list[pd.DataFrame], alloc: pd.DataFrame) -> list[dict]:
     rows: list[dict[str, Any]] = []
     if len(alloc):
         agg = alloc.groupby("name")[["dur_ns", "idle_ns"]].agg(["size", "sum", "max"])
-        rows = [{"event": f"{name} (runtime call)", "count": int(r[("dur_ns", "size")]),
-                 "total_ns": int(r[("dur_ns", "sum")]), "max_ns": int(r[("dur_ns", "max")]),
-                 "idle_ns": int(r[("idle_ns", "sum")])} for name, r in agg.iterrows()]
+        rows = [
+            {
+                "event": f"{name} (runtime call)",
+                "count": int(r[("dur_ns", "size")]),
+                "total_ns": int(r[("dur_ns", "sum")]),
+                "max_ns": int(r[("dur_ns", "max")]),
+                "idle_ns": int(r[("idle_ns", "sum")]),
+            }
+            for name, r in agg.iterrows()
+        ]
         rows = [r for r in rows if r["idle_ns"] >= STALL_MIN_NS]
     if stalls:
         st = pd.concat(stalls)
         agg = st.groupby(st["name"].astype(str))["dur_ns"].agg(["size", "sum", "max"]).reset_index()
-        rows += [{"event": r.name, "count": int(r.size), "total_ns": int(r.sum),
-                  "max_ns": int(r.max), "idle_ns": None}
-                 for r in agg.sort_values("sum", ascending=False).head(8).itertuples()]
+        rows += [
+            {
+                "event": r.name,
+                "count": int(r.size),
+                "total_ns": int(r.sum),
+                "max_ns": int(r.max),
+                "idle_ns": None,
+            }
+            for r in agg.sort_values("sum", ascending=False).head(8).itertuples()
+        ]
     rows.sort(key=lambda x: -x["total_ns"])
     return rows[:8]
 
 
 def _nonsteady_rows(total: IdleSplit, wait: dict | None, wall: int) -> list[dict]:
-    rows = [{"kind": k, "idle_ns": total.ns[c], "window_pct": _pct(total.ns[c], wall)}
-            for c, k in (("startup", "start-up (one-off runtime calls)"),
-                         ("capture", "CUDA/HIP graph capture"), ("compile", "compilation"))
-            if total.ns[c]]
+    rows = [
+        {"kind": k, "idle_ns": total.ns[c], "window_pct": _pct(total.ns[c], wall)}
+        for c, k in (
+            ("startup", "start-up (one-off runtime calls)"),
+            ("capture", "CUDA/HIP graph capture"),
+            ("compile", "compilation"),
+        )
+        if total.ns[c]
+    ]
     if wait:
-        rows.append({"kind": "longest wait on a dependency (work queued, GPU idle)",
-                     "idle_ns": wait["wait_ns"], "window_pct": _pct(wait["wait_ns"], wall)})
+        rows.append(
+            {
+                "kind": "longest wait on a dependency (work queued, GPU idle)",
+                "idle_ns": wait["wait_ns"],
+                "window_pct": _pct(wait["wait_ns"], wall),
+            }
+        )
     return sorted(rows, key=lambda x: -x["idle_ns"])
 
 
@@ -216,9 +322,11 @@ def _n_calls(r: dict) -> str:
 
 def _calls_text(rows: list[dict], wall: int, n: int = 3) -> str:
     """``1,360 hipFree calls (3.35 s, 98.7% of the window)``, the calls with most idle first."""
-    return ", ".join(f"{_n_calls(r)} ({fmt.fmt_ns(r['total_ns'])}, "
-                     f"{fmt.fmt_pct(_pct(r['total_ns'], wall) or 0)} of the window)"
-                     for r in rows[:n])
+    return ", ".join(
+        f"{_n_calls(r)} ({fmt.fmt_ns(r['total_ns'])}, "
+        f"{fmt.fmt_pct(_pct(r['total_ns'], wall) or 0)} of the window)"
+        for r in rows[:n]
+    )
 
 
 def _stall_text(rows: list[dict], wall: int) -> str:
@@ -226,15 +334,18 @@ def _stall_text(rows: list[dict], wall: int) -> str:
     for r in rows[:3]:
         if r["event"].endswith(" (runtime call)"):
             share = fmt.fmt_pct(_pct(r["total_ns"], wall) or 0)
-            parts.append(f"{r['count']:,} `{r['event'].removesuffix(' (runtime call)')}` calls "
-                         f"({fmt.fmt_ns(r['total_ns'])}, {share} of the window)")
+            parts.append(
+                f"{r['count']:,} `{r['event'].removesuffix(' (runtime call)')}` calls "
+                f"({fmt.fmt_ns(r['total_ns'])}, {share} of the window)"
+            )
         else:
             parts.append(f"`{r['event']}` ({r['count']:,}x, {fmt.fmt_ns(r['total_ns'])})")
     return "; ".join(parts) or "no host event was recorded in those stretches"
 
 
-def _nonsteady_text(total: IdleSplit, wait: dict | None, wall: int, call_rows: list[dict],
-                    calls: pd.DataFrame) -> tuple[str, str]:
+def _nonsteady_text(
+    total: IdleSplit, wait: dict | None, wall: int, call_rows: list[dict], calls: pd.DataFrame
+) -> tuple[str, str]:
     """What the window is (short) and what shows it (the calls, or the wait)."""
     parts = {c: total.ns[c] for c in NONSTEADY}
     parts["wait"] = wait["wait_ns"] if wait else 0
@@ -246,27 +357,39 @@ def _nonsteady_text(total: IdleSplit, wait: dict | None, wall: int, call_rows: l
         op = wait.get("next_op")
         by = f" launched by `{op}`" if op and not str(op).startswith("[") else ""
         on = f" ({wait['waited_on']})" if wait.get("waited_on") else ""
-        return ("dominated by a one-off wait",
-                f"work{by} sat queued behind a dependency (a stream wait event, another stream "
-                f"or a peer{on}) for {fmt.fmt_ns(wait['wait_ns'])}, {share} of the window, before "
-                "it started; nothing else ran")
+        return (
+            "dominated by a one-off wait",
+            f"work{by} sat queued behind a dependency (a stream wait event, another stream "
+            f"or a peer{on}) for {fmt.fmt_ns(wait['wait_ns'])}, {share} of the window, before "
+            "it started; nothing else ran",
+        )
     if kind == "startup":
         rows = _calls_text([r for r in call_rows if r["cause"] == "start-up"], wall)
-        return ("start-up / a cold first iteration",
-                f"the GPU idles for {share} of the window while the host is inside one-off "
-                f"runtime calls (context, module, stream and event creation, first kernel "
-                f"launches): {rows}")
+        return (
+            "start-up / a cold first iteration",
+            f"the GPU idles for {share} of the window while the host is inside one-off "
+            f"runtime calls (context, module, stream and event creation, first kernel "
+            f"launches): {rows}",
+        )
     if kind == "capture":
         names = calls["name"].astype(str) if len(calls) else pd.Series([], dtype=str)
         n_cap = int(names.str.contains("BeginCapture").sum())
         n_inst = int(names.str.contains("GraphInstantiate").sum())
-        what = (f" ({n_cap:,} stream capture{'s' if n_cap != 1 else ''}, {n_inst:,} graph"
-                f"{'s' if n_inst != 1 else ''} instantiated)" if n_cap or n_inst else "")
-        return ("CUDA/HIP graph capture",
-                f"the host records kernels into CUDA/HIP graphs{what} instead of running them; "
-                f"the GPU idles for {share} of the window")
-    return ("compilation / warm-up",
-            f"torch.compile or Triton compiles while the GPU idles, {share} of the window")
+        what = (
+            f" ({n_cap:,} stream capture{'s' if n_cap != 1 else ''}, {n_inst:,} graph"
+            f"{'s' if n_inst != 1 else ''} instantiated)"
+            if n_cap or n_inst
+            else ""
+        )
+        return (
+            "CUDA/HIP graph capture",
+            f"the host records kernels into CUDA/HIP graphs{what} instead of running them; "
+            f"the GPU idles for {share} of the window",
+        )
+    return (
+        "compilation / warm-up",
+        f"torch.compile or Triton compiles while the GPU idles, {share} of the window",
+    )
 
 
 __all__ = ["CAUSES", "METRICS", "compute", "set_missing"]

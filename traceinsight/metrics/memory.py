@@ -39,32 +39,61 @@ for _n, _u, _d in (
     ("peak_reserved_bytes", "bytes", "peak reserved (cached) bytes on one GPU"),
     ("reserved_over_allocated_ratio", "ratio", "peak reserved / peak allocated (same device)"),
     ("reserved_gap_bytes", "bytes", "peak reserved minus peak allocated (same device)"),
-    ("max_reserved_gap_bytes", "bytes", "largest reserved minus allocated at any moment (cache "
-     "after frees included: not fragmentation by itself)"),
+    (
+        "max_reserved_gap_bytes",
+        "bytes",
+        "largest reserved minus allocated at any moment (cache "
+        "after frees included: not fragmentation by itself)",
+    ),
     ("reserved_gap_pct", "%", "peak reserved minus peak allocated, % of peak reserved"),
-    ("allocated_static_pct", "%", "lowest allocated after reserved reached 95% of its peak, % of "
-     "peak allocated (100: a footprint that never shrinks)"),
-    ("allocated_growth_bytes_per_step", "bytes",
-     "growth of allocated bytes per step (slope at step ends)"),
+    (
+        "allocated_static_pct",
+        "%",
+        "lowest allocated after reserved reached 95% of its peak, % of "
+        "peak allocated (100: a footprint that never shrinks)",
+    ),
+    (
+        "allocated_growth_bytes_per_step",
+        "bytes",
+        "growth of allocated bytes per step (slope at step ends)",
+    ),
     ("allocated_growth_steps_pct", "%", "share of step-to-step changes that grew allocated memory"),
     ("oom_events", "count", "[OutOfMemory] events"),
 ):
     declare(_n, _u, _d, needs=NEEDS, hint=HINT)
-declare("device_memory_bytes", "bytes", "GPU memory capacity (deviceProperties totalGlobalMem)",
-        needs="deviceProperties in the trace header")
-declare("peak_reserved_capacity_pct", "%", "peak reserved bytes, % of the GPU's capacity",
-        needs="[memory] events and deviceProperties", hint=HINT)
-declare("memory_preallocated", "bool", "1 for an inference engine's deliberate pre-allocation: a "
-        "forward-only run whose reserved memory peaks early and whose allocated memory stays at "
-        f"{STATIC_MIN_PCT:g}%+ of its peak", needs=NEEDS, hint=HINT)
+declare(
+    "device_memory_bytes",
+    "bytes",
+    "GPU memory capacity (deviceProperties totalGlobalMem)",
+    needs="deviceProperties in the trace header",
+)
+declare(
+    "peak_reserved_capacity_pct",
+    "%",
+    "peak reserved bytes, % of the GPU's capacity",
+    needs="[memory] events and deviceProperties",
+    hint=HINT,
+)
+declare(
+    "memory_preallocated",
+    "bool",
+    "1 for an inference engine's deliberate pre-allocation: a "
+    "forward-only run whose reserved memory peaks early and whose allocated memory stays at "
+    f"{STATIC_MIN_PCT:g}%+ of its peak",
+    needs=NEEDS,
+    hint=HINT,
+)
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
     mem = an.store.table("memory_events").to_pandas()
     mem["kind"] = mem["kind"].astype(str)
     gpu = mem[mem["device_type"].isin(GPU_DEVICE_TYPES) & (mem["device"].fillna(-1) >= 0)]
-    ms.set("oom_events", float((mem["kind"] == "oom").sum()) if len(mem) else None,
-           why_missing="no [memory] events (record with profile_memory=True)")
+    ms.set(
+        "oom_events",
+        float((mem["kind"] == "oom").sum()) if len(mem) else None,
+        why_missing="no [memory] events (record with profile_memory=True)",
+    )
     caps = _capacities(an)
     if caps:
         ms.set("device_memory_bytes", float(max(caps.values())))
@@ -72,12 +101,24 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         ms.set("device_memory_bytes", None, why_missing="no deviceProperties in the trace header")
     has_totals = len(gpu) and gpu["total_allocated_bytes"].notna().any()
     if not has_totals:
-        why = ("no GPU [memory] events (record with profile_memory=True)" if not len(gpu) else
-               "[memory] events without Total Allocated/Reserved (PyTorch < 1.10)")
-        for n in ("peak_allocated_bytes", "peak_reserved_bytes", "reserved_over_allocated_ratio",
-                  "reserved_gap_bytes", "max_reserved_gap_bytes", "reserved_gap_pct",
-                  "allocated_growth_bytes_per_step", "allocated_growth_steps_pct",
-                  "peak_reserved_capacity_pct", "allocated_static_pct", "memory_preallocated"):
+        why = (
+            "no GPU [memory] events (record with profile_memory=True)"
+            if not len(gpu)
+            else "[memory] events without Total Allocated/Reserved (PyTorch < 1.10)"
+        )
+        for n in (
+            "peak_allocated_bytes",
+            "peak_reserved_bytes",
+            "reserved_over_allocated_ratio",
+            "reserved_gap_bytes",
+            "max_reserved_gap_bytes",
+            "reserved_gap_pct",
+            "allocated_growth_bytes_per_step",
+            "allocated_growth_steps_pct",
+            "peak_reserved_capacity_pct",
+            "allocated_static_pct",
+            "memory_preallocated",
+        ):
             ms.set(n, None, why_missing=why)
         return
     gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
@@ -90,14 +131,17 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         ts = d["ts_ns"].to_numpy(np.int64)
         ia, ir = int(np.argmax(alloc)), int(np.argmax(res))
         row: dict[str, Any] = {
-            "rank": int(rank), "device": int(dev),
-            "peak_allocated_bytes": int(alloc[ia]), "peak_reserved_bytes": int(res[ir]),
+            "rank": int(rank),
+            "device": int(dev),
+            "peak_allocated_bytes": int(alloc[ia]),
+            "peak_reserved_bytes": int(res[ir]),
             "reserved_at_allocated_peak": int(res[ia]),
             "allocated_at_reserved_peak": int(alloc[ir]),
             "gap_at_peak_bytes": int(res[ir] - alloc[ia]),
             "max_gap_bytes": int((res - alloc).max()),
             "capacity_bytes": caps.get((int(rank), int(dev))) or caps.get((int(rank), None)),
-            "peak_ts_ns": int(ts[ia]), "static_pct": _static_pct(ts, alloc, res),
+            "peak_ts_ns": int(ts[ia]),
+            "static_pct": _static_pct(ts, alloc, res),
         }
         ms.rank_set(int(rank), "peak_reserved_bytes", float(row["peak_reserved_bytes"]))
         ms.rank_set(int(rank), "peak_allocated_bytes", float(row["peak_allocated_bytes"]))
@@ -111,16 +155,25 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     ms.set("peak_allocated_bytes", float(worst["peak_allocated_bytes"]))
     ms.set("peak_reserved_bytes", float(worst["peak_reserved_bytes"]))
     pa, pr = worst["peak_allocated_bytes"], worst["peak_reserved_bytes"]
-    ms.set("reserved_over_allocated_ratio", pr / pa if pa else None,
-           why_missing="nothing was allocated")
+    ms.set(
+        "reserved_over_allocated_ratio",
+        pr / pa if pa else None,
+        why_missing="nothing was allocated",
+    )
     ms.set("reserved_gap_bytes", float(worst["gap_at_peak_bytes"]))
     ms.set("max_reserved_gap_bytes", float(max(t["max_gap"] for t in timelines)))
     ms.set("reserved_gap_pct", 100.0 * worst["gap_at_peak_bytes"] / pr if pr else None)
     cap = worst["capacity_bytes"]
-    ms.set("peak_reserved_capacity_pct", 100.0 * pr / cap if cap else None,
-           why_missing="the GPU's capacity is unknown (no deviceProperties)")
-    ms.set("allocated_static_pct", worst["static_pct"],
-           why_missing="reserved memory grew during the trace (no early pre-allocation)")
+    ms.set(
+        "peak_reserved_capacity_pct",
+        100.0 * pr / cap if cap else None,
+        why_missing="the GPU's capacity is unknown (no deviceProperties)",
+    )
+    ms.set(
+        "allocated_static_pct",
+        worst["static_pct"],
+        why_missing="reserved memory grew during the trace (no early pre-allocation)",
+    )
     # a forward-only run only: a training run holding a static footprint near capacity is under
     # real pressure (the next batch size does not fit)
     pre = ms.get("is_training") == 0 and (worst["static_pct"] or 0.0) >= STATIC_MIN_PCT
@@ -170,15 +223,22 @@ def _capacities(an: Analysis) -> dict:
 def _downsample(ts: np.ndarray, alloc: np.ndarray, res: np.ndarray, n: int = 600) -> dict:
     """At most ``n`` points per series, keeping each bucket's maximum (peaks stay visible)."""
     if len(ts) <= n:
-        return {"ts_ns": ts.tolist(), "allocated": alloc.tolist(), "reserved": res.tolist(),
-                "max_gap": int((res - alloc).max())}
+        return {
+            "ts_ns": ts.tolist(),
+            "allocated": alloc.tolist(),
+            "reserved": res.tolist(),
+            "max_gap": int((res - alloc).max()),
+        }
     edges = np.linspace(ts[0], ts[-1], n + 1)
     b = np.clip(np.searchsorted(edges, ts, side="right") - 1, 0, n - 1)
     df = pd.DataFrame({"b": b, "t": ts, "a": alloc, "r": res})
     agg = df.groupby("b").agg(t=("t", "max"), a=("a", "max"), r=("r", "max"))
-    return {"ts_ns": agg["t"].astype("int64").tolist(),
-            "allocated": agg["a"].astype("int64").tolist(),
-            "reserved": agg["r"].astype("int64").tolist(), "max_gap": int((res - alloc).max())}
+    return {
+        "ts_ns": agg["t"].astype("int64").tolist(),
+        "allocated": agg["a"].astype("int64").tolist(),
+        "reserved": agg["r"].astype("int64").tolist(),
+        "max_gap": int((res - alloc).max()),
+    }
 
 
 def _growth(an: Analysis, rank: int, ts: np.ndarray, alloc: np.ndarray) -> dict | None:
@@ -194,9 +254,13 @@ def _growth(an: Analysis, rank: int, ts: np.ndarray, alloc: np.ndarray) -> dict 
     x = np.arange(len(vals), dtype=np.float64)
     slope = float(np.polyfit(x, vals, 1)[0])
     diffs = np.diff(vals)
-    return {"rank": rank, "slope": slope, "grew_pct": 100.0 * float((diffs > 0).mean()),
-            "allocated_at_step_end": vals.astype(np.int64).tolist(),
-            "steps": [w.step for w, o in zip(wins, ok) if o]}
+    return {
+        "rank": rank,
+        "slope": slope,
+        "grew_pct": 100.0 * float((diffs > 0).mean()),
+        "allocated_at_step_end": vals.astype(np.int64).tolist(),
+        "steps": [w.step for w, o in zip(wins, ok) if o],
+    }
 
 
 def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
@@ -204,8 +268,11 @@ def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     from traceinsight.analysis.attribution import nest_by_thread  # shared time-nesting helper
     from traceinsight.analysis.intervals import take
 
-    d = gpu[(gpu["rank"] == worst["rank"]) & (gpu["device"] == worst["device"])
-            & (gpu["bytes"].fillna(0) > 0)]
+    d = gpu[
+        (gpu["rank"] == worst["rank"])
+        & (gpu["device"] == worst["device"])
+        & (gpu["bytes"].fillna(0) > 0)
+    ]
     wins = [w for w in an.attribution.steps if w.rank == worst["rank"]]
     for w in wins:
         if w.start_ns <= worst["peak_ts_ns"] < w.end_ns:
@@ -218,12 +285,15 @@ def _top_allocators(an: Analysis, gpu: pd.DataFrame, worst: dict) -> list[dict]:
     d = d.copy()
     d["process"] = d["process"].astype(object)
     d["thread"] = d["thread"].astype(object)
-    pos, _ = nest_by_thread(ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(),
-                            d["thread"].to_numpy())
+    pos, _ = nest_by_thread(
+        ops, d, d["ts_ns"].to_numpy(np.int64), d["process"].to_numpy(), d["thread"].to_numpy()
+    )
     names = take(ops["name"].to_numpy(), pos, "[outside ops]")
     mods = take(ops["module"].to_numpy(), pos, None)
     df = pd.DataFrame({"op": names, "module": mods, "bytes": d["bytes"].to_numpy()})
     agg = df.groupby("op").agg(bytes=("bytes", "sum"), allocations=("bytes", "size")).reset_index()
     agg = agg.sort_values("bytes", ascending=False).head(8)
-    return [{"op": r.op, "bytes": int(r.bytes), "allocations": int(r.allocations)}
-            for r in agg.itertuples()]
+    return [
+        {"op": r.op, "bytes": int(r.bytes), "allocations": int(r.allocations)}
+        for r in agg.itertuples()
+    ]

@@ -32,9 +32,13 @@ BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function|Accumul
 OPTIMIZER_RE = re.compile(r"^(?:Optimizer|optimizer)\.(?:step|zero_grad)")
 MODES = {1.0: "training", 0.0: "inference"}
 
-declare("is_training", "bool",
-        "1 when backward (autograd) or optimizer work is recorded, 0 for a forward-only run",
-        needs="CPU ops in the trace", hint="record with ProfilerActivity.CPU, or pass --mode")
+declare(
+    "is_training",
+    "bool",
+    "1 when backward (autograd) or optimizer work is recorded, 0 for a forward-only run",
+    needs="CPU ops in the trace",
+    hint="record with ProfilerActivity.CPU, or pass --mode",
+)
 
 
 def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) -> None:
@@ -56,9 +60,13 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
     flag = 1.0 if bwd or opt else 0.0
     ms.set("is_training", flag)
     ms.evidence["run_mode"] = {
-        "mode": MODES[flag], "backward_op_names": bwd, "optimizer_range_names": opt,
-        "how": "backward or optimizer ops recorded" if flag else
-               "no backward or optimizer ops in the trace (forward only)"}
+        "mode": MODES[flag],
+        "backward_op_names": bwd,
+        "optimizer_range_names": opt,
+        "how": "backward or optimizer ops recorded"
+        if flag
+        else "no backward or optimizer ops in the trace (forward only)",
+    }
 
 
 def _names(s: pd.Series) -> np.ndarray:

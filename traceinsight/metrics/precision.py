@@ -40,26 +40,63 @@ HINT_SHAPES = "record with record_shapes=True (input dtypes) when kernel names d
 NEEDS_DEVICE = "a known device"
 HINT_DEVICE = "pass --device NAME (see `traceinsight devices`)"
 
-declare("matrix_dtype_known_pct", "%", "GEMM/convolution/attention kernel time whose input dtype "
-        "is known (kernel name or recorded input type), % of matrix kernel time",
-        needs="GEMM/convolution/attention kernels", hint=HINT_SHAPES)
-declare("fp32_gemm_time_pct", "%", "GEMM/convolution/attention time in fp32 on CUDA cores or AMD "
-        "fp32 matrix cores (not TF32, not 16/8/4-bit), % of kernel time",
-        needs=NEEDS_KERNELS, hint=HINT_SHAPES, coverage="matrix_dtype_known_pct")
-declare("fp32_gemm_time_ns", "ns", "the kernel time behind fp32_gemm_time_pct: GEMM/convolution/"
-        "attention kernels in fp32 on CUDA cores or AMD fp32 matrix cores",
-        needs=NEEDS_KERNELS, hint=HINT_SHAPES, coverage="matrix_dtype_known_pct")
-declare("fp32_gemm_step_pct", "%", "the same fp32 matrix time, % of step time",
-        needs=NEEDS_KERNELS, hint=HINT_SHAPES, coverage="matrix_dtype_known_pct")
+declare(
+    "matrix_dtype_known_pct",
+    "%",
+    "GEMM/convolution/attention kernel time whose input dtype "
+    "is known (kernel name or recorded input type), % of matrix kernel time",
+    needs="GEMM/convolution/attention kernels",
+    hint=HINT_SHAPES,
+)
+declare(
+    "fp32_gemm_time_pct",
+    "%",
+    "GEMM/convolution/attention time in fp32 on CUDA cores or AMD "
+    "fp32 matrix cores (not TF32, not 16/8/4-bit), % of kernel time",
+    needs=NEEDS_KERNELS,
+    hint=HINT_SHAPES,
+    coverage="matrix_dtype_known_pct",
+)
+declare(
+    "fp32_gemm_time_ns",
+    "ns",
+    "the kernel time behind fp32_gemm_time_pct: GEMM/convolution/"
+    "attention kernels in fp32 on CUDA cores or AMD fp32 matrix cores",
+    needs=NEEDS_KERNELS,
+    hint=HINT_SHAPES,
+    coverage="matrix_dtype_known_pct",
+)
+declare(
+    "fp32_gemm_step_pct",
+    "%",
+    "the same fp32 matrix time, % of step time",
+    needs=NEEDS_KERNELS,
+    hint=HINT_SHAPES,
+    coverage="matrix_dtype_known_pct",
+)
 for _d, _what in (("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "TF32 (AMD: xf32)")):
-    declare(f"{_d}_speedup_ratio", "ratio", f"the device's dense {_what} matrix peak over the "
-            "peak its fp32 matrix work runs at", needs=f"a known device with {_what} units",
-            hint=HINT_DEVICE)
-declare("fp8_speedup_ratio", "ratio", "the device's dense fp8 peak over its bf16 (or fp16) peak",
-        needs="a known device with fp8 units", hint=HINT_DEVICE)
-declare("low_precision_speedup_ratio", "ratio", "the device's fastest 16-bit matrix peak (bf16, "
-        "else fp16) over the peak its fp32 matrix work runs at", needs=NEEDS_DEVICE,
-        hint=HINT_DEVICE)
+    declare(
+        f"{_d}_speedup_ratio",
+        "ratio",
+        f"the device's dense {_what} matrix peak over the peak its fp32 matrix work runs at",
+        needs=f"a known device with {_what} units",
+        hint=HINT_DEVICE,
+    )
+declare(
+    "fp8_speedup_ratio",
+    "ratio",
+    "the device's dense fp8 peak over its bf16 (or fp16) peak",
+    needs="a known device with fp8 units",
+    hint=HINT_DEVICE,
+)
+declare(
+    "low_precision_speedup_ratio",
+    "ratio",
+    "the device's fastest 16-bit matrix peak (bf16, "
+    "else fp16) over the peak its fp32 matrix work runs at",
+    needs=NEEDS_DEVICE,
+    hint=HINT_DEVICE,
+)
 
 
 def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) -> None:
@@ -78,8 +115,12 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
     by_dtype = mat.groupby(mat["dtype"].fillna("unknown"))["dur_ns"].sum()
     ms.evidence["matrix_dtypes"] = {str(d): float(v) for d, v in by_dtype.items()}
     if not total:
-        for n in ("matrix_dtype_known_pct", "fp32_gemm_time_pct", "fp32_gemm_time_ns",
-                  "fp32_gemm_step_pct"):
+        for n in (
+            "matrix_dtype_known_pct",
+            "fp32_gemm_time_pct",
+            "fp32_gemm_time_ns",
+            "fp32_gemm_step_pct",
+        ):
             ms.set(n, None, why_missing="no GPU kernels")
     elif not mat_ns:
         ms.set("matrix_dtype_known_pct", None, why_missing="no GEMM/convolution/attention kernels")
@@ -90,22 +131,32 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
         known = 100.0 * known_ns / mat_ns
         ms.set("matrix_dtype_known_pct", known)
         if known < MIN_KNOWN_PCT:
-            why = (f"the input dtype of {100 - known:.0f}% of GEMM/convolution/attention kernel "
-                   "time is unknown: the kernel names do not show it and no input types were "
-                   "recorded")
+            why = (
+                f"the input dtype of {100 - known:.0f}% of GEMM/convolution/attention kernel "
+                "time is unknown: the kernel names do not show it and no input types were "
+                "recorded"
+            )
             ms.set("fp32_gemm_time_pct", None, why_missing=why)
             ms.set("fp32_gemm_time_ns", None, why_missing=why)
             ms.set("fp32_gemm_step_pct", None, why_missing=why)
         else:
             ms.set("fp32_gemm_time_pct", 100.0 * fp32_ns / total)
             ms.set("fp32_gemm_time_ns", fp32_ns)
-            ms.set("fp32_gemm_step_pct", min(100.0, 100.0 * fp32_ns / wall) if wall else None,
-                   why_missing="no step windows")
+            ms.set(
+                "fp32_gemm_step_pct",
+                min(100.0, 100.0 * fp32_ns / wall) if wall else None,
+                why_missing="no step windows",
+            )
     # the device: which dtypes it accelerates, and by how much over the fp32 path in use
     res, _ = resolve_device(an, opts or RooflineOptions())
     spec = res.spec
-    names = ("bf16_speedup_ratio", "fp16_speedup_ratio", "tf32_speedup_ratio",
-             "fp8_speedup_ratio", "low_precision_speedup_ratio")
+    names = (
+        "bf16_speedup_ratio",
+        "fp16_speedup_ratio",
+        "tf32_speedup_ratio",
+        "fp8_speedup_ratio",
+        "low_precision_speedup_ratio",
+    )
     if spec is None:
         for n in names:
             ms.set(n, None, why_missing=res.message or "unknown device")
@@ -115,18 +166,28 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
     path = "fp32_matrix" if mfma else "fp32"
     for d in ("bf16", "fp16", "tf32"):
         ratio = spec.speedup(d, over=path)
-        ms.set(f"{d}_speedup_ratio", ratio if ratio and ratio > 1 else None,
-               why_missing=f"{spec.name} has no {d} matrix units faster than its fp32 path")
+        ms.set(
+            f"{d}_speedup_ratio",
+            ratio if ratio and ratio > 1 else None,
+            why_missing=f"{spec.name} has no {d} matrix units faster than its fp32 path",
+        )
     base16 = "bf16" if spec.accelerates("bf16") else "fp16"
     fp8 = spec.speedup("fp8", over=base16) if spec.accelerates("fp8") else None
     ms.set("fp8_speedup_ratio", fp8, why_missing=f"{spec.name} has no fp8 units")
-    ms.set("low_precision_speedup_ratio",
-           ms.get("bf16_speedup_ratio") or ms.get("fp16_speedup_ratio"),
-           why_missing=f"{spec.name} has no 16-bit matrix units faster than fp32")
+    ms.set(
+        "low_precision_speedup_ratio",
+        ms.get("bf16_speedup_ratio") or ms.get("fp16_speedup_ratio"),
+        why_missing=f"{spec.name} has no 16-bit matrix units faster than fp32",
+    )
     ms.evidence["precision_device"] = {
-        "device": spec.name, "fp32_path": path,
-        "accelerates": [d for d in ("fp4", "fp8", "int8", "bf16", "fp16", "tf32", "fp32_matrix")
-                        if spec.accelerates(d)]}
+        "device": spec.name,
+        "fp32_path": path,
+        "accelerates": [
+            d
+            for d in ("fp4", "fp8", "int8", "bf16", "fp16", "tf32", "fp32_matrix")
+            if spec.accelerates(d)
+        ],
+    }
 
 
 def _matrix_kernels(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
@@ -147,8 +208,11 @@ def _matrix_kernels(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     if need.any():
         op_dt = _op_dtypes(an, mat["op_idx"].to_numpy(np.int64)[need])
         cur = dt[need]
-        new = np.where(pd.isna(op_dt), cur,
-                       np.where(cur == "tensor", np.where(op_dt == "fp32", "tf32", op_dt), op_dt))
+        new = np.where(
+            pd.isna(op_dt),
+            cur,
+            np.where(cur == "tensor", np.where(op_dt == "fp32", "tf32", op_dt), op_dt),
+        )
         changed = ~pd.isna(op_dt)
         sel = np.flatnonzero(need)
         dt[sel] = new
@@ -186,11 +250,25 @@ def _op_dtypes(an: Analysis, op_idx: np.ndarray) -> np.ndarray:
 def _top(fp32: pd.DataFrame, total: float, n: int = 8) -> list[dict]:
     if not len(fp32):
         return []
-    grp = fp32.groupby("name", sort=False).agg(calls=("dur_ns", "size"), total_ns=("dur_ns", "sum"),
-                                               op=("op", "first"), dtype=("dtype", "first"),
-                                               how=("how", "first"), cls=("cls", "first"))
+    grp = fp32.groupby("name", sort=False).agg(
+        calls=("dur_ns", "size"),
+        total_ns=("dur_ns", "sum"),
+        op=("op", "first"),
+        dtype=("dtype", "first"),
+        how=("how", "first"),
+        cls=("cls", "first"),
+    )
     grp = grp.sort_values("total_ns", ascending=False).head(n)
-    return [{"kernel": str(k), "op": r["op"], "cls": str(r["cls"]), "dtype": r["dtype"],
-             "how": r["how"], "calls": int(r["calls"]), "total_ns": int(r["total_ns"]),
-             "share_pct": 100.0 * float(r["total_ns"]) / total if total else None}
-            for k, r in grp.iterrows()]
+    return [
+        {
+            "kernel": str(k),
+            "op": r["op"],
+            "cls": str(r["cls"]),
+            "dtype": r["dtype"],
+            "how": r["how"],
+            "calls": int(r["calls"]),
+            "total_ns": int(r["total_ns"]),
+            "share_pct": 100.0 * float(r["total_ns"]) / total if total else None,
+        }
+        for k, r in grp.iterrows()
+    ]

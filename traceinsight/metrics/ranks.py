@@ -16,15 +16,27 @@ from traceinsight.metrics.registry import MetricSet, declare
 from traceinsight.store import partitions
 from traceinsight.util.distributed import current
 
-declare("straggler_slow_steps_pct", "%", "share of the steps in which the straggler rank is "
-        "the slowest rank (its time outside exposed communication)",
-        needs="traces of 2 or more ranks with ProfilerSteps",
-        hint="pass the folder with every rank's trace")
-declare("collective_wait_pct", "%", "time ranks wait inside matched collectives for the last "
-        "rank to arrive, % of their summed step time",
-        needs="traces of 2 or more ranks with communication kernels")
-declare("ranks_clock_offset_ns", "ns", "largest clock offset between ranks, from aligning the "
-        "ends of matched collectives", needs="traces of 2 or more ranks with collectives")
+declare(
+    "straggler_slow_steps_pct",
+    "%",
+    "share of the steps in which the straggler rank is "
+    "the slowest rank (its time outside exposed communication)",
+    needs="traces of 2 or more ranks with ProfilerSteps",
+    hint="pass the folder with every rank's trace",
+)
+declare(
+    "collective_wait_pct",
+    "%",
+    "time ranks wait inside matched collectives for the last "
+    "rank to arrive, % of their summed step time",
+    needs="traces of 2 or more ranks with communication kernels",
+)
+declare(
+    "ranks_clock_offset_ns",
+    "ns",
+    "largest clock offset between ranks, from aligning the ends of matched collectives",
+    needs="traces of 2 or more ranks with collectives",
+)
 
 NAMES = ("straggler_slow_steps_pct", "collective_wait_pct", "ranks_clock_offset_ns")
 
@@ -56,17 +68,24 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             ms.set(n, None, why_missing="needs traces of 2 or more ranks")
         return
     named = ms.values.get("straggler_rank")
-    prof = (straggler_profile(cross, sums, int(named)) if named is not None
-            else cross.get("straggler"))
+    prof = (
+        straggler_profile(cross, sums, int(named)) if named is not None else cross.get("straggler")
+    )
     ms.evidence["straggler"] = prof
-    ms.set("straggler_slow_steps_pct",
-           100.0 * prof["slowest_steps"] / prof["steps"] if prof and prof["steps"] else None,
-           why_missing="needs ProfilerStep markers")
+    ms.set(
+        "straggler_slow_steps_pct",
+        100.0 * prof["slowest_steps"] / prof["steps"] if prof and prof["steps"] else None,
+        why_missing="needs ProfilerStep markers",
+    )
     total_wait = sum(g["wait_ns"] for g in cross.get("groups", []))
     total_step = sum((w or 0) for row in cross["heatmaps"]["wall_ns"] for w in row)
-    ms.set("collective_wait_pct", 100.0 * total_wait / total_step
-           if total_step and cross["matching"]["matched"] else None,
-           why_missing="no collectives matched across ranks")
-    ms.set("ranks_clock_offset_ns", float(cross["max_clock_offset_ns"])
-           if cross["matching"]["matched"] else None,
-           why_missing="no collectives matched across ranks")
+    ms.set(
+        "collective_wait_pct",
+        100.0 * total_wait / total_step if total_step and cross["matching"]["matched"] else None,
+        why_missing="no collectives matched across ranks",
+    )
+    ms.set(
+        "ranks_clock_offset_ns",
+        float(cross["max_clock_offset_ns"]) if cross["matching"]["matched"] else None,
+        why_missing="no collectives matched across ranks",
+    )

@@ -33,9 +33,16 @@ LOWER_BOUND_BELOW_PCT = 50.0
 FACTS: dict[str, str] = {}
 
 
-def declare(name: str, unit: str, doc: str, *, needs: str | None = None,
-            hint: str | None = None, coverage: str | None = None,
-            lower_bound: bool = False) -> None:
+def declare(
+    name: str,
+    unit: str,
+    doc: str,
+    *,
+    needs: str | None = None,
+    hint: str | None = None,
+    coverage: str | None = None,
+    lower_bound: bool = False,
+) -> None:
     """Add a metric to :data:`REGISTRY` (once per name)."""
     if name in REGISTRY:  # pragma: no cover - a programming error
         raise ValueError(f"metric {name} declared twice")
@@ -51,9 +58,11 @@ def coverage_table(values: dict[str, float | None]) -> dict[str, dict]:
         if v is None or info is None or not info.coverage:
             continue
         cov = values.get(info.coverage)
-        out[name] = {"metric": info.coverage, "coverage_pct": cov,
-                     "lower_bound": bool(info.lower_bound
-                                         and (cov is None or cov < LOWER_BOUND_BELOW_PCT))}
+        out[name] = {
+            "metric": info.coverage,
+            "coverage_pct": cov,
+            "lower_bound": bool(info.lower_bound and (cov is None or cov < LOWER_BOUND_BELOW_PCT)),
+        }
     return out
 
 
@@ -83,8 +92,9 @@ class MetricSet:
         self.values[name] = value
         if value is None:
             info = REGISTRY[name]
-            self.missing[name] = why_missing or (f"needs {info.needs}" if info.needs
-                                                 else "not measurable")
+            self.missing[name] = why_missing or (
+                f"needs {info.needs}" if info.needs else "not measurable"
+            )
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)

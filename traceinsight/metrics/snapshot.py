@@ -17,44 +17,68 @@ from traceinsight.metrics.registry import MetricSet, declare, declare_fact
 from traceinsight.util.fmt import short_site
 
 NEEDS = "a CUDA memory snapshot"
-HINT = ("dump one with torch.cuda.memory._record_memory_history() ... "
-        "torch.cuda.memory._dump_snapshot('snap.pickle'), then: diagnose TRACE "
-        "--memory-snapshot snap.pickle")
+HINT = (
+    "dump one with torch.cuda.memory._record_memory_history() ... "
+    "torch.cuda.memory._dump_snapshot('snap.pickle'), then: diagnose TRACE "
+    "--memory-snapshot snap.pickle"
+)
 MAX_VIEWS = 8
 
 for _n, _u, _d in (
     ("snapshot_reserved_bytes", "bytes", "reserved bytes (Σ segment sizes) at the snapshot"),
     ("snapshot_allocated_bytes", "bytes", "bytes of allocated blocks at the snapshot"),
-    ("snapshot_requested_bytes", "bytes",
-     "bytes the callers asked for in the allocated blocks (before rounding)"),
+    (
+        "snapshot_requested_bytes",
+        "bytes",
+        "bytes the callers asked for in the allocated blocks (before rounding)",
+    ),
     ("snapshot_pending_free_bytes", "bytes", "bytes freed but awaiting their stream"),
     ("snapshot_free_bytes", "bytes", "free (inactive) cached bytes at the snapshot"),
-    ("snapshot_stranded_bytes", "bytes", "free bytes inside segments that still hold a live "
-     "block: empty_cache() cannot return them"),
+    (
+        "snapshot_stranded_bytes",
+        "bytes",
+        "free bytes inside segments that still hold a live block: empty_cache() cannot return them",
+    ),
     ("snapshot_stranded_pct", "%", "stranded free bytes, % of reserved"),
     ("snapshot_releasable_bytes", "bytes", "free bytes in wholly free segments (cache)"),
     ("snapshot_largest_free_block_bytes", "bytes", "the largest free block"),
     ("snapshot_reserved_over_requested_ratio", "ratio", "reserved / requested at the snapshot"),
     ("snapshot_oom_events", "count", "out-of-memory actions in the snapshot's trace"),
-    ("snapshot_oom_fragmented_events", "count", "OOMs where free device memory plus free "
-     "cached bytes would have served the request, but no free block was large enough"),
+    (
+        "snapshot_oom_fragmented_events",
+        "count",
+        "OOMs where free device memory plus free "
+        "cached bytes would have served the request, but no free block was large enough",
+    ),
     ("snapshot_oom_request_bytes", "bytes", "the request of the last OOM"),
     ("snapshot_oom_device_free_bytes", "bytes", "what the driver reported free at the last OOM"),
     ("snapshot_oom_free_cached_bytes", "bytes", "free cached bytes at the last OOM"),
     ("snapshot_oom_largest_free_block_bytes", "bytes", "the largest free block at the last OOM"),
     ("snapshot_peak_allocated_bytes", "bytes", "peak allocated bytes over the snapshot's trace"),
     ("snapshot_peak_reserved_bytes", "bytes", "peak reserved bytes over the snapshot's trace"),
-    ("snapshot_capacity_bytes", "bytes", "the GPU's memory: the trace's deviceProperties, else "
-     "reserved plus free device memory at an OOM"),
+    (
+        "snapshot_capacity_bytes",
+        "bytes",
+        "the GPU's memory: the trace's deviceProperties, else "
+        "reserved plus free device memory at an OOM",
+    ),
     ("snapshot_peak_capacity_pct", "%", "peak reserved bytes of the snapshot, % of capacity"),
-    ("snapshot_iterations", "count", "iterations seen in the snapshot's trace (swings of the "
-     "allocated curve)"),
-    ("snapshot_growth_bytes_per_iteration", "bytes", "growth of allocated bytes per iteration "
-     "(trend of the troughs)"),
-    ("snapshot_growth_iterations_pct", "%", "share of iterations that ended with more "
-     "allocated than the one before"),
-    ("snapshot_surviving_bytes", "bytes", "bytes allocated during the iterations and never "
-     "freed"),
+    (
+        "snapshot_iterations",
+        "count",
+        "iterations seen in the snapshot's trace (swings of the allocated curve)",
+    ),
+    (
+        "snapshot_growth_bytes_per_iteration",
+        "bytes",
+        "growth of allocated bytes per iteration (trend of the troughs)",
+    ),
+    (
+        "snapshot_growth_iterations_pct",
+        "%",
+        "share of iterations that ended with more allocated than the one before",
+    ),
+    ("snapshot_surviving_bytes", "bytes", "bytes allocated during the iterations and never freed"),
 ):
     declare(_n, _u, _d, needs=NEEDS, hint=HINT)
 
@@ -62,8 +86,10 @@ for _n, _d in (
     ("snapshot_hole_site", "the call site whose freed blocks left the most stranded bytes"),
     ("snapshot_churn_site", "the call site allocating the most different sizes"),
     ("snapshot_peak_site", "the call site with the most bytes live at the peak"),
-    ("snapshot_survivor_site", "the call site of the most bytes allocated during the "
-     "iterations and never freed"),
+    (
+        "snapshot_survivor_site",
+        "the call site of the most bytes allocated during the iterations and never freed",
+    ),
     ("snapshot_oom_site", "the call site of the allocation that failed"),
 ):
     declare_fact(_n, _d)
@@ -73,8 +99,9 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     views = snapshot_views(an)
     if not views:
         return  # no snapshot: nothing set, nothing reported missing
-    view = max(views, key=lambda v: (len(v["ooms"]), v["totals"]["stranded"],
-                                     v["peak"]["reserved_peak"]))
+    view = max(
+        views, key=lambda v: (len(v["ooms"]), v["totals"]["stranded"], v["peak"]["reserved_peak"])
+    )
     t, peak = view["totals"], view["peak"]
     ms.set("snapshot_reserved_bytes", t["reserved"])
     ms.set("snapshot_allocated_bytes", t["allocated"])
@@ -82,12 +109,18 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     ms.set("snapshot_pending_free_bytes", t["pending"])
     ms.set("snapshot_free_bytes", t["free"])
     ms.set("snapshot_stranded_bytes", t["stranded"])
-    ms.set("snapshot_stranded_pct", 100.0 * t["stranded"] / t["reserved"] if t["reserved"]
-           else None, why_missing="the snapshot holds no segments")
+    ms.set(
+        "snapshot_stranded_pct",
+        100.0 * t["stranded"] / t["reserved"] if t["reserved"] else None,
+        why_missing="the snapshot holds no segments",
+    )
     ms.set("snapshot_releasable_bytes", t["releasable"])
     ms.set("snapshot_largest_free_block_bytes", t["largest_free"])
-    ms.set("snapshot_reserved_over_requested_ratio", t["reserved"] / t["requested"]
-           if t["requested"] else None, why_missing="no allocated block at the snapshot")
+    ms.set(
+        "snapshot_reserved_over_requested_ratio",
+        t["reserved"] / t["requested"] if t["requested"] else None,
+        why_missing="no allocated block at the snapshot",
+    )
     ooms = [o for v in views for o in v["ooms"]]
     ms.set("snapshot_oom_events", float(sum(_oom_count(v) for v in views)))
     ms.set("snapshot_oom_fragmented_events", float(sum(o["cached_enough"] for o in ooms)))
@@ -96,23 +129,34 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     ms.set("snapshot_oom_request_bytes", last and last["request"], why_missing=why)
     ms.set("snapshot_oom_device_free_bytes", last and last["device_free"], why_missing=why)
     ms.set("snapshot_oom_free_cached_bytes", last and last["free_cached"], why_missing=why)
-    ms.set("snapshot_oom_largest_free_block_bytes", last and last["largest_free"],
-           why_missing=why)
+    ms.set("snapshot_oom_largest_free_block_bytes", last and last["largest_free"], why_missing=why)
     ms.set("snapshot_peak_allocated_bytes", peak["allocated"])
     ms.set("snapshot_peak_reserved_bytes", peak["reserved_peak"])
     cap = _capacity(an, view)
-    ms.set("snapshot_capacity_bytes", cap, why_missing="no deviceProperties (give the trace) "
-                                                       "and no OOM in the snapshot")
-    ms.set("snapshot_peak_capacity_pct", 100.0 * peak["reserved_peak"] / cap if cap else None,
-           why_missing="the GPU's capacity is unknown")
+    ms.set(
+        "snapshot_capacity_bytes",
+        cap,
+        why_missing="no deviceProperties (give the trace) and no OOM in the snapshot",
+    )
+    ms.set(
+        "snapshot_peak_capacity_pct",
+        100.0 * peak["reserved_peak"] / cap if cap else None,
+        why_missing="the GPU's capacity is unknown",
+    )
     it = view["iterations"]
     why_it = "fewer than 3 iterations in the snapshot's trace"
     ms.set("snapshot_iterations", len(it["troughs"]) if it else 0)
-    ms.set("snapshot_growth_bytes_per_iteration", it and it["growth_bytes_per_iteration"],
-           why_missing=why_it)
+    ms.set(
+        "snapshot_growth_bytes_per_iteration",
+        it and it["growth_bytes_per_iteration"],
+        why_missing=why_it,
+    )
     ms.set("snapshot_growth_iterations_pct", it and it["grew_pct"], why_missing=why_it)
-    ms.set("snapshot_surviving_bytes", sum(s["bytes"] for s in it["survivors"]) if it else None,
-           why_missing=why_it)
+    ms.set(
+        "snapshot_surviving_bytes",
+        sum(s["bytes"] for s in it["survivors"]) if it else None,
+        why_missing=why_it,
+    )
     for v in views:
         ms.rank_set(v["rank"], "snapshot_reserved_bytes", v["totals"]["reserved"])
         ms.rank_set(v["rank"], "snapshot_stranded_bytes", v["totals"]["stranded"])
@@ -145,14 +189,31 @@ def _facts(view: dict[str, Any]) -> dict[str, str]:
 
     it = view["iterations"] or {}
     oom = view["ooms"][-1] if view["ooms"] else {}
-    return {"snapshot_hole_site": first(view["holes"]),
-            "snapshot_churn_site": first([c for c in view["churn"] if c["sizes"] > 1]),
-            "snapshot_peak_site": first(view["peak"]["live"]),
-            "snapshot_survivor_site": first(it.get("survivors")),
-            "snapshot_oom_site": short_site(oom.get("call_site"))}
+    return {
+        "snapshot_hole_site": first(view["holes"]),
+        "snapshot_churn_site": first([c for c in view["churn"] if c["sizes"] > 1]),
+        "snapshot_peak_site": first(view["peak"]["live"]),
+        "snapshot_survivor_site": first(it.get("survivors")),
+        "snapshot_oom_site": short_site(oom.get("call_site")),
+    }
 
 
 def _summary(v: dict[str, Any]) -> dict[str, Any]:
-    return {"rank": v["rank"], "device": v["device"], **{k: v["totals"][k] for k in (
-        "reserved", "allocated", "requested", "pending", "free", "stranded", "releasable",
-        "largest_free")}, "ooms": len(v["ooms"])}
+    return {
+        "rank": v["rank"],
+        "device": v["device"],
+        **{
+            k: v["totals"][k]
+            for k in (
+                "reserved",
+                "allocated",
+                "requested",
+                "pending",
+                "free",
+                "stranded",
+                "releasable",
+                "largest_free",
+            )
+        },
+        "ooms": len(v["ooms"]),
+    }

@@ -67,22 +67,40 @@ REASONS = ("warm-up", "pre-trace work", "truncated")
 
 for _n, _u, _d in (
     ("steps", "count", "number of ProfilerStep windows (fewest over ranks), representative or not"),
-    ("steps_representative", "count", "ProfilerStep windows the step statistics use (fewest over "
-                                      "ranks): all but warm-up, pre-trace and truncated steps"),
-    ("steps_excluded", "count", "ProfilerStep windows left out of the step statistics (all ranks): "
-                                "warm-up, pre-trace work, truncated"),
-    ("step_time_p50_ns", "ns", "median step time (GPU-aware windows of the representative steps, "
-                               "all ranks)"),
+    (
+        "steps_representative",
+        "count",
+        "ProfilerStep windows the step statistics use (fewest over "
+        "ranks): all but warm-up, pre-trace and truncated steps",
+    ),
+    (
+        "steps_excluded",
+        "count",
+        "ProfilerStep windows left out of the step statistics (all ranks): "
+        "warm-up, pre-trace work, truncated",
+    ),
+    (
+        "step_time_p50_ns",
+        "ns",
+        "median step time (GPU-aware windows of the representative steps, all ranks)",
+    ),
     ("step_time_p90_ns", "ns", "90th percentile step time (representative steps)"),
     ("step_time_p99_ns", "ns", "99th percentile step time (representative steps)"),
     ("step_time_max_ns", "ns", "slowest representative step"),
     ("step_time_mean_ns", "ns", "mean step time (representative steps)"),
-    ("step_time_cv_pct", "%", "coefficient of variation of step time (std / mean) over the "
-                              "representative steps, worst rank"),
+    (
+        "step_time_cv_pct",
+        "%",
+        "coefficient of variation of step time (std / mean) over the "
+        "representative steps, worst rank",
+    ),
     ("step_time_max_over_p50_ratio", "ratio", "slowest representative step over the median step"),
     ("slow_steps", "count", f"representative steps slower than {SLOW_FACTOR}x the median step"),
-    ("jitter_loss_pct", "%", "time lost to representative steps slower than the median, % of "
-                             "their total step time"),
+    (
+        "jitter_loss_pct",
+        "%",
+        "time lost to representative steps slower than the median, % of their total step time",
+    ),
 ):
     declare(_n, _u, _d, needs=NEEDS_STEPS, hint=HINT_STEPS)
 for _n, _d in (
@@ -92,24 +110,46 @@ for _n, _d in (
 ):
     declare_fact(_n, _d)
 
-STAT_METRICS = ("step_time_p50_ns", "step_time_p90_ns", "step_time_p99_ns", "step_time_max_ns",
-                "step_time_mean_ns", "step_time_cv_pct", "step_time_max_over_p50_ratio",
-                "slow_steps", "jitter_loss_pct")
+STAT_METRICS = (
+    "step_time_p50_ns",
+    "step_time_p90_ns",
+    "step_time_p99_ns",
+    "step_time_max_ns",
+    "step_time_mean_ns",
+    "step_time_cv_pct",
+    "step_time_max_over_p50_ratio",
+    "slow_steps",
+    "jitter_loss_pct",
+)
 
 #: idle gap cause (as :mod:`.idle` labels gaps) -> the step part it counts in
-IDLE_PART = {"device wait": "idle_dependency", "graph capture": "idle_oneoff",
-             "start-up": "idle_oneoff", "compile": "idle_oneoff", "input": "idle_input",
-             "blocking copy": "idle_sync", "sync": "idle_sync", "allocator": "idle_host",
-             "host stall": "idle_host", "launch": "idle_launch", "unknown": "idle_unknown"}
+IDLE_PART = {
+    "device wait": "idle_dependency",
+    "graph capture": "idle_oneoff",
+    "start-up": "idle_oneoff",
+    "compile": "idle_oneoff",
+    "input": "idle_input",
+    "blocking copy": "idle_sync",
+    "sync": "idle_sync",
+    "allocator": "idle_host",
+    "host stall": "idle_host",
+    "launch": "idle_launch",
+    "unknown": "idle_unknown",
+}
 #: step part -> what a slow step shows when that part grew the most
 PART_LABEL = {
-    "compute": "more kernel time", "comm_exposed": "comm wait (exposed communication)",
-    "copies": "longer exposed copies", "idle_input": "GPU idle: input loading",
-    "idle_host": "GPU idle: host stall", "idle_sync": "GPU idle: blocking sync or copy",
-    "idle_launch": "GPU idle: launch overhead", "idle_dependency": "GPU idle: work waiting on "
-    "a dependency", "idle_oneoff": "GPU idle: start-up, compilation or graph capture",
+    "compute": "more kernel time",
+    "comm_exposed": "comm wait (exposed communication)",
+    "copies": "longer exposed copies",
+    "idle_input": "GPU idle: input loading",
+    "idle_host": "GPU idle: host stall",
+    "idle_sync": "GPU idle: blocking sync or copy",
+    "idle_launch": "GPU idle: launch overhead",
+    "idle_dependency": "GPU idle: work waiting on a dependency",
+    "idle_oneoff": "GPU idle: start-up, compilation or graph capture",
     "idle_unknown": "GPU idle: unrecorded host time",
-    "host": "more host time"}
+    "host": "more host time",
+}
 
 
 @dataclass
@@ -134,6 +174,7 @@ class StepStat:
 
 # --- the step table ---------------------------------------------------------------------------
 
+
 def step_stats(an: Analysis) -> list[StepStat]:
     """Every step window of every rank (ordered by rank and start), computed once."""
     if "step_stats" not in an.cache:
@@ -150,13 +191,16 @@ def representative(stats: list[StepStat]) -> list[StepStat]:
 def _step_stats(an: Analysis) -> list[StepStat]:
     attr = an.attribution
     bds: dict[tuple[int, int | None, int], WindowBreakdown] = {
-        (b.rank, b.step, b.start_ns): b for b in an.breakdown.steps if b.step is not None}
+        (b.rank, b.step, b.start_ns): b for b in an.breakdown.steps if b.step is not None
+    }
     out: list[StepStat] = []
     for rank in sorted({w.rank for w in attr.steps if w.step is not None}):
         if not attr.has_step_markers.get(rank, False):
             continue
-        wins = sorted((w for w in attr.steps if w.rank == rank and w.step is not None),
-                      key=lambda w: w.start_ns)
+        wins = sorted(
+            (w for w in attr.steps if w.rank == rank and w.step is not None),
+            key=lambda w: w.start_ns,
+        )
         g = by_rank.rows(attr.gpu, rank)
         idle: dict[Any, dict[str, int]] = {}
         for x in idle_split(an, rank, g, wins, top=None)[1] if len(g) else []:
@@ -164,8 +208,11 @@ def _step_stats(an: Analysis) -> list[StepStat]:
             d = idle.setdefault(x["step"], {})
             d[part] = d.get(part, 0) + int(x["dur_ns"])
         own = _own_work(g)
-        stats = [_stat(w, bds[(w.rank, w.step, w.start_ns)], own, idle.get(w.step, {}),
-                       len(g) > 0) for w in wins if (w.rank, w.step, w.start_ns) in bds]
+        stats = [
+            _stat(w, bds[(w.rank, w.step, w.start_ns)], own, idle.get(w.step, {}), len(g) > 0)
+            for w in wins
+            if (w.rank, w.step, w.start_ns) in bds
+        ]
         _mark(an, rank, g, wins, stats)
         out.extend(stats)
     return out
@@ -177,41 +224,58 @@ def _own_work(g: pd.DataFrame) -> pd.DataFrame:
     if not len(lw):
         return pd.DataFrame(columns=["first", "last", "kernel_ns", "kernels"])
     is_k = (lw["kind"] == "kernel").to_numpy()
-    df = pd.DataFrame({"step": lw["step"].astype(np.int64).to_numpy(),
-                       "start": lw["start_ns"].to_numpy(np.int64),
-                       "end": lw["end_ns"].to_numpy(np.int64),
-                       "kns": np.where(is_k, lw["dur_ns"].to_numpy(np.int64), 0),
-                       "k": is_k.astype(np.int64)})
-    return df.groupby("step").agg(first=("start", "min"), last=("end", "max"),
-                                  kernel_ns=("kns", "sum"), kernels=("k", "sum"))
+    df = pd.DataFrame(
+        {
+            "step": lw["step"].astype(np.int64).to_numpy(),
+            "start": lw["start_ns"].to_numpy(np.int64),
+            "end": lw["end_ns"].to_numpy(np.int64),
+            "kns": np.where(is_k, lw["dur_ns"].to_numpy(np.int64), 0),
+            "k": is_k.astype(np.int64),
+        }
+    )
+    return df.groupby("step").agg(
+        first=("start", "min"), last=("end", "max"), kernel_ns=("kns", "sum"), kernels=("k", "sum")
+    )
 
 
-def _stat(w: StepWindow, b: WindowBreakdown, own: pd.DataFrame, idle: dict[str, int],
-          gpu: bool) -> StepStat:
-    parts = {"compute": b.compute_ns, "comm_exposed": b.comm_exposed_ns,
-             "copies": b.memcpy_exposed_ns + b.memset_exposed_ns}
+def _stat(
+    w: StepWindow, b: WindowBreakdown, own: pd.DataFrame, idle: dict[str, int], gpu: bool
+) -> StepStat:
+    parts = {
+        "compute": b.compute_ns,
+        "comm_exposed": b.comm_exposed_ns,
+        "copies": b.memcpy_exposed_ns + b.memset_exposed_ns,
+    }
     parts.update({p: idle.get(p, 0) for p in sorted(set(IDLE_PART.values()))})
     if gpu:
         # gap records and the breakdown's idle agree; any difference goes to unknown
-        parts["idle_unknown"] += b.idle_ns - sum(v for k, v in parts.items()
-                                                 if k.startswith("idle_"))
+        parts["idle_unknown"] += b.idle_ns - sum(
+            v for k, v in parts.items() if k.startswith("idle_")
+        )
         parts["host"] = 0
     else:  # no GPU activity recorded on the rank: the step is host time only
         parts = {k: 0 for k in parts} | {"host": b.wall_ns}
     has = w.step in own.index
     assert w.step is not None  # step windows only
     return StepStat(
-        rank=w.rank, step=int(w.step), start_ns=int(w.start_ns), wall_ns=int(b.wall_ns),
+        rank=w.rank,
+        step=int(w.step),
+        start_ns=int(w.start_ns),
+        wall_ns=int(b.wall_ns),
         host_ns=int(w.host_end_ns - w.host_start_ns),
         gpu_ns=int(own.at[w.step, "last"] - own.at[w.step, "first"]) if has else None,
         kernel_ns=int(own.at[w.step, "kernel_ns"]) if has else 0,
-        kernels=int(own.at[w.step, "kernels"]) if has else 0, parts=parts)
+        kernels=int(own.at[w.step, "kernels"]) if has else 0,
+        parts=parts,
+    )
 
 
 # --- which steps are representative --------------------------------------------------------
 
-def _mark(an: Analysis, rank: int, g: pd.DataFrame, wins: list[StepWindow],
-          stats: list[StepStat]) -> None:
+
+def _mark(
+    an: Analysis, rank: int, g: pd.DataFrame, wins: list[StepWindow], stats: list[StepStat]
+) -> None:
     n = len(stats)
     if n < 2:
         return
@@ -220,8 +284,10 @@ def _mark(an: Analysis, rank: int, g: pd.DataFrame, wins: list[StepWindow],
         if not s.wall_ns or 100.0 * oneoff / s.wall_ns < WARMUP_MIN_PCT:
             break
         s.excluded = "warm-up"
-        s.why = (f"{fmt.fmt_ns(oneoff)} ({fmt.fmt_pct(100.0 * oneoff / s.wall_ns, 0)} of the "
-                 "step) of GPU idle in one-off start-up, compilation or graph capture")
+        s.why = (
+            f"{fmt.fmt_ns(oneoff)} ({fmt.fmt_pct(100.0 * oneoff / s.wall_ns, 0)} of the "
+            "step) of GPU idle in one-off start-up, compilation or graph capture"
+        )
     rk = _RankEvents(an, rank, g)
     first = stats[0]
     if first.excluded is None:
@@ -235,19 +301,23 @@ def _mark(an: Analysis, rank: int, g: pd.DataFrame, wins: list[StepWindow],
     med_k = float(np.median([s.kernels for s in others]))
     if med_k >= TRUNCATED_MIN_KERNELS and last.kernels < TRUNCATED_KERNEL_RATIO * med_k:
         last.excluded = "truncated"
-        last.why = (f"launched {last.kernels:,} kernels against a median of {med_k:,.0f} in the "
-                    "other steps: the profiler stopped inside it")
+        last.why = (
+            f"launched {last.kernels:,} kernels against a median of {med_k:,.0f} in the "
+            "other steps: the profiler stopped inside it"
+        )
         return
     kept = [s for s in others if s.excluded is None] or others
     med_w = float(np.median([s.wall_ns for s in kept]))
     tail = rk.empty_tail(wins[-1])
-    usual = float(np.median([rk.empty_tail(w) for w in wins[-1 - BASELINE_STEPS:-1]]))
+    usual = float(np.median([rk.empty_tail(w) for w in wins[-1 - BASELINE_STEPS : -1]]))
     excess = tail - usual
     if excess >= TAIL_MIN_NS and excess >= TAIL_MIN_PCT / 100.0 * med_w:
         last.excluded = "truncated"
-        last.why = (f"its last {fmt.fmt_ns(tail)} hold no GPU work and no recorded host event "
-                    + (f"({fmt.fmt_ns(usual)} in the other steps) " if usual >= 1_000 else "")
-                    + "(the profiler stopping)")
+        last.why = (
+            f"its last {fmt.fmt_ns(tail)} hold no GPU work and no recorded host event "
+            + (f"({fmt.fmt_ns(usual)} in the other steps) " if usual >= 1_000 else "")
+            + "(the profiler stopping)"
+        )
 
 
 class _RankEvents:
@@ -264,9 +334,9 @@ class _RankEvents:
         self.names = rt["name"].astype(str).to_numpy()
         self.cs = rt["start_ns"].to_numpy(np.int64)
         self.ce = self.cs + rt["dur_ns"].to_numpy(np.int64)
-        self.blocking = ((name_matches(self.names, SYNC_CALL_RE)
-                          | name_matches(self.names, COPY_CALL_RE))
-                         & (self.ce - self.cs >= BLOCKING_MIN_NS))
+        self.blocking = (
+            name_matches(self.names, SYNC_CALL_RE) | name_matches(self.names, COPY_CALL_RE)
+        ) & (self.ce - self.cs >= BLOCKING_MIN_NS)
         self.launch = name_matches(self.names, LAUNCH_CALL_RE)
         self._host: list[tuple[np.ndarray, np.ndarray]] | None = None
 
@@ -311,10 +381,16 @@ class _RankEvents:
         if self._host is None:
             attr, rank = self.an.attribution, self.rank
             frames = [by_rank.rows(attr.ops, rank), by_rank.rows(attr.runtime, rank)]
-            for table, kinds in (("ranges", ("annotation", "gpu_annotation", "nvtx")),
-                                 ("python_frames", None)):
-                df = by_rank.table_rows(self.an, table, ("rank", "start_ns", "dur_ns")
-                                        + (("kind",) if kinds else ()), rank)
+            for table, kinds in (
+                ("ranges", ("annotation", "gpu_annotation", "nvtx")),
+                ("python_frames", None),
+            ):
+                df = by_rank.table_rows(
+                    self.an,
+                    table,
+                    ("rank", "start_ns", "dur_ns") + (("kind",) if kinds else ()),
+                    rank,
+                )
                 if not len(df):
                     continue
                 if kinds:
@@ -335,21 +411,26 @@ def _pre_trace(rk: _RankEvents, wins: list[StepWindow]) -> tuple[int, str]:
     queued, blocked, n, calls = rk.head(wins[0])
     if not queued and not blocked:
         return 0, ""
-    later = [rk.head(w) for w in wins[1:1 + BASELINE_STEPS]]
+    later = [rk.head(w) for w in wins[1 : 1 + BASELINE_STEPS]]
     queued = max(0, queued - int(np.median([x[0] for x in later])))
     blocked = max(0, blocked - int(np.median([x[1] for x in later])))
     why = []
     if queued:
-        why.append(f"{fmt.fmt_ns(queued)} of GPU work without a launch record ({n:,} "
-                   "activities queued before the profiler started)")
+        why.append(
+            f"{fmt.fmt_ns(queued)} of GPU work without a launch record ({n:,} "
+            "activities queued before the profiler started)"
+        )
     if blocked:
         what = f"in {', '.join(calls[:3])}" if calls else "with its first work queued"
-        why.append(f"{fmt.fmt_ns(blocked)} with the host waiting {what} while no recorded GPU "
-                   "work ran (the GPU was still busy with work launched before the trace)")
+        why.append(
+            f"{fmt.fmt_ns(blocked)} with the host waiting {what} while no recorded GPU "
+            "work ran (the GPU was still busy with work launched before the trace)"
+        )
     return queued + blocked, "before its own GPU work started, " + " and ".join(why)
 
 
 # --- the metrics ------------------------------------------------------------------------------
+
 
 def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     """The step metrics; returns whether the trace has step markers on every rank."""
@@ -367,8 +448,10 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
         return False
     by_rank = {r: [s for s in stats if s.rank == r] for r in ranks}
     ms.set("steps", float(min(len(v) for v in by_rank.values())))
-    ms.set("steps_representative", float(min(sum(s.excluded is None for s in v)
-                                              for v in by_rank.values())))
+    ms.set(
+        "steps_representative",
+        float(min(sum(s.excluded is None for s in v) for v in by_rank.values())),
+    )
     excluded = [s for s in stats if s.excluded]
     ms.set("steps_excluded", float(len(excluded)))
     basis = representative(stats)
@@ -386,21 +469,24 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
         if len(t) >= 3 and t.mean() > 0:
             cvs.append(100.0 * t.std() / t.mean())
             ms.rank_set(r, "step_time_cv_pct", cvs[-1])
-    ms.set("step_time_cv_pct", max(cvs) if cvs else None,
-           why_missing=None if cvs else "needs at least 3 representative ProfilerSteps per rank")
+    ms.set(
+        "step_time_cv_pct",
+        max(cvs) if cvs else None,
+        why_missing=None if cvs else "needs at least 3 representative ProfilerSteps per rank",
+    )
     slow = slow_steps(basis, p50)
     ms.set("slow_steps", float(sum(1 for s in basis if s.wall_ns > SLOW_FACTOR * p50)))
     loss = float(np.clip(times - p50, 0, None).sum())
     ms.set("jitter_loss_pct", 100.0 * loss / times.sum() if times.sum() else None)
     ms.evidence["slow_steps"] = slow
     ms.evidence["steps"] = [s.to_dict() for s in stats]
-    _texts(ms, excluded, slow, slow[:1] or slow_steps(basis, p50, factor=1.0)[:1],
-           multi=len(ranks) > 1)
+    _texts(
+        ms, excluded, slow, slow[:1] or slow_steps(basis, p50, factor=1.0)[:1], multi=len(ranks) > 1
+    )
     return True
 
 
-def slow_steps(basis: list[StepStat], p50: float, *, factor: float = SLOW_FACTOR
-               ) -> list[dict]:
+def slow_steps(basis: list[StepStat], p50: float, *, factor: float = SLOW_FACTOR) -> list[dict]:
     """The steps over ``factor`` x the median (slowest first), each with the part of the step
     that grew the most over the median step, and the runner-up when it explains a third or
     more of the excess."""
@@ -416,9 +502,17 @@ def slow_steps(basis: list[StepStat], p50: float, *, factor: float = SLOW_FACTOR
         (d1, k1), (d2, k2) = deltas[0], deltas[1]
         over = s.wall_ns - p50
         row: dict[str, Any] = {
-            "rank": s.rank, "step": s.step, "wall_ns": s.wall_ns, "gpu_ns": s.gpu_ns,
-            "over_median_ns": int(over), "cause": PART_LABEL[k1], "cause_key": k1,
-            "cause_delta_ns": int(d1), "also": None, "also_delta_ns": None}
+            "rank": s.rank,
+            "step": s.step,
+            "wall_ns": s.wall_ns,
+            "gpu_ns": s.gpu_ns,
+            "over_median_ns": int(over),
+            "cause": PART_LABEL[k1],
+            "cause_key": k1,
+            "cause_delta_ns": int(d1),
+            "also": None,
+            "also_delta_ns": None,
+        }
         if d2 > 0 and d2 >= over / 3:
             row.update(also=PART_LABEL[k2], also_delta_ns=int(d2))
         out.append(row)
@@ -426,14 +520,21 @@ def slow_steps(basis: list[StepStat], p50: float, *, factor: float = SLOW_FACTOR
     return out[:MAX_SLOW_ROWS]
 
 
-def _texts(ms: MetricSet, excluded: list[StepStat], slow: list[dict], slowest: list[dict],
-           multi: bool = False) -> None:
+def _texts(
+    ms: MetricSet,
+    excluded: list[StepStat],
+    slow: list[dict],
+    slowest: list[dict],
+    multi: bool = False,
+) -> None:
 
     def name(rank: int, step: int) -> str:
         return f"rank {rank} step {step}" if multi else f"step {step}"
 
-    ex = [f"{name(s.rank, s.step)} ({fmt.fmt_ns(s.wall_ns)}, {s.excluded}: {s.why})"
-          for s in excluded[:MAX_DETAIL]]
+    ex = [
+        f"{name(s.rank, s.step)} ({fmt.fmt_ns(s.wall_ns)}, {s.excluded}: {s.why})"
+        for s in excluded[:MAX_DETAIL]
+    ]
     if len(excluded) > MAX_DETAIL:
         ex.append(f"{len(excluded) - MAX_DETAIL} more")
     sl = []
@@ -441,12 +542,19 @@ def _texts(ms: MetricSet, excluded: list[StepStat], slow: list[dict], slowest: l
         grew = f"{x['cause']} +{fmt.fmt_ns(x['cause_delta_ns'])}"
         if x.get("also"):
             grew += f", {x['also']} +{fmt.fmt_ns(x['also_delta_ns'])}"
-        sl.append(f"{name(x['rank'], x['step'])} {fmt.fmt_ns(x['wall_ns'])} "
-                  f"(+{fmt.fmt_ns(x['over_median_ns'])} over the median: {grew})")
+        sl.append(
+            f"{name(x['rank'], x['step'])} {fmt.fmt_ns(x['wall_ns'])} "
+            f"(+{fmt.fmt_ns(x['over_median_ns'])} over the median: {grew})"
+        )
     if len(slow) > MAX_DETAIL:
         sl.append(f"{len(slow) - MAX_DETAIL} more")
     ms.set_fact("steps_excluded_detail", "; ".join(ex) if ex else "none")
-    ms.set_fact("slow_steps_detail",
-                "; ".join(sl) if sl else f"no step over {SLOW_FACTOR}x the median")
-    ms.set_fact("slowest_step_detail", f"{name(slowest[0]['rank'], slowest[0]['step'])}, "
-                                       f"{slowest[0]['cause']}" if slowest else "none")
+    ms.set_fact(
+        "slow_steps_detail", "; ".join(sl) if sl else f"no step over {SLOW_FACTOR}x the median"
+    )
+    ms.set_fact(
+        "slowest_step_detail",
+        f"{name(slowest[0]['rank'], slowest[0]['step'])}, {slowest[0]['cause']}"
+        if slowest
+        else "none",
+    )

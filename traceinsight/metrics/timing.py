@@ -34,19 +34,37 @@ for _n, _u, _d in (
     ("small_kernel_pct", "%", "kernels shorter than 10 µs, % of kernels"),
     ("small_kernel_time_pct", "%", "time in kernels shorter than 10 µs, % of kernel time"),
     ("median_kernel_ns", "ns", "median kernel duration"),
-    ("launch_latency_p50_ns", "ns",
-     "median time from the end of the launch call to the kernel start"),
+    (
+        "launch_latency_p50_ns",
+        "ns",
+        "median time from the end of the launch call to the kernel start",
+    ),
     ("gemm_time_pct", "%", "GEMM kernels (incl. attention and convolution), % of kernel time"),
     ("elementwise_time_pct", "%", "elementwise and reduction kernels, % of kernel time"),
 ):
     declare(_n, _u, _d, needs=NEEDS_GPU, hint=HINT_GPU)
 
-declare("dataloader_pct", "%", "host time in DataLoader ranges, % of step time",
-        needs="DataLoader ranges (enumerate(DataLoader)#...) and steps", hint=HINT_STEPS)
-declare("syncs_per_step", "count", "blocking host synchronisations per step (device/stream/event "
-        "synchronize, synchronous copies)", needs="runtime calls and steps", hint=HINT_STEPS)
-declare("sync_blocked_pct", "%", "host time blocked in synchronisation calls, % of step time",
-        needs="runtime calls and steps", hint=HINT_STEPS)
+declare(
+    "dataloader_pct",
+    "%",
+    "host time in DataLoader ranges, % of step time",
+    needs="DataLoader ranges (enumerate(DataLoader)#...) and steps",
+    hint=HINT_STEPS,
+)
+declare(
+    "syncs_per_step",
+    "count",
+    "blocking host synchronisations per step (device/stream/event synchronize, synchronous copies)",
+    needs="runtime calls and steps",
+    hint=HINT_STEPS,
+)
+declare(
+    "sync_blocked_pct",
+    "%",
+    "host time blocked in synchronisation calls, % of step time",
+    needs="runtime calls and steps",
+    hint=HINT_STEPS,
+)
 declare("world_size", "count", "number of ranks in the job (from distributedInfo, else files)")
 declare("ranks_analysed", "count", "number of ranks whose traces were read")
 declare("has_gpu", "bool", "1 if the trace holds GPU activity")
@@ -75,32 +93,63 @@ def compute(an: Analysis, ms: MetricSet) -> None:
 
     # --- breakdown -------------------------------------------------------------------------
     if not has_gpu or not ranks:
-        for n in ("gpu_busy_pct", "gpu_idle_pct", "compute_pct", "comm_pct", "exposed_comm_pct",
-                  "comm_overlap_pct", "memcpy_exposed_pct", "memset_exposed_pct",
-                  "kernels_per_step", "small_kernel_pct", "small_kernel_time_pct",
-                  "median_kernel_ns", "launch_latency_p50_ns", "gemm_time_pct",
-                  "elementwise_time_pct"):
+        for n in (
+            "gpu_busy_pct",
+            "gpu_idle_pct",
+            "compute_pct",
+            "comm_pct",
+            "exposed_comm_pct",
+            "comm_overlap_pct",
+            "memcpy_exposed_pct",
+            "memset_exposed_pct",
+            "kernels_per_step",
+            "small_kernel_pct",
+            "small_kernel_time_pct",
+            "median_kernel_ns",
+            "launch_latency_p50_ns",
+            "gemm_time_pct",
+            "elementwise_time_pct",
+        ):
             ms.set(n, None, why_missing="the trace holds no GPU activity")
         idle_metrics.set_missing(ms, "the trace holds no GPU activity")
     else:
-        tot = {k: sum(getattr(bd.ranks[r], k) for r in ranks) for k in (
-            "wall_ns", "busy_ns", "idle_ns", "compute_ns", "comm_ns", "comm_exposed_ns",
-            "comm_hidden_ns", "memcpy_exposed_ns", "memset_exposed_ns", "kernels")}
+        tot = {
+            k: sum(getattr(bd.ranks[r], k) for r in ranks)
+            for k in (
+                "wall_ns",
+                "busy_ns",
+                "idle_ns",
+                "compute_ns",
+                "comm_ns",
+                "comm_exposed_ns",
+                "comm_hidden_ns",
+                "memcpy_exposed_ns",
+                "memset_exposed_ns",
+                "kernels",
+            )
+        }
         wall = tot["wall_ns"]
         ms.set("gpu_busy_pct", _pct(tot["busy_ns"], wall))
         ms.set("gpu_idle_pct", _pct(tot["idle_ns"], wall))
         ms.set("compute_pct", _pct(tot["compute_ns"], wall))
         ms.set("comm_pct", _pct(tot["comm_ns"], wall))
         ms.set("exposed_comm_pct", _pct(tot["comm_exposed_ns"], wall))
-        ms.set("comm_overlap_pct", _pct(tot["comm_hidden_ns"], tot["comm_ns"]),
-               why_missing="no communication kernels")
+        ms.set(
+            "comm_overlap_pct",
+            _pct(tot["comm_hidden_ns"], tot["comm_ns"]),
+            why_missing="no communication kernels",
+        )
         ms.set("memcpy_exposed_pct", _pct(tot["memcpy_exposed_ns"], wall))
         ms.set("memset_exposed_pct", _pct(tot["memset_exposed_ns"], wall))
         for r in ranks:
             b = bd.ranks[r]
-            for n, v in (("gpu_busy_pct", b.busy_ns), ("gpu_idle_pct", b.idle_ns),
-                         ("compute_pct", b.compute_ns), ("exposed_comm_pct", b.comm_exposed_ns),
-                         ("comm_pct", b.comm_ns)):
+            for n, v in (
+                ("gpu_busy_pct", b.busy_ns),
+                ("gpu_idle_pct", b.idle_ns),
+                ("compute_pct", b.compute_ns),
+                ("exposed_comm_pct", b.comm_exposed_ns),
+                ("comm_pct", b.comm_ns),
+            ):
                 ms.rank_set(r, n, _pct(v, b.wall_ns))
             ms.rank_set(r, "wall_ns", float(b.wall_ns))
             ms.rank_set(r, "compute_ns", float(b.compute_ns))
@@ -125,11 +174,19 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             tot_k = float(d.sum()) or 1.0
             gemm_like = cls_t.reindex(["gemm", "attention", "convolution"]).fillna(0)
             ms.set("gemm_time_pct", 100.0 * float(gemm_like.sum()) / tot_k)
-            ms.set("elementwise_time_pct", 100.0 * float(cls_t.reindex(["elementwise", "reduction"])
-                                                         .fillna(0).sum()) / tot_k)
+            ms.set(
+                "elementwise_time_pct",
+                100.0 * float(cls_t.reindex(["elementwise", "reduction"]).fillna(0).sum()) / tot_k,
+            )
         else:
-            for n in ("small_kernel_pct", "small_kernel_time_pct", "median_kernel_ns",
-                      "launch_latency_p50_ns", "gemm_time_pct", "elementwise_time_pct"):
+            for n in (
+                "small_kernel_pct",
+                "small_kernel_time_pct",
+                "median_kernel_ns",
+                "launch_latency_p50_ns",
+                "gemm_time_pct",
+                "elementwise_time_pct",
+            ):
                 ms.set(n, None, why_missing="no kernels (only copies)")
 
     # --- host: data loading and synchronisation --------------------------------------------
@@ -141,12 +198,14 @@ def _launch_latency(kern: pd.DataFrame, rt: pd.DataFrame) -> np.ndarray:
     key = pd.MultiIndex.from_arrays([rt["rank"].to_numpy(), rt["start_ns"].to_numpy(np.int64)])
     dur = pd.Series(rt["dur_ns"].to_numpy(np.int64), index=key)
     dur = dur[~dur.index.duplicated()]
-    k = pd.MultiIndex.from_arrays([kern["rank"].to_numpy(),
-                                   kern["launch_start_ns"].to_numpy(np.int64)])
+    k = pd.MultiIndex.from_arrays(
+        [kern["rank"].to_numpy(), kern["launch_start_ns"].to_numpy(np.int64)]
+    )
     d = dur.reindex(k).to_numpy()
     ok = ~pd.isna(d)
-    return (kern["start_ns"].to_numpy(np.int64)[ok]
-            - (kern["launch_start_ns"].to_numpy(np.int64)[ok] + d[ok].astype(np.int64)))
+    return kern["start_ns"].to_numpy(np.int64)[ok] - (
+        kern["launch_start_ns"].to_numpy(np.int64)[ok] + d[ok].astype(np.int64)
+    )
 
 
 def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool) -> None:
@@ -168,8 +227,11 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
         ws = wins.get(r, [])
         dl_s, dl_e, _ = rank_ranges(an, r, DATALOADER_RE)
         DL = iv.union(dl_s, dl_e)
-        dl_total += int(iv.overlap_with_windows(DL, np.array([w.host_start_ns for w in ws]),
-                                                np.array([w.host_end_ns for w in ws])).sum())
+        dl_total += int(
+            iv.overlap_with_windows(
+                DL, np.array([w.host_start_ns for w in ws]), np.array([w.host_end_ns for w in ws])
+            ).sum()
+        )
         rt = by_rank.rows(attr.runtime, r)
         sync = rt[rt["name"].astype(str).str.match(SYNC_RE)]
         hs = np.array([w.host_start_ns for w in ws])
@@ -181,8 +243,9 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
         sync_count += len(sync)
         sync_ns += int(sync["dur_ns"].sum())
         names = attr.ops["name"].to_numpy()
-        for idx, call, dur in zip(sync["op_idx"].to_numpy(), sync["name"].astype(str),
-                                  sync["dur_ns"]):
+        for idx, call, dur in zip(
+            sync["op_idx"].to_numpy(), sync["name"].astype(str), sync["dur_ns"]
+        ):
             who = f"{names[idx]} → {call}" if idx >= 0 else call
             sync_ops.setdefault(who, []).append(int(dur))
     n_steps = len(windows)
@@ -190,5 +253,7 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     ms.set("syncs_per_step", sync_count / n_steps)
     ms.set("sync_blocked_pct", 100.0 * sync_ns / wall)
     by_total = sorted(sync_ops.items(), key=lambda kv: -sum(kv[1]))[:10]
-    ms.evidence["sync_calls"] = [{"call": k, "count": len(v), "per_step": len(v) / n_steps,
-                                  "total_ns": sum(v)} for k, v in by_total]
+    ms.evidence["sync_calls"] = [
+        {"call": k, "count": len(v), "per_step": len(v) / n_steps, "total_ns": sum(v)}
+        for k, v in by_total
+    ]

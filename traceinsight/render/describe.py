@@ -48,22 +48,26 @@ def device_line(r: DiagnosisResult) -> str:
         return f"{shown} (named in the trace's device properties{peaks})"
     if how == "override" and resolved:
         opts = r.extra.get("options") or {}
-        given = [f"--{k.replace('_gbs', '').replace('_', '-')} {v}" for k, v in opts.items()
-                 if k in ("device", "peak_tflops", "peak_bw_gbs")]
+        given = [
+            f"--{k.replace('_gbs', '').replace('_', '-')} {v}"
+            for k, v in opts.items()
+            if k in ("device", "peak_tflops", "peak_bw_gbs")
+        ]
         trace = f"; the trace says {raw!r}" if raw and raw != resolved else ""
         return f"{resolved} (set with {' '.join(given) or 'the command line'}{trace})"
     if how == "gfx-guess" and resolved:
         m = re.search(r"from its architecture, (.*?) \(", str(dev.get("message") or ""))
         arch = f", {m.group(1)}" if m else ""
         named = f"; the trace calls it {raw!r}" if raw else "; the trace gives no device name"
-        return (f"{resolved} (identified from its architecture{arch}{named}; "
-                "--device overrides)")
+        return f"{resolved} (identified from its architecture{arch}{named}; --device overrides)"
     n = kernel_count(r)
     kern = f"{n:,} kernel{'s' if n != 1 else ''} recorded" if n else "GPU activity recorded"
     if raw:
         return f"{raw} ({kern}; not in the device table: --device NAME gives roofline and MFU)"
-    return (f"GPU not named in the trace ({kern}, no device properties; --device NAME gives "
-            "roofline and MFU)")
+    return (
+        f"GPU not named in the trace ({kern}, no device properties; --device NAME gives "
+        "roofline and MFU)"
+    )
 
 
 def device_name(r: DiagnosisResult) -> str:
@@ -155,6 +159,7 @@ def not_evaluated(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # --- opening the original trace --------------------------------------------------------------
 
+
 def viewer_hint(r: DiagnosisResult) -> str:
     """How to open the trace file in Perfetto or chrome://tracing at the step the report
     shows ("" when the result does not know the file)."""
@@ -163,47 +168,88 @@ def viewer_hint(r: DiagnosisResult) -> str:
     ts = v.get("ts_us") or []
     if not src or len(ts) != 2:
         return ""
-    where = (f"search for {v['marker']}, select it and press F to zoom to it"
-             if v.get("marker") else "the window shown is the whole GPU span")
-    return (f"load {src} at ui.perfetto.dev (Open trace file) or in chrome://tracing "
-            f"(Load); {where}: rank {v.get('rank')}, ts {ts[0]:.3f} – {ts[1]:.3f} µs in the "
-            "file.")
+    where = (
+        f"search for {v['marker']}, select it and press F to zoom to it"
+        if v.get("marker")
+        else "the window shown is the whole GPU span"
+    )
+    return (
+        f"load {src} at ui.perfetto.dev (Open trace file) or in chrome://tracing "
+        f"(Load); {where}: rank {v.get('rank')}, ts {ts[0]:.3f} – {ts[1]:.3f} µs in the "
+        "file."
+    )
 
 
 # --- the host view (CPU-only runs) ---------------------------------------------------------------
+
 
 def host_lines(r: DiagnosisResult, width: int, n: int = 8) -> list[str]:
     """The host view as plain-text lines (terminal and Markdown code blocks)."""
     h = r.host or {}
     if not h or h.get("empty"):
         return []
-    out = ["Host time (step windows" + (", all ranks)" if (h.get("steps") or {}).get("ranks", 1)
-                                         > 1 else ")")]
+    out = [
+        "Host time (step windows"
+        + (", all ranks)" if (h.get("steps") or {}).get("ranks", 1) > 1 else ")")
+    ]
     parts = h.get("split") or []
     out.append(_wrap("  ".join(f"{p['part']} {fmt.fmt_pct(p['pct'])}" for p in parts), width))
     ann = [a for a in h.get("annotations") or [] if a["pct"] >= 1.0][:6]
     if ann:
-        out.append(_wrap("by annotation: " + ", ".join(f"{a['name']} {fmt.fmt_pct(a['pct'])}"
-                                                        for a in ann), width))
+        out.append(
+            _wrap(
+                "by annotation: " + ", ".join(f"{a['name']} {fmt.fmt_pct(a['pct'])}" for a in ann),
+                width,
+            )
+        )
     ops = h.get("ops") or []
     if ops:
-        rows = [[x["name"], f"{x['calls']:,}", fmt.fmt_ns(x["self_ns"]),
-                 fmt.fmt_pct(x["self_pct"]), fmt.fmt_ns(x["total_ns"]),
-                 fmt.fmt_pct(x["total_pct"])] for x in ops[:n]]
+        rows = [
+            [
+                x["name"],
+                f"{x['calls']:,}",
+                fmt.fmt_ns(x["self_ns"]),
+                fmt.fmt_pct(x["self_pct"]),
+                fmt.fmt_ns(x["total_ns"]),
+                fmt.fmt_pct(x["total_pct"]),
+            ]
+            for x in ops[:n]
+        ]
         out.append("")
         out.append("Top CPU ops by self time")
-        out += ["  " + ln for ln in fmt.table(rows, ["op", "calls", "self", "of step", "total",
-                                                      "of step"], align="lrrrrr",
-                                               max_width=width - 2, flex=0).splitlines()]
+        out += [
+            "  " + ln
+            for ln in fmt.table(
+                rows,
+                ["op", "calls", "self", "of step", "total", "of step"],
+                align="lrrrrr",
+                max_width=width - 2,
+                flex=0,
+            ).splitlines()
+        ]
     mods = h.get("modules") or []
     if mods:
-        rows = [[f"{x['type']} ×{x['instances']}", f"{x['calls']:,}", fmt.fmt_ns(x["total_ns"]),
-                 fmt.fmt_pct(x["pct"])] for x in mods[:n]]
+        rows = [
+            [
+                f"{x['type']} ×{x['instances']}",
+                f"{x['calls']:,}",
+                fmt.fmt_ns(x["total_ns"]),
+                fmt.fmt_pct(x["pct"]),
+            ]
+            for x in mods[:n]
+        ]
         out.append("")
         out.append("Host time by nn.Module type (with its sub-modules)")
-        out += ["  " + ln for ln in fmt.table(rows, ["module", "calls", "time", "of step"],
-                                               align="lrrr", max_width=width - 2,
-                                               flex=0).splitlines()]
+        out += [
+            "  " + ln
+            for ln in fmt.table(
+                rows,
+                ["module", "calls", "time", "of step"],
+                align="lrrr",
+                max_width=width - 2,
+                flex=0,
+            ).splitlines()
+        ]
     notes = h.get("notes") or []
     if notes:
         out.append("")
@@ -215,6 +261,12 @@ def host_lines(r: DiagnosisResult, width: int, n: int = 8) -> list[str]:
 
 
 def _wrap(text: str, width: int, indent: str = "  ") -> str:
-    return "\n".join(textwrap.wrap(text, width=width, initial_indent=indent,
-                                   subsequent_indent=indent + ("  " if not indent else ""),
-                                   break_on_hyphens=False))
+    return "\n".join(
+        textwrap.wrap(
+            text,
+            width=width,
+            initial_indent=indent,
+            subsequent_indent=indent + ("  " if not indent else ""),
+            break_on_hyphens=False,
+        )
+    )

@@ -13,12 +13,17 @@ from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
 from traceinsight.util.safetext import for_terminal
 
-SEV_STYLE = {"high": ("HIGH", "red"), "medium": ("MED ", "yellow"), "low": ("LOW ", "cyan"),
-             "info": ("INFO", "white")}
+SEV_STYLE = {
+    "high": ("HIGH", "red"),
+    "medium": ("MED ", "yellow"),
+    "low": ("LOW ", "cyan"),
+    "info": ("INFO", "white"),
+}
 
 
-def render_table(t: dict[str, Any], indent: str = "", max_rows: int = 5,
-                 width: int | None = None) -> str:
+def render_table(
+    t: dict[str, Any], indent: str = "", max_rows: int = 5, width: int | None = None
+) -> str:
     """An evidence table (its first ``max_rows`` rows), cells formatted by their column format."""
     cols = t["columns"]
     rows = []
@@ -30,10 +35,16 @@ def render_table(t: dict[str, Any], indent: str = "", max_rows: int = 5,
                 s = fmt.short_kernel_name(s)
             cells.append(s)
         rows.append(cells)
-    align = "".join("l" if c["format"] in ("text", "kernel", "op", "dims", "class") else "r"
-                    for c in cols)
-    text = fmt.table(rows, [c["name"] for c in cols], align=align,
-                     max_width=(width or fmt.terminal_width()) - len(indent), flex=0)
+    align = "".join(
+        "l" if c["format"] in ("text", "kernel", "op", "dims", "class") else "r" for c in cols
+    )
+    text = fmt.table(
+        rows,
+        [c["name"] for c in cols],
+        align=align,
+        max_width=(width or fmt.terminal_width()) - len(indent),
+        flex=0,
+    )
     out = [indent + t["title"]] + [indent + line for line in text.splitlines()]
     if len(t["rows"]) > max_rows:
         out.append(indent + f"… {len(t['rows']) - max_rows} more in the report")
@@ -43,8 +54,14 @@ def render_table(t: dict[str, Any], indent: str = "", max_rows: int = 5,
 
 
 def _wrap(text: str, indent: str, width: int) -> str:
-    return "\n".join(textwrap.wrap(" ".join(text.split()), width=width - len(indent),
-                                   initial_indent=indent, subsequent_indent=indent))
+    return "\n".join(
+        textwrap.wrap(
+            " ".join(text.split()),
+            width=width - len(indent),
+            initial_indent=indent,
+            subsequent_indent=indent,
+        )
+    )
 
 
 def bar(parts: list[tuple[str, float]], width: int = 50) -> str:
@@ -55,8 +72,9 @@ def bar(parts: list[tuple[str, float]], width: int = 50) -> str:
     return out[:width].ljust(width, " ")
 
 
-def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = False,
-           width: int | None = None) -> str:
+def render(
+    result: DiagnosisResult, *, color: bool = False, verbose: bool = False, width: int | None = None
+) -> str:
     width = width or fmt.terminal_width()
     st = (lambda s, **k: click.style(s, **k)) if color else (lambda s, **k: s)
     t = result.trace
@@ -66,8 +84,11 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     if len(t.get("sources", [])) > 3:
         srcs += f" (+{len(t['sources']) - 3})"
     mode = describe.run_mode(result) or "unknown"
-    lines = [st(f"traceinsight diagnose — {srcs}", bold=True),
-             _wrap(f"{n} rank{'s' if n != 1 else ''} · {devs} · {mode} run", "", width), ""]
+    lines = [
+        st(f"traceinsight diagnose — {srcs}", bold=True),
+        _wrap(f"{n} rank{'s' if n != 1 else ''} · {devs} · {mode} run", "", width),
+        "",
+    ]
     host = result.host or {}
     if host.get("headline"):  # a CPU-only run: the host view's verdict, then why no GPU rules
         lines.append(_wrap(st(host["headline"], bold=True), "", width))
@@ -77,31 +98,46 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     lines.append("")
     fs = result.findings
     if fs:
-        lines.append(st(f"Findings ({len(fs)}), by estimated share of step time they could "
-                        "recover", bold=True))
+        lines.append(
+            st(
+                f"Findings ({len(fs)}), by estimated share of step time they could recover",
+                bold=True,
+            )
+        )
         for f in fs:
             label, colour = SEV_STYLE.get(f.severity, (f.severity.upper(), "white"))
             head = f"[{label}] {f.rule} — {f.title}"
-            imp = (f"impact {f.impact_pct:.1f}%" if f.impact_pct is not None
-                   else "impact not estimated")
+            imp = (
+                f"impact {f.impact_pct:.1f}%"
+                if f.impact_pct is not None
+                else "impact not estimated"
+            )
             pad = max(2, width - len(head) - len(imp) - 1)
-            lines.append(st(f"[{label}]", fg=colour, bold=True) + head[len(label) + 2:]
-                         + " " * pad + imp)
+            lines.append(
+                st(f"[{label}]", fg=colour, bold=True) + head[len(label) + 2 :] + " " * pad + imp
+            )
             lines.append(_wrap(f.message, "       ", width))
             for ev in f.evidence:
                 if ev.get("kind") == "measurements":
-                    parts = [f"{r['metric']} {r['display']} ({r['op']} {r['threshold_display']})"
-                             for r in ev["rows"]]
+                    parts = [
+                        f"{r['metric']} {r['display']} ({r['op']} {r['threshold_display']})"
+                        for r in ev["rows"]
+                    ]
                     lines.append(_wrap("evidence: " + "; ".join(parts), "       ", width))
                 elif ev.get("kind") == "table" and (verbose or ev is _main_table(f)):
-                    lines.append(render_table(ev, indent="       ", max_rows=5 if verbose else 3,
-                                              width=width))
+                    lines.append(
+                        render_table(
+                            ev, indent="       ", max_rows=5 if verbose else 3, width=width
+                        )
+                    )
             recs = f.recommendations if verbose else f.recommendations[:2]
             for rec in recs:
                 lines.append(_wrap("→ " + rec, "       ", width))
             if not verbose and len(f.recommendations) > 2:
-                lines.append(f"       (+{len(f.recommendations) - 2} more recommendations: "
-                             "--verbose or the report)")
+                lines.append(
+                    f"       (+{len(f.recommendations) - 2} more recommendations: "
+                    "--verbose or the report)"
+                )
             lines.append("")
     else:
         lines.append("No findings.")
@@ -111,17 +147,25 @@ def render(result: DiagnosisResult, *, color: bool = False, verbose: bool = Fals
     rules = result.rules
     skipped = [r for r in rules if r.get("status") == "not-evaluated"]
     passed = [r for r in rules if r.get("status") == "passed"]
-    lines.append(f"Rules: {len(fs)} fired, {len(passed)} passed, "
-                 f"{sum(1 for r in rules if r.get('status') == 'not-applicable')} not applicable, "
-                 f"{len(skipped)} not evaluated.")
+    lines.append(
+        f"Rules: {len(fs)} fired, {len(passed)} passed, "
+        f"{sum(1 for r in rules if r.get('status') == 'not-applicable')} not applicable, "
+        f"{len(skipped)} not evaluated."
+    )
     for grp in describe.not_evaluated(rules):
         hint = f" ({grp['hint']})" if grp["hint"] else ""
-        lines.append(_wrap(f"  - {', '.join(grp['rules'])}: {grp['reason']}{hint}", "    ", width)
-                     .replace("    - ", "  - ", 1))
+        lines.append(
+            _wrap(f"  - {', '.join(grp['rules'])}: {grp['reason']}{hint}", "    ", width).replace(
+                "    - ", "  - ", 1
+            )
+        )
     for e in result.rule_errors:
         lines.append(st(f"  ! rule {e['rule']} crashed: {e['error']}", fg="red"))
-    warn = [d for d in result.diagnostics if d.get("severity") in ("warning", "error")
-            and d.get("code") not in describe.DEVICE_CODES]  # the device line says those
+    warn = [
+        d
+        for d in result.diagnostics
+        if d.get("severity") in ("warning", "error") and d.get("code") not in describe.DEVICE_CODES
+    ]  # the device line says those
     if warn:
         lines.append("")
         lines.append(st(f"Data quality ({len(warn)})", bold=True))
@@ -148,22 +192,29 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     if not ranks or not describe.has_gpu(result):  # no GPU bar at "idle 100%" for a CPU run
         return []
     wall = sum(r["wall_ns"] for r in ranks) or 1
-    parts = [("compute", 100 * sum(r["compute_ns"] for r in ranks) / wall),
-             ("comm exposed", 100 * sum(r["comm_exposed_ns"] for r in ranks) / wall),
-             ("copies", 100 * sum(r["memcpy_exposed_ns"] + r["memset_exposed_ns"]
-                                  for r in ranks) / wall),
-             ("idle", 100 * sum(r["idle_ns"] for r in ranks) / wall)]
+    parts = [
+        ("compute", 100 * sum(r["compute_ns"] for r in ranks) / wall),
+        ("comm exposed", 100 * sum(r["comm_exposed_ns"] for r in ranks) / wall),
+        (
+            "copies",
+            100 * sum(r["memcpy_exposed_ns"] + r["memset_exposed_ns"] for r in ranks) / wall,
+        ),
+        ("idle", 100 * sum(r["idle_ns"] for r in ranks) / wall),
+    ]
     out = ["GPU time (step windows" + (", all ranks)" if len(ranks) > 1 else ")")]
     out.append("  " + bar(parts, min(50, width - 4)))
     out.append("  " + "  ".join(f"{n} {fmt.fmt_pct(p)}" for n, p in parts))
     srs = [r for r in result.summary.get("ranks", []) if r.get("step_time_ns")]
     if srs:
         q = srs[0]["step_time_ns"]
-        out.append(f"  {describe.steps_text(result)} (rank {srs[0]['rank']}: p50 "
-                   f"{fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
-                   f"max {fmt.fmt_ns(q['max'])})")
-        left = [f"step {x['step']} ({x['reason']})" for r in srs
-                for x in r.get("steps_excluded") or []]
+        out.append(
+            f"  {describe.steps_text(result)} (rank {srs[0]['rank']}: p50 "
+            f"{fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
+            f"max {fmt.fmt_ns(q['max'])})"
+        )
+        left = [
+            f"step {x['step']} ({x['reason']})" for r in srs for x in r.get("steps_excluded") or []
+        ]
         if left:
             out.append(f"  left out of the step statistics: {', '.join(left[:8])}")
     else:
@@ -172,12 +223,19 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     extra = []
     if mv.get("mfu_pct") is not None:
         c = (result.metrics.get("coverage") or {}).get("mfu_pct") or {}
-        extra.append(f"MFU {'≥ ' if c.get('lower_bound') else ''}{fmt.fmt_pct(mv['mfu_pct'])}"
-                     + (f" ({fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time modelled)"
-                        if c.get("coverage_pct") is not None else ""))
+        extra.append(
+            f"MFU {'≥ ' if c.get('lower_bound') else ''}{fmt.fmt_pct(mv['mfu_pct'])}"
+            + (
+                f" ({fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time modelled)"
+                if c.get("coverage_pct") is not None
+                else ""
+            )
+        )
     if mv.get("peak_reserved_bytes") is not None:
-        extra.append(f"peak memory {fmt.fmt_bytes(mv['peak_reserved_bytes'])} reserved / "
-                     f"{fmt.fmt_bytes(mv.get('peak_allocated_bytes'))} allocated")
+        extra.append(
+            f"peak memory {fmt.fmt_bytes(mv['peak_reserved_bytes'])} reserved / "
+            f"{fmt.fmt_bytes(mv.get('peak_allocated_bytes'))} allocated"
+        )
     cov = result.extra.get("coverage", {})
     if cov.get("coverage_pct") is not None:
         extra.append(f"kernels linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}")
@@ -192,40 +250,68 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
 
 # --- compare ----------------------------------------------------------------------------------
 
+
 def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> str:
-    """The terminal view of a compare (the dict of ``traceinsight.compare.explain.compare``): step time,
+    """The terminal view of a compare (the dict of ``traceinsight.compare.explain.compare``):
+    step time,
     the top ``n`` contributors with signed deltas, findings that changed, new / gone names."""
     width = width or fmt.terminal_width()
     a, b = c["before"], c["after"]
-    lines = [f"traceinsight compare — {describe.run_name(a)}  →  {describe.run_name(b)}",
-             f"before: {a['ranks']} rank(s) · {', '.join(a['devices']) or 'GPU not recorded'}",
-             f"after:  {b['ranks']} rank(s) · {', '.join(b['devices']) or 'GPU not recorded'}", "",
-             c["headline"], ""]
+    lines = [
+        f"traceinsight compare — {describe.run_name(a)}  →  {describe.run_name(b)}",
+        f"before: {a['ranks']} rank(s) · {', '.join(a['devices']) or 'GPU not recorded'}",
+        f"after:  {b['ranks']} rank(s) · {', '.join(b['devices']) or 'GPU not recorded'}",
+        "",
+        c["headline"],
+        "",
+    ]
     lines += _comparability_lines(c.get("comparability"), width)
     st = c["step_time"]
     rows = []
     for q in ("p50", "p90", "max", "mean"):
         va, vb = st["before"][q], st["after"][q]
         d = None if va is None or vb is None else vb - va
-        rows.append([f"step time {q}", fmt.fmt_ns(va), fmt.fmt_ns(vb), fmt.signed_ns(d),
-                     fmt.signed_pct(100 * d / va) if d is not None and va else "–"])
+        rows.append(
+            [
+                f"step time {q}",
+                fmt.fmt_ns(va),
+                fmt.fmt_ns(vb),
+                fmt.signed_ns(d),
+                fmt.signed_pct(100 * d / va) if d is not None and va else "–",
+            ]
+        )
     if c["throughput"]:
         t = c["throughput"]
-        rows.append(["steps / s", f"{t['before_steps_per_s']:.2f}", f"{t['after_steps_per_s']:.2f}",
-                     f"x{t['ratio']:.3f}", fmt.signed_pct(t["delta_pct"])])
+        rows.append(
+            [
+                "steps / s",
+                f"{t['before_steps_per_s']:.2f}",
+                f"{t['after_steps_per_s']:.2f}",
+                f"x{t['ratio']:.3f}",
+                fmt.signed_pct(t["delta_pct"]),
+            ]
+        )
     for r in c["breakdown"]:
         if r["delta_ns"] is None:
             continue
         va, vb = r["before_ns"], r["after_ns"]
-        rows.append([f"  {r['part']} / step", fmt.fmt_ns(va), fmt.fmt_ns(vb),
-                     fmt.signed_ns(r["delta_ns"]),
-                     fmt.signed_pct(100 * r["delta_ns"] / va) if va else "–"])
+        rows.append(
+            [
+                f"  {r['part']} / step",
+                fmt.fmt_ns(va),
+                fmt.fmt_ns(vb),
+                fmt.signed_ns(r["delta_ns"]),
+                fmt.signed_pct(100 * r["delta_ns"] / va) if va else "–",
+            ]
+        )
     lines.append(fmt.table(rows, ["", "before", "after", "delta", "%"], align="lrrrr"))
     lines.append("")
-    lines.append("Contributors to the change of mean step time "
-                 f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
-                 f"{fmt.signed_ns(c['total_delta_ns'])}), "
-                 f"compute split by {c['explained_by']}:")
+    lines.append(
+        "Contributors to the change of mean step time "
+        f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
+        f"{fmt.signed_ns(c['total_delta_ns'])}), "
+        f"compute split by {c['explained_by']}:"
+    )
     if not (c.get("comparability") or {}).get("comparable", True):
         lines.append("  (not comparable: names pair only where identical on both sides; see above)")
     contrib = c["contributors"]
@@ -236,13 +322,28 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
     for x in top:
         bar_len = round(12 * abs(x["delta_ns"]) / scale)
         barc = ("+" if x["delta_ns"] > 0 else "−") * bar_len
-        rows.append([x["kind"], x["name"], fmt.fmt_ns(x["before_ns"]), fmt.fmt_ns(x["after_ns"]),
-                     fmt.signed_ns(x["delta_ns"]), barc])
+        rows.append(
+            [
+                x["kind"],
+                x["name"],
+                fmt.fmt_ns(x["before_ns"]),
+                fmt.fmt_ns(x["after_ns"]),
+                fmt.signed_ns(x["delta_ns"]),
+                barc,
+            ]
+        )
     if rest:
         rd = sum(x["delta_ns"] for x in rest)
         rows.append(["", f"[{len(rest)} others]", "", "", fmt.signed_ns(rd), ""])
-    lines.append(fmt.table(rows, ["kind", "name", "before", "after", "delta", ""],
-                           align="llrrrl", flex=1, max_width=width))
+    lines.append(
+        fmt.table(
+            rows,
+            ["kind", "name", "before", "after", "delta", ""],
+            align="llrrrl",
+            flex=1,
+            max_width=width,
+        )
+    )
     lines.append("")
     f = c["findings"]
     if f["appeared"] or f["disappeared"] or f["changed"]:
@@ -254,8 +355,12 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
         for x in f["changed"]:
             lines.append(f"  ~ {x['rule']}: {x['before']} → {x['after']} ({x['direction']})")
         lines.append("")
-    for label, key in (("New kernels", "new_kernels"), ("Gone kernels", "gone_kernels"),
-                       ("New ops", "new_ops"), ("Gone ops", "gone_ops")):
+    for label, key in (
+        ("New kernels", "new_kernels"),
+        ("Gone kernels", "gone_kernels"),
+        ("New ops", "new_ops"),
+        ("Gone ops", "gone_ops"),
+    ):
         names = c[key]
         if names:
             shown = ", ".join(fmt.shorten(fmt.short_kernel_name(x), 60) for x in names[:4])
@@ -273,8 +378,11 @@ def _comparability_lines(comp: dict[str, Any] | None, width: int) -> list[str]:
         return []
 
     def wrap(text: str) -> str:
-        return "\n".join(textwrap.wrap(" ".join(text.split()), width=width - 4,
-                                       initial_indent="", subsequent_indent="    "))
+        return "\n".join(
+            textwrap.wrap(
+                " ".join(text.split()), width=width - 4, initial_indent="", subsequent_indent="    "
+            )
+        )
 
     lines = []
     diffs = comp.get("differences") or []
@@ -283,24 +391,38 @@ def _comparability_lines(comp: dict[str, Any] | None, width: int) -> list[str]:
         if rows:
             lines.append(f"{title}:")
             for d in rows:
-                lines.append("  " + wrap(f"{mark} {d.get('what')}: {d.get('detail') or ''} — "
-                                         f"invalidates {d.get('invalidates')}")
-                             .replace("\n", "\n  "))
+                lines.append(
+                    "  "
+                    + wrap(
+                        f"{mark} {d.get('what')}: {d.get('detail') or ''} — "
+                        f"invalidates {d.get('invalidates')}"
+                    ).replace("\n", "\n  ")
+                )
     if not diffs:
-        lines.append("Comparable: same device, world size, model shape, dtype and compile mode "
-                     "as far as both results tell.")
+        lines.append(
+            "Comparable: same device, world size, model shape, dtype and compile mode "
+            "as far as both results tell."
+        )
     n = comp.get("normalised")
     if n:
-        lines.append(f"Normalised per {'modelled FLOP' if n['by'] == 'flop' else 'token'} "
-                     f"({n['basis']}): {fmt.signed_pct(n['delta_pct'])}.")
+        lines.append(
+            f"Normalised per {'modelled FLOP' if n['by'] == 'flop' else 'token'} "
+            f"({n['basis']}): {fmt.signed_pct(n['delta_pct'])}."
+        )
     p = comp.get("pairing")
     if p:
         names = [f"+{x}" for x in p["added"][:3]] + [f"−{x}" for x in p["removed"][:3]]
-        lines.append(wrap(f"Layers paired by {p['by']}: {p['paired']} paired, "
-                          f"{p['added_count']} added, {p['removed_count']} removed"
-                          + (f" ({', '.join(names)})" if names else "") + "."))
+        lines.append(
+            wrap(
+                f"Layers paired by {p['by']}: {p['paired']} paired, "
+                f"{p['added_count']} added, {p['removed_count']} removed"
+                + (f" ({', '.join(names)})" if names else "")
+                + "."
+            )
+        )
     un = comp.get("unchecked") or []
     if un:
-        lines.append(wrap("Not checked: " + "; ".join(f"{u['what']} ({u['why']})" for u in un)
-                          + "."))
+        lines.append(
+            wrap("Not checked: " + "; ".join(f"{u['what']} ({u['why']})" for u in un) + ".")
+        )
     return [*lines, ""]

@@ -25,17 +25,28 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
-def render_top(df: pd.DataFrame, by: str, n: int, *, coverage: dict[str, Any], ranks: int,
-               rank: int | None = None) -> str:
+def render_top(
+    df: pd.DataFrame,
+    by: str,
+    n: int,
+    *,
+    coverage: dict[str, Any],
+    ranks: int,
+    rank: int | None = None,
+) -> str:
     """The first ``n`` rows of the rollup table ``df`` by ``by`` (kernel, op, layer, module-type,
     annotation, step) under a line on the kernel time and how much of it is linked to a launch
     (``coverage`` of the same rank selection); ``ranks``: how many ranks the store holds."""
     cov = coverage
-    head = (f"GPU kernel time {fmt.fmt_ns(cov['kernel_time_ns'])} in {cov['kernels']:,} kernels; "
-            f"linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}"
-            if cov["kernel_time_ns"] else "No GPU kernels in this trace.")
-    rank_txt = f" (rank {rank})" if rank is not None else (
-        f" (all {ranks} ranks)" if ranks > 1 else "")
+    head = (
+        f"GPU kernel time {fmt.fmt_ns(cov['kernel_time_ns'])} in {cov['kernels']:,} kernels; "
+        f"linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}"
+        if cov["kernel_time_ns"]
+        else "No GPU kernels in this trace."
+    )
+    rank_txt = (
+        f" (rank {rank})" if rank is not None else (f" (all {ranks} ranks)" if ranks > 1 else "")
+    )
     lines = [head + rank_txt, ""]
     if not len(df):
         lines.append(f"Nothing to list by {by}.")
@@ -43,49 +54,135 @@ def render_top(df: pd.DataFrame, by: str, n: int, *, coverage: dict[str, Any], r
     total_rows = len(df)
     df = df.head(n)
     if by == "kernel":
-        rows = [[fmt.short_kernel_name(r.name), r.cls, f"{r.calls:,}", fmt.fmt_ns(r.total_ns),
-                 fmt.fmt_ns(r.mean_ns), fmt.fmt_ns(r.max_ns), fmt.fmt_pct(r.share_pct), r.top_op]
-                for r in df.itertuples()]
-        table = fmt.table(rows, ["kernel", "class", "calls", "total", "mean", "max", "share",
-                                 "launched by"], align="llrrrrrl", flex=0)
+        rows = [
+            [
+                fmt.short_kernel_name(r.name),
+                r.cls,
+                f"{r.calls:,}",
+                fmt.fmt_ns(r.total_ns),
+                fmt.fmt_ns(r.mean_ns),
+                fmt.fmt_ns(r.max_ns),
+                fmt.fmt_pct(r.share_pct),
+                r.top_op,
+            ]
+            for r in df.itertuples()
+        ]
+        table = fmt.table(
+            rows,
+            ["kernel", "class", "calls", "total", "mean", "max", "share", "launched by"],
+            align="llrrrrrl",
+            flex=0,
+        )
     elif by == "op":
-        rows = [[r.name, f"{r.calls:,}", fmt.fmt_ns(r.device_self_ns),
-                 fmt.fmt_ns(r.device_total_ns), fmt.fmt_ns(r.host_ns), fmt.fmt_pct(r.share_pct),
-                 fmt.shapes_text(r.input_dims, 40)]
-                for r in df.itertuples()]
-        table = fmt.table(rows, ["operator", "calls", "device self", "device total", "host",
-                                 "share", "input shapes (top)"], align="lrrrrrl", flex=0)
+        rows = [
+            [
+                r.name,
+                f"{r.calls:,}",
+                fmt.fmt_ns(r.device_self_ns),
+                fmt.fmt_ns(r.device_total_ns),
+                fmt.fmt_ns(r.host_ns),
+                fmt.fmt_pct(r.share_pct),
+                fmt.shapes_text(r.input_dims, 40),
+            ]
+            for r in df.itertuples()
+        ]
+        table = fmt.table(
+            rows,
+            [
+                "operator",
+                "calls",
+                "device self",
+                "device total",
+                "host",
+                "share",
+                "input shapes (top)",
+            ],
+            align="lrrrrrl",
+            flex=0,
+        )
     elif by == "layer":
-        rows = [[r.module, fmt.fmt_ns(r.forward_ns), fmt.fmt_ns(r.backward_ns),
-                 fmt.fmt_ns(r.other_ns), fmt.fmt_ns(r.total_ns), fmt.fmt_pct(r.share_pct)]
-                for r in df.itertuples()]
-        table = fmt.table(rows, ["module (innermost)", "forward", "backward", "other", "total",
-                                 "share"], flex=0)
+        rows = [
+            [
+                r.module,
+                fmt.fmt_ns(r.forward_ns),
+                fmt.fmt_ns(r.backward_ns),
+                fmt.fmt_ns(r.other_ns),
+                fmt.fmt_ns(r.total_ns),
+                fmt.fmt_pct(r.share_pct),
+            ]
+            for r in df.itertuples()
+        ]
+        table = fmt.table(
+            rows, ["module (innermost)", "forward", "backward", "other", "total", "share"], flex=0
+        )
     elif by == "module-type":
-        rows = [[f"{r.module_type} ×{r.instances}", fmt.fmt_ns(r.forward_ns),
-                 fmt.fmt_ns(r.backward_ns), fmt.fmt_ns(r.other_ns), fmt.fmt_ns(r.total_ns),
-                 f"{r.kernels:,}", fmt.fmt_pct(r.share_pct)] for r in df.itertuples()]
-        table = fmt.table(rows, ["module type (with sub-modules)", "forward", "backward", "other",
-                                 "total", "kernels", "share"], flex=0)
+        rows = [
+            [
+                f"{r.module_type} ×{r.instances}",
+                fmt.fmt_ns(r.forward_ns),
+                fmt.fmt_ns(r.backward_ns),
+                fmt.fmt_ns(r.other_ns),
+                fmt.fmt_ns(r.total_ns),
+                f"{r.kernels:,}",
+                fmt.fmt_pct(r.share_pct),
+            ]
+            for r in df.itertuples()
+        ]
+        table = fmt.table(
+            rows,
+            [
+                "module type (with sub-modules)",
+                "forward",
+                "backward",
+                "other",
+                "total",
+                "kernels",
+                "share",
+            ],
+            flex=0,
+        )
         if len(df):
             table += "\nshares overlap: a type's time includes its sub-modules (a block holds its "
             table += "attention)"
     elif by == "annotation":
-        rows = [[r.annotation, f"{r.kernels:,}", fmt.fmt_ns(r.device_ns), fmt.fmt_pct(r.share_pct)]
-                for r in df.itertuples()]
+        rows = [
+            [r.annotation, f"{r.kernels:,}", fmt.fmt_ns(r.device_ns), fmt.fmt_pct(r.share_pct)]
+            for r in df.itertuples()
+        ]
         table = fmt.table(rows, ["annotation", "kernels", "device time", "share"], flex=0)
     else:  # step
         rows = []
         for r in df.itertuples():
             wall = r.wall_ns or 1
             step = "whole trace" if r.step is None or pd.isna(r.step) else f"#{int(r.step)}"
-            rows.append([r.rank, step, fmt.fmt_ns(r.wall_ns), fmt.fmt_pct(100 * r.busy_ns / wall),
-                         fmt.fmt_pct(100 * r.compute_ns / wall),
-                         fmt.fmt_pct(100 * r.comm_exposed_ns / wall),
-                         fmt.fmt_pct(100 * (r.memcpy_exposed_ns + r.memset_exposed_ns) / wall),
-                         fmt.fmt_pct(100 * r.idle_ns / wall), f"{r.kernels:,}"])
-        table = fmt.table(rows, ["rank", "step", "wall", "busy", "compute", "comm exposed",
-                                 "memcpy/set", "idle", "kernels"], align="llrrrrrrr")
+            rows.append(
+                [
+                    r.rank,
+                    step,
+                    fmt.fmt_ns(r.wall_ns),
+                    fmt.fmt_pct(100 * r.busy_ns / wall),
+                    fmt.fmt_pct(100 * r.compute_ns / wall),
+                    fmt.fmt_pct(100 * r.comm_exposed_ns / wall),
+                    fmt.fmt_pct(100 * (r.memcpy_exposed_ns + r.memset_exposed_ns) / wall),
+                    fmt.fmt_pct(100 * r.idle_ns / wall),
+                    f"{r.kernels:,}",
+                ]
+            )
+        table = fmt.table(
+            rows,
+            [
+                "rank",
+                "step",
+                "wall",
+                "busy",
+                "compute",
+                "comm exposed",
+                "memcpy/set",
+                "idle",
+                "kernels",
+            ],
+            align="llrrrrrrr",
+        )
     lines.append(table)
     if total_rows > n:
         lines.append(f"… {total_rows - n:,} more (use -n)")

@@ -52,13 +52,18 @@ class TraceStore:
         path = Path(path)
         meta = read_meta(path)
         if meta is None:
-            raise StoreError("not a trace store (no meta.json)", path=path,
-                             hint="create one with: traceinsight ingest TRACE -o " + str(path))
+            raise StoreError(
+                "not a trace store (no meta.json)",
+                path=path,
+                hint="create one with: traceinsight ingest TRACE -o " + str(path),
+            )
         if meta.get("schema_version") != schema.SCHEMA_VERSION:
             raise StoreError(
                 f"store has schema version {meta.get('schema_version')}, this traceinsight "
-                f"reads version {schema.SCHEMA_VERSION}", path=path,
-                hint="re-ingest the trace: traceinsight ingest TRACE -o STORE --force")
+                f"reads version {schema.SCHEMA_VERSION}",
+                path=path,
+                hint="re-ingest the trace: traceinsight ingest TRACE -o STORE --force",
+            )
         _check_meta(path, meta)
         if partitions.names(meta):  # one single-rank store per rank folder
             partitions.check(path, meta, _check_table)
@@ -88,8 +93,11 @@ class TraceStore:
                         return _restore_schema(name, pq.read_table(f, columns=columns), columns)
                     t = _restore_schema(name, pq.read_table(f))
                 except (pa.ArrowException, OSError, ValueError) as e:
-                    raise StoreError(f"{name}.parquet cannot be read ({str(e)[:120]})",
-                                     path=self.path, hint=_REINGEST) from None
+                    raise StoreError(
+                        f"{name}.parquet cannot be read ({str(e)[:120]})",
+                        path=self.path,
+                        hint=_REINGEST,
+                    ) from None
             self._tables[name] = t
         return t.select(columns) if columns else t
 
@@ -132,8 +140,11 @@ class TraceStore:
                 f.write(text)
             os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
             os.replace(tmp, d / name)
-            old = sorted((p for p in d.iterdir() if not p.name.startswith(".")),
-                         key=lambda p: p.stat().st_mtime, reverse=True)[DERIVED_KEEP:]
+            old = sorted(
+                (p for p in d.iterdir() if not p.name.startswith(".")),
+                key=lambda p: p.stat().st_mtime,
+                reverse=True,
+            )[DERIVED_KEEP:]
             for p in old:
                 p.unlink(missing_ok=True)
             return True
@@ -160,14 +171,20 @@ def _restore_schema(name: str, t: pa.Table, columns: list[str] | None = None) ->
 _REINGEST = "the store is damaged: re-ingest the trace with -o STORE --force"
 #: meta.json keys and the JSON type each must have
 _META_TYPES: dict[str, type | tuple[type, ...]] = {
-    "tables": dict, "ranks": list, "sources": list, "diagnostics": list, "event_counts": dict,
-    "ingest_options": dict, "content_key": str,
+    "tables": dict,
+    "ranks": list,
+    "sources": list,
+    "diagnostics": list,
+    "event_counts": dict,
+    "ingest_options": dict,
+    "content_key": str,
 }
 META_MAX_BYTES = 64 << 20
 
 
 def _check_meta(path: Path, meta: dict[str, Any]) -> None:
     """meta.json has the keys and types a store's reader relies on."""
+
     def bad(what: str) -> StoreError:
         return StoreError(f"meta.json is damaged: {what}", path=path, hint=_REINGEST)
 
@@ -200,18 +217,27 @@ def _check_table(path: Path, name: str) -> None:
     """``NAME.parquet`` exists, is parquet and has every column of the schema."""
     f = path / f"{name}.parquet"
     if not f.is_file():
-        raise StoreError(f"store is incomplete: {name}.parquet is missing", path=path,
-                         hint="re-ingest the trace with --force")
+        raise StoreError(
+            f"store is incomplete: {name}.parquet is missing",
+            path=path,
+            hint="re-ingest the trace with --force",
+        )
     try:
         have = pq.read_schema(f)
     except (pa.ArrowException, OSError, ValueError) as e:
-        raise StoreError(f"{name}.parquet is not a readable parquet file ({str(e)[:120]})",
-                         path=path, hint=_REINGEST) from None
+        raise StoreError(
+            f"{name}.parquet is not a readable parquet file ({str(e)[:120]})",
+            path=path,
+            hint=_REINGEST,
+        ) from None
     missing = [c for c in schema.TABLES[name].column_names if c not in have.names]
     if missing:
-        raise StoreError(f"table {name} lacks column {missing[0]}"
-                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
-                         path=path, hint=_REINGEST)
+        raise StoreError(
+            f"table {name} lacks column {missing[0]}"
+            + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""),
+            path=path,
+            hint=_REINGEST,
+        )
 
 
 def read_meta(path: Path) -> dict[str, Any] | None:
@@ -237,8 +263,9 @@ def is_valid_store(path: Path) -> bool:
         return False
 
 
-def write_store(path: Path, meta: dict[str, Any], tables: dict[str, pa.Table | Path], *,
-                replace: bool = False) -> TraceStore:
+def write_store(
+    path: Path, meta: dict[str, Any], tables: dict[str, pa.Table | Path], *, replace: bool = False
+) -> TraceStore:
     """Write tables and metadata to ``path`` atomically (temp directory + rename). A table
     given as a path is a finished parquet file of the store's schema (written as the trace was
     read, ``ingest/sink.py``): it is moved in, on the same file system."""
@@ -250,17 +277,25 @@ def write_store(path: Path, meta: dict[str, Any], tables: dict[str, pa.Table | P
     clean_stale(parent, path.name)  # what a killed run left behind
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=parent))
     try:
+
         def write(item: tuple[str, pa.Table | Path]) -> tuple[str, int]:
             name, table = item
             if isinstance(table, Path):
                 os.replace(table, tmp / f"{name}.parquet")
                 return name, pq.ParquetFile(tmp / f"{name}.parquet").metadata.num_rows
             if not table.schema.equals(schema.TABLES[name].arrow_schema):
-                table = schema.conform(name, {c: table[c].combine_chunks()
-                                              for c in table.column_names})
-            pq.write_table(table, tmp / f"{name}.parquet", compression="zstd",
-                           compression_level=1, use_dictionary=True, write_statistics=True,
-                           row_group_size=1_000_000)
+                table = schema.conform(
+                    name, {c: table[c].combine_chunks() for c in table.column_names}
+                )
+            pq.write_table(
+                table,
+                tmp / f"{name}.parquet",
+                compression="zstd",
+                compression_level=1,
+                use_dictionary=True,
+                write_statistics=True,
+                row_group_size=1_000_000,
+            )
             return name, table.num_rows
 
         # parquet encoding releases the GIL: the tables are written two at a time
@@ -269,15 +304,22 @@ def write_store(path: Path, meta: dict[str, Any], tables: dict[str, pa.Table | P
         with ThreadPoolExecutor(max_workers=2) as pool:
             counts = dict(pool.map(write, sorted(tables.items(), key=_write_order)))
         counts = {name: counts[name] for name in tables}
-        full = {"format": STORE_FORMAT, "schema_version": schema.SCHEMA_VERSION, **meta,
-                "tables": counts}
+        full = {
+            "format": STORE_FORMAT,
+            "schema_version": schema.SCHEMA_VERSION,
+            **meta,
+            "tables": counts,
+        }
         (tmp / META_FILE).write_text(json.dumps(full, indent=1, sort_keys=False, default=str))
         commit_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return TraceStore(path, json.loads((path / META_FILE).read_text()),
-                      {k: t for k, t in tables.items() if isinstance(t, pa.Table)})
+    return TraceStore(
+        path,
+        json.loads((path / META_FILE).read_text()),
+        {k: t for k, t in tables.items() if isinstance(t, pa.Table)},
+    )
 
 
 def _write_order(item: tuple[str, pa.Table | Path]) -> int:

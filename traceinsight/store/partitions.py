@@ -51,31 +51,40 @@ def names(meta: dict[str, Any]) -> list[str]:
     return [str(p) for p in parts] if isinstance(parts, list) else []
 
 
-def check(path: Path, meta: dict[str, Any],
-          check_table: Callable[[Path, str], None]) -> None:
+def check(path: Path, meta: dict[str, Any], check_table: Callable[[Path, str], None]) -> None:
     """Every partition listed exists with its ``meta.json`` and every table file; the first
     partition's tables are checked in full (``check_table``: columns of the schema), the
     others by their presence (a damaged file is reported when it is read)."""
     parts = names(meta)
     for i, name in enumerate(parts):
         if not name.startswith(PREFIX) or "/" in name or name in (".", ".."):
-            raise StoreError(f"meta.json is damaged: partition {name!r} is not a rank folder",
-                             path=path, hint=_HINT)
+            raise StoreError(
+                f"meta.json is damaged: partition {name!r} is not a rank folder",
+                path=path,
+                hint=_HINT,
+            )
         folder = path / name
         if not (folder / "meta.json").is_file():
-            raise StoreError(f"store is incomplete: partition {name} is missing", path=path,
-                             hint=_HINT)
+            raise StoreError(
+                f"store is incomplete: partition {name} is missing", path=path, hint=_HINT
+            )
         for table in meta.get("tables", {}):
             if i == 0:
                 check_table(folder, table)
             elif not (folder / f"{table}.parquet").is_file():
-                raise StoreError(f"store is incomplete: {name}/{table}.parquet is missing",
-                                 path=path, hint=_HINT)
+                raise StoreError(
+                    f"store is incomplete: {name}/{table}.parquet is missing", path=path, hint=_HINT
+                )
 
 
-def read_table(path: Path, meta: dict[str, Any], name: str,
-               restore: Callable[..., pa.Table], columns: list[str] | None = None,
-               filters: list[tuple[str, str, Any]] | None = None) -> pa.Table:
+def read_table(
+    path: Path,
+    meta: dict[str, Any],
+    name: str,
+    restore: Callable[..., pa.Table],
+    columns: list[str] | None = None,
+    filters: list[tuple[str, str, Any]] | None = None,
+) -> pa.Table:
     """Table ``name`` of every partition in rank order (of the store folder itself when it
     has none): ``columns`` only, the rows that pass ``filters`` (parquet row groups outside
     them are skipped by their statistics); ``restore`` conforms each part to the schema.
@@ -88,8 +97,9 @@ def read_table(path: Path, meta: dict[str, Any], name: str,
         try:
             t = restore(name, pq.read_table(f, columns=columns, filters=filters), columns)
         except (pa.ArrowException, OSError, ValueError) as e:
-            raise StoreError(f"{f.relative_to(path)} cannot be read ({str(e)[:120]})",
-                             path=path, hint=_HINT) from None
+            raise StoreError(
+                f"{f.relative_to(path)} cannot be read ({str(e)[:120]})", path=path, hint=_HINT
+            ) from None
         if t.num_rows:
             parts.append(t)
     if not parts:

@@ -52,8 +52,10 @@ class Table:
     def arrow_schema(self) -> pa.Schema:
         sch = _ARROW_SCHEMAS.get(self.name)
         if sch is None or sch[0] is not self:
-            sch = _ARROW_SCHEMAS[self.name] = (self, pa.schema(
-                [pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns]))
+            sch = _ARROW_SCHEMAS[self.name] = (
+                self,
+                pa.schema([pa.field(c.name, c.type, nullable=c.nullable) for c in self.columns]),
+            )
         return sch[1]
 
     @property
@@ -75,8 +77,9 @@ THREAD = _c("thread", DICT, "thread id or name (string)")
 DEVICE = _c("device", pa.int32(), "GPU device index")
 STREAM = _c("stream", pa.int64(), "GPU stream / queue id")
 CORR = _c("correlation", pa.int64(), "launch correlation id, unique per process (CUPTI/roctracer)")
-EXT = _c("external_id", pa.int64(),
-         "id of the launching CPU op (Kineto External id); cross-check only")
+EXT = _c(
+    "external_id", pa.int64(), "id of the launching CPU op (Kineto External id); cross-check only"
+)
 #: a slice on a host thread: what CPU ops, runtime calls and Python frames have in common
 HOST_SLICE = (NAME, PROCESS, THREAD, START, DUR)
 
@@ -103,16 +106,22 @@ GPU_ACTIVITIES = Table(
         _c("shared_memory_bytes", pa.int64(), "shared memory per block, static + dynamic"),
         _c("blocks_per_sm", pa.float64(), "blocks per SM (grid blocks / SM count)"),
         _c("warps_per_sm", pa.float64(), "warps per SM"),
-        _c("occupancy_pct", pa.float64(),
-           "estimated achieved occupancy, 0-100 (calculator, not measured)"),
+        _c(
+            "occupancy_pct",
+            pa.float64(),
+            "estimated achieved occupancy, 0-100 (calculator, not measured)",
+        ),
         _c("bytes", pa.int64(), "bytes copied or set (memcpy / memset)"),
         _c("copy_kind", DICT, "memcpy direction: HtoD, DtoH, DtoD, HtoH, PtoP, ..."),
         _c("graph_id", pa.int64(), "CUDA/HIP graph id when launched from a graph"),
         _c("graph_node_id", pa.int64(), "graph node id"),
         _c("collective", DICT, "collective name carried on a communication kernel"),
         _c("pg_name", DICT, "process group name carried on a communication kernel"),
-        _c("seq", pa.int64(), "collective sequence number in its process group, carried on a "
-           "communication kernel"),
+        _c(
+            "seq",
+            pa.int64(),
+            "collective sequence number in its process group, carried on a communication kernel",
+        ),
         CAT,
     ),
 )
@@ -138,8 +147,11 @@ CPU_OPS = Table(
         RANK,
         *HOST_SLICE,
         EXT,
-        _c("sequence_nr", pa.int64(),
-           "autograd sequence number: links a backward node to its forward op"),
+        _c(
+            "sequence_nr",
+            pa.int64(),
+            "autograd sequence number: links a backward node to its forward op",
+        ),
         _c("fwd_thread", pa.int64(), "thread id of the forward op of a backward node"),
         _c("input_dims", pa.string(), "input shapes as JSON text (record_shapes)"),
         _c("input_types", pa.string(), "input dtypes as JSON text (record_shapes)"),
@@ -186,8 +198,13 @@ PYTHON_FRAMES = Table(
         _c("python_id", pa.int64(), "frame id (nn.Module frames; null on other frames)"),
         _c("parent_id", pa.int64(), "parent frame id (nn.Module frames; null on other frames)"),
         _c("module_id", pa.int64(), "per-class instance counter on nn.Module frames"),
-        _c("frame_kind", DICT, "module (an `nn.Module: X_k` frame) / builtin (a C function "
-           "called from Python) / function", nullable=False),
+        _c(
+            "frame_kind",
+            DICT,
+            "module (an `nn.Module: X_k` frame) / builtin (a C function "
+            "called from Python) / function",
+            nullable=False,
+        ),
         CAT,
     ),
 )
@@ -202,8 +219,12 @@ MEMORY_EVENTS = Table(
         PROCESS,
         THREAD,
         _c("ts_ns", pa.int64(), "time, ns", nullable=False),
-        _c("device_type", DICT, "cpu / cuda / hip / xpu / mtia / privateuse1 / ... (unknown: "
-           "a device kind the reader does not know)"),
+        _c(
+            "device_type",
+            DICT,
+            "cpu / cuda / hip / xpu / mtia / privateuse1 / ... (unknown: "
+            "a device kind the reader does not know)",
+        ),
         _c("device", pa.int32(), "device index, -1 for CPU"),
         _c("addr", pa.int64(), "block address (null if beyond int64)"),
         _c("bytes", pa.int64(), "bytes allocated (> 0) or freed (< 0)"),
@@ -218,8 +239,13 @@ FLOWS = Table(
     "backward node.",
     (
         RANK,
-        _c("kind", DICT, "launch (CPU launch -> GPU activity) | fwd_bwd (forward op -> "
-           "backward node) | another producer category as recorded", nullable=False),
+        _c(
+            "kind",
+            DICT,
+            "launch (CPU launch -> GPU activity) | fwd_bwd (forward op -> "
+            "backward node) | another producer category as recorded",
+            nullable=False,
+        ),
         _c("phase", DICT, "start | end | step (an intermediate point)", nullable=False),
         _c("flow_id", pa.int64(), "flow id (null if beyond int64)"),
         PROCESS,
@@ -234,9 +260,13 @@ OTHER_EVENTS = Table(
     "accelerator-specific categories.",
     (
         RANK,
-        _c("event_shape", DICT, "span | instant | counter | begin | end | async_begin | "
-           "async_step | async_end | sample | object | mark | clock_sync | context | other",
-           nullable=False),
+        _c(
+            "event_shape",
+            DICT,
+            "span | instant | counter | begin | end | async_begin | "
+            "async_step | async_end | sample | object | mark | clock_sync | context | other",
+            nullable=False,
+        ),
         NAME,
         PROCESS,
         THREAD,
@@ -247,10 +277,18 @@ OTHER_EVENTS = Table(
 )
 
 #: the call stack of an allocation as recorded (innermost frame first)
-FRAMES = _c("frames", DICT, "call stack, innermost frame first, one `file:line function` per "
-            "line (home-directory user names redacted)")
-CALL_SITE = _c("call_site", DICT, "the innermost frame of `frames` in user code (not in torch, "
-               "the Python runtime or C++), else the innermost frame")
+FRAMES = _c(
+    "frames",
+    DICT,
+    "call stack, innermost frame first, one `file:line function` per "
+    "line (home-directory user names redacted)",
+)
+CALL_SITE = _c(
+    "call_site",
+    DICT,
+    "the innermost frame of `frames` in user code (not in torch, "
+    "the Python runtime or C++), else the innermost frame",
+)
 
 MEMORY_SEGMENTS = Table(
     "memory_segments",
@@ -262,14 +300,25 @@ MEMORY_SEGMENTS = Table(
         _c("address", pa.int64(), "start address (null if beyond int64)"),
         _c("total_bytes", pa.int64(), "reserved bytes of the segment", nullable=False),
         _c("allocated_bytes", pa.int64(), "bytes of its blocks in use by tensors (allocated)"),
-        _c("active_bytes", pa.int64(), "allocated bytes plus bytes freed but still awaiting "
-           "their stream (pending_free)"),
-        _c("requested_bytes", pa.int64(), "bytes the callers asked for in its allocated blocks "
-           "(before rounding; null in old snapshots)"),
+        _c(
+            "active_bytes",
+            pa.int64(),
+            "allocated bytes plus bytes freed but still awaiting their stream (pending_free)",
+        ),
+        _c(
+            "requested_bytes",
+            pa.int64(),
+            "bytes the callers asked for in its allocated blocks "
+            "(before rounding; null in old snapshots)",
+        ),
         STREAM,
         _c("pool", DICT, "small (requests up to 1 MiB, 2 MiB segments) / large", nullable=False),
-        _c("pool_id", DICT, "memory pool as `a,b`: `0,0` the default pool, else a private pool "
-           "(a CUDA graph's, a MemPool)"),
+        _c(
+            "pool_id",
+            DICT,
+            "memory pool as `a,b`: `0,0` the default pool, else a private pool "
+            "(a CUDA graph's, a MemPool)",
+        ),
         _c("expandable", pa.bool_(), "an expandable segment (expandable_segments:True)"),
         CALL_SITE,
         FRAMES,
@@ -283,15 +332,26 @@ MEMORY_BLOCKS = Table(
     (
         RANK,
         _c("device", pa.int32(), "GPU device index", nullable=False),
-        _c("segment_address", pa.int64(), "start address of its segment (null if beyond "
-           "int64)"),
+        _c("segment_address", pa.int64(), "start address of its segment (null if beyond int64)"),
         _c("address", pa.int64(), "start address (null if beyond int64)"),
-        _c("size_bytes", pa.int64(), "block size (requests are rounded up to 512 B)",
-           nullable=False),
-        _c("requested_bytes", pa.int64(), "bytes the caller asked for (allocated and "
-           "pending_free blocks)"),
-        _c("state", DICT, "allocated (in use) / pending_free (freed, awaiting its stream) / "
-           "inactive (cached, free for reuse)", nullable=False),
+        _c(
+            "size_bytes",
+            pa.int64(),
+            "block size (requests are rounded up to 512 B)",
+            nullable=False,
+        ),
+        _c(
+            "requested_bytes",
+            pa.int64(),
+            "bytes the caller asked for (allocated and pending_free blocks)",
+        ),
+        _c(
+            "state",
+            DICT,
+            "allocated (in use) / pending_free (freed, awaiting its stream) / "
+            "inactive (cached, free for reuse)",
+            nullable=False,
+        ),
         CALL_SITE,
         FRAMES,
     ),
@@ -304,16 +364,23 @@ MEMORY_ACTIONS = Table(
     (
         RANK,
         _c("device", pa.int32(), "GPU device index", nullable=False),
-        _c("seq", pa.int64(), "position in the device's trace (0: the oldest kept)",
-           nullable=False),
-        _c("ts_ns", pa.int64(), "time, ns since the epoch (null: PyTorch 2.0 snapshots record "
-           "none)"),
-        _c("action", DICT, "alloc / free_requested / free_completed / segment_alloc / "
-           "segment_free / segment_map / segment_unmap / oom / snapshot / annotate, as recorded",
-           nullable=False),
+        _c(
+            "seq", pa.int64(), "position in the device's trace (0: the oldest kept)", nullable=False
+        ),
+        _c(
+            "ts_ns",
+            pa.int64(),
+            "time, ns since the epoch (null: PyTorch 2.0 snapshots record none)",
+        ),
+        _c(
+            "action",
+            DICT,
+            "alloc / free_requested / free_completed / segment_alloc / "
+            "segment_free / segment_map / segment_unmap / oom / snapshot / annotate, as recorded",
+            nullable=False,
+        ),
         _c("addr", pa.int64(), "block or segment address (null for oom, or if beyond int64)"),
-        _c("size_bytes", pa.int64(), "bytes of the block or segment; oom: the request that "
-           "failed"),
+        _c("size_bytes", pa.int64(), "bytes of the block or segment; oom: the request that failed"),
         STREAM,
         _c("device_free_bytes", pa.int64(), "oom: bytes the driver still reported free"),
         CALL_SITE,
@@ -330,11 +397,21 @@ MEMORY_CATEGORIES = Table(
         _c("device", pa.int32(), "GPU device index (null: the export does not record it)"),
         _c("seq", pa.int64(), "position in the export", nullable=False),
         _c("ts_ns", pa.int64(), "time, ns since the epoch (null: existed before the window)"),
-        _c("action", DICT, "preexisting / create / increment_version (a tensor changes "
-           "category: one row removes, the next adds) / destroy", nullable=False),
+        _c(
+            "action",
+            DICT,
+            "preexisting / create / increment_version (a tensor changes "
+            "category: one row removes, the next adds) / destroy",
+            nullable=False,
+        ),
         _c("delta_bytes", pa.int64(), "bytes added (> 0) or removed (< 0)", nullable=False),
-        _c("category", DICT, "parameter / optimizer_state / input / temporary / activation / "
-           "gradient / autograd_detail / unknown", nullable=False),
+        _c(
+            "category",
+            DICT,
+            "parameter / optimizer_state / input / temporary / activation / "
+            "gradient / autograd_detail / unknown",
+            nullable=False,
+        ),
     ),
 )
 
@@ -420,8 +497,10 @@ def markdown(sources: Sequence[tuple[str, str, Mapping[str, Mapping[str, str]]]]
         for t in TABLES.values():
             cols = mapping.get(t.name, {})
             out += [f"### `{t.name}`", "", "| column | filled from |", "|---|---|"]
-            out += [f"| `{c.name}` | {_cell(cols.get(c.name, 'not filled (null)'))} |"
-                    for c in t.columns]
+            out += [
+                f"| `{c.name}` | {_cell(cols.get(c.name, 'not filled (null)'))} |"
+                for c in t.columns
+            ]
             out.append("")
     return "\n".join(out)
 

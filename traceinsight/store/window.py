@@ -27,8 +27,16 @@ import pyarrow.compute as pc
 from traceinsight.store import partitions
 from traceinsight.store.core import TraceStore, _restore_schema
 
-__all__ = ["DEFAULT_MAX_MB", "ENV_VAR", "Window", "WindowedStore", "bounded", "estimate_mb",
-           "max_memory_mb", "plan"]
+__all__ = [
+    "DEFAULT_MAX_MB",
+    "ENV_VAR",
+    "Window",
+    "WindowedStore",
+    "bounded",
+    "estimate_mb",
+    "max_memory_mb",
+    "plan",
+]
 
 #: the limit when neither ``--max-memory`` nor the environment says otherwise
 DEFAULT_MAX_MB = 4096.0
@@ -38,14 +46,25 @@ BASE_MB = 300.0
 #: peak analysis bytes per stored row, by table (measured on the generated benchmark trace:
 #: the attribution's frames, the op tree and the metrics' selections together)
 BYTES_PER_ROW = {
-    "gpu_activities": 900, "runtime_calls": 400, "cpu_ops": 500, "ranges": 300,
-    "python_frames": 150, "memory_events": 150, "flows": 60, "other_events": 50,
+    "gpu_activities": 900,
+    "runtime_calls": 400,
+    "cpu_ops": 500,
+    "ranges": 300,
+    "python_frames": 150,
+    "memory_events": 150,
+    "flows": 60,
+    "other_events": 50,
 }
 #: the time column of each table a window filters (the memory-snapshot tables are not)
 TIME_COLUMN = {
-    "gpu_activities": "start_ns", "runtime_calls": "start_ns", "cpu_ops": "start_ns",
-    "ranges": "start_ns", "python_frames": "start_ns", "memory_events": "ts_ns",
-    "flows": "ts_ns", "other_events": "start_ns",
+    "gpu_activities": "start_ns",
+    "runtime_calls": "start_ns",
+    "cpu_ops": "start_ns",
+    "ranges": "start_ns",
+    "python_frames": "start_ns",
+    "memory_events": "ts_ns",
+    "flows": "ts_ns",
+    "other_events": "start_ns",
 }
 
 
@@ -84,24 +103,35 @@ class Window:
         return asdict(self)
 
     def message(self) -> str:
-        steps = (f"its last {self.steps:,} of {self.steps_total:,} steps "
-                 f"(#{self.first_step}-#{self.last_step})" if self.first_step is not None
-                 else f"its last {100 * self.fraction:.0f}% of the span (too few step markers "
-                      "to choose steps by)")
-        text = (f"trace too large to analyse whole within {self.max_mb:,.0f} MB (needs about "
-                f"{self.estimate_mb:,.0f} MB): diagnosed {steps}")
+        steps = (
+            f"its last {self.steps:,} of {self.steps_total:,} steps "
+            f"(#{self.first_step}-#{self.last_step})"
+            if self.first_step is not None
+            else f"its last {100 * self.fraction:.0f}% of the span (too few step markers "
+            "to choose steps by)"
+        )
+        text = (
+            f"trace too large to analyse whole within {self.max_mb:,.0f} MB (needs about "
+            f"{self.estimate_mb:,.0f} MB): diagnosed {steps}"
+        )
         w, a = self.step_ms.get("window") or {}, self.step_ms.get("all") or {}
         if w and a:
-            text += (f"; host step time p50 {w['p50']:.1f} ms in the window vs "
-                     f"{a['p50']:.1f} ms over all steps (p90 {w['p90']:.1f} vs {a['p90']:.1f}, "
-                     f"max {w['max']:.1f} vs {a['max']:.1f})")
+            text += (
+                f"; host step time p50 {w['p50']:.1f} ms in the window vs "
+                f"{a['p50']:.1f} ms over all steps (p90 {w['p90']:.1f} vs {a['p90']:.1f}, "
+                f"max {w['max']:.1f} vs {a['max']:.1f})"
+            )
         return text
 
     def diagnostic(self) -> dict[str, Any]:
-        return {"code": "analysis-window", "severity": "warning", "message": self.message(),
-                "count": self.steps_total - self.steps,
-                "hint": "raise the limit with --max-memory MB (or TRACEINSIGHT_MAX_MEMORY_MB) "
-                        "to analyse more steps, or record fewer steps per trace"}
+        return {
+            "code": "analysis-window",
+            "severity": "warning",
+            "message": self.message(),
+            "count": self.steps_total - self.steps,
+            "hint": "raise the limit with --max-memory MB (or TRACEINSIGHT_MAX_MEMORY_MB) "
+            "to analyse more steps, or record fewer steps per trace",
+        }
 
 
 def plan(store: TraceStore, max_mb: float) -> Window | None:
@@ -124,9 +154,17 @@ def plan(store: TraceStore, max_mb: float) -> Window | None:
     nums, starts, durs = steps
     n = max(1, int(len(nums) * frac))
     first = len(nums) - n
-    return Window(int(starts[first]), int(nums[first]), int(nums[-1]), n, len(nums),
-                  n / len(nums), est, max_mb,
-                  step_ms={"all": _quantiles(durs), "window": _quantiles(durs[first:])})
+    return Window(
+        int(starts[first]),
+        int(nums[first]),
+        int(nums[-1]),
+        n,
+        len(nums),
+        n / len(nums),
+        est,
+        max_mb,
+        step_ms={"all": _quantiles(durs), "window": _quantiles(durs[first:])},
+    )
 
 
 def bounded(store: TraceStore, max_mb: float | None = None) -> TraceStore:
@@ -150,8 +188,14 @@ class WindowedStore(TraceStore):
         col = TIME_COLUMN.get(name)
         if col is None or self.window is None:
             return super().table(name, columns)
-        return partitions.read_table(self.path, self.meta, name, _restore_schema, columns,
-                                     filters=[(col, ">=", self.window.start_ns)])
+        return partitions.read_table(
+            self.path,
+            self.meta,
+            name,
+            _restore_schema,
+            columns,
+            filters=[(col, ">=", self.window.start_ns)],
+        )
 
 
 def _steps(store: TraceStore) -> tuple[Any, Any, Any] | None:
@@ -175,7 +219,9 @@ def _quantiles(durs_ns: Any) -> dict[str, float]:
     import numpy as np
 
     a = np.asarray(durs_ns, dtype=np.float64) / 1e6
-    return {"p50": float(np.percentile(a, 50)), "p90": float(np.percentile(a, 90)),
-            "max": float(a.max()), "steps": len(a)}
-
-
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "max": float(a.max()),
+        "steps": len(a),
+    }

@@ -34,6 +34,7 @@ __all__ = ["Runner", "current", "default_jobs", "using"]
 T = TypeVar("T")
 R = TypeVar("R")
 
+
 def default_jobs() -> int:
     """The number of cores this process may use."""
     try:
@@ -72,8 +73,12 @@ class Runner:
             return f"dask {self.scheduler}"
         return "1 process" if self.workers == 1 else f"{self.workers} processes"
 
-    def map(self, fn: Callable[[T], R], items: Sequence[T],
-            done: Callable[[int, int], None] | None = None) -> list[R]:
+    def map(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        done: Callable[[int, int], None] | None = None,
+    ) -> list[R]:
         """``fn`` of every item, in item order; ``done(finished, total)`` after each task."""
         total = len(items)
         out: list[Any] = [None] * total
@@ -90,8 +95,13 @@ class Runner:
             self._map_local(fn, items, out, done)
         return out
 
-    def _map_local(self, fn: Callable[[T], R], items: Sequence[T], out: list[Any],
-                   done: Callable[[int, int], None] | None) -> None:
+    def _map_local(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        out: list[Any],
+        done: Callable[[int, int], None] | None,
+    ) -> None:
         # fork: the workers start at once with this process's imports (forkserver or spawn
         # would import pyarrow and pandas again in each, ~1 s, and re-run an unguarded
         # __main__); the tasks start no threads of this process's and share nothing with it
@@ -107,8 +117,13 @@ class Runner:
                 if done:
                     done(k, len(items))
 
-    def _map_dask(self, fn: Callable[[T], R], items: Sequence[T], out: list[Any],
-                  done: Callable[[int, int], None] | None) -> None:
+    def _map_dask(
+        self,
+        fn: Callable[[T], R],
+        items: Sequence[T],
+        out: list[Any],
+        done: Callable[[int, int], None] | None,
+    ) -> None:
         from distributed import as_completed as dask_completed
 
         client = self.client()
@@ -127,23 +142,31 @@ class Runner:
         try:
             from distributed import Client, LocalCluster
         except ImportError:
-            raise InstallError("--scheduler needs dask.distributed, which is not installed",
-                               hint="pip install 'traceinsight-doctor[dask]'") from None
+            raise InstallError(
+                "--scheduler needs dask.distributed, which is not installed",
+                hint="pip install 'traceinsight-doctor[dask]'",
+            ) from None
         where = str(self.scheduler)
         try:
             if where == "local":
-                self._cluster = LocalCluster(n_workers=self.workers, threads_per_worker=1,
-                                             processes=True, dashboard_address=":0")
+                self._cluster = LocalCluster(
+                    n_workers=self.workers,
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=":0",
+                )
                 self._client = Client(self._cluster)
             elif Path(where).is_file():
                 self._client = Client(scheduler_file=where, timeout=self.timeout)
             else:
                 self._client = Client(where, timeout=self.timeout)
         except (OSError, TimeoutError) as e:
-            raise ConfigError(f"cannot reach the Dask scheduler {where}: {e}",
-                              hint="pass local, a scheduler address (tcp://HOST:8786) or a "
-                                   "scheduler file written by `dask scheduler "
-                                   "--scheduler-file FILE`") from None
+            raise ConfigError(
+                f"cannot reach the Dask scheduler {where}: {e}",
+                hint="pass local, a scheduler address (tcp://HOST:8786) or a "
+                "scheduler file written by `dask scheduler "
+                "--scheduler-file FILE`",
+            ) from None
         return self._client
 
     def close(self) -> None:
@@ -157,7 +180,8 @@ class Runner:
 
 
 _CURRENT: contextvars.ContextVar[Runner | None] = contextvars.ContextVar(
-    "traceinsight_runner", default=None)
+    "traceinsight_runner", default=None
+)
 
 
 def current() -> Runner:

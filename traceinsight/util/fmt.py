@@ -95,7 +95,7 @@ def shorten(text: str, width: int) -> str:
                     break
                 out = p + "/" + out
             return f"{head}/…/{out}"
-        return "…" + text[-(width - 1):]
+        return "…" + text[-(width - 1) :]
     return text[: max(1, width - 1)] + "…"
 
 
@@ -123,9 +123,15 @@ def terminal_width(default: int = 120) -> int:
     return max(60, min(200, shutil.get_terminal_size((default, 24)).columns))
 
 
-def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
-          align: str | None = None, max_width: int | None = None, flex: int | None = None,
-          wrap: bool = False) -> str:
+def table(
+    rows: Sequence[Sequence[Any]],
+    headers: Sequence[str],
+    *,
+    align: str | None = None,
+    max_width: int | None = None,
+    flex: int | None = None,
+    wrap: bool = False,
+) -> str:
     """A plain-text table. ``align``: one of l/r per column; ``flex``: the column that shrinks
     (usually a name) when the table is wider than ``max_width``: cut short, or with ``wrap``
     (for prose) continued on the next lines, so no sentence is ever cut."""
@@ -150,8 +156,9 @@ def table(rows: Sequence[Sequence[Any]], headers: Sequence[str], *,
         cells = wrapped
     elif flex is not None and total > max_width:
         widths[flex] = max(12, widths[flex] - (total - max_width))
-        cells = [[shorten(c, widths[flex]) if i == flex else c for i, c in enumerate(r)]
-                 for r in cells]
+        cells = [
+            [shorten(c, widths[flex]) if i == flex else c for i, c in enumerate(r)] for r in cells
+        ]
 
     def line(vals: Sequence[str]) -> str:
         out = []
@@ -186,6 +193,7 @@ def signed_pct(p: Any, digits: int = 1) -> str:
 
 # --- cells and metric values ------------------------------------------------------------------
 
+
 def compact_dims(v: Any) -> str:
     """Input dims as one compact line (traces may hold them as indented JSON)."""
     return re.sub(r"\s+", "", str(v)).replace("],[", "], [") if v is not None else "–"
@@ -197,9 +205,13 @@ def shapes_text(dims: str | None, limit: int = 60) -> str:
         return ""
     try:
         val = json.loads(dims)
-        text = "; ".join("x".join(str(d) for d in x) if isinstance(x, list) and x and
-                         all(isinstance(d, int) for d in x) else json.dumps(x) for x in val
-                         if x not in ([], "", None))
+        text = "; ".join(
+            "x".join(str(d) for d in x)
+            if isinstance(x, list) and x and all(isinstance(d, int) for d in x)
+            else json.dumps(x)
+            for x in val
+            if x not in ([], "", None)
+        )
     except ValueError:
         text = dims
     return text if len(text) <= limit else text[: limit - 1] + "…"

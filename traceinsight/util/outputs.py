@@ -80,6 +80,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 # --- checks before any work ---------------------------------------------------------------
 
+
 def check_files(outputs: Sequence[Path | str | None], inputs: Iterable[Path | str]) -> None:
     """Refuse file outputs that would overwrite an input, another output of the run, a store's
     content, a folder or a kernel file; raises :class:`OutputError` naming the path."""
@@ -90,40 +91,58 @@ def check_files(outputs: Sequence[Path | str | None], inputs: Iterable[Path | st
             continue
         out = _resolve(Path(raw))
         if out in seen:
-            raise OutputError("is given for two outputs of the same run", path=raw,
-                              hint="give each of --json, --markdown and --html its own file")
+            raise OutputError(
+                "is given for two outputs of the same run",
+                path=raw,
+                hint="give each of --json, --markdown and --html its own file",
+            )
         seen[out] = str(raw)
         for p in ins:
             if _same_file(out, p) or (p.is_dir() and _within(out, p) and is_store(p)):
-                raise OutputError("is an input of this run; writing it would destroy the input",
-                                  path=raw, hint="choose another output file name")
+                raise OutputError(
+                    "is an input of this run; writing it would destroy the input",
+                    path=raw,
+                    hint="choose another output file name",
+                )
         _check_writable_file(Path(raw), out)
 
 
 def _check_writable_file(raw: Path, out: Path) -> None:
     for tree in SYSTEM_TREES:
         if _within(out, tree):
-            raise OutputError(f"is under {tree}, a kernel file system", path=raw,
-                              hint="write the output to a regular folder")
+            raise OutputError(
+                f"is under {tree}, a kernel file system",
+                path=raw,
+                hint="write the output to a regular folder",
+            )
     store = _store_above(out.parent)
     if store is not None:
-        raise OutputError(f"lies inside the trace store {store}", path=raw,
-                          hint="write reports next to the store, not into it")
+        raise OutputError(
+            f"lies inside the trace store {store}",
+            path=raw,
+            hint="write reports next to the store, not into it",
+        )
     try:
         st = os.stat(out)
     except (FileNotFoundError, NotADirectoryError):
         st = None
     except OSError as e:
-        raise OutputError(f"cannot be used as output: {e.strerror}", path=raw,
-                          hint="check the path") from None
+        raise OutputError(
+            f"cannot be used as output: {e.strerror}", path=raw, hint="check the path"
+        ) from None
     if st is not None:
         if stat.S_ISDIR(st.st_mode):
-            raise OutputError("is a folder", path=raw,
-                              hint="give a file name, e.g. " + str(Path(raw) / "report.html"))
-        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode)
-                or stat.S_ISFIFO(st.st_mode)):
-            raise OutputError("is neither a regular file, a character device nor a FIFO",
-                              path=raw, hint="write the output to a regular file")
+            raise OutputError(
+                "is a folder",
+                path=raw,
+                hint="give a file name, e.g. " + str(Path(raw) / "report.html"),
+            )
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
+            raise OutputError(
+                "is neither a regular file, a character device nor a FIFO",
+                path=raw,
+                hint="write the output to a regular file",
+            )
     _check_parent(raw, out.parent)
 
 
@@ -135,11 +154,17 @@ def _check_parent(raw: Path, parent: Path) -> None:
             break
         probe = probe.parent
     if not probe.is_dir():
-        raise OutputError(f"cannot be created: {probe} is a file, not a folder", path=raw,
-                          hint="choose an output path inside a folder")
+        raise OutputError(
+            f"cannot be created: {probe} is a file, not a folder",
+            path=raw,
+            hint="choose an output path inside a folder",
+        )
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot be written: folder {probe} is not writable", path=raw,
-                          hint="choose a folder you can write to")
+        raise OutputError(
+            f"cannot be written: folder {probe} is not writable",
+            path=raw,
+            hint="choose a folder you can write to",
+        )
 
 
 def check_store_target(out: Path, inputs: Iterable[Path | str], *, force: bool) -> None:
@@ -150,33 +175,49 @@ def check_store_target(out: Path, inputs: Iterable[Path | str], *, force: bool) 
     res = _resolve(Path(out))
     cwd = _resolve(Path.cwd())
     if _within(cwd, res):
-        raise OutputError("is the working folder or a folder above it", path=raw,
-                          hint="give the store a new folder name, e.g. -o run.tistore")
+        raise OutputError(
+            "is the working folder or a folder above it",
+            path=raw,
+            hint="give the store a new folder name, e.g. -o run.tistore",
+        )
     for tree in SYSTEM_TREES:
         if _within(res, tree):
-            raise OutputError(f"is under {tree}, a kernel file system", path=raw,
-                              hint="write the store to a regular folder")
+            raise OutputError(
+                f"is under {tree}, a kernel file system",
+                path=raw,
+                hint="write the store to a regular folder",
+            )
     for p in _input_paths(inputs):
         if res == p or _within(p, res):
-            raise OutputError("is an input of this run or holds one", path=raw,
-                              hint="give the store a new folder name, e.g. -o run.tistore")
+            raise OutputError(
+                "is an input of this run or holds one",
+                path=raw,
+                hint="give the store a new folder name, e.g. -o run.tistore",
+            )
     above = _store_above(res.parent)
     if above is not None:
-        raise OutputError(f"lies inside the trace store {above}", path=raw,
-                          hint="give the store a folder of its own")
+        raise OutputError(
+            f"lies inside the trace store {above}",
+            path=raw,
+            hint="give the store a folder of its own",
+        )
     if res.exists() or res.is_symlink():
         if not res.is_dir():
-            raise OutputError("exists and is not a folder", path=raw,
-                              hint="give the store a new folder name")
+            raise OutputError(
+                "exists and is not a folder", path=raw, hint="give the store a new folder name"
+            )
         if not is_store(res) and any(res.iterdir()):
             raise OutputError(
-                "exists and is not a trace store" + (" (--force replaces only a trace store)"
-                                                     if force else ""),
-                path=raw, hint="give the store a new folder name, or empty this folder")
+                "exists and is not a trace store"
+                + (" (--force replaces only a trace store)" if force else ""),
+                path=raw,
+                hint="give the store a new folder name, or empty this folder",
+            )
     _check_parent(raw, res.parent)
 
 
 # --- writing ----------------------------------------------------------------------------------
+
 
 def _special(path: Path) -> bool:
     try:
@@ -192,10 +233,14 @@ def _write_in_place(path: Path, data: bytes) -> None:
         fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
     except OSError as e:
         if e.errno == errno.ENXIO:
-            raise OutputError("is a FIFO that nobody reads", path=path,
-                              hint="start the reader first, or write to a regular file") from None
-        raise OutputError(f"cannot be written: {e.strerror}", path=path,
-                          hint="check the path and its permissions") from None
+            raise OutputError(
+                "is a FIFO that nobody reads",
+                path=path,
+                hint="start the reader first, or write to a regular file",
+            ) from None
+        raise OutputError(
+            f"cannot be written: {e.strerror}", path=path, hint="check the path and its permissions"
+        ) from None
     try:
         os.set_blocking(fd, True)
         view = memoryview(data)
@@ -203,8 +248,9 @@ def _write_in_place(path: Path, data: bytes) -> None:
             n = os.write(fd, view)
             view = view[n:]
     except OSError as e:
-        raise OutputError(f"cannot be written: {e.strerror}", path=path,
-                          hint="check the reader of this file") from None
+        raise OutputError(
+            f"cannot be written: {e.strerror}", path=path, hint="check the reader of this file"
+        ) from None
     finally:
         os.close(fd)
 
@@ -237,15 +283,20 @@ def write_files(files: Mapping[_PathT, str | bytes]) -> None:
                 regular.append((tmp, path))
                 tmp.write_bytes(data)
             except OSError as e:
-                raise OutputError(f"cannot be written: {e.strerror or e}", path=raw,
-                                  hint="check the folder exists, is writable and has space"
-                                  ) from None
+                raise OutputError(
+                    f"cannot be written: {e.strerror or e}",
+                    path=raw,
+                    hint="check the folder exists, is writable and has space",
+                ) from None
         for tmp, path in regular:
             try:
                 os.replace(tmp, path)
             except OSError as e:
-                raise OutputError(f"cannot be written: {e.strerror or e}", path=path,
-                                  hint="check the folder is writable") from None
+                raise OutputError(
+                    f"cannot be written: {e.strerror or e}",
+                    path=path,
+                    hint="check the folder is writable",
+                ) from None
     finally:
         for tmp, _ in regular:
             with contextlib.suppress(OSError):
@@ -260,6 +311,7 @@ def write_text(path: Path | str, text: str) -> None:
 
 
 # --- stale temporaries ------------------------------------------------------------------------
+
 
 def _alive(pid: int) -> bool:
     if pid == os.getpid():

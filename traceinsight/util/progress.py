@@ -21,8 +21,14 @@ SHOW_AFTER_S = 1.0
 
 
 class Progress:
-    def __init__(self, label: str, *, quiet: bool = False, stream: TextIO | None = None,
-                 show_after_s: float = SHOW_AFTER_S) -> None:
+    def __init__(
+        self,
+        label: str,
+        *,
+        quiet: bool = False,
+        stream: TextIO | None = None,
+        show_after_s: float = SHOW_AFTER_S,
+    ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         self.quiet = quiet or os.environ.get("TRACEINSIGHT_NO_PROGRESS") == "1"
@@ -45,8 +51,9 @@ class Progress:
         self.update(stage, fraction)
         if self._ticker is None:
             self._stop = threading.Event()
-            self._ticker = threading.Thread(target=self._beat, args=(self._stop,), daemon=True,
-                                            name="traceinsight-progress")
+            self._ticker = threading.Thread(
+                target=self._beat, args=(self._stop,), daemon=True, name="traceinsight-progress"
+            )
             self._ticker.start()
 
     def _beat(self, stop: threading.Event) -> None:

@@ -15,9 +15,11 @@ REDACTED = "[redacted]"
 
 SECRET_KEY_RE = re.compile(r"(?i)(token|secret|passw|key|auth|cookie|credential)")
 #: credentials of known shapes (Hugging Face, GitHub, OpenAI-style, AWS, Slack, JWT)
-_TOKENS = (r"hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}"
-           r"|sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{8,}"
-           r"|eyJ[\w\-]{8,}\.[\w\-]{8,}\.[\w\-]{8,}")
+_TOKENS = (
+    r"hf_[A-Za-z0-9]{8,}|gh[pousr]_[A-Za-z0-9]{16,}|github_pat_[A-Za-z0-9_]{16,}"
+    r"|sk-[A-Za-z0-9_\-]{16,}|AKIA[0-9A-Z]{16}|xox[abprs]-[A-Za-z0-9\-]{8,}"
+    r"|eyJ[\w\-]{8,}\.[\w\-]{8,}\.[\w\-]{8,}"
+)
 #: a token of a known shape anywhere in free text (report prose, command lines)
 TOKEN_RE = re.compile(f"({_TOKENS})")
 #: metadata values: tokens, and long hex or base64 blobs (keys, signatures)
@@ -68,16 +70,36 @@ def redact_value(obj: Any, key: str = "") -> Any:
 _VERSION_RE = re.compile(r"^v?\d{1,6}(?:\.\d{1,6}){0,3}(?:[-+][A-Za-z0-9.]{1,16})?$")
 _DEVICE_RE = re.compile(r"^(?=.{2,64}$)[A-Za-z0-9][A-Za-z0-9()]*(?:[ _.\-/+][A-Za-z0-9()]+)*$")
 _NOT_A_DEVICE_RE = re.compile(
-    r"(?i)[@=:\\]|https?|passw|secret|token|user|login|host|\b[a-z0-9-]+\.[a-z0-9-]+\.[a-z]{2,}\b")
+    r"(?i)[@=:\\]|https?|passw|secret|token|user|login|host|\b[a-z0-9-]+\.[a-z0-9-]+\.[a-z]{2,}\b"
+)
 _WORD_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.\-]{0,31}$")
 #: collective backends (torch.distributed and vendor plug-ins)
-KNOWN_BACKENDS = frozenset({
-    "nccl", "gloo", "mpi", "ucc", "rccl", "hccl", "xccl", "ccl", "oneccl", "mccl", "cncl",
-    "eccl", "smddp", "fake", "threaded", "undefined", "custom", "nvshmem",
-})
+KNOWN_BACKENDS = frozenset(
+    {
+        "nccl",
+        "gloo",
+        "mpi",
+        "ucc",
+        "rccl",
+        "hccl",
+        "xccl",
+        "ccl",
+        "oneccl",
+        "mccl",
+        "cncl",
+        "eccl",
+        "smddp",
+        "fake",
+        "threaded",
+        "undefined",
+        "custom",
+        "nvshmem",
+    }
+)
 #: device kinds in "device:backend" lists (mtia:hccl,cpu:gloo)
-_DEVICE_KINDS = frozenset({"cpu", "cuda", "hip", "xpu", "mtia", "hpu", "npu", "privateuse1",
-                           "meta", "mps", "xla", "lazy"})
+_DEVICE_KINDS = frozenset(
+    {"cpu", "cuda", "hip", "xpu", "mtia", "hpu", "npu", "privateuse1", "meta", "mps", "xla", "lazy"}
+)
 TIME_UNITS = frozenset({"ns", "us", "ms", "s"})
 #: what replaces a value of the wrong shape
 UNRECOGNISED = "[unrecognised]"
@@ -93,13 +115,14 @@ def strip_controls(text: str) -> str:
 _MACHINE_RE = re.compile(
     r"[\w.+-]+@[\w-]+(?:\.[\w-]+)*"
     r"|\b(?:[A-Za-z0-9-]+\.){2,}(?:com|net|org|io|ai|dev|edu|gov|local|internal|lan|corp"
-    r"|cloud|cluster|intra|[a-z]{2})\b")
+    r"|cloud|cluster|intra|[a-z]{2})\b"
+)
 
 
 def clean_text(value: Any, limit: int = 200) -> str:
     """Free text from a trace (a process or thread name): controls removed, secrets, user@host
     and host names redacted, cut to ``limit`` characters."""
-    text = redact_text(strip_controls(str(value))[:limit * 2])
+    text = redact_text(strip_controls(str(value))[: limit * 2])
     return _MACHINE_RE.sub(REDACTED, text)[:limit]
 
 
@@ -125,8 +148,7 @@ def device_name(value: Any) -> str:
     """A GPU's name ("NVIDIA H100 80GB HBM3"), or :data:`UNRECOGNISED` when it does not look
     like one (a host name, an address, a key=value, a token)."""
     text = str(value).strip()
-    if (not _DEVICE_RE.match(text) or _NOT_A_DEVICE_RE.search(text)
-            or redact_text(text) != text):
+    if not _DEVICE_RE.match(text) or _NOT_A_DEVICE_RE.search(text) or redact_text(text) != text:
         return UNRECOGNISED
     return text
 

@@ -19,8 +19,9 @@ def data_dir(name: Literal["rules", "templates"]) -> Path:
     checkout = Path(__file__).resolve().parents[2] / name
     if checkout.is_dir():
         return checkout
-    raise InstallError(f"{name}/ is missing from this installation",
-                       hint="reinstall traceinsight-doctor")
+    raise InstallError(
+        f"{name}/ is missing from this installation", hint="reinstall traceinsight-doctor"
+    )
 
 
 @cache

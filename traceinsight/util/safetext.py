@@ -13,8 +13,7 @@ import re
 
 #: C0 controls but tab and newline, DEL, C1 controls, bidi marks, overrides and isolates,
 #: and the Unicode line and paragraph separators
-UNSAFE = ("\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e"
-          "\u2066-\u2069")
+UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069"
 UNSAFE_RE = re.compile(f"[{UNSAFE}]")
 _WITH_SGR_RE = re.compile(f"\x1b\\[[0-9;]{{0,32}}m|[{UNSAFE}]")
 

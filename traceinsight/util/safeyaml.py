@@ -30,16 +30,23 @@ def load(path: Path, *, what: str = "rule file") -> Any:
     except FileNotFoundError:
         raise ConfigError(f"{what} not found", path=path, hint="check the path") from None
     except OSError as e:
-        raise ConfigError(f"cannot read the {what}: {e.strerror}", path=path,
-                          hint="check the path and its permissions") from None
+        raise ConfigError(
+            f"cannot read the {what}: {e.strerror}",
+            path=path,
+            hint="check the path and its permissions",
+        ) from None
     if len(raw) > MAX_BYTES:
-        raise ConfigError(f"{what} is larger than {MAX_BYTES:,} bytes", path=path,
-                          hint=f"a {what} is a few KB of YAML; check that this is the right file")
+        raise ConfigError(
+            f"{what} is larger than {MAX_BYTES:,} bytes",
+            path=path,
+            hint=f"a {what} is a few KB of YAML; check that this is the right file",
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"{what} is not UTF-8 text (byte {e.start:,})", path=path,
-                          hint="save the file as UTF-8") from None
+        raise ConfigError(
+            f"{what} is not UTF-8 text (byte {e.start:,})", path=path, hint="save the file as UTF-8"
+        ) from None
     try:
         refuse_aliases(text, path, what)
         return yaml.load(text, Loader=_LOADER)
@@ -47,11 +54,15 @@ def load(path: Path, *, what: str = "rule file") -> Any:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise ConfigError(f"invalid YAML{where}: {problem}", path=path,
-                          hint="check the indentation and quoting") from None
+        raise ConfigError(
+            f"invalid YAML{where}: {problem}", path=path, hint="check the indentation and quoting"
+        ) from None
     except RecursionError:
-        raise ConfigError("YAML is nested too deeply", path=path,
-                          hint=f"a {what} is a few levels of mappings and lists") from None
+        raise ConfigError(
+            "YAML is nested too deeply",
+            path=path,
+            hint=f"a {what} is a few levels of mappings and lists",
+        ) from None
 
 
 def refuse_aliases(text: str, path: Path | str, what: str) -> None:
@@ -64,8 +75,11 @@ def refuse_aliases(text: str, path: Path | str, what: str) -> None:
     for event in events:
         if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None):
             line = event.start_mark.line + 1 if event.start_mark else "?"
-            raise ConfigError(f"uses a YAML alias or anchor (line {line}), which a {what} "
-                              "may not", path=path, hint="write the repeated values out in full")
+            raise ConfigError(
+                f"uses a YAML alias or anchor (line {line}), which a {what} may not",
+                path=path,
+                hint="write the repeated values out in full",
+            )
 
 
 def check_format_spec(spec: str | None, field: str, source: str) -> None:
@@ -77,6 +91,9 @@ def check_format_spec(spec: str | None, field: str, source: str) -> None:
 
     for n in re.findall(r"\d+", spec):
         if int(n) > MAX_FORMAT_WIDTH:
-            raise ConfigError(f"text field {{{field}:{spec[:20]}}} has a format width or "
-                              f"precision of {int(n):,} (at most {MAX_FORMAT_WIDTH})",
-                              path=source, hint="use a plain {field} or a small format spec")
+            raise ConfigError(
+                f"text field {{{field}:{spec[:20]}}} has a format width or "
+                f"precision of {int(n):,} (at most {MAX_FORMAT_WIDTH})",
+                path=source,
+                hint="use a plain {field} or a small format spec",
+            )

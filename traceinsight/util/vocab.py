@@ -8,8 +8,16 @@ from __future__ import annotations
 import re
 
 #: kernel classes, in display order (the patterns that assign them: analysis/categories.py)
-CLASSES = ("gemm", "attention", "convolution", "elementwise", "reduction", "communication",
-           "memory", "other")
+CLASSES = (
+    "gemm",
+    "attention",
+    "convolution",
+    "elementwise",
+    "reduction",
+    "communication",
+    "memory",
+    "other",
+)
 
 #: the op bucket of device activity that no CPU op launched (kept, never dropped)
 UNATTRIBUTED = "[unattributed]"

@@ -16,8 +16,7 @@ def _chain() -> None:
             continue
         path = os.path.join(entry, "sitecustomize.py")
         if os.path.isfile(path):
-            spec = importlib.util.spec_from_file_location("_traceinsight_next_sitecustomize",
-                                                          path)
+            spec = importlib.util.spec_from_file_location("_traceinsight_next_sitecustomize", path)
             if spec and spec.loader:
                 spec.loader.exec_module(importlib.util.module_from_spec(spec))
             return
@@ -27,9 +26,12 @@ if os.environ.get("TRACEINSIGHT_PROFILE"):
     try:
         from traceinsight.capture.profile_child import start
     except ImportError as _e:  # another interpreter than the one traceinsight is installed in
-        print(f"traceinsight profile: this Python ({sys.executable}) cannot import traceinsight "
-              f"({_e}); nothing is recorded. Run the command with the Python traceinsight is "
-              "installed in.", file=sys.stderr)
+        print(
+            f"traceinsight profile: this Python ({sys.executable}) cannot import traceinsight "
+            f"({_e}); nothing is recorded. Run the command with the Python traceinsight is "
+            "installed in.",
+            file=sys.stderr,
+        )
     else:
         start()
 try:

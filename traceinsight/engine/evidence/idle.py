@@ -31,25 +31,48 @@ def _gaps(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     # where each gap starts in its step tells gaps of equal length apart (and finds them in a
     # trace viewer)
     recs = _with_offsets(recs[: int(p.get("n", 8))], an)
-    return _records("Largest GPU idle gaps", recs, [
-        ("rank", "rank", "text"), ("step", "step", "text"), ("dur_ns", "idle", "ns"),
-        ("cause", "cause", "text"), ("at_ns", "into step", "ns"),
-        ("launch_to_start_ns", "launch → start", "ns"),
-        ("next_op", "work after the gap launched by", "op")])
+    return _records(
+        "Largest GPU idle gaps",
+        recs,
+        [
+            ("rank", "rank", "text"),
+            ("step", "step", "text"),
+            ("dur_ns", "idle", "ns"),
+            ("cause", "cause", "text"),
+            ("at_ns", "into step", "ns"),
+            ("launch_to_start_ns", "launch → start", "ns"),
+            ("next_op", "work after the gap launched by", "op"),
+        ],
+    )
 
 
 @provider("idle_calls")
 def _idle_calls(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     """Runtime calls behind the idle causes (of the causes in ``cause``)."""
     recs = _of_causes(ms, "idle_calls", p)
-    return _records("Runtime calls the GPU idled in", recs[: int(p.get("n", 8))], [
-        ("call", "call", "text"), ("cause", "cause", "text"), ("count", "calls", "count"),
-        ("total_ns", "host time", "ns"), ("max_ns", "longest", "ns"),
-        ("window_pct", "of the window", "pct"), ("idle_ns", "GPU idle inside", "ns")])
+    return _records(
+        "Runtime calls the GPU idled in",
+        recs[: int(p.get("n", 8))],
+        [
+            ("call", "call", "text"),
+            ("cause", "cause", "text"),
+            ("count", "calls", "count"),
+            ("total_ns", "host time", "ns"),
+            ("max_ns", "longest", "ns"),
+            ("window_pct", "of the window", "pct"),
+            ("idle_ns", "GPU idle inside", "ns"),
+        ],
+    )
 
 
 @provider("nonsteady")
 def _nonsteady(ms: MetricSet, an: Any, p: dict) -> list[dict]:
-    return _records("What is not steady state", ms.evidence.get("nonsteady"), [
-        ("kind", "part", "text"), ("idle_ns", "GPU idle", "ns"),
-        ("window_pct", "of the window", "pct")])
+    return _records(
+        "What is not steady state",
+        ms.evidence.get("nonsteady"),
+        [
+            ("kind", "part", "text"),
+            ("idle_ns", "GPU idle", "ns"),
+            ("window_pct", "of the window", "pct"),
+        ],
+    )

@@ -23,17 +23,29 @@ def _totals(ms: MetricSet, an: Any, p: dict) -> list[dict]:
         return []
     t = v["totals"]
     rows = []
-    for label, key in (("reserved", "reserved"), ("allocated", "allocated"),
-                       ("requested", "requested"), ("pending free", "pending"),
-                       ("free (cached)", "free"), ("stranded free", "stranded"),
-                       ("largest free block", "largest_free")):
+    for label, key in (
+        ("reserved", "reserved"),
+        ("allocated", "allocated"),
+        ("requested", "requested"),
+        ("pending free", "pending"),
+        ("free (cached)", "free"),
+        ("stranded free", "stranded"),
+        ("largest free block", "largest_free"),
+    ):
         rows.append([label, t[key], t["small"][key], t["large"][key]])
-    note = (f"rank {v['rank']}, device {v['device']}; releasable (wholly free segments) "
-            f"{fmt_bytes(t['releasable'])}; rounding (allocated − requested) "
-            f"{fmt_bytes(t['rounding'])}; small pool: requests up to 1 MiB in 2 MiB segments")
-    return [table("Allocator state at the snapshot", [("", "text"), ("all", "bytes"),
-                                                        ("small pool", "bytes"),
-                                                        ("large pool", "bytes")], rows, note)]
+    note = (
+        f"rank {v['rank']}, device {v['device']}; releasable (wholly free segments) "
+        f"{fmt_bytes(t['releasable'])}; rounding (allocated − requested) "
+        f"{fmt_bytes(t['rounding'])}; small pool: requests up to 1 MiB in 2 MiB segments"
+    )
+    return [
+        table(
+            "Allocator state at the snapshot",
+            [("", "text"), ("all", "bytes"), ("small pool", "bytes"), ("large pool", "bytes")],
+            rows,
+            note,
+        )
+    ]
 
 
 @provider("snapshot_holes")
@@ -41,11 +53,29 @@ def _holes(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     v = _view(ms)
     if not v:
         return []
-    rows = [[short_site(h["call_site"]), h["holes"], h["bytes"], h["largest"],
-             ", ".join(fmt_bytes(s) for s in h["sizes"])] for h in v["holes"]]
-    return [table("Stranded free blocks, by the allocation that last held them",
-                  [("call site", "text"), ("holes", "count"), ("stranded", "bytes"),
-                   ("largest", "bytes"), ("sizes", "text")], rows)]
+    rows = [
+        [
+            short_site(h["call_site"]),
+            h["holes"],
+            h["bytes"],
+            h["largest"],
+            ", ".join(fmt_bytes(s) for s in h["sizes"]),
+        ]
+        for h in v["holes"]
+    ]
+    return [
+        table(
+            "Stranded free blocks, by the allocation that last held them",
+            [
+                ("call site", "text"),
+                ("holes", "count"),
+                ("stranded", "bytes"),
+                ("largest", "bytes"),
+                ("sizes", "text"),
+            ],
+            rows,
+        )
+    ]
 
 
 @provider("snapshot_churn")
@@ -53,11 +83,24 @@ def _churn(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     v = _view(ms)
     if not v:
         return []
-    rows = [[short_site(c["call_site"]), c["allocations"], c["sizes"], c["bytes"], c["largest"]]
-            for c in v["churn"] if c["sizes"] > 1]
-    return [table("Call sites allocating many different sizes (in the snapshot's trace)",
-                  [("call site", "text"), ("allocations", "count"), ("distinct sizes", "count"),
-                   ("bytes", "bytes"), ("largest", "bytes")], rows)]
+    rows = [
+        [short_site(c["call_site"]), c["allocations"], c["sizes"], c["bytes"], c["largest"]]
+        for c in v["churn"]
+        if c["sizes"] > 1
+    ]
+    return [
+        table(
+            "Call sites allocating many different sizes (in the snapshot's trace)",
+            [
+                ("call site", "text"),
+                ("allocations", "count"),
+                ("distinct sizes", "count"),
+                ("bytes", "bytes"),
+                ("largest", "bytes"),
+            ],
+            rows,
+        )
+    ]
 
 
 @provider("snapshot_oom")
@@ -65,15 +108,35 @@ def _oom(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     v = _view(ms)
     if not v or not v["ooms"]:
         return []
-    rows = [[short_site(o["call_site"]), o["request"], o["device_free"], o["free_cached"],
-             o["largest_free"], o["reserved"], "yes" if o["cached_enough"] else "no"]
-            for o in v["ooms"]]
-    return [table("Failed allocations", [
-        ("call site", "text"), ("request", "bytes"), ("free on device", "bytes"),
-        ("free cached", "bytes"), ("largest free block", "bytes"), ("reserved", "bytes"),
-        ("enough in total", "text")], rows,
-        note="enough in total: free device memory plus free cached bytes cover the request, "
-             "but no single free block does")]
+    rows = [
+        [
+            short_site(o["call_site"]),
+            o["request"],
+            o["device_free"],
+            o["free_cached"],
+            o["largest_free"],
+            o["reserved"],
+            "yes" if o["cached_enough"] else "no",
+        ]
+        for o in v["ooms"]
+    ]
+    return [
+        table(
+            "Failed allocations",
+            [
+                ("call site", "text"),
+                ("request", "bytes"),
+                ("free on device", "bytes"),
+                ("free cached", "bytes"),
+                ("largest free block", "bytes"),
+                ("reserved", "bytes"),
+                ("enough in total", "text"),
+            ],
+            rows,
+            note="enough in total: free device memory plus free cached bytes cover the request, "
+            "but no single free block does",
+        )
+    ]
 
 
 @provider("snapshot_peak_live")
@@ -84,10 +147,14 @@ def _peak(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     pk = v["peak"]
     rows = [[short_site(x["call_site"]), x["bytes"], x["allocations"]] for x in pk["live"]]
     where = "at the snapshot" if pk["at_snapshot"] else "at the peak of the snapshot's trace"
-    return [table(f"Live allocations {where}, by call site",
-                  [("call site", "text"), ("bytes", "bytes"), ("allocations", "count")], rows,
-                  note=f"allocated {fmt_bytes(pk['allocated'])}, reserved "
-                       f"{fmt_bytes(pk['reserved'])}")]
+    return [
+        table(
+            f"Live allocations {where}, by call site",
+            [("call site", "text"), ("bytes", "bytes"), ("allocations", "count")],
+            rows,
+            note=f"allocated {fmt_bytes(pk['allocated'])}, reserved {fmt_bytes(pk['reserved'])}",
+        )
+    ]
 
 
 @provider("snapshot_survivors")
@@ -96,11 +163,20 @@ def _survivors(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     it = (v or {}).get("iterations") or {}
     if not it:
         return []
-    rows = [[short_site(x["call_site"]), x["bytes"], x["allocations"]]
-            for x in it["survivors"]]
-    out = [table("Allocated during the iterations and never freed", [
-        ("call site", "text"), ("bytes", "bytes"), ("allocations", "count")], rows)]
+    rows = [[short_site(x["call_site"]), x["bytes"], x["allocations"]] for x in it["survivors"]]
+    out = [
+        table(
+            "Allocated during the iterations and never freed",
+            [("call site", "text"), ("bytes", "bytes"), ("allocations", "count")],
+            rows,
+        )
+    ]
     trough = [[i + 1, b] for i, b in enumerate(it["trough_bytes"])]
-    out.append(table("Allocated at the end of each iteration (the curve's troughs)",
-                     [("iteration", "text"), ("allocated", "bytes")], trough))
+    out.append(
+        table(
+            "Allocated at the end of each iteration (the curve's troughs)",
+            [("iteration", "text"), ("allocated", "bytes")],
+            trough,
+        )
+    )
     return out

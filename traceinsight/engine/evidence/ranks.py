@@ -10,9 +10,11 @@ from traceinsight.engine.evidence.core import provider, table
 from traceinsight.metrics import MetricSet
 from traceinsight.util.fmt import fmt_ns
 
-_CAUSES = {"compute": "more compute (GPU kernels)",
-           "host stalls (GPU idle)": "host stalls (its GPU idles, waiting for the CPU)",
-           "slower collectives": "slower collectives (longer transfers when it is last)"}
+_CAUSES = {
+    "compute": "more compute (GPU kernels)",
+    "host stalls (GPU idle)": "host stalls (its GPU idles, waiting for the CPU)",
+    "slower collectives": "slower collectives (longer transfers when it is last)",
+}
 
 
 @provider("straggler")
@@ -23,13 +25,24 @@ def _straggler(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     rows = [[_CAUSES.get(k, k), v] for k, v in prof["excess_ns"].items()]
     rows.sort(key=lambda r: -r[1])
     steps = prof["steps"]
-    when = (f"the slowest rank in {prof['slowest_steps']} of {steps} steps ({prof['pattern']})"
-            if steps else "no steps to compare")
+    when = (
+        f"the slowest rank in {prof['slowest_steps']} of {steps} steps ({prof['pattern']})"
+        if steps
+        else "no steps to compare"
+    )
     cause = _CAUSES.get(prof["cause"]) if prof.get("cause") else "no single part stands out"
-    note = (f"rank {prof['rank']}: {when}; {fmt_ns(prof['own_ns'])} of its own work per step "
-            f"against {fmt_ns(prof['typical_own_ns'])} for the other ranks (median), mostly "
-            f"{cause}; "
-            f"last to arrive at {prof['last_arrivals']} of {prof['matched_collectives']} "
-            "matched collectives")
-    return [table(f"What rank {prof['rank']} does more than the median rank, per step",
-                  [("part", "text"), ("excess per step", "ns")], rows, note=note)]
+    note = (
+        f"rank {prof['rank']}: {when}; {fmt_ns(prof['own_ns'])} of its own work per step "
+        f"against {fmt_ns(prof['typical_own_ns'])} for the other ranks (median), mostly "
+        f"{cause}; "
+        f"last to arrive at {prof['last_arrivals']} of {prof['matched_collectives']} "
+        "matched collectives"
+    )
+    return [
+        table(
+            f"What rank {prof['rank']} does more than the median rank, per step",
+            [("part", "text"), ("excess per step", "ns")],
+            rows,
+            note=note,
+        )
+    ]

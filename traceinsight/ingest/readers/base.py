@@ -118,18 +118,32 @@ class RankStreamed:
 
 
 class StreamFn(Protocol):
-    def __call__(self, path: Path, sink: Any, *, source: str, rank_hint: int | None = None,
-                 progress: ProgressFn | None = None,
-                 background: Callable[[], None] | None = None) -> RankStreamed:
+    def __call__(
+        self,
+        path: Path,
+        sink: Any,
+        *,
+        source: str,
+        rank_hint: int | None = None,
+        progress: ProgressFn | None = None,
+        background: Callable[[], None] | None = None,
+    ) -> RankStreamed:
         """Read the plain (gzip removed) file at ``path`` in bounded pieces, its rows handed
         to ``sink`` (``ingest/sink.py``) as they come. Raises an exception with
         ``stream_fallback = True`` when the file must be read whole by ``read``."""
 
 
 class ReadFn(Protocol):
-    def __call__(self, data: bytes, *, source: str, rank_hint: int | None = None,
-                 salvage: bool = False, progress: ProgressFn | None = None,
-                 background: Callable[[], None] | None = None) -> RankRead:
+    def __call__(
+        self,
+        data: bytes,
+        *,
+        source: str,
+        rank_hint: int | None = None,
+        salvage: bool = False,
+        progress: ProgressFn | None = None,
+        background: Callable[[], None] | None = None,
+    ) -> RankRead:
         """Parse ``data`` (the file's bytes, gzip removed) of the file named ``source``.
 
         ``rank_hint`` is the rank in the file name, if any; ``salvage`` keeps what a truncated
@@ -138,9 +152,9 @@ class ReadFn(Protocol):
         ``opens_path`` also gets ``path=`` (the file itself, e.g. to open a database)."""
 
 
-
-def column_sources(tables: Mapping[str, Mapping[str, str]],
-                   common: Mapping[str, str]) -> dict[str, dict[str, str]]:
+def column_sources(
+    tables: Mapping[str, Mapping[str, str]], common: Mapping[str, str]
+) -> dict[str, dict[str, str]]:
     """A reader's column sources for :attr:`Reader.column_sources`: per store table, where each
     of its columns comes from (``tables``: per table, the columns with their own source;
     ``common``: sources shared by every table), for the columns the schema has."""

@@ -90,29 +90,87 @@ __all__ = [
 # ------------------------------------------------------------------------------- dispatch
 
 #: ops that only call other ops (the kernels are launched by their children): None by default
-COMPOSITE_OPS = frozenset({
-    "aten::linear", "aten::matmul", "aten::einsum", "aten::bilinear", "aten::tensordot",
-    "aten::conv1d", "aten::conv2d", "aten::conv3d", "aten::conv_transpose1d",
-    "aten::conv_transpose2d", "aten::conv_transpose3d", "aten::convolution",
-    "aten::_convolution", "aten::_convolution_nogroup", "aten::_convolution_double_backward",
-    "aten::cudnn_convolution_backward", "aten::miopen_convolution_backward",
-    "aten::cudnn_convolution_transpose_backward", "aten::miopen_convolution_transpose_backward",
-    "aten::thnn_conv2d", "aten::layer_norm", "aten::group_norm", "aten::batch_norm",
-    "aten::_batch_norm_impl_index", "aten::_batch_norm_impl_index_backward",
-    "aten::instance_norm", "aten::rms_norm", "aten::dropout", "aten::dropout_",
-    "aten::feature_dropout", "aten::alpha_dropout", "aten::scaled_dot_product_attention",
-    "aten::_scaled_dot_product_attention_math", "aten::softmax", "aten::log_softmax",
-    "aten::cross_entropy_loss", "aten::nll_loss", "aten::nll_loss_nd", "aten::embedding",
-    "aten::embedding_backward", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous",
-    "aten::zero_", "aten::zeros", "aten::zeros_like", "aten::ones", "aten::ones_like",
-    "aten::full", "aten::full_like", "aten::new_zeros", "aten::new_ones", "aten::new_full",
-    "aten::stack", "aten::hstack", "aten::vstack", "aten::max_pool2d", "aten::max_pool1d",
-    "aten::max_pool3d", "aten::adaptive_avg_pool1d", "aten::adaptive_avg_pool2d",
-    "aten::adaptive_avg_pool3d", "aten::repeat", "aten::expand_as", "aten::type_as",
-    "aten::flatten", "aten::reshape", "aten::lstm", "aten::gru", "aten::rnn_tanh",
-    "aten::pad", "aten::constant_pad_nd", "aten::linalg_norm", "aten::frobenius_norm",
-    "aten::logsumexp", "aten::binary_cross_entropy_with_logits",
-})
+COMPOSITE_OPS = frozenset(
+    {
+        "aten::linear",
+        "aten::matmul",
+        "aten::einsum",
+        "aten::bilinear",
+        "aten::tensordot",
+        "aten::conv1d",
+        "aten::conv2d",
+        "aten::conv3d",
+        "aten::conv_transpose1d",
+        "aten::conv_transpose2d",
+        "aten::conv_transpose3d",
+        "aten::convolution",
+        "aten::_convolution",
+        "aten::_convolution_nogroup",
+        "aten::_convolution_double_backward",
+        "aten::cudnn_convolution_backward",
+        "aten::miopen_convolution_backward",
+        "aten::cudnn_convolution_transpose_backward",
+        "aten::miopen_convolution_transpose_backward",
+        "aten::thnn_conv2d",
+        "aten::layer_norm",
+        "aten::group_norm",
+        "aten::batch_norm",
+        "aten::_batch_norm_impl_index",
+        "aten::_batch_norm_impl_index_backward",
+        "aten::instance_norm",
+        "aten::rms_norm",
+        "aten::dropout",
+        "aten::dropout_",
+        "aten::feature_dropout",
+        "aten::alpha_dropout",
+        "aten::scaled_dot_product_attention",
+        "aten::_scaled_dot_product_attention_math",
+        "aten::softmax",
+        "aten::log_softmax",
+        "aten::cross_entropy_loss",
+        "aten::nll_loss",
+        "aten::nll_loss_nd",
+        "aten::embedding",
+        "aten::embedding_backward",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::clone",
+        "aten::contiguous",
+        "aten::zero_",
+        "aten::zeros",
+        "aten::zeros_like",
+        "aten::ones",
+        "aten::ones_like",
+        "aten::full",
+        "aten::full_like",
+        "aten::new_zeros",
+        "aten::new_ones",
+        "aten::new_full",
+        "aten::stack",
+        "aten::hstack",
+        "aten::vstack",
+        "aten::max_pool2d",
+        "aten::max_pool1d",
+        "aten::max_pool3d",
+        "aten::adaptive_avg_pool1d",
+        "aten::adaptive_avg_pool2d",
+        "aten::adaptive_avg_pool3d",
+        "aten::repeat",
+        "aten::expand_as",
+        "aten::type_as",
+        "aten::flatten",
+        "aten::reshape",
+        "aten::lstm",
+        "aten::gru",
+        "aten::rnn_tanh",
+        "aten::pad",
+        "aten::constant_pad_nd",
+        "aten::linalg_norm",
+        "aten::frobenius_norm",
+        "aten::logsumexp",
+        "aten::binary_cross_entropy_with_logits",
+    }
+)
 
 
 def _name_base(name: str) -> tuple[str, bool]:
@@ -134,8 +192,11 @@ def _model_for(name: str, include_composite: bool) -> _Model | None:
     fn = _MODELS.get(name)
     if fn is not None:
         return fn
-    if name.startswith("aten::_foreach_") or name in _FUSED_OPT or \
-            name == "aten::_amp_foreach_non_finite_check_and_unscale_":
+    if (
+        name.startswith("aten::_foreach_")
+        or name in _FUSED_OPT
+        or name == "aten::_amp_foreach_non_finite_check_and_unscale_"
+    ):
         return _foreach
     if name.startswith("aten::"):
         base, inplace = _name_base(name)
@@ -147,7 +208,7 @@ def _model_for(name: str, include_composite: bool) -> _Model | None:
 def is_modelled(name: str, include_composite: bool = False) -> bool:
     """True when :func:`op_cost` has a model for ``name`` (shapes permitting)."""
     if name.startswith("aten::_foreach_"):
-        base = name[len("aten::_foreach_"):].rstrip("_")
+        base = name[len("aten::_foreach_") :].rstrip("_")
         return base in _FOREACH_COST
     return _model_for(name, include_composite) is not None
 
@@ -163,9 +224,16 @@ def modelled_ops(include_composite: bool = False) -> list[str]:
     return sorted(names)
 
 
-def op_cost(name: str, input_dims: str | None, input_types: str | None,
-            concrete_inputs: str | None = None, flops_arg: float | None = None, *,
-            include_composite: bool = False, list_dtype: str | None = None) -> OpCost | None:
+def op_cost(
+    name: str,
+    input_dims: str | None,
+    input_types: str | None,
+    concrete_inputs: str | None = None,
+    flops_arg: float | None = None,
+    *,
+    include_composite: bool = False,
+    list_dtype: str | None = None,
+) -> OpCost | None:
     """FLOPs and ideal bytes of one op call, or None (not modelled, shapes missing/malformed).
 
     ``input_dims`` / ``input_types`` / ``concrete_inputs`` are Kineto's ``Input Dims``,
@@ -177,15 +245,31 @@ def op_cost(name: str, input_dims: str | None, input_types: str | None,
     ``include_composite`` costs composite ops (:data:`COMPOSITE_OPS`) too. Never raises.
     """
     try:
-        return _op_cost(name, input_dims, input_types, concrete_inputs, flops_arg,
-                        include_composite, list_dtype)
-    except (ValueError, TypeError, KeyError, IndexError, ZeroDivisionError, OverflowError,
-            AttributeError, RecursionError):
+        return _op_cost(
+            name, input_dims, input_types, concrete_inputs, flops_arg, include_composite, list_dtype
+        )
+    except (
+        ValueError,
+        TypeError,
+        KeyError,
+        IndexError,
+        ZeroDivisionError,
+        OverflowError,
+        AttributeError,
+        RecursionError,
+    ):
         return None
 
 
-def _op_cost(name: str, input_dims: Any, input_types: Any, concrete_inputs: Any,
-             flops_arg: Any, include_composite: bool, list_dtype: str | None) -> OpCost | None:
+def _op_cost(
+    name: str,
+    input_dims: Any,
+    input_types: Any,
+    concrete_inputs: Any,
+    flops_arg: Any,
+    include_composite: bool,
+    list_dtype: str | None,
+) -> OpCost | None:
     if not isinstance(name, str):
         return None
     name = name.strip()
@@ -199,14 +283,25 @@ def _op_cost(name: str, input_dims: Any, input_types: Any, concrete_inputs: Any,
     ld = None
     if isinstance(list_dtype, str):
         ld = list_dtype.strip().lower()
-        ld = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16",
-              "half": "fp16", "float64": "fp64", "double": "fp64"}.get(ld, ld)
+        ld = {
+            "float32": "fp32",
+            "float": "fp32",
+            "bfloat16": "bf16",
+            "float16": "fp16",
+            "half": "fp16",
+            "float64": "fp64",
+            "double": "fp64",
+        }.get(ld, ld)
     args = _Args(dims, types, concrete, ld)
     fn = _model_for(name, include_composite)
     cost = fn(args, name) if fn is not None else None
     fa = None
-    if isinstance(flops_arg, (int, float)) and not isinstance(flops_arg, bool) and \
-            math.isfinite(flops_arg) and flops_arg > 0:
+    if (
+        isinstance(flops_arg, (int, float))
+        and not isinstance(flops_arg, bool)
+        and math.isfinite(flops_arg)
+        and flops_arg > 0
+    ):
         fa = float(flops_arg)
     if fa is None:
         return cost
@@ -215,6 +310,11 @@ def _op_cost(name: str, input_dims: Any, input_types: Any, concrete_inputs: Any,
     # unmodelled op with a profiler FLOP count: bytes are a lower bound (its tensor inputs)
     args.assumed.clear()
     ts = args.tensors()
-    return OpCost(fa, float(sum(t.nbytes for t in ts)), _main_dtype(ts), "other", False,
-                  "no model: bytes are the tensor inputs only")
-
+    return OpCost(
+        fa,
+        float(sum(t.nbytes for t in ts)),
+        _main_dtype(ts),
+        "other",
+        False,
+        "no model: bytes are the tensor inputs only",
+    )

@@ -115,7 +115,6 @@ def _main_dtype(ts: Sequence[_T]) -> str:
     return "other"
 
 
-
 # --------------------------------------------------------------------------------- op models
 
 _Model = Callable[[_Args, str], "OpCost | None"]
@@ -128,10 +127,12 @@ def _reg(table: dict[str, _Model], *names: str) -> Callable[[_Model], _Model]:
         for n in names:
             table[n] = fn
         return fn
+
     return deco
 
 
-def _cost(flops: float, nbytes: float, dtype: str, kind: str, a: _Args,
-          exact: bool = True) -> OpCost:
+def _cost(
+    flops: float, nbytes: float, dtype: str, kind: str, a: _Args, exact: bool = True
+) -> OpCost:
     notes = "; ".join(dict.fromkeys(a.assumed))
     return OpCost(float(flops), float(nbytes), dtype, kind, exact and not a.assumed, notes)

@@ -22,21 +22,22 @@ from traceinsight.metrics.flops.core import OpCost, _prod
 # name -> argument positions (None = argument absent from the signature)
 _CONV: dict[str, dict[str, Any]] = {
     "aten::cudnn_convolution": dict(bias=None, padding=2, stride=3, dilation=4, groups=5),
-    "aten::cudnn_convolution_transpose": dict(bias=None, padding=2, output_padding=3, stride=4,
-                                              dilation=5, groups=6, transposed=True),
-    "aten::cudnn_convolution_relu": dict(bias=2, stride=3, padding=4, dilation=5, groups=6,
-                                         act=1),
-    "aten::cudnn_convolution_add_relu": dict(bias=4, stride=5, padding=6, dilation=7, groups=8,
-                                             act=2),
+    "aten::cudnn_convolution_transpose": dict(
+        bias=None, padding=2, output_padding=3, stride=4, dilation=5, groups=6, transposed=True
+    ),
+    "aten::cudnn_convolution_relu": dict(bias=2, stride=3, padding=4, dilation=5, groups=6, act=1),
+    "aten::cudnn_convolution_add_relu": dict(
+        bias=4, stride=5, padding=6, dilation=7, groups=8, act=2
+    ),
     "aten::miopen_convolution": dict(bias=2, padding=3, stride=4, dilation=5, groups=6),
-    "aten::miopen_depthwise_convolution": dict(bias=2, padding=3, stride=4, dilation=5,
-                                               groups=6),
-    "aten::miopen_convolution_transpose": dict(bias=2, padding=3, output_padding=4, stride=5,
-                                               dilation=6, groups=7, transposed=True),
-    "aten::miopen_convolution_relu": dict(bias=2, stride=3, padding=4, dilation=5, groups=6,
-                                          act=1),
-    "aten::miopen_convolution_add_relu": dict(bias=4, stride=5, padding=6, dilation=7,
-                                              groups=8, act=2),
+    "aten::miopen_depthwise_convolution": dict(bias=2, padding=3, stride=4, dilation=5, groups=6),
+    "aten::miopen_convolution_transpose": dict(
+        bias=2, padding=3, output_padding=4, stride=5, dilation=6, groups=7, transposed=True
+    ),
+    "aten::miopen_convolution_relu": dict(bias=2, stride=3, padding=4, dilation=5, groups=6, act=1),
+    "aten::miopen_convolution_add_relu": dict(
+        bias=4, stride=5, padding=6, dilation=7, groups=8, act=2
+    ),
     "aten::mkldnn_convolution": dict(bias=2, padding=3, stride=4, dilation=5, groups=6),
     "aten::_conv_depthwise2d": dict(bias=3, stride=4, padding=5, dilation=6),
     "aten::conv_depthwise3d": dict(bias=3, stride=4, padding=5, dilation=6),
@@ -44,25 +45,32 @@ _CONV: dict[str, dict[str, Any]] = {
     "aten::slow_conv3d_forward": dict(bias=3, stride=4, padding=5),
     "aten::slow_conv_dilated2d": dict(bias=3, stride=4, padding=5, dilation=6),
     "aten::slow_conv_dilated3d": dict(bias=3, stride=4, padding=5, dilation=6),
-    "aten::slow_conv_transpose2d": dict(bias=3, stride=4, padding=5, output_padding=6,
-                                        dilation=7, transposed=True),
-    "aten::slow_conv_transpose3d": dict(bias=3, stride=4, padding=5, output_padding=6,
-                                        dilation=7, transposed=True),
+    "aten::slow_conv_transpose2d": dict(
+        bias=3, stride=4, padding=5, output_padding=6, dilation=7, transposed=True
+    ),
+    "aten::slow_conv_transpose3d": dict(
+        bias=3, stride=4, padding=5, output_padding=6, dilation=7, transposed=True
+    ),
 }
 _CONV_COMPOSITE: dict[str, dict[str, Any]] = {
-    "aten::convolution": dict(bias=2, stride=3, padding=4, dilation=5, transposed=6,
-                              output_padding=7, groups=8),
-    "aten::_convolution": dict(bias=2, stride=3, padding=4, dilation=5, transposed=6,
-                               output_padding=7, groups=8),
+    "aten::convolution": dict(
+        bias=2, stride=3, padding=4, dilation=5, transposed=6, output_padding=7, groups=8
+    ),
+    "aten::_convolution": dict(
+        bias=2, stride=3, padding=4, dilation=5, transposed=6, output_padding=7, groups=8
+    ),
     "aten::conv1d": dict(bias=2, stride=3, padding=4, dilation=5, groups=6),
     "aten::conv2d": dict(bias=2, stride=3, padding=4, dilation=5, groups=6),
     "aten::conv3d": dict(bias=2, stride=3, padding=4, dilation=5, groups=6),
-    "aten::conv_transpose1d": dict(bias=2, stride=3, padding=4, output_padding=5, groups=6,
-                                   dilation=7, transposed=True),
-    "aten::conv_transpose2d": dict(bias=2, stride=3, padding=4, output_padding=5, groups=6,
-                                   dilation=7, transposed=True),
-    "aten::conv_transpose3d": dict(bias=2, stride=3, padding=4, output_padding=5, groups=6,
-                                   dilation=7, transposed=True),
+    "aten::conv_transpose1d": dict(
+        bias=2, stride=3, padding=4, output_padding=5, groups=6, dilation=7, transposed=True
+    ),
+    "aten::conv_transpose2d": dict(
+        bias=2, stride=3, padding=4, output_padding=5, groups=6, dilation=7, transposed=True
+    ),
+    "aten::conv_transpose3d": dict(
+        bias=2, stride=3, padding=4, output_padding=5, groups=6, dilation=7, transposed=True
+    ),
 }
 
 
@@ -73,8 +81,11 @@ def _ints(v: Any, n: int, minimum: int = 1) -> list[int] | None:
         return None
     if isinstance(v, int):
         v = [v]
-    if isinstance(v, list) and v and all(isinstance(x, int) and not isinstance(x, bool)
-                                         and x >= minimum for x in v):
+    if (
+        isinstance(v, list)
+        and v
+        and all(isinstance(x, int) and not isinstance(x, bool) and x >= minimum for x in v)
+    ):
         if len(v) == n:
             return list(v)
         if len(v) == 1:
@@ -140,16 +151,20 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
         if out_pad is None:
             out_pad = [0] * nsp
         Kout = w.shape[1] * groups
-        out = [(sp[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (ks[i] - 1)
-               + out_pad[i] + 1 for i in range(nsp)]
+        out = [
+            (sp[i] - 1) * stride[i] - 2 * padding[i] + dilation[i] * (ks[i] - 1) + out_pad[i] + 1
+            for i in range(nsp)
+        ]
         macs = N * C * _prod(sp) * w.shape[1] * _prod(ks)
     else:
         Kout = w.shape[0]
         if same:
             out = [-(-sp[i] // stride[i]) for i in range(nsp)]
         else:
-            out = [(sp[i] + 2 * padding[i] - dilation[i] * (ks[i] - 1) - 1) // stride[i] + 1
-                   for i in range(nsp)]
+            out = [
+                (sp[i] + 2 * padding[i] - dilation[i] * (ks[i] - 1) - 1) // stride[i] + 1
+                for i in range(nsp)
+            ]
         macs = N * Kout * _prod(out) * w.shape[1] * _prod(ks)
     if any(o <= 0 for o in out):
         return None
@@ -166,9 +181,9 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
 
 
 for _n, _pos in _CONV.items():
-    _MODELS[_n] = (lambda p: (lambda a, n: _conv(a, n, p)))(_pos)
+    _MODELS[_n] = (lambda p: lambda a, n: _conv(a, n, p))(_pos)
 for _n, _pos in _CONV_COMPOSITE.items():
-    _COMPOSITE_MODELS[_n] = (lambda p: (lambda a, n: _conv(a, n, p)))(_pos)
+    _COMPOSITE_MODELS[_n] = (lambda p: lambda a, n: _conv(a, n, p))(_pos)
 
 
 @_reg(_MODELS, "aten::convolution_backward")
@@ -203,8 +218,7 @@ def _conv_bwd(a: _Args, name: str) -> OpCost | None:
     return _cost(flops, nbytes, _main_dtype([go, x]), "conv", a)
 
 
-@_reg(_MODELS, "aten::cudnn_convolution_backward_input",
-      "aten::miopen_convolution_backward_input")
+@_reg(_MODELS, "aten::cudnn_convolution_backward_input", "aten::miopen_convolution_backward_input")
 def _conv_bwd_input(a: _Args, name: str) -> OpCost | None:
     # PyTorch <= 1.10: (self_size, grad_output, weight, padding, stride, dilation, groups, ...)
     go, w = a.t(1), a.t(2)
@@ -222,8 +236,9 @@ def _conv_bwd_input(a: _Args, name: str) -> OpCost | None:
     return _cost(flops, go.nbytes + w.nbytes + gi_numel * go.bpe, _main_dtype([go]), "conv", a)
 
 
-@_reg(_MODELS, "aten::cudnn_convolution_backward_weight",
-      "aten::miopen_convolution_backward_weight")
+@_reg(
+    _MODELS, "aten::cudnn_convolution_backward_weight", "aten::miopen_convolution_backward_weight"
+)
 def _conv_bwd_weight(a: _Args, name: str) -> OpCost | None:
     # PyTorch <= 1.10: (weight_size, grad_output, self, padding, stride, dilation, groups, ...)
     go, x = a.t(1), a.t(2)
@@ -233,15 +248,17 @@ def _conv_bwd_weight(a: _Args, name: str) -> OpCost | None:
     if wsize is None or len(wsize) != len(go.shape):
         return None  # kernel size unknown: no FLOPs
     flops = 2 * go.numel * wsize[1] * _prod(wsize[2:])
-    return _cost(flops, go.nbytes + x.nbytes + _prod(wsize) * x.bpe, _main_dtype([go, x]),
-                 "conv", a)
-
+    return _cost(
+        flops, go.nbytes + x.nbytes + _prod(wsize) * x.bpe, _main_dtype([go, x]), "conv", a
+    )
 
 
 # ---- pooling
 
-def _pool_out(sp: Sequence[int], k: list[int], s: list[int], p: list[int], d: list[int],
-              ceil: bool) -> list[int] | None:
+
+def _pool_out(
+    sp: Sequence[int], k: list[int], s: list[int], p: list[int], d: list[int], ceil: bool
+) -> list[int] | None:
     out = []
     for i in range(len(sp)):
         num = sp[i] + 2 * p[i] - d[i] * (k[i] - 1) - 1
@@ -254,8 +271,9 @@ def _pool_out(sp: Sequence[int], k: list[int], s: list[int], p: list[int], d: li
     return out
 
 
-def _pool_geom(a: _Args, nsp: int, k_i: int, s_i: int, p_i: int, d_i: int | None,
-               ceil_i: int) -> tuple[list[int], list[int], list[int], list[int], bool] | None:
+def _pool_geom(
+    a: _Args, nsp: int, k_i: int, s_i: int, p_i: int, d_i: int | None, ceil_i: int
+) -> tuple[list[int], list[int], list[int], list[int], bool] | None:
     k = _ints(a.c(k_i), nsp)
     if k is None:
         return None
@@ -283,8 +301,9 @@ def _pool(a: _Args, name: str, nsp: int, maxpool: bool) -> OpCost | None:
         return None
     out_numel = _prod(x.shape[:-nsp]) * _prod(out)
     out_bpe = x.bpe + (8 if maxpool and "with_indices" in name else 0)
-    return _cost(out_numel * _prod(k), x.nbytes + out_numel * out_bpe, _main_dtype([x]),
-                 "reduction", a)
+    return _cost(
+        out_numel * _prod(k), x.nbytes + out_numel * out_bpe, _main_dtype([x]), "reduction", a
+    )
 
 
 def _pool_bwd(a: _Args, name: str) -> OpCost | None:
@@ -294,19 +313,33 @@ def _pool_bwd(a: _Args, name: str) -> OpCost | None:
         return None
     # `self` only lends its shape: not read, but grad_input (same size) is written, so the
     # sum of the tensor inputs (grad_output, self, indices) is the ideal traffic
-    return _cost(max(go.numel, x.numel), sum(t.nbytes for t in a.tensors()), _main_dtype([go]),
-                 "reduction", a)
+    return _cost(
+        max(go.numel, x.numel),
+        sum(t.nbytes for t in a.tensors()),
+        _main_dtype([go]),
+        "reduction",
+        a,
+    )
 
 
-for _n, _nsp in (("aten::max_pool1d_with_indices", 1), ("aten::max_pool2d_with_indices", 2),
-                 ("aten::max_pool3d_with_indices", 3)):
-    _MODELS[_n] = (lambda k: (lambda a, n: _pool(a, n, k, True)))(_nsp)
+for _n, _nsp in (
+    ("aten::max_pool1d_with_indices", 1),
+    ("aten::max_pool2d_with_indices", 2),
+    ("aten::max_pool3d_with_indices", 3),
+):
+    _MODELS[_n] = (lambda k: lambda a, n: _pool(a, n, k, True))(_nsp)
 for _n, _nsp in (("aten::avg_pool1d", 1), ("aten::avg_pool2d", 2), ("aten::avg_pool3d", 3)):
-    _MODELS[_n] = (lambda k: (lambda a, n: _pool(a, n, k, False)))(_nsp)
-for _n in ("aten::max_pool2d_with_indices_backward", "aten::max_pool3d_with_indices_backward",
-           "aten::avg_pool2d_backward", "aten::avg_pool3d_backward",
-           "aten::_adaptive_avg_pool2d_backward", "aten::_adaptive_avg_pool3d_backward",
-           "aten::adaptive_max_pool2d_backward", "aten::adaptive_max_pool3d_backward"):
+    _MODELS[_n] = (lambda k: lambda a, n: _pool(a, n, k, False))(_nsp)
+for _n in (
+    "aten::max_pool2d_with_indices_backward",
+    "aten::max_pool3d_with_indices_backward",
+    "aten::avg_pool2d_backward",
+    "aten::avg_pool3d_backward",
+    "aten::_adaptive_avg_pool2d_backward",
+    "aten::_adaptive_avg_pool3d_backward",
+    "aten::adaptive_max_pool2d_backward",
+    "aten::adaptive_max_pool3d_backward",
+):
     _MODELS[_n] = _pool_bwd
 
 
@@ -320,12 +353,13 @@ def _adaptive(a: _Args, name: str, nsp: int, maxpool: bool) -> OpCost | None:
     return _cost(x.numel, x.nbytes + out_numel * out_bpe, _main_dtype([x]), "reduction", a)
 
 
-for _n, _nsp, _mx in (("aten::_adaptive_avg_pool2d", 2, False),
-                      ("aten::_adaptive_avg_pool3d", 3, False),
-                      ("aten::adaptive_max_pool2d", 2, True),
-                      ("aten::adaptive_max_pool3d", 3, True)):
-    _MODELS[_n] = (lambda k, m: (lambda a, n: _adaptive(a, n, k, m)))(_nsp, _mx)
-
+for _n, _nsp, _mx in (
+    ("aten::_adaptive_avg_pool2d", 2, False),
+    ("aten::_adaptive_avg_pool3d", 3, False),
+    ("aten::adaptive_max_pool2d", 2, True),
+    ("aten::adaptive_max_pool3d", 3, True),
+):
+    _MODELS[_n] = (lambda k, m: lambda a, n: _adaptive(a, n, k, m))(_nsp, _mx)
 
 
 def _upsample(a: _Args, name: str, nsp: int, per_out: int) -> OpCost | None:
@@ -350,15 +384,26 @@ def _upsample(a: _Args, name: str, nsp: int, per_out: int) -> OpCost | None:
     if out is None or any(o <= 0 for o in out):
         return None
     out_numel = _prod(x.shape[:-nsp]) * _prod(out)
-    return _cost(out_numel * per_out, x.nbytes + out_numel * x.bpe, _main_dtype([x]),
-                 "copy" if per_out == 0 else "elementwise", a)
+    return _cost(
+        out_numel * per_out,
+        x.nbytes + out_numel * x.bpe,
+        _main_dtype([x]),
+        "copy" if per_out == 0 else "elementwise",
+        a,
+    )
 
 
-for _n, _nsp, _c in (("aten::upsample_nearest1d", 1, 0), ("aten::upsample_nearest2d", 2, 0),
-                     ("aten::upsample_nearest3d", 3, 0), ("aten::_upsample_nearest_exact1d", 1, 0),
-                     ("aten::_upsample_nearest_exact2d", 2, 0),
-                     ("aten::_upsample_nearest_exact3d", 3, 0),
-                     ("aten::upsample_linear1d", 1, 4), ("aten::upsample_bilinear2d", 2, 8),
-                     ("aten::_upsample_bilinear2d_aa", 2, 8), ("aten::upsample_bicubic2d", 2, 32),
-                     ("aten::upsample_trilinear3d", 3, 16)):
-    _MODELS[_n] = (lambda k, c: (lambda a, n: _upsample(a, n, k, c)))(_nsp, _c)
+for _n, _nsp, _c in (
+    ("aten::upsample_nearest1d", 1, 0),
+    ("aten::upsample_nearest2d", 2, 0),
+    ("aten::upsample_nearest3d", 3, 0),
+    ("aten::_upsample_nearest_exact1d", 1, 0),
+    ("aten::_upsample_nearest_exact2d", 2, 0),
+    ("aten::_upsample_nearest_exact3d", 3, 0),
+    ("aten::upsample_linear1d", 1, 4),
+    ("aten::upsample_bilinear2d", 2, 8),
+    ("aten::_upsample_bilinear2d_aa", 2, 8),
+    ("aten::upsample_bicubic2d", 2, 32),
+    ("aten::upsample_trilinear3d", 3, 16),
+):
+    _MODELS[_n] = (lambda k, c: lambda a, n: _upsample(a, n, k, c))(_nsp, _c)

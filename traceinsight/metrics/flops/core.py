@@ -9,8 +9,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("gemm", "attention", "conv", "elementwise", "norm", "softmax", "reduction", "copy",
-         "embedding", "other")
+KINDS = (
+    "gemm",
+    "attention",
+    "conv",
+    "elementwise",
+    "norm",
+    "softmax",
+    "reduction",
+    "copy",
+    "embedding",
+    "other",
+)
 
 
 @dataclass(frozen=True)
@@ -30,8 +40,8 @@ class OpCost:
         return self.flops / self.bytes if self.bytes > 0 else None
 
 
-
 # ----------------------------------------------------------------------------------- parsing
+
 
 def _as_list(x: Any) -> list | None:
     if x is None:

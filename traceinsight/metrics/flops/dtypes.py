@@ -13,33 +13,68 @@ from traceinsight.metrics.flops.core import OpCost, _as_list
 
 # Kineto "Input type" strings (c10 type names) -> (bytes per element, dtype name)
 _TYPES: dict[str, tuple[int, str]] = {
-    "float": (4, "fp32"), "double": (8, "fp64"),
-    "c10::Half": (2, "fp16"), "c10::BFloat16": (2, "bf16"),
-    "c10::Float8_e4m3fn": (1, "fp8"), "c10::Float8_e5m2": (1, "fp8"),
-    "c10::Float8_e4m3fnuz": (1, "fp8"), "c10::Float8_e5m2fnuz": (1, "fp8"),
+    "float": (4, "fp32"),
+    "double": (8, "fp64"),
+    "c10::Half": (2, "fp16"),
+    "c10::BFloat16": (2, "bf16"),
+    "c10::Float8_e4m3fn": (1, "fp8"),
+    "c10::Float8_e5m2": (1, "fp8"),
+    "c10::Float8_e4m3fnuz": (1, "fp8"),
+    "c10::Float8_e5m2fnuz": (1, "fp8"),
     "c10::Float8_e8m0fnu": (1, "fp8"),
     "c10::Float4_e2m1fn_x2": (1, "fp4x2"),
-    "long int": (8, "int64"), "long": (8, "int64"), "long long": (8, "int64"),
-    "long long int": (8, "int64"), "int64_t": (8, "int64"),
-    "int": (4, "int32"), "short int": (2, "int16"), "short": (2, "int16"),
-    "signed char": (1, "int8"), "unsigned char": (1, "uint8"), "bool": (1, "bool"),
-    "unsigned short": (2, "uint16"), "unsigned short int": (2, "uint16"),
-    "unsigned int": (4, "uint32"), "unsigned long": (8, "uint64"),
-    "unsigned long int": (8, "uint64"), "unsigned long long": (8, "uint64"),
-    "c10::complex<c10::Half>": (4, "complex32"), "c10::complex<float>": (8, "complex64"),
+    "long int": (8, "int64"),
+    "long": (8, "int64"),
+    "long long": (8, "int64"),
+    "long long int": (8, "int64"),
+    "int64_t": (8, "int64"),
+    "int": (4, "int32"),
+    "short int": (2, "int16"),
+    "short": (2, "int16"),
+    "signed char": (1, "int8"),
+    "unsigned char": (1, "uint8"),
+    "bool": (1, "bool"),
+    "unsigned short": (2, "uint16"),
+    "unsigned short int": (2, "uint16"),
+    "unsigned int": (4, "uint32"),
+    "unsigned long": (8, "uint64"),
+    "unsigned long int": (8, "uint64"),
+    "unsigned long long": (8, "uint64"),
+    "c10::complex<c10::Half>": (4, "complex32"),
+    "c10::complex<float>": (8, "complex64"),
     "c10::complex<double>": (16, "complex128"),
-    "c10::qint8": (1, "int8"), "c10::quint8": (1, "uint8"), "c10::qint32": (4, "int32"),
-    "c10::quint4x2": (1, "uint8"), "c10::quint2x4": (1, "uint8"),
+    "c10::qint8": (1, "int8"),
+    "c10::quint8": (1, "uint8"),
+    "c10::qint32": (4, "int32"),
+    "c10::quint4x2": (1, "uint8"),
+    "c10::quint2x4": (1, "uint8"),
 }
 _FLOAT = {"fp64", "fp32", "fp16", "bf16", "fp8"}
 _OUT_DTYPES = {"fp64", "fp32", "bf16", "fp16", "fp8", "int8"}  # OpCost.dtype values besides other
 
 # c10::ScalarType codes (as printed in Concrete Inputs for dtype arguments)
-_SCALAR_TYPE = {0: (1, "uint8"), 1: (1, "int8"), 2: (2, "int16"), 3: (4, "int32"),
-                4: (8, "int64"), 5: (2, "fp16"), 6: (4, "fp32"), 7: (8, "fp64"),
-                8: (4, "complex32"), 9: (8, "complex64"), 10: (16, "complex128"),
-                11: (1, "bool"), 12: (1, "int8"), 13: (1, "uint8"), 14: (4, "int32"),
-                15: (2, "bf16"), 23: (1, "fp8"), 24: (1, "fp8"), 25: (1, "fp8"), 26: (1, "fp8")}
+_SCALAR_TYPE = {
+    0: (1, "uint8"),
+    1: (1, "int8"),
+    2: (2, "int16"),
+    3: (4, "int32"),
+    4: (8, "int64"),
+    5: (2, "fp16"),
+    6: (4, "fp32"),
+    7: (8, "fp64"),
+    8: (4, "complex32"),
+    9: (8, "complex64"),
+    10: (16, "complex128"),
+    11: (1, "bool"),
+    12: (1, "int8"),
+    13: (1, "uint8"),
+    14: (4, "int32"),
+    15: (2, "bf16"),
+    23: (1, "fp8"),
+    24: (1, "fp8"),
+    25: (1, "fp8"),
+    26: (1, "fp8"),
+}
 _DTYPE_BPE = {"fp64": 8, "fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "int8": 1}
 
 
@@ -63,8 +98,9 @@ def _out_dtype(name: str) -> str:
     return name if name in _OUT_DTYPES else "other"
 
 
-def dtype_of(input_types: str | Sequence[str] | None,
-             input_dims: str | Sequence[Any] | None = None) -> str:
+def dtype_of(
+    input_types: str | Sequence[str] | None, input_dims: str | Sequence[Any] | None = None
+) -> str:
     """The dtype that picks an op's compute roof: its first floating tensor input.
 
     With ``input_dims`` given, 0-dim tensors (wrapped Python scalars) are skipped when a
@@ -102,9 +138,16 @@ def dtype_of(input_types: str | Sequence[str] | None,
 #: names with "_MI<m>x<n>x<k>"); :func:`roof_dtype` does this from kernel names. fp8/int8 map
 #: to themselves (no roof on parts without those units); "other" has no compute roof.
 PEAK_DTYPE_FOR: dict[str, str | None] = {
-    "fp64": "fp64", "fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16": "fp16",
-    "fp8": "fp8", "int8": "int8", "other": None,
+    "fp64": "fp64",
+    "fp32": "fp32",
+    "tf32": "tf32",
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "fp8": "fp8",
+    "int8": "int8",
+    "other": None,
 }
+
 
 def roof_dtype(cost: OpCost, kernel_names: Iterable[str] = ()) -> str | None:
     """The device dtype whose peak bounds ``cost``, refining fp32 matrix work by kernel name

@@ -21,6 +21,7 @@ from traceinsight.metrics.flops.pointwise import ELEMENTWISE_COST
 
 # ---- GEMM
 
+
 def _mat2(A: _T, B: _T) -> tuple[int, int, int] | None:
     if len(A.shape) != 2 or len(B.shape) != 2:
         return None
@@ -67,8 +68,9 @@ def _bmm(a: _Args, name: str) -> OpCost | None:
     if A is None or B is None or (d := _bat3(A, B)) is None:
         return None
     b, M, N, K = d
-    return _cost(2 * b * M * N * K, A.nbytes + B.nbytes + b * M * N * A.bpe, _main_dtype([A]),
-                 "gemm", a)
+    return _cost(
+        2 * b * M * N * K, A.nbytes + B.nbytes + b * M * N * A.bpe, _main_dtype([A]), "gemm", a
+    )
 
 
 @_reg(_MODELS, "aten::baddbmm", "aten::baddbmm_")
@@ -132,8 +134,7 @@ def _scaled_mm(a: _Args, name: str) -> OpCost | None:
     extra = sum(t.nbytes for t in (a.t(2), a.t(3), a.t(4), a.t(5)) if t is not None)
     bias = a.t(4)
     flops = 2 * M * N * K + (M * N if bias is not None else 0)
-    return _cost(flops, A.nbytes + B.nbytes + M * N * out_bpe + extra, _main_dtype([A]), "gemm",
-                 a)
+    return _cost(flops, A.nbytes + B.nbytes + M * N * out_bpe + extra, _main_dtype([A]), "gemm", a)
 
 
 @_reg(_MODELS, "aten::_int_mm")
@@ -171,8 +172,9 @@ def _matmul(a: _Args, name: str) -> OpCost | None:
         return None
     nb = _prod(batch)
     M, K, N = sa[-2], sa[-1], sb[-1]
-    return _cost(2 * nb * M * N * K, A.nbytes + B.nbytes + nb * M * N * A.bpe,
-                 _main_dtype([A]), "gemm", a)
+    return _cost(
+        2 * nb * M * N * K, A.nbytes + B.nbytes + nb * M * N * A.bpe, _main_dtype([A]), "gemm", a
+    )
 
 
 # ---- attention
@@ -197,8 +199,13 @@ _ATTN: dict[str, tuple[int, str, int, str, bool]] = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": (0, "bhsd", 4, "bool", False),
     "aten::_scaled_dot_product_flash_attention_for_cpu_backward": (1, "bhsd", 7, "bool", True),
     "aten::_scaled_dot_product_fused_attention_overrideable": (0, "bhsd", 5, "bool", False),
-    "aten::_scaled_dot_product_fused_attention_overrideable_backward":
-        (1, "bhsd", 13, "bool", True),
+    "aten::_scaled_dot_product_fused_attention_overrideable_backward": (
+        1,
+        "bhsd",
+        13,
+        "bool",
+        True,
+    ),
     "aten::_cudnn_attention_forward": (0, "bhsd", 9, "bool", False),
 }
 _SDPA_COMPOSITE = {"aten::scaled_dot_product_attention": (0, "bhsd", 5, "bool", False)}
@@ -273,6 +280,6 @@ def _attention(a: _Args, name: str, spec: tuple[int, str, int, str, bool]) -> Op
 
 
 for _n, _spec in _ATTN.items():
-    _MODELS[_n] = (lambda s: (lambda a, n: _attention(a, n, s)))(_spec)
+    _MODELS[_n] = (lambda s: lambda a, n: _attention(a, n, s))(_spec)
 for _n, _spec in _SDPA_COMPOSITE.items():
-    _COMPOSITE_MODELS[_n] = (lambda s: (lambda a, n: _attention(a, n, s)))(_spec)
+    _COMPOSITE_MODELS[_n] = (lambda s: lambda a, n: _attention(a, n, s))(_spec)

@@ -19,6 +19,7 @@ from traceinsight.metrics.flops.dtypes import _SCALAR_TYPE, _out_dtype
 
 # ---- copies, gathers, fills
 
+
 @_reg(_MODELS, "aten::copy_")
 def _copy(a: _Args, name: str) -> OpCost | None:
     dst, src = a.t(0), a.t(1)
@@ -43,8 +44,7 @@ def _item(a: _Args, name: str) -> OpCost | None:
     return _cost(0, t.bpe, _main_dtype([t]), "copy", a)
 
 
-@_reg(_MODELS, "aten::flip", "aten::roll", "aten::tril", "aten::triu", "aten::tril_",
-      "aten::triu_")
+@_reg(_MODELS, "aten::flip", "aten::roll", "aten::tril", "aten::triu", "aten::tril_", "aten::triu_")
 def _permute_copy(a: _Args, name: str) -> OpCost | None:
     t = a.t(0)
     if t is None:
@@ -96,12 +96,17 @@ def _embedding_bwd(a: _Args, name: str) -> OpCost | None:
     # (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
     g, idx = a.t(0), a.t(1)
     nw = a.c(2)
-    if g is None or idx is None or not g.shape or not isinstance(nw, int) or isinstance(nw, bool) \
-            or nw < 0:
+    if (
+        g is None
+        or idx is None
+        or not g.shape
+        or not isinstance(nw, int)
+        or isinstance(nw, bool)
+        or nw < 0
+    ):
         return None
     D = g.shape[-1]
-    return _cost(g.numel, g.nbytes + idx.nbytes + nw * D * g.bpe, _main_dtype([g]), "embedding",
-                 a)
+    return _cost(g.numel, g.nbytes + idx.nbytes + nw * D * g.bpe, _main_dtype([g]), "embedding", a)
 
 
 @_reg(_MODELS, "aten::_embedding_bag", "aten::_embedding_bag_forward_only")
@@ -125,9 +130,19 @@ def _gather(a: _Args, name: str) -> OpCost | None:
     return _cost(0, 2 * idx.numel * x.bpe + idx.nbytes, _main_dtype([x]), "copy", a)
 
 
-@_reg(_MODELS, "aten::scatter", "aten::scatter_", "aten::scatter_add", "aten::scatter_add_",
-      "aten::scatter_reduce", "aten::scatter_reduce_", "aten::index_add", "aten::index_add_",
-      "aten::index_copy", "aten::index_copy_")
+@_reg(
+    _MODELS,
+    "aten::scatter",
+    "aten::scatter_",
+    "aten::scatter_add",
+    "aten::scatter_add_",
+    "aten::scatter_reduce",
+    "aten::scatter_reduce_",
+    "aten::index_add",
+    "aten::index_add_",
+    "aten::index_copy",
+    "aten::index_copy_",
+)
 def _scatter(a: _Args, name: str) -> OpCost | None:
     # scatter*(self, dim, index, src|value, ...); index_*(self, dim, index, source, ...)
     x, idx, src = a.t(0), a.t(2), a.t(3)
@@ -160,7 +175,7 @@ def _index(a: _Args, name: str) -> OpCost | None:
     b = _broadcast([t.shape for t in idx])
     if b is None:
         return None
-    rest = x.shape[len(idx):]
+    rest = x.shape[len(idx) :]
     out = _prod(b) * _prod(rest)
     a.assumed.append("advanced indexing: index tensors assumed int64 on leading dims")
     return _cost(0, 2 * out * x.bpe + sum(t.nbytes for t in idx), _main_dtype([x]), "copy", a)
@@ -181,7 +196,6 @@ def _index_put(a: _Args, name: str) -> OpCost | None:
     return _cost(v.numel if acc else 0, nbytes, _main_dtype([x]), "copy", a)
 
 
-
 @_reg(_COMPOSITE_MODELS, "aten::clone", "aten::contiguous")
 def _clone(a: _Args, name: str) -> OpCost | None:
     t = a.t(0)
@@ -199,8 +213,7 @@ def _to_copy(a: _Args, name: str) -> OpCost | None:
     for i in (1, 2):  # dtype is argument 1 (_to_copy, to.dtype) or 2 (to.device)
         v = a.c(i)
         typ = a.types[i] if i < len(a.types) else None
-        if typ == "Scalar" and isinstance(v, int) and not isinstance(v, bool) and \
-                v in _SCALAR_TYPE:
+        if typ == "Scalar" and isinstance(v, int) and not isinstance(v, bool) and v in _SCALAR_TYPE:
             out_bpe = _SCALAR_TYPE[v][0]
             break
     return _cost(0, t.nbytes + t.numel * out_bpe, _main_dtype([t]), "copy", a)

@@ -25,28 +25,149 @@ from traceinsight.metrics.flops.dtypes import _FLOAT, _SCALAR_TYPE, _out_dtype
 #: activations count the arithmetic of their usual formulas.
 ELEMENTWISE_COST: dict[str, int] = {
     **dict.fromkeys(
-        ["add", "sub", "rsub", "mul", "div", "true_divide", "floor_divide", "neg", "abs",
-         "relu", "clamp", "clamp_min", "clamp_max", "where", "masked_fill", "threshold",
-         "threshold_backward", "maximum", "minimum", "fmax", "fmin", "reciprocal", "sqrt",
-         "rsqrt", "square", "sign", "sgn", "floor", "ceil", "round", "trunc", "frac", "fmod",
-         "remainder", "pow", "eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or",
-         "logical_xor", "logical_not", "bitwise_and", "bitwise_or", "bitwise_xor",
-         "bitwise_not", "isnan", "isinf", "isfinite", "nan_to_num", "relu6", "hardtanh",
-         "native_dropout_backward", "uniform", "masked_scale", "heaviside", "copysign"], 1),
+        [
+            "add",
+            "sub",
+            "rsub",
+            "mul",
+            "div",
+            "true_divide",
+            "floor_divide",
+            "neg",
+            "abs",
+            "relu",
+            "clamp",
+            "clamp_min",
+            "clamp_max",
+            "where",
+            "masked_fill",
+            "threshold",
+            "threshold_backward",
+            "maximum",
+            "minimum",
+            "fmax",
+            "fmin",
+            "reciprocal",
+            "sqrt",
+            "rsqrt",
+            "square",
+            "sign",
+            "sgn",
+            "floor",
+            "ceil",
+            "round",
+            "trunc",
+            "frac",
+            "fmod",
+            "remainder",
+            "pow",
+            "eq",
+            "ne",
+            "lt",
+            "le",
+            "gt",
+            "ge",
+            "logical_and",
+            "logical_or",
+            "logical_xor",
+            "logical_not",
+            "bitwise_and",
+            "bitwise_or",
+            "bitwise_xor",
+            "bitwise_not",
+            "isnan",
+            "isinf",
+            "isfinite",
+            "nan_to_num",
+            "relu6",
+            "hardtanh",
+            "native_dropout_backward",
+            "uniform",
+            "masked_scale",
+            "heaviside",
+            "copysign",
+        ],
+        1,
+    ),
     **dict.fromkeys(
-        ["exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sigmoid", "tanh", "sin",
-         "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "asinh", "acosh",
-         "atanh", "erf", "erfc", "erfinv", "logit", "xlogy", "normal", "elu", "selu", "celu",
-         "elu_backward", "hardswish", "hardswish_backward", "silu"], 4),
-    **dict.fromkeys(["leaky_relu", "leaky_relu_backward", "hardtanh_backward",
-                     "sigmoid_backward", "tanh_backward", "addcmul", "addcdiv",
-                     "native_dropout", "bernoulli"], 2),
-    "lerp": 3, "hardsigmoid": 3, "hardsigmoid_backward": 2, "softplus": 5,
-    "softplus_backward": 5, "silu_backward": 6, "gelu": 8, "gelu_backward": 10, "mish": 8,
+        [
+            "exp",
+            "exp2",
+            "expm1",
+            "log",
+            "log2",
+            "log10",
+            "log1p",
+            "sigmoid",
+            "tanh",
+            "sin",
+            "cos",
+            "tan",
+            "asin",
+            "acos",
+            "atan",
+            "atan2",
+            "sinh",
+            "cosh",
+            "asinh",
+            "acosh",
+            "atanh",
+            "erf",
+            "erfc",
+            "erfinv",
+            "logit",
+            "xlogy",
+            "normal",
+            "elu",
+            "selu",
+            "celu",
+            "elu_backward",
+            "hardswish",
+            "hardswish_backward",
+            "silu",
+        ],
+        4,
+    ),
+    **dict.fromkeys(
+        [
+            "leaky_relu",
+            "leaky_relu_backward",
+            "hardtanh_backward",
+            "sigmoid_backward",
+            "tanh_backward",
+            "addcmul",
+            "addcdiv",
+            "native_dropout",
+            "bernoulli",
+        ],
+        2,
+    ),
+    "lerp": 3,
+    "hardsigmoid": 3,
+    "hardsigmoid_backward": 2,
+    "softplus": 5,
+    "softplus_backward": 5,
+    "silu_backward": 6,
+    "gelu": 8,
+    "gelu_backward": 10,
+    "mish": 8,
     "mish_backward": 10,
 }
-_BOOL_OUT = {"eq", "ne", "lt", "le", "gt", "ge", "logical_and", "logical_or", "logical_xor",
-             "logical_not", "isnan", "isinf", "isfinite"}
+_BOOL_OUT = {
+    "eq",
+    "ne",
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "isnan",
+    "isinf",
+    "isfinite",
+}
 _RNG_FILL = {"uniform", "normal", "bernoulli"}  # in-place fills: write only (bernoulli_(p) too)
 
 
@@ -58,8 +179,9 @@ def _elementwise(a: _Args, name: str, base: str, inplace: bool) -> OpCost | None
         t0 = a.t(0)
         if t0 is None:
             return None
-        return _cost(t0.numel * ELEMENTWISE_COST[base], t0.nbytes, _main_dtype([t0]),
-                     "elementwise", a)
+        return _cost(
+            t0.numel * ELEMENTWISE_COST[base], t0.nbytes, _main_dtype([t0]), "elementwise", a
+        )
     shape = _broadcast([t.shape for t in ts])
     if shape is None:
         return None
@@ -98,8 +220,15 @@ def _max_min(a: _Args, name: str) -> OpCost | None:
 
 # ---- norms
 
-def _norm(a: _Args, name: str, per_elem: int, main: int = 0, main2: int | None = None,
-          params: Iterable[int] = ()) -> OpCost | None:
+
+def _norm(
+    a: _Args,
+    name: str,
+    per_elem: int,
+    main: int = 0,
+    main2: int | None = None,
+    params: Iterable[int] = (),
+) -> OpCost | None:
     x = a.t(main)
     if x is None or not x.shape:
         return None
@@ -123,9 +252,16 @@ def _ln_bwd(a: _Args, name: str) -> OpCost | None:
     return _norm(a, name, 8, main=0, main2=1, params=(5, 6))
 
 
-@_reg(_MODELS, "aten::native_batch_norm", "aten::cudnn_batch_norm", "aten::miopen_batch_norm",
-      "aten::_native_batch_norm_legit", "aten::_native_batch_norm_legit_no_training",
-      "aten::_batch_norm_with_update", "aten::_batch_norm_no_update")
+@_reg(
+    _MODELS,
+    "aten::native_batch_norm",
+    "aten::cudnn_batch_norm",
+    "aten::miopen_batch_norm",
+    "aten::_native_batch_norm_legit",
+    "aten::_native_batch_norm_legit_no_training",
+    "aten::_batch_norm_with_update",
+    "aten::_batch_norm_no_update",
+)
 def _bn(a: _Args, name: str) -> OpCost | None:
     training = a.c(5)
     if name.endswith("no_training") or name.endswith("_no_update"):
@@ -135,8 +271,13 @@ def _bn(a: _Args, name: str) -> OpCost | None:
     return _norm(a, name, 5 if training is not False else 2)
 
 
-@_reg(_MODELS, "aten::native_batch_norm_backward", "aten::cudnn_batch_norm_backward",
-      "aten::miopen_batch_norm_backward", "aten::batch_norm_backward")
+@_reg(
+    _MODELS,
+    "aten::native_batch_norm_backward",
+    "aten::cudnn_batch_norm_backward",
+    "aten::miopen_batch_norm_backward",
+    "aten::batch_norm_backward",
+)
 def _bn_bwd(a: _Args, name: str) -> OpCost | None:
     # native: (grad_out, input, weight, ...); cudnn/miopen: (input, grad_output, weight, ...)
     return _norm(a, name, 8, main=0, main2=1, params=(2,))
@@ -164,8 +305,13 @@ def _rms_bwd(a: _Args, name: str) -> OpCost | None:
     return _norm(a, name, 6, main=0, main2=1, params=(4,))
 
 
-@_reg(_COMPOSITE_MODELS, "aten::layer_norm", "aten::group_norm", "aten::batch_norm",
-      "aten::instance_norm")
+@_reg(
+    _COMPOSITE_MODELS,
+    "aten::layer_norm",
+    "aten::group_norm",
+    "aten::batch_norm",
+    "aten::instance_norm",
+)
 def _norm_composite(a: _Args, name: str) -> OpCost | None:
     return _norm(a, name, 5)
 
@@ -176,6 +322,7 @@ def _rms_composite(a: _Args, name: str) -> OpCost | None:
 
 
 # ---- softmax
+
 
 @_reg(_MODELS, "aten::_softmax", "aten::_log_softmax", "aten::_safe_softmax")
 def _softmax(a: _Args, name: str) -> OpCost | None:
@@ -201,8 +348,9 @@ def _softmax_bwd(a: _Args, name: str) -> OpCost | None:
     code = a.c(3)
     if isinstance(code, int) and not isinstance(code, bool) and code in _SCALAR_TYPE:
         out_bpe = _SCALAR_TYPE[code][0]
-    return _cost(3 * g.numel, g.nbytes + y.nbytes + g.numel * out_bpe, _main_dtype([g]),
-                 "softmax", a)
+    return _cost(
+        3 * g.numel, g.nbytes + y.nbytes + g.numel * out_bpe, _main_dtype([g]), "softmax", a
+    )
 
 
 @_reg(_COMPOSITE_MODELS, "aten::softmax", "aten::log_softmax")
@@ -215,8 +363,14 @@ def _softmax_composite(a: _Args, name: str) -> OpCost | None:
 
 # ---- reductions
 
-_REDUCE_COST = {"norm": 2, "linalg_vector_norm": 2, "var": 3, "std": 3, "var_mean": 3,
-                "std_mean": 3}
+_REDUCE_COST = {
+    "norm": 2,
+    "linalg_vector_norm": 2,
+    "var": 3,
+    "std": 3,
+    "var_mean": 3,
+    "std_mean": 3,
+}
 # where the `dim` argument sits
 _REDUCE_DIM = {"norm": 2, "linalg_vector_norm": 2}
 
@@ -269,11 +423,31 @@ def _reduction(a: _Args, name: str) -> OpCost | None:
     return _cost(numel * _REDUCE_COST.get(base, 1), nbytes, _main_dtype([x]), "reduction", a)
 
 
-_reg(_MODELS, "aten::sum", "aten::mean", "aten::nansum", "aten::prod", "aten::amax",
-     "aten::amin", "aten::argmax", "aten::argmin", "aten::norm", "aten::linalg_vector_norm",
-     "aten::var", "aten::std", "aten::var_mean", "aten::std_mean", "aten::cumsum",
-     "aten::cumprod", "aten::logcumsumexp", "aten::cummax", "aten::cummin", "aten::all",
-     "aten::any", "aten::aminmax")(_reduction)
+_reg(
+    _MODELS,
+    "aten::sum",
+    "aten::mean",
+    "aten::nansum",
+    "aten::prod",
+    "aten::amax",
+    "aten::amin",
+    "aten::argmax",
+    "aten::argmin",
+    "aten::norm",
+    "aten::linalg_vector_norm",
+    "aten::var",
+    "aten::std",
+    "aten::var_mean",
+    "aten::std_mean",
+    "aten::cumsum",
+    "aten::cumprod",
+    "aten::logcumsumexp",
+    "aten::cummax",
+    "aten::cummin",
+    "aten::all",
+    "aten::any",
+    "aten::aminmax",
+)(_reduction)
 
 
 @_reg(_MODELS, "aten::mse_loss")
@@ -283,20 +457,31 @@ def _mse(a: _Args, name: str) -> OpCost | None:
         return None
     red = a.c(2)
     out = x.numel if red == 0 else 1
-    return _cost(3 * x.numel, x.nbytes + y.nbytes + out * x.bpe, _main_dtype([x]),
-                 "reduction" if red != 0 else "elementwise", a)
+    return _cost(
+        3 * x.numel,
+        x.nbytes + y.nbytes + out * x.bpe,
+        _main_dtype([x]),
+        "reduction" if red != 0 else "elementwise",
+        a,
+    )
 
 
-@_reg(_MODELS, "aten::mse_loss_backward", "aten::l1_loss_backward",
-      "aten::smooth_l1_loss_backward", "aten::huber_loss_backward")
+@_reg(
+    _MODELS,
+    "aten::mse_loss_backward",
+    "aten::l1_loss_backward",
+    "aten::smooth_l1_loss_backward",
+    "aten::huber_loss_backward",
+)
 def _loss_bwd(a: _Args, name: str) -> OpCost | None:
     # (grad_output, self, target, reduction, ...)
     x = a.t(1)
     if x is None:
         return None
     ts = a.tensors()
-    return _cost(3 * x.numel, sum(t.nbytes for t in ts) + x.numel * x.bpe, _main_dtype([x]),
-                 "elementwise", a)
+    return _cost(
+        3 * x.numel, sum(t.nbytes for t in ts) + x.numel * x.bpe, _main_dtype([x]), "elementwise", a
+    )
 
 
 @_reg(_MODELS, "aten::nll_loss_forward", "aten::nll_loss2d_forward")
@@ -322,18 +507,45 @@ def _nll_bwd(a: _Args, name: str) -> OpCost | None:
     return _cost(tgt.numel, nbytes, _main_dtype([x]), "elementwise", a)
 
 
-
 # ---- multi-tensor (foreach) and fused optimizers
 
-_FOREACH_COST = {"add": 1, "sub": 1, "mul": 1, "div": 1, "addcmul": 2, "addcdiv": 2, "lerp": 3,
-                 "sqrt": 1, "rsqrt": 1, "exp": 4, "log": 4, "neg": 1, "abs": 1, "sign": 1,
-                 "reciprocal": 1, "pow": 1, "maximum": 1, "minimum": 1, "clamp_min": 1,
-                 "clamp_max": 1, "clamp": 1, "norm": 2, "zero": 0, "copy": 0, "sigmoid": 4,
-                 "tanh": 4}
+_FOREACH_COST = {
+    "add": 1,
+    "sub": 1,
+    "mul": 1,
+    "div": 1,
+    "addcmul": 2,
+    "addcdiv": 2,
+    "lerp": 3,
+    "sqrt": 1,
+    "rsqrt": 1,
+    "exp": 4,
+    "log": 4,
+    "neg": 1,
+    "abs": 1,
+    "sign": 1,
+    "reciprocal": 1,
+    "pow": 1,
+    "maximum": 1,
+    "minimum": 1,
+    "clamp_min": 1,
+    "clamp_max": 1,
+    "clamp": 1,
+    "norm": 2,
+    "zero": 0,
+    "copy": 0,
+    "sigmoid": 4,
+    "tanh": 4,
+}
 # fused optimizers: (FLOPs per parameter element, indices of the lists written)
-_FUSED_OPT = {"aten::_fused_adam_": (12, (0, 2, 3, 4)), "aten::_fused_adamw_": (12, (0, 2, 3, 4)),
-              "aten::_fused_adam": (12, (0, 2, 3, 4)), "aten::_fused_adamw": (12, (0, 2, 3, 4)),
-              "aten::_fused_sgd_": (3, (0, 2)), "aten::_fused_adagrad_": (6, (0, 2))}
+_FUSED_OPT = {
+    "aten::_fused_adam_": (12, (0, 2, 3, 4)),
+    "aten::_fused_adamw_": (12, (0, 2, 3, 4)),
+    "aten::_fused_adam": (12, (0, 2, 3, 4)),
+    "aten::_fused_adamw": (12, (0, 2, 3, 4)),
+    "aten::_fused_sgd_": (3, (0, 2)),
+    "aten::_fused_adagrad_": (6, (0, 2)),
+}
 
 
 def _foreach(a: _Args, name: str) -> OpCost | None:
@@ -353,7 +565,7 @@ def _foreach(a: _Args, name: str) -> OpCost | None:
         per, written = _FUSED_OPT[name]
         writes = sum(t.nbytes for i in written for t in lists.get(i, []))
         return _cost(per * self_numel, reads + writes, _out_dtype(a.list_dtype), "elementwise", a)
-    base = name[len("aten::_foreach_"):].rstrip("_")
+    base = name[len("aten::_foreach_") :].rstrip("_")
     if name == "aten::_amp_foreach_non_finite_check_and_unscale_":
         base, per = "amp_unscale", 2
     elif base in _FOREACH_COST:

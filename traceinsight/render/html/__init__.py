@@ -16,5 +16,11 @@ from traceinsight.render.html.charts.waterfall import WATERFALL_TOP, waterfall_r
 from traceinsight.render.html.compare_page import build_compare_view, render_compare_html
 from traceinsight.render.html.diagnose_page import build_view, render_html
 
-__all__ = ["WATERFALL_TOP", "build_compare_view", "build_view", "render_compare_html",
-           "render_html", "waterfall_rows"]
+__all__ = [
+    "WATERFALL_TOP",
+    "build_compare_view",
+    "build_view",
+    "render_compare_html",
+    "render_html",
+    "waterfall_rows",
+]

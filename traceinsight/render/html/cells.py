@@ -18,12 +18,34 @@ from traceinsight.util.vocab import CLASSES, is_more_row
 #: rows shown before a table folds the rest behind "show all"
 TABLE_LIMIT = 25
 #: column formats that hold numbers (right-aligned, sorted by value)
-NUMERIC_FORMATS = {"ns", "bytes", "pct", "count", "ratio", "rate_flops", "rate_bytes", "share",
-                   "num", "dns", "dpct", "spct"}
+NUMERIC_FORMATS = {
+    "ns",
+    "bytes",
+    "pct",
+    "count",
+    "ratio",
+    "rate_flops",
+    "rate_bytes",
+    "share",
+    "num",
+    "dns",
+    "dpct",
+    "spct",
+}
 #: css class per contributor kind and per row status (``tag`` / ``status`` cells of a compare)
-TAG_CLASS = {"layer": "k-layer", "op": "k-op", "class": "k-class", "concurrency": "k-concurrency",
-             "comm": "k-comm", "memcpy": "k-memcpy", "memset": "k-memset", "idle": "k-idle",
-             "new": "st-new", "gone": "st-gone", "same": "st-same"}
+TAG_CLASS = {
+    "layer": "k-layer",
+    "op": "k-op",
+    "class": "k-class",
+    "concurrency": "k-concurrency",
+    "comm": "k-comm",
+    "memcpy": "k-memcpy",
+    "memset": "k-memset",
+    "idle": "k-idle",
+    "new": "st-new",
+    "gone": "st-gone",
+    "same": "st-same",
+}
 
 
 def css_ident(s: str) -> str:
@@ -32,8 +54,7 @@ def css_ident(s: str) -> str:
     return s if s in CLASSES else "other"
 
 
-def tone(delta: Any, pct: Any = None, *, more_is_better: bool = False,
-         ndigits: float = 1.0) -> str:
+def tone(delta: Any, pct: Any = None, *, more_is_better: bool = False, ndigits: float = 1.0) -> str:
     """``bad`` / ``good`` / "" for a change (a change under ``ndigits`` % is no change)."""
     if delta is None or not float(delta):
         return ""
@@ -47,8 +68,16 @@ def tone(delta: Any, pct: Any = None, *, more_is_better: bool = False,
 
 def cell(v: Any, kind: str) -> dict[str, Any]:
     """One table cell: text, sort key, tooltip, styling."""
-    c: dict[str, Any] = {"t": format_cell(v, kind), "v": "", "title": "", "kind": "text",
-                         "cls": "", "parent": "", "depth": 0, "bar": 0.0}
+    c: dict[str, Any] = {
+        "t": format_cell(v, kind),
+        "v": "",
+        "title": "",
+        "kind": "text",
+        "cls": "",
+        "parent": "",
+        "depth": 0,
+        "bar": 0.0,
+    }
     if v is None:
         c["kind"] = "num" if kind in NUMERIC_FORMATS else "text"
         return c
@@ -92,17 +121,28 @@ def cell(v: Any, kind: str) -> dict[str, Any]:
     return c
 
 
-def table(tid: str, columns: Sequence[dict[str, str] | tuple[str, str]],
-          rows: Iterable[Sequence[Any]],
-          *, limit: int = TABLE_LIMIT, filterable: bool = False, note: str = "",
-          sortable: bool = True) -> dict[str, Any]:
+def table(
+    tid: str,
+    columns: Sequence[dict[str, str] | tuple[str, str]],
+    rows: Iterable[Sequence[Any]],
+    *,
+    limit: int = TABLE_LIMIT,
+    filterable: bool = False,
+    note: str = "",
+    sortable: bool = True,
+) -> dict[str, Any]:
     """A table view: columns ``{name, format}`` and rows of raw values; the ``[N more]`` row of
     a capped rollup goes to the footer (it never sorts)."""
     given = [c if isinstance(c, dict) else {"name": c[0], "format": c[1]} for c in columns]
     cols: list[dict[str, Any]] = [
-        {"name": str(c["name"]), "format": str(c.get("format") or "text"),
-         "num": str(c.get("format") or "text") in NUMERIC_FORMATS,
-         "title": str(c.get("title") or "")} for c in given]
+        {
+            "name": str(c["name"]),
+            "format": str(c.get("format") or "text"),
+            "num": str(c.get("format") or "text") in NUMERIC_FORMATS,
+            "title": str(c.get("title") or ""),
+        }
+        for c in given
+    ]
     body: list[list[dict[str, Any]]] = []
     foot: list[list[dict[str, Any]]] = []
     for r in rows:
@@ -114,9 +154,16 @@ def table(tid: str, columns: Sequence[dict[str, str] | tuple[str, str]],
             top = max((row[i]["bar"] for row in body), default=0.0) or 1.0
             for row in body + foot:
                 row[i]["bar"] = round(min(100.0, 100.0 * row[i]["bar"] / top), 1)
-    return {"id": tid, "columns": cols, "rows": body, "foot": foot, "limit": int(limit),
-            "filter": bool(filterable) and len(body) > limit, "note": note,
-            "sortable": sortable and len(body) > 1}
+    return {
+        "id": tid,
+        "columns": cols,
+        "rows": body,
+        "foot": foot,
+        "limit": int(limit),
+        "filter": bool(filterable) and len(body) > limit,
+        "note": note,
+        "sortable": sortable and len(body) > 1,
+    }
 
 
 def evidence_columns(cols: list[dict[str, Any]]) -> list[dict[str, str]]:

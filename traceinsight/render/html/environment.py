@@ -28,11 +28,23 @@ SCRIPT = "report.js"
 def env() -> Environment:
     """The one Jinja environment: autoescape on, undefined names are errors."""
     root = data_dir("templates")
-    e = Environment(loader=FileSystemLoader(str(root)), autoescape=True,
-                    undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                    keep_trailing_newline=False)
-    e.filters.update(ns=fmt.fmt_ns, bytes=fmt.fmt_bytes, pct=fmt.fmt_pct, num=fmt.fmt_num,
-                     rate=fmt.fmt_rate, kname=fmt.short_kernel_name, cell=fmt.format_cell)
+    e = Environment(
+        loader=FileSystemLoader(str(root)),
+        autoescape=True,
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=False,
+    )
+    e.filters.update(
+        ns=fmt.fmt_ns,
+        bytes=fmt.fmt_bytes,
+        pct=fmt.fmt_pct,
+        num=fmt.fmt_num,
+        rate=fmt.fmt_rate,
+        kname=fmt.short_kernel_name,
+        cell=fmt.format_cell,
+    )
     e.globals["include_file"] = include_file
     return e
 
@@ -61,8 +73,10 @@ def sha256_b64(text: str) -> str:
 
 def csp() -> str:
     """No network, inline styles, data: images, and only the report's own script."""
-    return ("default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
-            "form-action 'none'; script-src 'sha256-" + sha256_b64(asset(SCRIPT)) + "'")
+    return (
+        "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; "
+        "form-action 'none'; script-src 'sha256-" + sha256_b64(asset(SCRIPT)) + "'"
+    )
 
 
 def render_page(template: str, view: dict[str, Any], payload: dict[str, Any]) -> str:

@@ -12,8 +12,12 @@ from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
 
 #: the parts of step time, in the result's order, with their css class
-PARTS = {"framework ops": "host-ops", "Python and other host work": "host-py",
-         "data loading": "host-dl", "synchronisation": "host-sync"}
+PARTS = {
+    "framework ops": "host-ops",
+    "Python and other host work": "host-py",
+    "data loading": "host-dl",
+    "synchronisation": "host-sync",
+}
 
 
 def host_view(r: DiagnosisResult) -> dict[str, Any] | None:
@@ -28,26 +32,61 @@ def host_view(r: DiagnosisResult) -> dict[str, Any] | None:
     st = h.get("steps") or {}
     return {
         "headline": str(h["headline"]),
-        "basis": ("the step windows (ProfilerStep markers)" if st.get("basis") == "ProfilerStep"
-                  else "the traced span (no ProfilerStep markers)"),
+        "basis": (
+            "the step windows (ProfilerStep markers)"
+            if st.get("basis") == "ProfilerStep"
+            else "the traced span (no ProfilerStep markers)"
+        ),
         "chart": _split_chart(split),
         "legend": [(f"{p['part']} {fmt.fmt_pct(p['pct'])}", PARTS[p["part"]]) for p in split],
-        "ops": table("tbl-host-ops", [("op", "op"), ("calls", "count"), ("self", "ns"),
-                                      ("self, of step", "share"), ("total", "ns"),
-                                      ("total, of step", "pct")],
-                     [[x["name"], x["calls"], x["self_ns"], x["self_pct"], x["total_ns"],
-                       x["total_pct"]] for x in ops], limit=12) if ops else None,
-        "modules": table("tbl-host-modules", [("module type", "text"), ("instances", "count"),
-                                              ("calls", "count"), ("host time", "ns"),
-                                              ("of step", "share")],
-                         [[x["type"], x["instances"], x["calls"], x["total_ns"], x["pct"]]
-                          for x in mods], limit=12) if mods else None,
-        "annotations": table("tbl-host-annotations", [("annotation", "op"), ("calls", "count"),
-                                                      ("host time", "ns"), ("of step", "share")],
-                             [[x["name"], x["calls"], x["total_ns"], x["pct"]] for x in ann],
-                             limit=10) if ann else None,
-        "notes": [{"title": str(n.get("title")), "text": str(n.get("text")),
-                   "advice": str(n.get("advice"))} for n in h.get("notes") or []],
+        "ops": table(
+            "tbl-host-ops",
+            [
+                ("op", "op"),
+                ("calls", "count"),
+                ("self", "ns"),
+                ("self, of step", "share"),
+                ("total", "ns"),
+                ("total, of step", "pct"),
+            ],
+            [
+                [x["name"], x["calls"], x["self_ns"], x["self_pct"], x["total_ns"], x["total_pct"]]
+                for x in ops
+            ],
+            limit=12,
+        )
+        if ops
+        else None,
+        "modules": table(
+            "tbl-host-modules",
+            [
+                ("module type", "text"),
+                ("instances", "count"),
+                ("calls", "count"),
+                ("host time", "ns"),
+                ("of step", "share"),
+            ],
+            [[x["type"], x["instances"], x["calls"], x["total_ns"], x["pct"]] for x in mods],
+            limit=12,
+        )
+        if mods
+        else None,
+        "annotations": table(
+            "tbl-host-annotations",
+            [("annotation", "op"), ("calls", "count"), ("host time", "ns"), ("of step", "share")],
+            [[x["name"], x["calls"], x["total_ns"], x["pct"]] for x in ann],
+            limit=10,
+        )
+        if ann
+        else None,
+        "notes": [
+            {
+                "title": str(n.get("title")),
+                "text": str(n.get("text")),
+                "advice": str(n.get("advice")),
+            }
+            for n in h.get("notes") or []
+        ],
     }
 
 

@@ -26,33 +26,62 @@ class Svg:
         self.items: list[dict[str, Any]] = []
 
     def _add(self, el: str, attrs: dict[str, Any], text: str = "", title: str = "") -> None:
-        a = {k.replace("_", "-"): (num(v) if isinstance(v, float) else v)
-             for k, v in attrs.items() if v is not None and v != ""}
+        a = {
+            k.replace("_", "-"): (num(v) if isinstance(v, float) else v)
+            for k, v in attrs.items()
+            if v is not None and v != ""
+        }
         self.items.append({"el": el, "a": a, "text": text, "title": title})
 
-    def rect(self, x: float, y: float, w: float, h: float, cls: str, title: str = "",
-             **kw: Any) -> None:
-        self._add("rect", {"x": float(x), "y": float(y), "width": float(max(w, 0.0)),
-                           "height": float(max(h, 0.0)), "class": cls, **kw}, title=title)
+    def rect(
+        self, x: float, y: float, w: float, h: float, cls: str, title: str = "", **kw: Any
+    ) -> None:
+        self._add(
+            "rect",
+            {
+                "x": float(x),
+                "y": float(y),
+                "width": float(max(w, 0.0)),
+                "height": float(max(h, 0.0)),
+                "class": cls,
+                **kw,
+            },
+            title=title,
+        )
 
     def line(self, x1: float, y1: float, x2: float, y2: float, cls: str, title: str = "") -> None:
-        self._add("line", {"x1": float(x1), "y1": float(y1), "x2": float(x2), "y2": float(y2),
-                           "class": cls}, title=title)
+        self._add(
+            "line",
+            {"x1": float(x1), "y1": float(y1), "x2": float(x2), "y2": float(y2), "class": cls},
+            title=title,
+        )
 
-    def text(self, x: float, y: float, text: str, cls: str = "lbl", anchor: str = "start",
-             **kw: Any) -> None:
-        self._add("text", {"x": float(x), "y": float(y), "class": cls,
-                           "text_anchor": anchor if anchor != "start" else None, **kw}, text=text)
+    def text(
+        self, x: float, y: float, text: str, cls: str = "lbl", anchor: str = "start", **kw: Any
+    ) -> None:
+        self._add(
+            "text",
+            {
+                "x": float(x),
+                "y": float(y),
+                "class": cls,
+                "text_anchor": anchor if anchor != "start" else None,
+                **kw,
+            },
+            text=text,
+        )
 
     def circle(self, cx: float, cy: float, r: float, cls: str, title: str = "") -> None:
-        self._add("circle", {"cx": float(cx), "cy": float(cy), "r": float(r), "class": cls},
-                  title=title)
+        self._add(
+            "circle", {"cx": float(cx), "cy": float(cy), "r": float(r), "class": cls}, title=title
+        )
 
     def path(self, d: str, cls: str, title: str = "") -> None:
         self._add("path", {"d": d, "class": cls}, title=title)
 
-    def polyline(self, points: Iterable[tuple[float, float]], cls: str, title: str = "",
-                 **kw: Any) -> None:
+    def polyline(
+        self, points: Iterable[tuple[float, float]], cls: str, title: str = "", **kw: Any
+    ) -> None:
         pts = " ".join(f"{num(x)},{num(y)}" for x, y in points)
         self._add("polyline", {"points": pts, "class": cls, **kw}, title=title)
 
@@ -95,5 +124,6 @@ def ticks_between(lo: float, hi: float, n: int = 6) -> list[float]:
 
 def path(points: Iterable[tuple[float, float]]) -> str:
     """An SVG path through ``points`` (``M x y L x y ...``)."""
-    return "".join(("M" if i == 0 else "L") + f"{num(x)} {num(y)}"
-                   for i, (x, y) in enumerate(points))
+    return "".join(
+        ("M" if i == 0 else "L") + f"{num(x)} {num(y)}" for i, (x, y) in enumerate(points)
+    )

@@ -57,15 +57,34 @@ def read_kineto(
     gc.disable()
     try:
         try:
-            return read(data, source, rank_hint, diags, exact_text=False, salvage=salvage,
-                        progress=progress, background=background)
+            return read(
+                data,
+                source,
+                rank_hint,
+                diags,
+                exact_text=False,
+                salvage=salvage,
+                progress=progress,
+                background=background,
+            )
         except NeedExactText:
-            diags.add("timestamps-exact-path",
-                      "fractional timestamps beyond 2**43 µs (float64 cannot hold them to the "
-                      "nanosecond): numbers re-read as text for exact values", severity="info",
-                      source=source)
-            return read(data, source, rank_hint, diags, exact_text=True, salvage=salvage,
-                        progress=progress, background=background)
+            diags.add(
+                "timestamps-exact-path",
+                "fractional timestamps beyond 2**43 µs (float64 cannot hold them to the "
+                "nanosecond): numbers re-read as text for exact values",
+                severity="info",
+                source=source,
+            )
+            return read(
+                data,
+                source,
+                rank_hint,
+                diags,
+                exact_text=True,
+                salvage=salvage,
+                progress=progress,
+                background=background,
+            )
     finally:
         if was_enabled:
             gc.enable()
@@ -89,14 +108,24 @@ def stream_kineto(
         for exact_text in (False, True):
             diags = DiagnosticLog()
             if exact_text:
-                diags.add("timestamps-exact-path",
-                          "fractional timestamps beyond 2**43 µs (float64 cannot hold them to "
-                          "the nanosecond): numbers re-read as text for exact values",
-                          severity="info", source=source)
+                diags.add(
+                    "timestamps-exact-path",
+                    "fractional timestamps beyond 2**43 µs (float64 cannot hold them to "
+                    "the nanosecond): numbers re-read as text for exact values",
+                    severity="info",
+                    source=source,
+                )
             try:
                 meta, counts = stream.stream_kineto(
-                    path, sink, source=source, rank_hint=rank_hint, diags=diags,
-                    exact_text=exact_text, progress=progress, background=background)
+                    path,
+                    sink,
+                    source=source,
+                    rank_hint=rank_hint,
+                    diags=diags,
+                    exact_text=exact_text,
+                    progress=progress,
+                    background=background,
+                )
                 return RankStreamed(meta, counts)
             except NeedExactText:
                 sink.reset()
@@ -116,95 +145,94 @@ def sniff(head: bytes) -> bool:
 
 
 _COMMON = {
-    "rank": "`distributedInfo.rank`, else the rank in the file name (`rank-3`, `worker3`), "
-            "else 0",
+    "rank": "`distributedInfo.rank`, else the rank in the file name (`rank-3`, `worker3`), else 0",
     "name": "`name` (missing: empty)",
     "process": "`pid`, as text",
     "thread": "`tid`, as text",
     "start_ns": "`ts` (µs, exact decimal) × 1000, plus `baseTimeNanoseconds`",
     "dur_ns": "`dur` (µs) × 1000, missing -> 0, negative -> 0",
     "cat_raw": "`cat`",
-    "external_id": "`args[\"External id\"]` (older traces: `args[\"external id\"]`)",
+    "external_id": '`args["External id"]` (older traces: `args["external id"]`)',
     "correlation": "`args.correlation`",
 }
 _TABLES = {
     "gpu_activities": {
         "kind": "`cat`: kernel, mtia_ccp_events -> kernel; gpu_memcpy, memcpy -> memcpy; "
-                "gpu_memset, memset -> memset; cuda_sync -> sync (complete `X` events)",
+        "gpu_memset, memset -> memset; cuda_sync -> sync (complete `X` events)",
         "device": "`args.device`, else `pid`",
         "stream": "`args.stream`, else the number in `tid` (sync rows: minus 1,000,000)",
         **{f"grid_{a}": f"`args.grid[{i}]`" for i, a in enumerate("xyz")},
         **{f"block_{a}": f"`args.block[{i}]`" for i, a in enumerate("xyz")},
-        "registers_per_thread": "`args[\"registers per thread\"]`",
-        "shared_memory_bytes": "`args[\"shared memory\"]`",
-        "blocks_per_sm": "`args[\"blocks per SM\"]`",
-        "warps_per_sm": "`args[\"warps per SM\"]`",
-        "occupancy_pct": "`args[\"est. achieved occupancy %\"]`",
+        "registers_per_thread": '`args["registers per thread"]`',
+        "shared_memory_bytes": '`args["shared memory"]`',
+        "blocks_per_sm": '`args["blocks per SM"]`',
+        "warps_per_sm": '`args["warps per SM"]`',
+        "occupancy_pct": '`args["est. achieved occupancy %"]`',
         "bytes": "`args.bytes` (MTIA: `args.size`)",
         "copy_kind": "the HtoD / DtoH / DtoD / ... word in `name`, else `args.kind` (ROCm)",
-        "graph_id": "`args[\"graph id\"]`",
-        "graph_node_id": "`args[\"graph node id\"]`",
-        "collective": "`args[\"Collective name\"]`",
-        "pg_name": "`args[\"Process Group Name\"]` (communication kernels)",
-        "seq": "`args[\"Seq\"]` (communication kernels)",
+        "graph_id": '`args["graph id"]`',
+        "graph_node_id": '`args["graph node id"]`',
+        "collective": '`args["Collective name"]`',
+        "pg_name": '`args["Process Group Name"]` (communication kernels)',
+        "seq": '`args["Seq"]` (communication kernels)',
     },
     "runtime_calls": {
         "kind": "`cat`: cuda_runtime, runtime, xpu_runtime, mtia_runtime, privateuse1_runtime "
-                "-> runtime; cuda_driver, xpu_driver, privateuse1_driver -> driver",
+        "-> runtime; cuda_driver, xpu_driver, privateuse1_driver -> driver",
         "cbid": "`args.cbid` (ROCm: `args.cid`)",
     },
     "cpu_ops": {
-        "sequence_nr": "`args[\"Sequence number\"]`",
-        "fwd_thread": "`args[\"Fwd thread id\"]`",
-        "input_dims": "`args[\"Input Dims\"]` (PyTorch <= 1.8: `args[\"Input dims\"]`), as JSON",
-        "input_types": "`args[\"Input type\"]`, as JSON",
-        "concrete_inputs": "`args[\"Concrete Inputs\"]`, as JSON",
+        "sequence_nr": '`args["Sequence number"]`',
+        "fwd_thread": '`args["Fwd thread id"]`',
+        "input_dims": '`args["Input Dims"]` (PyTorch <= 1.8: `args["Input dims"]`), as JSON',
+        "input_types": '`args["Input type"]`, as JSON',
+        "concrete_inputs": '`args["Concrete Inputs"]`, as JSON',
         "flops": "`args.flops`",
-        "collective_name": "`args[\"Collective name\"]`",
-        "in_msg_nelems": "`args[\"In msg nelems\"]`",
-        "out_msg_nelems": "`args[\"Out msg nelems\"]`",
-        "group_size": "`args[\"Group size\"]`",
+        "collective_name": '`args["Collective name"]`',
+        "in_msg_nelems": '`args["In msg nelems"]`',
+        "out_msg_nelems": '`args["Out msg nelems"]`',
+        "group_size": '`args["Group size"]`',
         "dtype": "`args.dtype`",
-        "pg_name": "`args[\"Process Group Name\"]`",
-        "seq": "`args[\"Seq\"]`",
+        "pg_name": '`args["Process Group Name"]`',
+        "seq": '`args["Seq"]`',
     },
     "ranges": {
         "kind": "`ProfilerStep#N` (cat cpu_op, user_annotation) -> step; cat user_annotation, "
-                "user -> annotation; cat gpu_user_annotation -> gpu_step or gpu_annotation",
+        "user -> annotation; cat gpu_user_annotation -> gpu_step or gpu_annotation",
         "step": "N of `name` ProfilerStep#N",
         "device": "`pid` (GPU rows)",
         "stream": "the number in `tid` (GPU rows)",
     },
     "python_frames": {
-        "python_id": "`args[\"Python id\"]` (module frames)",
-        "parent_id": "`args[\"Python parent id\"]` (module frames)",
-        "module_id": "`args[\"Python module id\"]` (module frames)",
+        "python_id": '`args["Python id"]` (module frames)',
+        "parent_id": '`args["Python parent id"]` (module frames)',
+        "module_id": '`args["Python module id"]` (module frames)',
         "frame_kind": "`name`: `nn.Module: ...` -> module, `<built-in ...` -> builtin, "
-                      "else function (cat python_function, python)",
+        "else function (cat python_function, python)",
     },
     "memory_events": {
         "kind": "`name` [OutOfMemory] -> oom; `args.Bytes` < 0 -> free; else alloc "
-                "(instant events named [memory] / [OutOfMemory])",
+        "(instant events named [memory] / [OutOfMemory])",
         "ts_ns": "`ts` (µs) × 1000, plus `baseTimeNanoseconds`",
-        "device_type": "`args[\"Device Type\"]` (c10::DeviceType: 0 cpu, 1 cuda, 6 hip, 12 xpu, "
-                       "19 mtia, 20 privateuse1, ...)",
-        "device": "`args[\"Device Id\"]`",
+        "device_type": '`args["Device Type"]` (c10::DeviceType: 0 cpu, 1 cuda, 6 hip, 12 xpu, '
+        "19 mtia, 20 privateuse1, ...)",
+        "device": '`args["Device Id"]`',
         "addr": "`args.Addr`",
         "bytes": "`args.Bytes`",
-        "total_allocated_bytes": "`args[\"Total Allocated\"]`",
-        "total_reserved_bytes": "`args[\"Total Reserved\"]`",
+        "total_allocated_bytes": '`args["Total Allocated"]`',
+        "total_reserved_bytes": '`args["Total Reserved"]`',
     },
     "flows": {
         "kind": "`cat` (no cat: `name`): ac2g, async, async_gpu -> launch; fwdbwd -> fwd_bwd; "
-                "other categories as recorded",
+        "other categories as recorded",
         "phase": "`ph`: s -> start, f -> end, t -> step",
         "flow_id": "`id`",
         "ts_ns": "`ts` (µs) × 1000, plus `baseTimeNanoseconds`",
     },
     "other_events": {
         "event_shape": "`ph`: X span, i/I instant, C counter, B begin, E end, b/S async_begin, "
-                       "n/T/p async_step, e/F async_end, P sample, N/O/D object, R mark, "
-                       "c clock_sync, ( ) context, else other",
+        "n/T/p async_step, e/F async_end, P sample, N/O/D object, R mark, "
+        "c clock_sync, ( ) context, else other",
         "dur_ns": "`dur` (µs) × 1000 (null when absent)",
     },
 }
@@ -214,10 +242,10 @@ READER = Reader(
     name=FORMAT,
     title="Kineto",
     doc="PyTorch profiler traces (`torch.profiler` `export_chrome_trace` / "
-        "`tensorboard_trace_handler`): Chrome-trace JSON, plain or gzip, an object with a "
-        "`traceEvents` list or a bare list of events. Times are µs in the file. Metadata (`M`) "
-        "events fill the rank's process and thread names; events without `ph` are counted and "
-        "dropped.",
+    "`tensorboard_trace_handler`): Chrome-trace JSON, plain or gzip, an object with a "
+    "`traceEvents` list or a bare list of events. Times are µs in the file. Metadata (`M`) "
+    "events fill the rank's process and thread names; events without `ph` are counted and "
+    "dropped.",
     suffixes=(".json", ".json.gz", ".gz"),
     sniff=sniff,
     read=read_kineto,

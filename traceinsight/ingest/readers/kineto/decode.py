@@ -91,8 +91,15 @@ def _header(top: Any) -> dict[str, Any]:
     return {k: getattr(top, k) for k in _TOP_FIELDS if k not in ("nodes", "schema")}
 
 
-def _decode_top(data: bytes, source: str, diags: DiagnosticLog, *, exact_text: bool,
-                batched: bool, salvage: bool) -> Any:
+def _decode_top(
+    data: bytes,
+    source: str,
+    diags: DiagnosticLog,
+    *,
+    exact_text: bool,
+    batched: bool,
+    salvage: bool,
+) -> Any:
     typ: Any
     if json_start(data[:4096]) == b"[":
         typ = list[msgspec.Raw] if batched else list[Event]
@@ -108,9 +115,11 @@ def _decode_top(data: bytes, source: str, diags: DiagnosticLog, *, exact_text: b
             return repair.recover(data, str(e), dec.decode, source, diags, salvage=salvage)
     except msgspec.ValidationError as e:
         raise TraceFormatError(
-            f"JSON but not a PyTorch profiler trace ({e})", path=source,
+            f"JSON but not a PyTorch profiler trace ({e})",
+            path=source,
             hint="expected an object with a 'traceEvents' list of events (or a bare list of "
-                 "events)") from e
+            "events)",
+        ) from e
 
 
 def _events_and_header(top: Any, source: str) -> tuple[list, dict[str, Any], str]:
@@ -118,12 +127,17 @@ def _events_and_header(top: Any, source: str) -> tuple[list, dict[str, Any], str
         return top, {}, "array"
     events = top.traceEvents
     if events is None:
-        what = ("a PyTorch Execution Trace (nodes), not a profiler trace"
-                if top.nodes is not NULL or top.schema is not None
-                else "JSON without a 'traceEvents' list")
-        raise TraceFormatError(f"is {what}", path=source,
-                               hint="pass the Kineto trace written by torch.profiler "
-                                    "(export_chrome_trace / tensorboard_trace_handler)")
+        what = (
+            "a PyTorch Execution Trace (nodes), not a profiler trace"
+            if top.nodes is not NULL or top.schema is not None
+            else "JSON without a 'traceEvents' list"
+        )
+        raise TraceFormatError(
+            f"is {what}",
+            path=source,
+            hint="pass the Kineto trace written by torch.profiler "
+            "(export_chrome_trace / tensorboard_trace_handler)",
+        )
     return events, _header(top), "object"
 
 
@@ -154,14 +168,15 @@ def _tail_header(prefix: bytes, tail: bytes) -> tuple[Any, int] | None:
         if i < 0 or tail[i] == 0x7D:  # '}'
             tries += 1
             try:
-                found = _TOP_DEC.decode(prefix + b"[]" + tail[end + 1:]), end
+                found = _TOP_DEC.decode(prefix + b"[]" + tail[end + 1 :]), end
             except (msgspec.DecodeError, msgspec.ValidationError):
                 continue
     return found
 
 
-def find_list_end(prefix: bytes, a: int, size: int,
-                  read: Callable[[int, int], bytes]) -> tuple[Any, int] | None:
+def find_list_end(
+    prefix: bytes, a: int, size: int, read: Callable[[int, int], bytes]
+) -> tuple[Any, int] | None:
     """The header and the offset of the ']' closing the event list that opens at ``a`` (the
     '[' after ``prefix``), searched in growing windows at the end of the ``size`` bytes that
     ``read(at, n)`` returns."""
@@ -206,9 +221,9 @@ def fast_split(data: bytes, chunk_bytes: int) -> Split | None:
         if key < 0:
             return None
         a = data.find(b"[", key)
-        if a < 0 or data[key + len(b'"traceEvents"'):a].strip(b" \t\r\n:") != b"":
+        if a < 0 or data[key + len(b'"traceEvents"') : a].strip(b" \t\r\n:") != b"":
             return None
-        found = find_list_end(data[:a], a, len(data), lambda at, n: data[at:at + n])
+        found = find_list_end(data[:a], a, len(data), lambda at, n: data[at : at + n])
         if found is None:
             return None
         header, end = found
@@ -232,9 +247,14 @@ def fast_split(data: bytes, chunk_bytes: int) -> Split | None:
     return Split(header, layout, bounds)
 
 
-def _run_chunks(data: bytes, bounds: list[tuple[int, int]], st: State,
-                builders: dict[str, TableBuilder], progress: ProgressFn | None,
-                done: Callable[[int, int], None] | None = None) -> int:
+def _run_chunks(
+    data: bytes,
+    bounds: list[tuple[int, int]],
+    st: State,
+    builders: dict[str, TableBuilder],
+    progress: ProgressFn | None,
+    done: Callable[[int, int], None] | None = None,
+) -> int:
     """Decode and process byte ranges of whole events; returns the number of events.
     ``done(a, b)`` is told each range once it has been read."""
     dec = msgspec.json.Decoder(list[Event], float_hook=str if st.exact_text else None)
@@ -254,12 +274,18 @@ def _run_chunks(data: bytes, bounds: list[tuple[int, int]], st: State,
     return n
 
 
-def _run_batches(events: list, lo: int, hi: int, st: State, builders: dict[str, TableBuilder],
-                 progress: ProgressFn | None) -> None:
+def _run_batches(
+    events: list,
+    lo: int,
+    hi: int,
+    st: State,
+    builders: dict[str, TableBuilder],
+    progress: ProgressFn | None,
+) -> None:
     """Decode and process the raw events ``events[lo:hi]`` batch by batch (bounded memory)."""
     dec = msgspec.json.Decoder(list[Event], float_hook=str if st.exact_text else None)
     for start in range(lo, hi, BATCH_EVENTS):
-        chunk = events[start:min(start + BATCH_EVENTS, hi)]
+        chunk = events[start : min(start + BATCH_EVENTS, hi)]
         batch = dec.decode(b"[" + b",".join(chunk) + b"]")
         del chunk
         process_batch(batch, st, builders)
@@ -270,9 +296,14 @@ def _run_batches(events: list, lo: int, hi: int, st: State, builders: dict[str, 
 
 # --- two processes ---------------------------------------------------------------------------
 
-def chunks_two_processes(data: bytes, bounds: list[tuple[int, int]], st: State,
-                         progress: ProgressFn | None,
-                         background: Callable[[], None] | None) -> tuple[dict[str, pa.Table], int]:
+
+def chunks_two_processes(
+    data: bytes,
+    bounds: list[tuple[int, int]],
+    st: State,
+    progress: ProgressFn | None,
+    background: Callable[[], None] | None,
+) -> tuple[dict[str, pa.Table], int]:
     """This process parses the first half of the chunks while a forked helper parses the
     second half (it gives back its pages of the first half, and of each chunk once read)."""
     k = (len(bounds) + 1) // 2
@@ -281,8 +312,14 @@ def chunks_two_processes(data: bytes, bounds: list[tuple[int, int]], st: State,
         hst = st.fresh()
         hst_builders = hst.builders()
         parallel.release_pages(data, 0, bounds[k][0])  # the parent's half
-        n = _run_chunks(data, bounds[k:], hst, hst_builders, None,
-                        lambda a, b: parallel.release_pages(data, a, b))
+        n = _run_chunks(
+            data,
+            bounds[k:],
+            hst,
+            hst_builders,
+            None,
+            lambda a, b: parallel.release_pages(data, a, b),
+        )
         return build_tables(hst_builders), {**hst.hand_back(), "events": n}
 
     n_here = 0
@@ -290,8 +327,13 @@ def chunks_two_processes(data: bytes, bounds: list[tuple[int, int]], st: State,
     def here() -> dict[str, pa.Table]:
         nonlocal n_here
         builders = st.builders()
-        n_here = _run_chunks(data, bounds[:k], st, builders,
-                             (lambda stage, f: progress(stage, 0.5 * f)) if progress else None)
+        n_here = _run_chunks(
+            data,
+            bounds[:k],
+            st,
+            builders,
+            (lambda stage, f: progress(stage, 0.5 * f)) if progress else None,
+        )
         return build_tables(builders)
 
     tables, states = parallel.fork_and_join(helper, 1, here=here, forked=background)
@@ -301,8 +343,9 @@ def chunks_two_processes(data: bytes, bounds: list[tuple[int, int]], st: State,
     return tables, n_here + states[0]["events"]
 
 
-def events_in_processes(events: list, st: State, workers: int,
-                        progress: ProgressFn | None) -> dict[str, pa.Table]:
+def events_in_processes(
+    events: list, st: State, workers: int, progress: ProgressFn | None
+) -> dict[str, pa.Table]:
     """Parse contiguous parts of the raw event list in forked helpers and join their tables
     in event order."""
     n = len(events)
@@ -323,35 +366,63 @@ def events_in_processes(events: list, st: State, workers: int,
 
 # --- one file --------------------------------------------------------------------------------
 
-def _state_for(header: dict[str, Any], source: str, rank_hint: int | None, diags: DiagnosticLog,
-               exact_text: bool) -> tuple[State, dict[str, Any]]:
+
+def _state_for(
+    header: dict[str, Any],
+    source: str,
+    rank_hint: int | None,
+    diags: DiagnosticLog,
+    exact_text: bool,
+) -> tuple[State, dict[str, Any]]:
     base_ns = 0
     base = header.get("baseTimeNanoseconds")
     if base is not None:
         try:
             base_ns = int(base)
         except (TypeError, ValueError):
-            diags.add("bad-base-time", "baseTimeNanoseconds is not an integer; ignored",
-                      source=source)
+            diags.add(
+                "bad-base-time", "baseTimeNanoseconds is not an integer; ignored", source=source
+            )
     dist = distributed_info(header.get("distributedInfo"))
     rank = dist.get("rank") if dist.get("rank") is not None else rank_hint
-    st = State(source=source, rank=int(rank) if rank is not None else 0, base_ns=base_ns,
-               exact_text=exact_text, diags=diags)
+    st = State(
+        source=source,
+        rank=int(rank) if rank is not None else 0,
+        base_ns=base_ns,
+        exact_text=exact_text,
+        diags=diags,
+    )
     return st, dist
 
 
-def read(data: bytes, source: str, rank_hint: int | None, diags: DiagnosticLog, *,
-         exact_text: bool, salvage: bool, progress: ProgressFn | None,
-         background: Callable[[], None] | None = None,
-         force_exact_split: bool = False) -> RankRead:
+def read(
+    data: bytes,
+    source: str,
+    rank_hint: int | None,
+    diags: DiagnosticLog,
+    *,
+    exact_text: bool,
+    salvage: bool,
+    progress: ProgressFn | None,
+    background: Callable[[], None] | None = None,
+    force_exact_split: bool = False,
+) -> RankRead:
     """Parse one file (raises :class:`~..timeconv.NeedExactText` for a re-read as text)."""
     batched = len(data) > BATCH_BYTES
     split = fast_split(data, CHUNK_BYTES) if batched and not force_exact_split else None
     if split is not None:
-        return _read_split(data, split, source, rank_hint, diags, exact_text=exact_text,
-                           progress=progress, background=background, salvage=salvage)
-    top = _decode_top(data, source, diags, exact_text=exact_text, batched=batched,
-                      salvage=salvage)
+        return _read_split(
+            data,
+            split,
+            source,
+            rank_hint,
+            diags,
+            exact_text=exact_text,
+            progress=progress,
+            background=background,
+            salvage=salvage,
+        )
+    top = _decode_top(data, source, diags, exact_text=exact_text, batched=batched, salvage=salvage)
     events, header, layout = _events_and_header(top, source)
     del top
     n_events = len(events)
@@ -376,9 +447,18 @@ def read(data: bytes, source: str, rank_hint: int | None, diags: DiagnosticLog, 
     return _finish(tables, header, dist, st, layout, rank_hint, n_events, source)
 
 
-def _read_split(data: bytes, split: Split, source: str, rank_hint: int | None,
-                diags: DiagnosticLog, *, exact_text: bool, progress: ProgressFn | None,
-                background: Callable[[], None] | None, salvage: bool) -> RankRead:
+def _read_split(
+    data: bytes,
+    split: Split,
+    source: str,
+    rank_hint: int | None,
+    diags: DiagnosticLog,
+    *,
+    exact_text: bool,
+    progress: ProgressFn | None,
+    background: Callable[[], None] | None,
+    salvage: bool,
+) -> RankRead:
     """The fast path for large files: chunks of whole events, two processes when worthwhile."""
     header = {} if split.header is None else _header(split.header)
     st, dist = _state_for(header, source, rank_hint, diags, exact_text)
@@ -392,35 +472,71 @@ def _read_split(data: bytes, split: Split, source: str, rank_hint: int | None,
             n_events = _run_chunks(data, split.bounds, st, builders, progress)
             tables = build_tables(builders)
     except SplitFailed:
-        diags.add("split-fallback", "event chunks could not be cut by text; parsed with the "
-                  "slower exact splitter", severity="info", source=source)
-        return read(data, source, rank_hint, diags, exact_text=exact_text, salvage=salvage,
-                    progress=progress, background=None, force_exact_split=True)
+        diags.add(
+            "split-fallback",
+            "event chunks could not be cut by text; parsed with the slower exact splitter",
+            severity="info",
+            source=source,
+        )
+        return read(
+            data,
+            source,
+            rank_hint,
+            diags,
+            exact_text=exact_text,
+            salvage=salvage,
+            progress=progress,
+            background=None,
+            force_exact_split=True,
+        )
     return _finish(tables, header, dist, st, split.layout, rank_hint, n_events, source)
 
 
-def _finish(tables: dict[str, pa.Table], header: dict[str, Any], dist: dict[str, Any],
-            st: State, layout: str, rank_hint: int | None, n_events: int,
-            source: str) -> RankRead:
+def _finish(
+    tables: dict[str, pa.Table],
+    header: dict[str, Any],
+    dist: dict[str, Any],
+    st: State,
+    layout: str,
+    rank_hint: int | None,
+    n_events: int,
+    source: str,
+) -> RankRead:
     meta = finish_meta(summarize(tables), header, dist, st, layout, rank_hint, n_events, source)
     return RankRead(tables=tables, meta=meta, counts=dict(st.counts))
 
 
-def finish_meta(summary: dict[str, Any], header: dict[str, Any], dist: dict[str, Any],
-                st: State, layout: str, rank_hint: int | None, n_events: int,
-                source: str) -> RankMeta:
+def finish_meta(
+    summary: dict[str, Any],
+    header: dict[str, Any],
+    dist: dict[str, Any],
+    st: State,
+    layout: str,
+    rank_hint: int | None,
+    n_events: int,
+    source: str,
+) -> RankMeta:
     """The rank's metadata once every event is read (raises for a trace without activity)."""
     if n_events == 0:
-        raise EmptyTraceError("trace holds no events", path=source,
-                              hint="the profiler window may have been empty: check the schedule "
-                                   "(wait/warmup/active) and that prof.step() is called")
+        raise EmptyTraceError(
+            "trace holds no events",
+            path=source,
+            hint="the profiler window may have been empty: check the schedule "
+            "(wait/warmup/active) and that prof.step() is called",
+        )
     if st.counts.get("invalid") == n_events:
-        raise TraceFormatError("is JSON but holds no trace events (no 'ph' field)", path=source,
-                               hint="pass the Kineto trace written by torch.profiler")
+        raise TraceFormatError(
+            "is JSON but holds no trace events (no 'ph' field)",
+            path=source,
+            hint="pass the Kineto trace written by torch.profiler",
+        )
     real = sum(v for k, v in st.counts.items() if k not in ("meta", "invalid"))
     if real == 0:
-        raise EmptyTraceError("trace holds only metadata events, no activity", path=source,
-                              hint="the profiler window may have been empty")
+        raise EmptyTraceError(
+            "trace holds only metadata events, no activity",
+            path=source,
+            hint="the profiler window may have been empty",
+        )
     _diagnose_ingest(st)
     return _rank_meta(header, dist, st, summary, layout, rank_hint)
 
@@ -428,21 +544,39 @@ def finish_meta(summary: dict[str, Any], header: dict[str, Any], dist: dict[str,
 def _diagnose_ingest(st: State) -> None:
     d, src = st.diags, st.source
     if st.tstats.rounded:
-        d.add("timestamps-rounded", "timestamps with more than 3 fractional µs digits were "
-              "rounded to the nearest ns", severity="info", source=src, count=st.tstats.rounded)
+        d.add(
+            "timestamps-rounded",
+            "timestamps with more than 3 fractional µs digits were rounded to the nearest ns",
+            severity="info",
+            source=src,
+            count=st.tstats.rounded,
+        )
     if st.tstats.invalid:
-        d.add("timestamps-invalid", "non-numeric ts/dur values", source=src,
-              count=st.tstats.invalid)
+        d.add(
+            "timestamps-invalid", "non-numeric ts/dur values", source=src, count=st.tstats.invalid
+        )
     if st.negative_durations:
-        d.add("negative-durations", "negative durations clamped to 0", source=src,
-              count=st.negative_durations)
+        d.add(
+            "negative-durations",
+            "negative durations clamped to 0",
+            source=src,
+            count=st.negative_durations,
+        )
     if st.missing_durations:
-        d.add("missing-durations", "complete events without a readable dur read as 0 µs",
-              source=src, count=st.missing_durations)
+        d.add(
+            "missing-durations",
+            "complete events without a readable dur read as 0 µs",
+            source=src,
+            count=st.missing_durations,
+        )
     if st.negative_ts:
-        d.add("negative-timestamps", "events with a negative ts (before the trace's time "
-              "origin) kept as recorded: the span and the step windows may be wrong",
-              source=src, count=st.negative_ts)
+        d.add(
+            "negative-timestamps",
+            "events with a negative ts (before the trace's time "
+            "origin) kept as recorded: the span and the step windows may be wrong",
+            source=src,
+            count=st.negative_ts,
+        )
     for what, n in st.bad.items():
         d.add("invalid-values", f"events or values dropped: {what}", source=src, count=n)
 
@@ -471,12 +605,13 @@ def summarize(tables: dict[str, pa.Table]) -> dict[str, Any]:
     rt = tables.get("runtime_calls")
     return {
         "span": [min(s[0] for s in spans), max(s[1] for s in spans)] if spans else None,
-        "devices": set(pc.unique(gpu["device"]).to_pylist()) - {None} if gpu is not None
-        else set(),
+        "devices": set(pc.unique(gpu["device"]).to_pylist()) - {None} if gpu is not None else set(),
         "rt_names": set(pc.unique(rt["name"].cast(pa.string())).to_pylist())
-        if rt is not None and rt.num_rows else set(),
+        if rt is not None and rt.num_rows
+        else set(),
         "gpu_cats": set(pc.unique(gpu["cat_raw"].cast(pa.string())).to_pylist())
-        if gpu is not None else set(),
+        if gpu is not None
+        else set(),
     }
 
 
@@ -490,13 +625,20 @@ def merge_summaries(parts: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def _rank_meta(header: dict[str, Any], dist: dict[str, Any], st: State, summary: dict[str, Any],
-               layout: str, rank_hint: int | None) -> RankMeta:
+def _rank_meta(
+    header: dict[str, Any],
+    dist: dict[str, Any],
+    st: State,
+    summary: dict[str, Any],
+    layout: str,
+    rank_hint: int | None,
+) -> RankMeta:
     span = summary["span"]
     info = kineto_capture_info(header, st.diags, st.source)
     return RankMeta(
         rank=st.rank,
-        rank_source="distributedInfo" if dist.get("rank") is not None
+        rank_source="distributedInfo"
+        if dist.get("rank") is not None
         else ("file name" if rank_hint is not None else "default"),
         source=st.source,
         format=FORMAT,

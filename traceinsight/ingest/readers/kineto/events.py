@@ -44,6 +44,7 @@ class Event(msgspec.Struct, gc=False):
 
 # --- args of each event family: only the keys we read --------------------------------------
 
+
 def _f(name: str) -> Any:
     return msgspec.field(default=None, name=name)
 
@@ -135,8 +136,9 @@ class OpMetaArgs(OpArgs, gc=False):
 
 
 #: the categories an :class:`OpEvent` may have (as written; others fail its decode early)
-_OP_CATS = Literal["cpu_op", "Operator", "operator", "user_annotation", "User", "user",
-                   "gpu_user_annotation"]
+_OP_CATS = Literal[
+    "cpu_op", "Operator", "operator", "user_annotation", "User", "user", "gpu_user_annotation"
+]
 
 
 class OpEvent(msgspec.Struct, gc=False):
@@ -265,15 +267,51 @@ FLOW_KINDS = {"ac2g": "launch", "async": "launch", "async_gpu": "launch", "fwdbw
 FLOW_PHASES = {"s": "start", "f": "end", "t": "step"}
 #: Chrome-trace phase -> other_events.event_shape
 EVENT_SHAPES = {
-    "X": "span", "B": "begin", "E": "end", "i": "instant", "I": "instant", "C": "counter",
-    "b": "async_begin", "S": "async_begin", "n": "async_step", "T": "async_step",
-    "p": "async_step", "e": "async_end", "F": "async_end", "P": "sample", "N": "object",
-    "O": "object", "D": "object", "R": "mark", "c": "clock_sync", "(": "context", ")": "context",
+    "X": "span",
+    "B": "begin",
+    "E": "end",
+    "i": "instant",
+    "I": "instant",
+    "C": "counter",
+    "b": "async_begin",
+    "S": "async_begin",
+    "n": "async_step",
+    "T": "async_step",
+    "p": "async_step",
+    "e": "async_end",
+    "F": "async_end",
+    "P": "sample",
+    "N": "object",
+    "O": "object",
+    "D": "object",
+    "R": "mark",
+    "c": "clock_sync",
+    "(": "context",
+    ")": "context",
 }
 #: c10::DeviceType codes (memory events' ``Device Type``) -> memory_events.device_type
 DEVICE_TYPES = (
-    "cpu", "cuda", "mkldnn", "opengl", "opencl", "ideep", "hip", "fpga", "maia", "xla",
-    "vulkan", "metal", "xpu", "mps", "meta", "hpu", "ve", "lazy", "ipu", "mtia", "privateuse1",
+    "cpu",
+    "cuda",
+    "mkldnn",
+    "opengl",
+    "opencl",
+    "ideep",
+    "hip",
+    "fpga",
+    "maia",
+    "xla",
+    "vulkan",
+    "metal",
+    "xpu",
+    "mps",
+    "meta",
+    "hpu",
+    "ve",
+    "lazy",
+    "ipu",
+    "mtia",
+    "privateuse1",
 )
 
 STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
@@ -294,8 +332,11 @@ def ops_only(events: list) -> bool:
     phs = set(map(PH, events))
     if None in phs:
         return False
-    if ("X" in phs and None in set(map(CAT, events))
-            and any(e.ph == "X" and e.cat is None for e in events)):  # X without a cat
+    if (
+        "X" in phs
+        and None in set(map(CAT, events))
+        and any(e.ph == "X" and e.cat is None for e in events)
+    ):  # X without a cat
         return False
     named = list(map(_COLLECTIVE, filter(None, map(ARGS, events))))
     return named.count(None) == len(named)
@@ -319,6 +360,7 @@ def looks_ops_only(events: list) -> bool:
 
 
 # --- per-file state ------------------------------------------------------------------------
+
 
 @dataclass
 class State:
@@ -346,16 +388,28 @@ class State:
 
     def fresh(self) -> State:
         """A new state for a part of the same file (a forked helper's)."""
-        return State(source=self.source, rank=self.rank, base_ns=self.base_ns,
-                     exact_text=self.exact_text, diags=DiagnosticLog())
+        return State(
+            source=self.source,
+            rank=self.rank,
+            base_ns=self.base_ns,
+            exact_text=self.exact_text,
+            diags=DiagnosticLog(),
+        )
 
     def hand_back(self) -> dict[str, Any]:
         """What a helper's state adds to the parent's (picklable)."""
-        return {"counts": self.counts, "bad": self.bad, "tstats": self.tstats,
-                "negative": self.negative_durations, "missing_dur": self.missing_durations,
-                "negative_ts": self.negative_ts, "process_names": self.process_names,
-                "process_labels": self.process_labels, "thread_names": self.thread_names,
-                "diags": self.diags.items}
+        return {
+            "counts": self.counts,
+            "bad": self.bad,
+            "tstats": self.tstats,
+            "negative": self.negative_durations,
+            "missing_dur": self.missing_durations,
+            "negative_ts": self.negative_ts,
+            "process_names": self.process_names,
+            "process_labels": self.process_labels,
+            "thread_names": self.thread_names,
+            "diags": self.diags.items,
+        }
 
     def merge(self, r: dict[str, Any]) -> None:
         """Add a helper's :meth:`hand_back`."""
@@ -388,5 +442,3 @@ def times(st: State, evs: list[Event], *, with_dur: bool = True) -> tuple[pa.Arr
             st.negative_durations += neg
             dur = pc.max_element_wise(dur, 0)
     return ts, dur
-
-

@@ -26,15 +26,30 @@ from traceinsight.util.redact import (
 )
 
 DEVICE_KEYS = (
-    "id", "name", "totalGlobalMem", "computeMajor", "computeMinor", "numSms", "warpSize",
-    "maxThreadsPerBlock", "maxThreadsPerMultiprocessor", "regsPerBlock",
-    "regsPerMultiprocessor", "sharedMemPerBlock", "sharedMemPerMultiprocessor",
-    "sharedMemPerBlockOptin", "maxSharedMemoryPerMultiProcessor",
+    "id",
+    "name",
+    "totalGlobalMem",
+    "computeMajor",
+    "computeMinor",
+    "numSms",
+    "warpSize",
+    "maxThreadsPerBlock",
+    "maxThreadsPerMultiprocessor",
+    "regsPerBlock",
+    "regsPerMultiprocessor",
+    "sharedMemPerBlock",
+    "sharedMemPerMultiprocessor",
+    "sharedMemPerBlockOptin",
+    "maxSharedMemoryPerMultiProcessor",
 )
 CAPTURE_FLAGS = ("record_shapes", "with_stack", "profile_memory", "with_flops", "with_modules")
 VERSION_KEYS = (
-    "cupti_version", "cuda_runtime_version", "cuda_driver_version", "roctracer_version",
-    "hip_runtime_version", "hip_driver_version",
+    "cupti_version",
+    "cuda_runtime_version",
+    "cuda_driver_version",
+    "roctracer_version",
+    "hip_runtime_version",
+    "hip_driver_version",
 )
 PG_KEYS = ("pg_name", "pg_desc", "backend_config", "pg_size", "ranks")
 
@@ -73,9 +88,11 @@ def _count(v: Any, what: str, source: str | None = None) -> int | None:
         n = int(n)
     if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= MAX_RANK:
         shown = repr(v) if len(repr(v)) <= 40 else repr(v)[:37] + "..."
-        raise TraceFormatError(f"distributedInfo.{what} is {shown}, not a {what} number",
-                               path=source, hint="fix distributedInfo, or remove it and name "
-                                                 "the file with its rank (rank-3.json)")
+        raise TraceFormatError(
+            f"distributedInfo.{what} is {shown}, not a {what} number",
+            path=source,
+            hint="fix distributedInfo, or remove it and name the file with its rank (rank-3.json)",
+        )
     return n
 
 
@@ -107,8 +124,14 @@ def distributed_info(info: Any) -> dict[str, Any]:
     for k in ("world_size", "pg_count"):
         if k in info:
             n = _num(info[k])
-            out[k] = int(n) if isinstance(n, (int, float)) and not isinstance(n, bool) \
-                and 0 <= n <= MAX_RANK and float(n).is_integer() else None
+            out[k] = (
+                int(n)
+                if isinstance(n, (int, float))
+                and not isinstance(n, bool)
+                and 0 <= n <= MAX_RANK
+                and float(n).is_integer()
+                else None
+            )
     if "backend" in info:
         out["backend"] = backend_name(info["backend"])
     if "nccl_version" in info:
@@ -126,8 +149,11 @@ def _pg(pg: dict[str, Any]) -> dict[str, Any]:
             continue
         v = pg[k]
         if k == "ranks":
-            out[k] = [r for r in v[:65536] if isinstance(r, int) and not isinstance(r, bool)] \
-                if isinstance(v, list) else None
+            out[k] = (
+                [r for r in v[:65536] if isinstance(r, int) and not isinstance(r, bool)]
+                if isinstance(v, list)
+                else None
+            )
         elif k == "pg_size":
             out[k] = _num(v)
         else:
@@ -135,8 +161,9 @@ def _pg(pg: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog,
-                        source: str) -> dict[str, Any]:
+def kineto_capture_info(
+    header: dict[str, Any], diags: DiagnosticLog, source: str
+) -> dict[str, Any]:
     """Capture flags, runtime versions, kineto's own log lines (summarised as diagnostics)."""
     flags = {}
     for k in CAPTURE_FLAGS:
@@ -148,7 +175,8 @@ def kineto_capture_info(header: dict[str, Any], diags: DiagnosticLog,
         "capture_flags": flags,
         "versions": versions,
         "trace_name": clean_text(PurePath(str(name).replace("\\", "/")).name, 200)
-        if name else None,
+        if name
+        else None,
         "trace_id": clean_text(header["trace_id"], 64) if header.get("trace_id") else None,
         "framework": word(header["Framework"]) if header.get("Framework") else None,
         "display_time_unit": time_unit(header.get("displayTimeUnit")),
@@ -169,7 +197,10 @@ def _log_lines(header: dict[str, Any], diags: DiagnosticLog, source: str) -> Non
     source locations (the text may quote the recording machine); of INFO only the activity
     record counts, rebuilt from their numbers, and only when one is not zero."""
     levels: tuple[tuple[str, Severity], ...] = (
-        ("ERROR", "warning"), ("WARNING", "warning"), ("INFO", "info"))
+        ("ERROR", "warning"),
+        ("WARNING", "warning"),
+        ("INFO", "info"),
+    )
     for level, sev in levels:
         lines = header.get(level)
         if isinstance(lines, str):
@@ -182,14 +213,28 @@ def _log_lines(header: dict[str, Any], diags: DiagnosticLog, source: str) -> Non
                 pairs = _COUNT_PAIR_RE.findall(m.group(1)) if m else []
                 if any(int(n) for _, n in pairs):
                     text = ", ".join(f"{k.strip()} = {n}" for k, n in pairs[:12])
-                    diags.add("profiler-log", f"profiler info: Record counts: {text}",
-                              severity="warning", source=source)
+                    diags.add(
+                        "profiler-log",
+                        f"profiler info: Record counts: {text}",
+                        severity="warning",
+                        source=source,
+                    )
             continue
-        where = sorted({f"{m.group(1)}:{m.group(2)}" for x in lines[:200]
-                        if (m := _LOG_SOURCE_RE.search(str(x)))})
+        where = sorted(
+            {
+                f"{m.group(1)}:{m.group(2)}"
+                for x in lines[:200]
+                if (m := _LOG_SOURCE_RE.search(str(x)))
+            }
+        )
         origin = f" (from {', '.join(where[:4])})" if where else ""
         n = len(lines)
-        diags.add("profiler-log", f"profiler {level.lower()}: {n} line{'s' if n != 1 else ''} "
-                  f"in the trace header{origin}; not shown, as they may quote the recording "
-                  "machine", severity=sev, source=source,
-                  hint="read them in the trace's header if the capture looks wrong")
+        diags.add(
+            "profiler-log",
+            f"profiler {level.lower()}: {n} line{'s' if n != 1 else ''} "
+            f"in the trace header{origin}; not shown, as they may quote the recording "
+            "machine",
+            severity=sev,
+            source=source,
+            hint="read them in the trace's header if the capture looks wrong",
+        )

@@ -48,12 +48,21 @@ def _too_damaged(n: int, size: int, what: str, source: str) -> TraceFormatError 
     if n > max(1000, MAX_DAMAGED_SHARE * size):
         return TraceFormatError(
             f"holds {n:,} {what} in {size:,} bytes: binary data, not a damaged JSON trace",
-            path=source, hint="check that this is the trace file the profiler wrote")
+            path=source,
+            hint="check that this is the trace file the profiler wrote",
+        )
     return None
 
 
-def recover(data: bytes, err: str, decode: Callable[[bytes], T], source: str,
-            diags: DiagnosticLog, *, salvage: bool) -> T:
+def recover(
+    data: bytes,
+    err: str,
+    decode: Callable[[bytes], T],
+    source: str,
+    diags: DiagnosticLog,
+    *,
+    salvage: bool,
+) -> T:
     """Decode JSON ``data`` that failed with ``err``: drop a tail of NUL bytes, stop at the end
     of the document when data follows it, repair known defects, and with ``salvage`` read the
     complete events of a truncated file. Raises a one-line :class:`TraceFormatError` otherwise.
@@ -61,10 +70,15 @@ def recover(data: bytes, err: str, decode: Callable[[bytes], T], source: str,
     body = data
     nul = len(data) - len(data.rstrip(b"\0"))
     if nul:
-        body = data[:len(data) - nul].rstrip()
-        diags.add("nul-tail", f"the file ends with {nul:,} NUL bytes after byte {len(body):,} "
-                  "(a crash remnant: space allocated, text never written); ignored",
-                  severity="info", source=source, count=nul)
+        body = data[: len(data) - nul].rstrip()
+        diags.add(
+            "nul-tail",
+            f"the file ends with {nul:,} NUL bytes after byte {len(body):,} "
+            "(a crash remnant: space allocated, text never written); ignored",
+            severity="info",
+            source=source,
+            count=nul,
+        )
         try:
             return decode_checked(decode, body, source)
         except msgspec.ValidationError:
@@ -95,11 +109,14 @@ def decode_checked(decode: Callable[[bytes], T], data: bytes, source: str) -> T:
     except RecursionError:
         raise TraceFormatError(
             "JSON is nested too deeply to read (thousands of levels: not a profiler trace)",
-            path=source, hint="check how the file was produced") from None
+            path=source,
+            hint="check how the file was produced",
+        ) from None
 
 
-def _after_document(data: bytes, err: str, decode: Callable[[bytes], T], source: str,
-                    diags: DiagnosticLog) -> T:
+def _after_document(
+    data: bytes, err: str, decode: Callable[[bytes], T], source: str, diags: DiagnosticLog
+) -> T:
     """The document that ends before byte ``offset(err)``; what follows is reported."""
     off = _offset(err)
     if off is None or off <= 1:
@@ -112,10 +129,14 @@ def _after_document(data: bytes, err: str, decode: Callable[[bytes], T], source:
     except msgspec.DecodeError as e:
         raise explain_decode_error(data, str(e), source) from None
     extra = len(data) - off
-    diags.add("trailing-data", f"{extra:,} bytes ({_describe(data[off:off + 256])}) after the "
-              f"end of the JSON document at byte {off:,} ignored", source=source, count=extra,
-              hint="the file was appended to or concatenated with another; the trace itself "
-                   "is complete")
+    diags.add(
+        "trailing-data",
+        f"{extra:,} bytes ({_describe(data[off : off + 256])}) after the "
+        f"end of the JSON document at byte {off:,} ignored",
+        source=source,
+        count=extra,
+        hint="the file was appended to or concatenated with another; the trace itself is complete",
+    )
     return obj
 
 
@@ -130,15 +151,24 @@ def _describe(tail: bytes) -> str:
     return "text" if t and printable >= 0.9 * len(t) else "binary data"
 
 
-def _truncated(data: bytes, decode: Callable[[bytes], T], source: str, diags: DiagnosticLog,
-               *, salvage: bool, nul: int) -> T:
+def _truncated(
+    data: bytes,
+    decode: Callable[[bytes], T],
+    source: str,
+    diags: DiagnosticLog,
+    *,
+    salvage: bool,
+    nul: int,
+) -> T:
     if salvage:
         cut = salvage_truncated(data, diags, source)
         if cut is not None:
             return decode_checked(decode, cut, source)
         raise TraceFormatError(
             f"JSON is truncated at byte {len(data):,} and holds no complete event to salvage",
-            path=source, hint="the profiler stopped before writing any event; record again")
+            path=source,
+            hint="the profiler stopped before writing any event; record again",
+        )
     raise explain_truncated(data, source, nul=nul)
 
 
@@ -153,8 +183,9 @@ def repair_json(data: bytes, err: str, source: str, diags: DiagnosticLog) -> byt
     fixed = _nan_to_null(fixed, source, diags)
     fixed, n = _LONE_BACKSLASH_RE.subn(rb"\\\\", fixed)
     if n:
-        diags.add("json-repaired", "lone backslashes (Windows paths) escaped", source=source,
-                  count=n)
+        diags.add(
+            "json-repaired", "lone backslashes (Windows paths) escaped", source=source, count=n
+        )
     fixed, n = _escape_controls(fixed, source)
     if n:
         diags.add("json-repaired", "raw control characters escaped", source=source, count=n)
@@ -172,7 +203,7 @@ def _valid_utf8(data: bytes, source: str, diags: DiagnosticLog) -> bytes:
     parts: list[bytes] = []
     n = 0
     for i in range(0, len(data), _UTF8_CHUNK):
-        text = dec.decode(data[i:i + _UTF8_CHUNK], final=i + _UTF8_CHUNK >= len(data))
+        text = dec.decode(data[i : i + _UTF8_CHUNK], final=i + _UTF8_CHUNK >= len(data))
         n += text.count("\ufffd")
         err = _too_damaged(n, len(data), "invalid UTF-8 sequences", source)
         if err:
@@ -194,9 +225,13 @@ def _nan_to_null(data: bytes, source: str, diags: DiagnosticLog) -> bytes:
         k = m.group(1).decode("utf-8", "replace")
         keys[k if _SAFE_KEY_RE.match(k) else "(other)"] += 1
     fields = ", ".join(f"{k} ×{c:,}" for k, c in keys.most_common(5)) or "list items"
-    diags.add("non-finite-values", f"NaN/Infinity literals (not valid JSON) read as missing "
-              f"values: {fields}", source=source, count=n,
-              hint="the producer wrote non-finite numbers; those values are unknown")
+    diags.add(
+        "non-finite-values",
+        f"NaN/Infinity literals (not valid JSON) read as missing values: {fields}",
+        source=source,
+        count=n,
+        hint="the producer wrote non-finite numbers; those values are unknown",
+    )
     return fixed
 
 
@@ -239,8 +274,9 @@ def _fix_quotes(fixed: bytes, source: str, diags: DiagnosticLog) -> bytes:
             buf[q:q] = b"\\"
             quotes += 1
     if quotes:
-        diags.add("json-repaired", "unescaped quotes inside names escaped", source=source,
-                  count=quotes)
+        diags.add(
+            "json-repaired", "unescaped quotes inside names escaped", source=source, count=quotes
+        )
         return bytes(buf)
     return fixed
 
@@ -269,10 +305,12 @@ def explain_truncated(data: bytes, source: str, *, nul: int = 0) -> TraceFormatE
     padding = f", followed by {nul:,} NUL bytes (a crash remnant)" if nul else ""
     return TraceFormatError(
         f"JSON is truncated: the text ends at byte {len(data):,} inside the event list"
-        + (f" (last character {tail.decode('latin-1')!r})" if tail else "") + padding,
+        + (f" (last character {tail.decode('latin-1')!r})" if tail else "")
+        + padding,
         path=source,
         hint="the profiler probably stopped before finishing the file, or the copy is "
-             "incomplete; re-export it, or pass --salvage to read the complete events")
+        "incomplete; re-export it, or pass --salvage to read the complete events",
+    )
 
 
 def explain_decode_error(data: bytes, err: str, source: str) -> TraceFormatError:
@@ -283,15 +321,18 @@ def explain_decode_error(data: bytes, err: str, source: str) -> TraceFormatError
     where = f" at byte {off:,}" if off is not None else ""
     context = ""
     if off is not None:
-        snippet = data[max(0, off - 30):off + 30].decode("utf-8", "replace")
+        snippet = data[max(0, off - 30) : off + 30].decode("utf-8", "replace")
         context = " near {!r}".format(snippet.replace("\n", " "))
     return TraceFormatError(
-        f"invalid JSON{where}{context} ({err.split(' (byte')[0]})", path=source,
-        hint="the file is damaged or not a trace; check how it was produced or copied")
+        f"invalid JSON{where}{context} ({err.split(' (byte')[0]})",
+        path=source,
+        hint="the file is damaged or not a trace; check how it was produced or copied",
+    )
 
 
-def salvage_truncated(data: bytes, diags: DiagnosticLog, source: str,
-                      max_tries: int = 64) -> bytes | None:
+def salvage_truncated(
+    data: bytes, diags: DiagnosticLog, source: str, max_tries: int = 64
+) -> bytes | None:
     """Cut a truncated Kineto file after its last complete event and close the JSON.
 
     Tries the last ``max_tries`` event boundaries (``}`` followed by ``,``); returns None if
@@ -304,14 +345,17 @@ def salvage_truncated(data: bytes, diags: DiagnosticLog, source: str,
         end = data.rfind(b"}", 0, end)
         if end < 0:
             return None
-        candidate = data[:end + 1] + (b"]}" if obj_layout else b"]")
+        candidate = data[: end + 1] + (b"]}" if obj_layout else b"]")
         try:
             dec.decode(candidate)
         except (msgspec.DecodeError, RecursionError):
             continue
-        diags.add("truncated-salvaged",
-                  f"truncated file: read up to byte {end + 1:,} of {len(data):,} (the events "
-                  "after the cut are lost)", source=source, count=len(data) - end - 1)
+        diags.add(
+            "truncated-salvaged",
+            f"truncated file: read up to byte {end + 1:,} of {len(data):,} (the events "
+            "after the cut are lost)",
+            source=source,
+            count=len(data) - end - 1,
+        )
         return candidate
     return None
-

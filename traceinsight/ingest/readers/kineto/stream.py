@@ -96,7 +96,7 @@ def find_layout(fd: int, size: int) -> _Layout:
         tail_at = max(0, size - _STEP)
         tail = _pread(fd, size - tail_at, tail_at)
         end = tail.rfind(b"]")
-        if end < 0 or tail[end + 1:].strip() != b"":
+        if end < 0 or tail[end + 1 :].strip() != b"":
             raise StreamFallback("no closing ']'")
         return _events_between(fd, a, tail_at + end, {}, "array")
     if first != b"{":
@@ -108,7 +108,7 @@ def find_layout(fd: int, size: int) -> _Layout:
     if key < 0:
         raise StreamFallback("no traceEvents key")
     a = head.find(b"[", key)
-    if a < 0 or head[key + len(b'"traceEvents"'):a].strip(b" \t\r\n:") != b"":
+    if a < 0 or head[key + len(b'"traceEvents"') : a].strip(b" \t\r\n:") != b"":
         raise StreamFallback("traceEvents is not a list")
     found = find_list_end(head[:a], a, size, lambda at, n: _pread(fd, n, at))
     if found is None:
@@ -130,7 +130,7 @@ def _events_between(fd: int, a: int, end: int, header: dict[str, Any], layout: s
     back_at = max(first, end - _STEP)
     back = _pread(fd, end - back_at, back_at)
     j = back.rfind(b"}")
-    if j < 0 or back[j + 1:].strip(b" \t\r\n") != b"":
+    if j < 0 or back[j + 1 :].strip(b" \t\r\n") != b"":
         raise StreamFallback("event list does not end with an event")
     return _Layout(header, layout, first, back_at + j + 1)
 
@@ -166,8 +166,9 @@ def _next_sep(fd: int, at: int, last: int) -> tuple[int, int] | None:
     return None
 
 
-def _decode_range(fd: int, a: int, b: int, exact_text: bool,
-                  ops: bool = False) -> list[Event] | None:
+def _decode_range(
+    fd: int, a: int, b: int, exact_text: bool, ops: bool = False
+) -> list[Event] | None:
     """The events of bytes ``[a, b)`` (whole events), None when they do not decode; ``ops``:
     as :class:`~.events.OpEvent` (the caller checks :func:`~.events.ops_only`)."""
     buf = bytearray(b - a + 2)
@@ -193,13 +194,22 @@ def _decoder(exact_text: bool, ops: bool = False) -> msgspec.json.Decoder:
     dec = _DECODERS.get((exact_text, ops))
     if dec is None:
         dec = _DECODERS[(exact_text, ops)] = msgspec.json.Decoder(
-            list[OpEvent] if ops else list[Event], float_hook=str if exact_text else None)
+            list[OpEvent] if ops else list[Event], float_hook=str if exact_text else None
+        )
     return dec
 
 
-def stream_kineto(path: Path, sink: TableSink, *, source: str, rank_hint: int | None,
-                  diags: DiagnosticLog, exact_text: bool, progress: ProgressFn | None,
-                  background: Callable[[], None] | None) -> tuple[RankMeta, dict[str, int]]:
+def stream_kineto(
+    path: Path,
+    sink: TableSink,
+    *,
+    source: str,
+    rank_hint: int | None,
+    diags: DiagnosticLog,
+    exact_text: bool,
+    progress: ProgressFn | None,
+    background: Callable[[], None] | None,
+) -> tuple[RankMeta, dict[str, int]]:
     """Read the plain (not gzip) Kineto file at ``path`` into ``sink``: its rank's metadata
     and event counts. Raises :class:`StreamFallback` and ``NeedExactText`` (see the module)."""
     fd = os.open(path, os.O_RDONLY)
@@ -207,8 +217,7 @@ def stream_kineto(path: Path, sink: TableSink, *, source: str, rank_hint: int | 
         size = os.fstat(fd).st_size
         lay = find_layout(fd, size)
         st, dist = _state_for(lay.header, source, rank_hint, diags, exact_text)
-        bounds = ([] if lay.first < 0 else
-                  chunk_bounds(fd, lay.first, lay.last, CHUNK_BYTES))
+        bounds = [] if lay.first < 0 else chunk_bounds(fd, lay.first, lay.last, CHUNK_BYTES)
         run = _Run(fd, bounds, st, sink, progress)
         helpers = parallel.workers() - 1 if len(bounds) >= 2 else 0
         parallel.in_order(len(bounds), run.work, run.emit, helpers=helpers, forked=background)
@@ -223,8 +232,14 @@ class _Run:
     """The chunks of one file: ``work`` parses one (in either process), ``emit`` takes them in
     order here."""
 
-    def __init__(self, fd: int, bounds: list[tuple[int, int]], st: State, sink: TableSink,
-                 progress: ProgressFn | None) -> None:
+    def __init__(
+        self,
+        fd: int,
+        bounds: list[tuple[int, int]],
+        st: State,
+        sink: TableSink,
+        progress: ProgressFn | None,
+    ) -> None:
         self.fd, self.bounds, self.st, self.sink, self.progress = fd, bounds, st, sink, progress
         self.events = 0
         self.summaries: list[dict[str, Any]] = []

@@ -69,6 +69,7 @@ _COPY_RE = re.compile(r"\b(HtoD|DtoH|DtoD|HtoH|PtoP|DtoA|AtoD|HtoA|AtoH|AtoA)\b"
 
 # --- grouping a batch into families --------------------------------------------------------
 
+
 def _family_of(ph: Any, c: Any) -> str:
     if ph == "X":
         f = None
@@ -99,8 +100,9 @@ def _family(parts: list[tuple[Any, list]]) -> _Runs:
     return out
 
 
-def _run_col(evs: list[Event], pick: Callable[[tuple], Any],
-             fallback: Callable[[Event], Any]) -> pa.Array:
+def _run_col(
+    evs: list[Event], pick: Callable[[tuple], Any], fallback: Callable[[Event], Any]
+) -> pa.Array:
     """A dictionary column that is constant within each (ph, cat) run of a family."""
     runs = getattr(evs, "cat_runs", None)
     if runs is None:
@@ -132,8 +134,23 @@ def _split_steps(evs: list) -> tuple[list, list]:
 
 
 _COUNT_NAMES = {"op": "cpu_op", "python": "python_function"}
-_FAMILIES = ("op", "annotation", "gpu_annotation", "kernel", "memcpy", "memset", "sync",
-             "runtime", "driver", "python", "memory", "flow", "meta", "other", "invalid")
+_FAMILIES = (
+    "op",
+    "annotation",
+    "gpu_annotation",
+    "kernel",
+    "memcpy",
+    "memset",
+    "sync",
+    "runtime",
+    "driver",
+    "python",
+    "memory",
+    "flow",
+    "meta",
+    "other",
+    "invalid",
+)
 
 
 def process_batch(events: list[Event], st: State, out: dict[str, TableBuilder]) -> None:
@@ -180,8 +197,11 @@ def process_batch(events: list[Event], st: State, out: dict[str, TableBuilder]) 
             fam[key] = keep
             steps.extend(found)
     fam["step"] = steps
-    gsteps = sum(1 for n in map(NAME, fam["gpu_annotation"])
-                 if n.__class__ is str and n.startswith("ProfilerStep#"))
+    gsteps = sum(
+        1
+        for n in map(NAME, fam["gpu_annotation"])
+        if n.__class__ is str and n.startswith("ProfilerStep#")
+    )
 
     c = st.counts
     for key, lst in fam.items():
@@ -207,6 +227,7 @@ def process_batch(events: list[Event], st: State, out: dict[str, TableBuilder]) 
 
 
 # --- one table per family ------------------------------------------------------------------
+
 
 def _stream_of(tid: Any) -> int | None:
     if tid.__class__ is int:
@@ -329,8 +350,9 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     cols["fwd_thread"] = int_col(a["fwd_thread"])
     dims = a["input_dims"]
     old = a["input_dims_legacy"]
-    if any(d is NULL and x is not NULL
-           for d, x in zip(dims[:64], old[:64])):  # PyTorch <= 1.8 wrote "Input dims"
+    if any(
+        d is NULL and x is not NULL for d, x in zip(dims[:64], old[:64])
+    ):  # PyTorch <= 1.8 wrote "Input dims"
         dims = [d if d is not NULL else x for d, x in zip(dims, old)]
     cols["input_dims"] = json_text_col(dims)
     cols["input_types"] = json_text_col(a["input_types"])
@@ -357,8 +379,9 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     out["cpu_ops"].add(cols)
 
 
-def _ranges(st: State, steps: list[Event], ann: list[Event], gann: list[Event],
-            out: dict[str, TableBuilder]) -> None:
+def _ranges(
+    st: State, steps: list[Event], ann: list[Event], gann: list[Event], out: dict[str, TableBuilder]
+) -> None:
     for evs, gpu in ((steps, False), (ann, False), (gann, True)):
         if not evs:
             continue
@@ -392,11 +415,15 @@ def _python(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     # the kind of each distinct name, then of each frame (0 function, 1 module, 2 builtin)
     is_mod = pc.fill_null(pc.starts_with(names.dictionary, MODULE_PREFIX), False)
     is_builtin = pc.fill_null(pc.starts_with(names.dictionary, BUILTIN_PREFIX), False)
-    kind_of_name = np.where(is_mod.to_numpy(zero_copy_only=False), 1,
-                            np.where(is_builtin.to_numpy(zero_copy_only=False), 2, 0))
+    kind_of_name = np.where(
+        is_mod.to_numpy(zero_copy_only=False),
+        1,
+        np.where(is_builtin.to_numpy(zero_copy_only=False), 2, 0),
+    )
     codes = kind_of_name.astype(np.int32)[names.indices.to_numpy(zero_copy_only=False)]
     cols["frame_kind"] = pa.DictionaryArray.from_arrays(
-        from_numpy(codes, pa.int32()), pa.array(["function", "module", "builtin"]))
+        from_numpy(codes, pa.int32()), pa.array(["function", "module", "builtin"])
+    )
     pos = np.flatnonzero(codes == 1)
     n = len(evs)
     if len(pos):
@@ -457,8 +484,9 @@ def _memory_kinds(evs: list[Event], byt: Sequence[Any]) -> pa.Array:
         codes = free != bool(free[0])  # 0: the first value's kind, 1: the other
         if not codes.any():
             vals = vals[:1]
-        return pa.DictionaryArray.from_arrays(from_numpy(codes, pa.int32()),
-                                              pa.array(vals, pa.string()))
+        return pa.DictionaryArray.from_arrays(
+            from_numpy(codes, pa.int32()), pa.array(vals, pa.string())
+        )
     kinds = []
     for e, b in zip(evs, byt):
         if MEMORY_NAMES.get(e.name) == "oom":
@@ -478,8 +506,11 @@ def _flows(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     ts, _ = times(st, evs, with_dur=False)
     cols = {
         "rank": rank_col(len(evs), st.rank),
-        "kind": _run_col(evs, lambda k: _flow_kind(k[1]),
-                         lambda e: _flow_kind(e.cat if e.cat is not None else (e.name or ""))),
+        "kind": _run_col(
+            evs,
+            lambda k: _flow_kind(k[1]),
+            lambda e: _flow_kind(e.cat if e.cat is not None else (e.name or "")),
+        ),
         "phase": _run_col(evs, lambda k: FLOW_PHASES.get(k[0]), lambda e: FLOW_PHASES.get(e.ph)),
         "flow_id": int_col(list(map(ID, evs)), st.bad, "flow id beyond int64"),
         "process": id_str_col(list(map(PID, evs))),
@@ -494,8 +525,11 @@ def _other(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         return
     ts, _ = times(st, evs, with_dur=False)
     durs = [e.dur for e in evs]
-    dur = (us_to_ns(durs, st.tstats) if any(d is not None for d in durs)
-           else pa.nulls(len(evs), pa.int64()))
+    dur = (
+        us_to_ns(durs, st.tstats)
+        if any(d is not None for d in durs)
+        else pa.nulls(len(evs), pa.int64())
+    )
     shape = EVENT_SHAPES.get
     cols = {
         "rank": rank_col(len(evs), st.rank),

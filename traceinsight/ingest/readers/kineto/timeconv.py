@@ -83,7 +83,8 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
     elif arr is not None and (pa.types.is_floating(arr.type) or pa.types.is_null(arr.type)):
         floats = arr if arr.type == _FLOAT64 else arr.cast(_FLOAT64)
         x = (pc.fill_null(floats, 0.0) if floats.null_count else floats).to_numpy(
-            zero_copy_only=False)
+            zero_copy_only=False
+        )
         too_big = len(x) and float(np.max(np.abs(x))) >= EXACT_FLOAT_LIMIT_US
         if not np.isfinite(x).all() or too_big:
             raise NeedExactText()
@@ -95,8 +96,9 @@ def us_to_ns(values: list, stats: ConversionStats | None = None) -> pa.Array:
         return from_numpy(ns, _INT64, mask)
     elif arr is not None and pa.types.is_string(arr.type):
         return text_us_to_ns(arr, stats)
-    text = pa.array([v if v.__class__ is str or v is None else _to_text(v) for v in values],
-                    type=pa.string())
+    text = pa.array(
+        [v if v.__class__ is str or v is None else _to_text(v) for v in values], type=pa.string()
+    )
     return text_us_to_ns(text, stats)
 
 
@@ -123,8 +125,11 @@ def text_us_to_ns(text: pa.Array, stats: ConversionStats | None = None) -> pa.Ar
     matched = pc.is_valid(parts)
     # Values that are not plain decimals (exponents, garbage): per-value slow path.
     slow_idx = np.flatnonzero(
-        np.logical_and(pc.is_valid(text).to_numpy(zero_copy_only=False),
-                       ~matched.to_numpy(zero_copy_only=False)))
+        np.logical_and(
+            pc.is_valid(text).to_numpy(zero_copy_only=False),
+            ~matched.to_numpy(zero_copy_only=False),
+        )
+    )
     sign = pc.struct_field(parts, "sign")
     int_part = pc.struct_field(parts, "int")
     frac = pc.struct_field(parts, "frac")
@@ -133,8 +138,9 @@ def text_us_to_ns(text: pa.Array, stats: ConversionStats | None = None) -> pa.Ar
     frac3 = pc.utf8_slice_codeunits(pc.utf8_rpad(frac, 3, "0"), 0, 3)
     extra = pc.greater(frac_len, 3)
     n_extra = int(pc.sum(extra).as_py() or 0)
-    ns = pc.add_checked(pc.multiply_checked(pc.cast(int_part, pa.int64()), 1000),
-                        pc.cast(frac3, pa.int64()))
+    ns = pc.add_checked(
+        pc.multiply_checked(pc.cast(int_part, pa.int64()), 1000), pc.cast(frac3, pa.int64())
+    )
     if n_extra:
         stats.rounded += n_extra
         fourth = pc.utf8_slice_codeunits(pc.utf8_rpad(frac, 4, "0"), 3, 4)

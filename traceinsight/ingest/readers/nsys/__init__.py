@@ -79,8 +79,8 @@ def _copy(data: bytes, target: Path) -> Path:
 
 _COMMON = {
     "rank": "one rank per process with kernels, copies or memsets (ordered by its first GPU, "
-            "then pid); a single process: the rank in the file name, else an `MPI Rank N` "
-            "NVTX thread name, else 0",
+    "then pid); a single process: the rank in the file name, else an `MPI Rank N` "
+    "NVTX thread name, else 0",
     "name": "the row's name (see `kind`)",
     "process": "pid: (`globalTid` >> 24) & 0xFFFFFF, as text",
     "thread": "tid: `globalTid` & 0xFFFFFF, as text",
@@ -92,11 +92,11 @@ _COMMON = {
 _TABLES = {
     "gpu_activities": {
         "kind": "CUPTI_ACTIVITY_KIND_KERNEL -> kernel, _MEMCPY -> memcpy, _MEMSET -> memset, "
-                "_SYNCHRONIZATION -> sync",
+        "_SYNCHRONIZATION -> sync",
         "name": "kernels: `demangledName`, else `shortName`, else `mangledName` (StringIds); "
-                "copies: `Memcpy <copyKind> (<srcKind> -> <dstKind>)`; memsets: "
-                "`Memset (<memKind>)`; syncs: `syncType` as Event Sync / Stream Wait Event / "
-                "Stream Sync / Context Sync",
+        "copies: `Memcpy <copyKind> (<srcKind> -> <dstKind>)`; memsets: "
+        "`Memset (<memKind>)`; syncs: `syncType` as Event Sync / Stream Wait Event / "
+        "Stream Sync / Context Sync",
         "device": "`deviceId` (= TARGET_INFO_GPU.id)",
         "stream": "`streamId`",
         **{f"grid_{a}": f"`grid{a.upper()}`" for a in "xyz"},
@@ -106,7 +106,7 @@ _TABLES = {
         "blocks_per_sm": "grid blocks / TARGET_INFO_GPU.smCount",
         "warps_per_sm": "blocks per SM x warps per block",
         "occupancy_pct": "estimated from the block size, registers, shared memory and the "
-                         "GPU's limits (TARGET_INFO_GPU), as Kineto does",
+        "GPU's limits (TARGET_INFO_GPU), as Kineto does",
         "bytes": "`bytes` (copies, memsets)",
         "copy_kind": "`copyKind` (ENUM_CUDA_MEMCPY_OPER, else built-in): HtoD, DtoH, DtoD, ...",
         "graph_id": "`graphId` (nsys 2026.1+)",
@@ -114,30 +114,30 @@ _TABLES = {
     },
     "runtime_calls": {
         "kind": "`eventClass` 0 -> runtime, 1 -> driver (CUPTI_ACTIVITY_KIND_DRIVER -> driver); "
-                "class 67 (CUDA backtrace copies) is skipped",
+        "class 67 (CUDA backtrace copies) is skipped",
         "name": "`nameId` (StringIds) without one `_vNNNN` suffix",
     },
     "cpu_ops": {
         "name": "emit_nvtx ranges: the text before `, seq = ` / `, op_id = ` / `, sizes = `; "
-                "communication ranges (NCCL, MPI, NVSHMEM, UCX domains; `nccl*` names): "
-                "`DOMAIN:range`",
+        "communication ranges (NCCL, MPI, NVSHMEM, UCX domains; `nccl*` names): "
+        "`DOMAIN:range`",
         "sequence_nr": "`seq = N` (an `autograd::engine::evaluate_function:` range takes the "
-                       "seq of the backward node it runs)",
+        "seq of the backward node it runs)",
         "input_dims": "`sizes = [[...]]` (emit_nvtx(record_shapes=True)), as JSON",
         "collective_name": "communication ranges: the range name without `nccl`, lower case",
     },
     "ranges": {
         "kind": "`ProfilerStep#N`, `step N`, `iteration N` -> step; other push/pop ranges -> "
-                "annotation; start/end ranges -> nvtx",
+        "annotation; start/end ranges -> nvtx",
         "name": "`text`, else `textId` (StringIds); `DOMAIN:text` outside the default domain",
         "step": "N of a step range",
         "domain": "the text of the NvtxDomainCreate row of `domainId` in the same process",
     },
     "python_frames": {
         "name": "user NVTX push/pop ranges (layers, phases); OSRT_API calls of threads that "
-                "call CUDA",
+        "call CUDA",
         "frame_kind": "module (user NVTX ranges: the layer path is their nesting); builtin "
-                      "(OS runtime calls)",
+        "(OS runtime calls)",
     },
     "memory_events": {
         "kind": "CUDA_GPU_MEMORY_USAGE_EVENTS `memoryOperationType`: 0 alloc, 1 free",
@@ -158,8 +158,8 @@ _TABLES = {
     },
     "other_events": {
         "event_shape": "span (OS runtime calls of other threads, PROFILER_OVERHEAD, "
-                       "CUPTI_ACTIVITY_KIND_OVERHEAD, CUDA_GRAPH_EVENTS, CUDA_GRAPH_NODE_EVENTS), "
-                       "instant (NVTX marks, CUDA event records with a timestamp)",
+        "CUPTI_ACTIVITY_KIND_OVERHEAD, CUDA_GRAPH_EVENTS, CUDA_GRAPH_NODE_EVENTS), "
+        "instant (NVTX marks, CUDA event records with a timestamp)",
         "dur_ns": "`end` - `start` (null for instants)",
     },
 }
@@ -169,11 +169,11 @@ READER = Reader(
     name=FORMAT,
     title="Nsight Systems",
     doc="Nsight Systems SQLite exports (`nsys export --type sqlite`, nsys 2022.1 to 2026.2, "
-        "export schema 2.x to 3.25), opened read-only; `.nsys-rep` / `.qdrep` reports are "
-        "exported first with the `nsys` on PATH. Columns are selected by name, absent tables "
-        "read as empty, enums use the export's ENUM_* tables or built-in maps. Times are "
-        "integer ns on the capture clock plus the session's epoch. docs/NSYS.md has the "
-        "details and the parity with `nsys stats`.",
+    "export schema 2.x to 3.25), opened read-only; `.nsys-rep` / `.qdrep` reports are "
+    "exported first with the `nsys` on PATH. Columns are selected by name, absent tables "
+    "read as empty, enums use the export's ENUM_* tables or built-in maps. Times are "
+    "integer ns on the capture clock plus the session's epoch. docs/NSYS.md has the "
+    "details and the parity with `nsys stats`.",
     suffixes=(".sqlite", ".nsys-rep", ".qdrep"),
     sniff=sniff,
     read=read_nsys,

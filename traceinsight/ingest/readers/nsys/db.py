@@ -19,40 +19,102 @@ from urllib.parse import quote
 from traceinsight.errors import TraceFormatError
 
 #: tables that only an Nsight Systems export has (one is enough to recognise it)
-NSYS_TABLES = ("StringIds", "ThreadNames", "TARGET_INFO_GPU", "TARGET_INFO_SYSTEM_ENV",
-               "META_DATA_EXPORT", "EXPORT_META_DATA", "CUPTI_ACTIVITY_KIND_KERNEL",
-               "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS")
+NSYS_TABLES = (
+    "StringIds",
+    "ThreadNames",
+    "TARGET_INFO_GPU",
+    "TARGET_INFO_SYSTEM_ENV",
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "NVTX_EVENTS",
+)
 #: tables with CUDA activity: an export without any of them has nothing to diagnose
-CUDA_TABLES = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY",
-               "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_RUNTIME",
-               "CUPTI_ACTIVITY_KIND_DRIVER")
+CUDA_TABLES = (
+    "CUPTI_ACTIVITY_KIND_KERNEL",
+    "CUPTI_ACTIVITY_KIND_MEMCPY",
+    "CUPTI_ACTIVITY_KIND_MEMSET",
+    "CUPTI_ACTIVITY_KIND_RUNTIME",
+    "CUPTI_ACTIVITY_KIND_DRIVER",
+)
 
 # --- built-in enum maps (2.x exports have no ENUM_* tables; values are stable) ---------------
 
 #: copyKind (ENUM_CUDA_MEMCPY_OPER) -> the direction word Kineto uses in copy names
-COPY_KINDS = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
-              7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH",
-              13: "UVM DtoD"}
+COPY_KINDS = {
+    0: "Unknown",
+    1: "HtoD",
+    2: "DtoH",
+    3: "HtoA",
+    4: "AtoH",
+    5: "AtoA",
+    6: "AtoD",
+    7: "DtoA",
+    8: "DtoD",
+    9: "HtoH",
+    10: "PtoP",
+    11: "UVM HtoD",
+    12: "UVM DtoH",
+    13: "UVM DtoD",
+}
 #: ENUM_CUDA_MEMCPY_OPER names (CUDA_MEMCPY_KIND_<suffix>) -> the same words
-COPY_SUFFIX = {"UNKNOWN": "Unknown", "HTOD": "HtoD", "DTOH": "DtoH", "HTOA": "HtoA",
-                "ATOH": "AtoH", "ATOA": "AtoA", "ATOD": "AtoD", "DTOA": "DtoA", "DTOD": "DtoD",
-                "HTOH": "HtoH", "PTOP": "PtoP", "UVM_HTOD": "UVM HtoD", "UVM_DTOH": "UVM DtoH",
-                "UVM_DTOD": "UVM DtoD"}
+COPY_SUFFIX = {
+    "UNKNOWN": "Unknown",
+    "HTOD": "HtoD",
+    "DTOH": "DtoH",
+    "HTOA": "HtoA",
+    "ATOH": "AtoH",
+    "ATOA": "AtoA",
+    "ATOD": "AtoD",
+    "DTOA": "DtoA",
+    "DTOD": "DtoD",
+    "HTOH": "HtoH",
+    "PTOP": "PtoP",
+    "UVM_HTOD": "UVM HtoD",
+    "UVM_DTOH": "UVM DtoH",
+    "UVM_DTOD": "UVM DtoD",
+}
 #: srcKind / dstKind / memKind (ENUM_CUDA_MEM_KIND) -> label
-MEM_KINDS = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed",
-             5: "Device Static", 6: "Managed Static", 7: "Unknown"}
+MEM_KINDS = {
+    0: "Pageable",
+    1: "Pinned",
+    2: "Device",
+    3: "Array",
+    4: "Managed",
+    5: "Device Static",
+    6: "Managed Static",
+    7: "Unknown",
+}
 #: syncType (ENUM_CUPTI_SYNC_TYPE) -> the name Kineto gives the same cuda_sync event
-SYNC_TYPES = {0: "Unknown Sync", 1: "Event Sync", 2: "Stream Wait Event", 3: "Stream Sync",
-              4: "Context Sync"}
-SYNC_SUFFIX = {"UNKNOWN": "Unknown Sync", "EVENT_SYNCHRONIZE": "Event Sync",
-                "STREAM_WAIT_EVENT": "Stream Wait Event", "STREAM_SYNCHRONIZE": "Stream Sync",
-                "CONTEXT_SYNCHRONIZE": "Context Sync"}
+SYNC_TYPES = {
+    0: "Unknown Sync",
+    1: "Event Sync",
+    2: "Stream Wait Event",
+    3: "Stream Sync",
+    4: "Context Sync",
+}
+SYNC_SUFFIX = {
+    "UNKNOWN": "Unknown Sync",
+    "EVENT_SYNCHRONIZE": "Event Sync",
+    "STREAM_WAIT_EVENT": "Stream Wait Event",
+    "STREAM_SYNCHRONIZE": "Stream Sync",
+    "CONTEXT_SYNCHRONIZE": "Context Sync",
+}
 #: CUPTI_ACTIVITY_KIND_RUNTIME.eventClass (ENUM_NSYS_EVENT_CLASS)
 EVENT_CLASS_RUNTIME, EVENT_CLASS_DRIVER, EVENT_CLASS_BACKTRACE = 0, 1, 67
 #: NVTX_EVENTS.eventType (ENUM_NSYS_EVENT_TYPE)
-NVTX_TYPES = {"NvtxCategory": 33, "NvtxMark": 34, "NvtxThread": 39, "NvtxPushPopRange": 59,
-              "NvtxStartEndRange": 60, "NvtxtPushPopRange": 70, "NvtxtStartEndRange": 71,
-              "NvtxDomainCreate": 75, "NvtxDomainDestroy": 76}
+NVTX_TYPES = {
+    "NvtxCategory": 33,
+    "NvtxMark": 34,
+    "NvtxThread": 39,
+    "NvtxPushPopRange": 59,
+    "NvtxStartEndRange": 60,
+    "NvtxtPushPopRange": 70,
+    "NvtxtStartEndRange": 71,
+    "NvtxDomainCreate": 75,
+    "NvtxDomainDestroy": 76,
+}
 
 #: globalTid / globalPid layout 0xHHVVPPPPPPTTTTTT: pid and tid are 24 bits each
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
@@ -78,19 +140,25 @@ class NsysDb:
         try:
             self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
             names = self.con.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')").fetchall()
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
         except sqlite3.DatabaseError as e:
-            raise TraceFormatError(f"cannot be read as an SQLite database ({e})", path=source,
-                                   hint="the file is damaged or not an Nsight Systems export; "
-                                        "export it again with nsys export --type sqlite") from e
+            raise TraceFormatError(
+                f"cannot be read as an SQLite database ({e})",
+                path=source,
+                hint="the file is damaged or not an Nsight Systems export; "
+                "export it again with nsys export --type sqlite",
+            ) from e
         self.tables = {str(n) for (n,) in names}
         if not self.tables & set(NSYS_TABLES):
             self.con.close()
             raise TraceFormatError(
                 "is an SQLite database without Nsight Systems tables (no StringIds, "
-                "TARGET_INFO_*, CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS)", path=source,
+                "TARGET_INFO_*, CUPTI_ACTIVITY_KIND_* or NVTX_EVENTS)",
+                path=source,
                 hint="pass an nsys export: nsys export --type sqlite --output run.sqlite "
-                     "run.nsys-rep")
+                "run.nsys-rep",
+            )
         self._cols: dict[str, list[str]] = {}
 
     def close(self) -> None:
@@ -122,8 +190,9 @@ class NsysDb:
         sql = f'SELECT count(*) FROM "{table}"' + (f" WHERE {where}" if where else "")
         return int(self.con.execute(sql).fetchone()[0])
 
-    def select(self, table: str, columns: Sequence[str], *, where: str = "",
-               order: str = "") -> dict[str, list[Any]]:
+    def select(
+        self, table: str, columns: Sequence[str], *, where: str = "", order: str = ""
+    ) -> dict[str, list[Any]]:
         """Columns of ``table`` by name, as lists (an absent column is all None; an absent
         table has no rows). ``where`` may only name columns the table has."""
         if table not in self.tables:
@@ -150,11 +219,15 @@ class NsysDb:
         """``StringIds``: id -> text."""
         if not self.has("StringIds", "id", "value"):
             return {}
-        return {int(i): str(v) for i, v in self.con.execute("SELECT id, value FROM StringIds")
-                if i is not None and v is not None}
+        return {
+            int(i): str(v)
+            for i, v in self.con.execute("SELECT id, value FROM StringIds")
+            if i is not None and v is not None
+        }
 
-    def enum(self, table: str, builtin: Mapping[int, str],
-             suffixes: Mapping[str, str] | None = None) -> dict[int, str]:
+    def enum(
+        self, table: str, builtin: Mapping[int, str], suffixes: Mapping[str, str] | None = None
+    ) -> dict[int, str]:
         """Labels of an enum: ``builtin``, overridden by the export's own ``ENUM_*`` table
         where it has one (its ``name`` column mapped through ``suffixes`` when given, else
         its ``label``)."""
@@ -166,8 +239,9 @@ class NsysDb:
         label_col = "label" if "label" in cols else name_col
         if label_col is None:
             return out
-        for row in self.con.execute(f'SELECT id, {label_col}{", name" if name_col else ""} '
-                                    f'FROM "{table}"'):
+        for row in self.con.execute(
+            f'SELECT id, {label_col}{", name" if name_col else ""} FROM "{table}"'
+        ):
             i, label = row[0], row[1]
             if i is None:
                 continue
@@ -197,9 +271,11 @@ class NsysDb:
         """``META_DATA_EXPORT`` (3.x) or ``EXPORT_META_DATA`` (2.x) as name -> value."""
         for table in ("META_DATA_EXPORT", "EXPORT_META_DATA"):
             if self.has(table, "name", "value"):
-                return {str(n): str(v) for n, v in
-                        self.con.execute(f'SELECT name, value FROM "{table}"')
-                        if n is not None and v is not None}
+                return {
+                    str(n): str(v)
+                    for n, v in self.con.execute(f'SELECT name, value FROM "{table}"')
+                    if n is not None and v is not None
+                }
         return {}
 
     def system_env(self, names: Sequence[str]) -> dict[str, str]:
@@ -209,8 +285,8 @@ class NsysDb:
             return {}
         marks = ", ".join("?" for _ in names)
         rows = self.con.execute(
-            f"SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN ({marks})",
-            tuple(names)).fetchall()
+            f"SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN ({marks})", tuple(names)
+        ).fetchall()
         return {str(n): str(v) for n, v in rows if v is not None}
 
     @cached_property
@@ -234,8 +310,11 @@ class NsysDb:
         """pid -> process name (``PROCESSES``)."""
         if not self.has("PROCESSES", "pid", "name"):
             return {}
-        return {int(p): str(n) for p, n in self.con.execute("SELECT pid, name FROM PROCESSES")
-                if p is not None and n is not None}
+        return {
+            int(p): str(n)
+            for p, n in self.con.execute("SELECT pid, name FROM PROCESSES")
+            if p is not None and n is not None
+        }
 
     @cached_property
     def thread_names(self) -> dict[int, str]:
@@ -245,7 +324,8 @@ class NsysDb:
         order = "priority" if "priority" in self.columns("ThreadNames") else "rowid"
         out: dict[int, str] = {}
         for tid, name_id in self.con.execute(
-                f"SELECT globalTid, nameId FROM ThreadNames ORDER BY {order}"):
+            f"SELECT globalTid, nameId FROM ThreadNames ORDER BY {order}"
+        ):
             if tid is not None and name_id is not None and int(name_id) in self.strings:
                 out[int(tid)] = self.strings[int(name_id)]
         return out

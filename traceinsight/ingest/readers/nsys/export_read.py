@@ -35,21 +35,34 @@ from traceinsight.util.redact import redact_text
 FORMAT = "nsys"
 _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 #: TARGET_INFO_GPU column -> the deviceProperties key Kineto uses (docs/STORE.md)
-GPU_KEYS = {"id": "id", "name": "name", "totalMemory": "totalGlobalMem",
-            "computeMajor": "computeMajor", "computeMinor": "computeMinor", "smCount": "numSms",
-            "threadsPerWarp": "warpSize", "maxThreadsPerBlock": "maxThreadsPerBlock",
-            "maxRegistersPerBlock": "regsPerBlock", "maxRegistersPerSm": "regsPerMultiprocessor",
-            "maxShmemPerBlock": "sharedMemPerBlock", "maxShmemPerSm": "sharedMemPerMultiprocessor",
-            "maxShmemPerBlockOptin": "sharedMemPerBlockOptin", "clockRate": "clockRateHz",
-            "memoryBandwidth": "memoryBandwidthBytesPerS", "l2CacheSize": "l2CacheBytes",
-            "maxWarpsPerSm": "maxWarpsPerSm", "maxBlocksPerSm": "maxBlocksPerSm",
-            "chipName": "chipName"}
+GPU_KEYS = {
+    "id": "id",
+    "name": "name",
+    "totalMemory": "totalGlobalMem",
+    "computeMajor": "computeMajor",
+    "computeMinor": "computeMinor",
+    "smCount": "numSms",
+    "threadsPerWarp": "warpSize",
+    "maxThreadsPerBlock": "maxThreadsPerBlock",
+    "maxRegistersPerBlock": "regsPerBlock",
+    "maxRegistersPerSm": "regsPerMultiprocessor",
+    "maxShmemPerBlock": "sharedMemPerBlock",
+    "maxShmemPerSm": "sharedMemPerMultiprocessor",
+    "maxShmemPerBlockOptin": "sharedMemPerBlockOptin",
+    "clockRate": "clockRateHz",
+    "memoryBandwidth": "memoryBandwidthBytesPerS",
+    "l2CacheSize": "l2CacheBytes",
+    "maxWarpsPerSm": "maxWarpsPerSm",
+    "maxBlocksPerSm": "maxBlocksPerSm",
+    "chipName": "chipName",
+}
 
 ProgressFn = Callable[[str, float], None]
 
 
-def read_export(path: Path, source: str, rank_hint: int | None, progress: ProgressFn,
-                layout: str = "sqlite") -> list[RankRead]:
+def read_export(
+    path: Path, source: str, rank_hint: int | None, progress: ProgressFn, layout: str = "sqlite"
+) -> list[RankRead]:
     """Read the export at ``path`` (named ``source`` in messages) into per-rank results."""
     with NsysDb(path, source) as db:
         diags = DiagnosticLog()
@@ -75,12 +88,25 @@ def read_export(path: Path, source: str, rank_hint: int | None, progress: Progre
         progress("read", 0.9)
         reads = []
         for i, (rank, pids, how) in enumerate(ranks):
-            meta = _meta(db, source, layout, rank, how, pids, gpus, nv, fams, base,
-                         len(ranks), mem is not None)
+            meta = _meta(
+                db,
+                source,
+                layout,
+                rank,
+                how,
+                pids,
+                gpus,
+                nv,
+                fams,
+                base,
+                len(ranks),
+                mem is not None,
+            )
             if i == 0:
                 meta.diagnostics.extend(diags)
-            reads.append(RankRead(tables=_tables(fams, pids, rank), meta=meta,
-                                  counts=_counts(fams, pids)))
+            reads.append(
+                RankRead(tables=_tables(fams, pids, rank), meta=meta, counts=_counts(fams, pids))
+            )
         for r in reads:
             r.tables["flows"] = launch_flows(r.tables, r.meta.rank)
         return reads
@@ -138,8 +164,9 @@ def _fill_unknown_pids(fams: list[Family]) -> None:
         f.pid = np.where(fill, np.nan_to_num(got, nan=NO_PID).astype(np.int64), f.pid)
 
 
-def _ranks(fams: list[Family], nv: NvtxRead, rank_hint: int | None
-           ) -> list[tuple[int, list[int], str]]:
+def _ranks(
+    fams: list[Family], nv: NvtxRead, rank_hint: int | None
+) -> list[tuple[int, list[int], str]]:
     """(rank, pids, how the rank was found) per rank."""
     first_dev: dict[int, float] = {}
     for f in fams:
@@ -151,13 +178,13 @@ def _ranks(fams: list[Family], nv: NvtxRead, rank_hint: int | None
                 continue
             first_dev[int(p)] = min(first_dev.get(int(p), np.inf), float(dev[f.pid == p].min()))
     if not first_dev:  # no GPU work: processes with CUDA calls, else everything
-        pids = sorted({int(p) for f in fams if f.table == "runtime_calls" for p in f.pid
-                       if p != NO_PID})
+        pids = sorted(
+            {int(p) for f in fams if f.table == "runtime_calls" for p in f.pid if p != NO_PID}
+        )
         first_dev = {p: 0.0 for p in pids}
     order = sorted(first_dev, key=lambda p: (first_dev[p], p))
     if len(order) > 1:  # rows of no known process go to the first rank
-        return [(i, [p, NO_PID] if i == 0 else [p], "process order")
-                for i, p in enumerate(order)]
+        return [(i, [p, NO_PID] if i == 0 else [p], "process order") for i, p in enumerate(order)]
     pids = order or sorted({int(p) for f in fams for p in np.unique(f.pid)})
     unknown = [NO_PID] if NO_PID not in pids else []
     if rank_hint is not None:
@@ -206,26 +233,53 @@ def launch_flows(tables: dict[str, pa.Table], rank: int) -> pa.Table:
         return schema.empty_table("flows")
     starts = m.drop_duplicates("correlation")
     n_s, n_e = len(starts), len(m)
-    return schema.conform("flows", {
-        "rank": pa.array(np.full(n_s + n_e, rank, dtype=np.int32)),
-        "kind": pa.array(["launch"] * (n_s + n_e)).dictionary_encode(),
-        "phase": pa.array(["start"] * n_s + ["end"] * n_e).dictionary_encode(),
-        "flow_id": pa.array(np.concatenate([starts["correlation"].to_numpy(np.int64),
-                                            m["correlation"].to_numpy(np.int64)])),
-        "process": pa.array([str(x) for x in starts["process"]]
-                            + [str(int(x)) if not pd.isna(x) else None for x in m["device"]],
-                            pa.string()).dictionary_encode(),
-        "thread": pa.array([str(x) for x in starts["thread"]]
-                           + [str(int(x)) if not pd.isna(x) else None for x in m["stream"]],
-                           pa.string()).dictionary_encode(),
-        "ts_ns": pa.array(np.concatenate([starts["start_ns_api"].to_numpy(np.int64),
-                                          m["start_ns_gpu"].to_numpy(np.int64)])),
-    })
+    return schema.conform(
+        "flows",
+        {
+            "rank": pa.array(np.full(n_s + n_e, rank, dtype=np.int32)),
+            "kind": pa.array(["launch"] * (n_s + n_e)).dictionary_encode(),
+            "phase": pa.array(["start"] * n_s + ["end"] * n_e).dictionary_encode(),
+            "flow_id": pa.array(
+                np.concatenate(
+                    [starts["correlation"].to_numpy(np.int64), m["correlation"].to_numpy(np.int64)]
+                )
+            ),
+            "process": pa.array(
+                [str(x) for x in starts["process"]]
+                + [str(int(x)) if not pd.isna(x) else None for x in m["device"]],
+                pa.string(),
+            ).dictionary_encode(),
+            "thread": pa.array(
+                [str(x) for x in starts["thread"]]
+                + [str(int(x)) if not pd.isna(x) else None for x in m["stream"]],
+                pa.string(),
+            ).dictionary_encode(),
+            "ts_ns": pa.array(
+                np.concatenate(
+                    [
+                        starts["start_ns_api"].to_numpy(np.int64),
+                        m["start_ns_gpu"].to_numpy(np.int64),
+                    ]
+                )
+            ),
+        },
+    )
 
 
-def _meta(db: NsysDb, source: str, layout: str, rank: int, how: str, pids: list[int],
-          gpus: dict[int, dict[str, Any]], nv: NvtxRead, fams: list[Family], base: int,
-          n_ranks: int, has_memory: bool) -> RankMeta:
+def _meta(
+    db: NsysDb,
+    source: str,
+    layout: str,
+    rank: int,
+    how: str,
+    pids: list[int],
+    gpus: dict[int, dict[str, Any]],
+    nv: NvtxRead,
+    fams: list[Family],
+    base: int,
+    n_ranks: int,
+    has_memory: bool,
+) -> RankMeta:
     used: set[int] = set()
     lo, hi = None, None
     for f in fams:
@@ -246,30 +300,50 @@ def _meta(db: NsysDb, source: str, layout: str, rank: int, how: str, pids: list[
     if n_ranks > 1 and real:  # name the process among the file's ranks
         gpus_txt = ", ".join(f"GPU {d}" for d in sorted(used)) or "no GPU work"
         label = f"pid {real[0]} {names.get(real[0], '')}, {gpus_txt}".replace("  ", " ")
-    threads = {f"{pid_of(g)}/{g & 0xFFFFFF}": redact_text(n)[:120]
-               for g, n in db.thread_names.items() if pid_of(g) in real}
+    threads = {
+        f"{pid_of(g)}/{g & 0xFFFFFF}": redact_text(n)[:120]
+        for g, n in db.thread_names.items()
+        if pid_of(g) in real
+    }
     meta = db.export_meta
     env = db.system_env(["CudaDriverVersion", "NvDriverVersion"])
-    versions = {k: v for k, v in (("nsys", meta.get("EXPORT_PRODUCT_VERSION")),
-                                  ("export_schema", meta.get("EXPORT_SCHEMA_VERSION")),
-                                  ("cuda_driver_version", env.get("CudaDriverVersion")),
-                                  ("nvidia_driver_version", env.get("NvDriverVersion")))
-                if v}
-    frames = any(f.table == "python_frames" and f.source == "NVTX_EVENTS"
-                 and np.isin(f.pid, pids).any() for f in fams)
+    versions = {
+        k: v
+        for k, v in (
+            ("nsys", meta.get("EXPORT_PRODUCT_VERSION")),
+            ("export_schema", meta.get("EXPORT_SCHEMA_VERSION")),
+            ("cuda_driver_version", env.get("CudaDriverVersion")),
+            ("nvidia_driver_version", env.get("NvDriverVersion")),
+        )
+        if v
+    }
+    frames = any(
+        f.table == "python_frames" and f.source == "NVTX_EVENTS" and np.isin(f.pid, pids).any()
+        for f in fams
+    )
     inp = meta.get("EXPORT_PARAM_INPUT_FILE")
     return RankMeta(
-        rank=rank, rank_source=how, source=source, format=FORMAT, layout=layout,
-        vendor="nvidia", base_time_ns=base or None, time_origin="epoch" if base else "trace",
+        rank=rank,
+        rank_source=how,
+        source=source,
+        format=FORMAT,
+        layout=layout,
+        vendor="nvidia",
+        base_time_ns=base or None,
+        time_origin="epoch" if base else "trace",
         span_ns=[lo, hi] if lo is not None and hi is not None else None,
         devices=[gpus[d] for d in sorted(used) if d in gpus] or list(gpus.values()),
         devices_used=sorted(used),
         distributed={"world_size": n_ranks} if n_ranks > 1 else {},
         process_names={str(p): redact_text(names[p])[:120] for p in real if p in names},
         thread_names=threads,
-        capture_flags={"record_shapes": (nv.with_sizes > 0) if nv.torch_ranges else None,
-                       "with_stack": None, "profile_memory": True if has_memory else None,
-                       "with_flops": None, "with_modules": True if frames else None},
+        capture_flags={
+            "record_shapes": (nv.with_sizes > 0) if nv.torch_ranges else None,
+            "with_stack": None,
+            "profile_memory": True if has_memory else None,
+            "with_flops": None,
+            "with_modules": True if frames else None,
+        },
         versions=versions,
         trace_name=PurePath(inp.replace("\\", "/")).name[:200] if inp else None,
         framework="PyTorch (emit_nvtx)" if nv.torch_ranges else None,
@@ -278,52 +352,99 @@ def _meta(db: NsysDb, source: str, layout: str, rank: int, how: str, pids: list[
     )
 
 
-def _diagnose(db: NsysDb, source: str, diags: DiagnosticLog, bad: Counter, skipped: Counter,
-              nv: NvtxRead, gpus: dict[int, dict[str, Any]],
-              ranks: list[tuple[int, list[int], str]], fams: list[Family],
-              has_memory: bool) -> None:
+def _diagnose(
+    db: NsysDb,
+    source: str,
+    diags: DiagnosticLog,
+    bad: Counter,
+    skipped: Counter,
+    nv: NvtxRead,
+    gpus: dict[int, dict[str, Any]],
+    ranks: list[tuple[int, list[int], str]],
+    fams: list[Family],
+    has_memory: bool,
+) -> None:
     """What the export lacks or what was adjusted, as diagnostics of the file."""
+
     def add(code: str, message: str, **kw: Any) -> None:
         diags.add(code, message, source=source, **kw)
 
     if not any(db.count(t) for t in CUDA_TABLES):
-        add("nsys-no-cuda-activity", "the export holds no CUDA activity (no kernel, copy, "
+        add(
+            "nsys-no-cuda-activity",
+            "the export holds no CUDA activity (no kernel, copy, "
             "memset or CUDA API table): there is no GPU work to diagnose",
-            hint="record with nsys profile --trace=cuda,nvtx (and --cuda-memory-usage=true)")
+            hint="record with nsys profile --trace=cuda,nvtx (and --cuda-memory-usage=true)",
+        )
     if "DERIVED_FROM" in db.export_meta or "DERIVED_WINDOW_NS" in db.export_meta:
-        add("nsys-time-sliced", "the export was cut to a time window by another tool: launches "
-            "before the window and ranges that cross its edges may be missing", severity="info")
+        add(
+            "nsys-time-sliced",
+            "the export was cut to a time window by another tool: launches "
+            "before the window and ranges that cross its edges may be missing",
+            severity="info",
+        )
     for what, n in sorted(bad.items()):
         add("nsys-bad-rows", what, count=n)
     for table, n in sorted(skipped.items()):
-        add("nsys-backtrace-rows", f"{table} rows of event class {EVENT_CLASS_BACKTRACE} (the "
-            "CUDA backtrace copy of a call) are not calls: not counted", severity="info", count=n)
+        add(
+            "nsys-backtrace-rows",
+            f"{table} rows of event class {EVENT_CLASS_BACKTRACE} (the "
+            "CUDA backtrace copy of a call) are not calls: not counted",
+            severity="info",
+            count=n,
+        )
     if nv.unclosed:
-        add("nsys-unclosed-ranges", "NVTX ranges never closed: ended at the end of the capture",
-            count=nv.unclosed)
+        add(
+            "nsys-unclosed-ranges",
+            "NVTX ranges never closed: ended at the end of the capture",
+            count=nv.unclosed,
+        )
     has_kernels = db.count("CUPTI_ACTIVITY_KIND_KERNEL") > 0
     if has_kernels and not nv.torch_ranges:
-        add("nsys-no-emit-nvtx", "no PyTorch emit_nvtx ranges: kernels are attributed to their "
+        add(
+            "nsys-no-emit-nvtx",
+            "no PyTorch emit_nvtx ranges: kernels are attributed to their "
             "launching API call and to the NVTX ranges around it, not to operators",
             severity="info",
-            hint="wrap the profiled steps in torch.autograd.profiler.emit_nvtx()")
+            hint="wrap the profiled steps in torch.autograd.profiler.emit_nvtx()",
+        )
     elif nv.torch_ranges and not nv.with_sizes:
-        add("nsys-no-shapes", "emit_nvtx ranges carry no input shapes: FLOP and roofline "
+        add(
+            "nsys-no-shapes",
+            "emit_nvtx ranges carry no input shapes: FLOP and roofline "
             "rules are not evaluated (Nsight Systems records no tensor shapes of its own)",
-            severity="info", hint="record with torch.autograd.profiler.emit_nvtx("
-                                  "record_shapes=True)")
+            severity="info",
+            hint="record with torch.autograd.profiler.emit_nvtx(record_shapes=True)",
+        )
     if has_kernels and not gpus:
-        add("nsys-gpu-unknown", "the export has no TARGET_INFO_GPU table: the GPU model, SM "
-            "count and memory are unknown", severity="info",
-            hint="pass --device NAME for the roofline (see `traceinsight devices`)")
+        add(
+            "nsys-gpu-unknown",
+            "the export has no TARGET_INFO_GPU table: the GPU model, SM "
+            "count and memory are unknown",
+            severity="info",
+            hint="pass --device NAME for the roofline (see `traceinsight devices`)",
+        )
     if has_memory:
-        add("nsys-memory-segments", "CUDA memory usage events are device allocations "
+        add(
+            "nsys-memory-segments",
+            "CUDA memory usage events are device allocations "
             "(cudaMalloc / cudaFree), not the caching allocator's blocks: allocator rules "
-            "are not evaluated", severity="info",
-            hint="record with torch.profiler profile_memory=True for allocator data")
+            "are not evaluated",
+            severity="info",
+            hint="record with torch.profiler profile_memory=True for allocator data",
+        )
     in_ranks = {p for _, pids, _ in ranks for p in pids}
-    extra = {int(p) for f in fams if f.table in ("runtime_calls", "gpu_activities")
-             for p in np.unique(f.pid) if p != NO_PID and int(p) not in in_ranks}
+    extra = {
+        int(p)
+        for f in fams
+        if f.table in ("runtime_calls", "gpu_activities")
+        for p in np.unique(f.pid)
+        if p != NO_PID and int(p) not in in_ranks
+    }
     if extra:
-        add("nsys-processes-skipped", "processes with CUDA API calls but no GPU work are not "
-            "ranks: their calls are left out", severity="info", count=len(extra))
+        add(
+            "nsys-processes-skipped",
+            "processes with CUDA API calls but no GPU work are not ranks: their calls are left out",
+            severity="info",
+            count=len(extra),
+        )

@@ -47,12 +47,17 @@ def family(table: str, source: str, cols: dict[str, Any], pid: Sequence[int | No
     """A family from column arrays (any store column of ``table``; absent ones are null)."""
     n = len(pid)
     cols = {"rank": rank_col(n, 0), **cols}
-    return Family(table, source, schema.conform(table, cols),
-                  np.array([NO_PID if p is None else p for p in pid], dtype=np.int64))
+    return Family(
+        table,
+        source,
+        schema.conform(table, cols),
+        np.array([NO_PID if p is None else p for p in pid], dtype=np.int64),
+    )
 
 
-def times(start: list[Any], end: list[Any], base: int, bad: Counter,
-          what: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def times(
+    start: list[Any], end: list[Any], base: int, bad: Counter, what: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(keep mask, start_ns, dur_ns) from nsys integer ns ``start`` / ``end``.
 
     Times are exact integers on the capture clock; ``base`` (the session's Unix epoch, or 0)
@@ -69,7 +74,8 @@ def times(start: list[Any], end: list[Any], base: int, bad: Counter,
     broken = keep & (np.asarray(pc.is_null(e)) | (dur < 0))
     if broken.any():
         bad[f"{what} rows whose end is missing or before the start (duration 0)"] += int(
-            broken.sum())
+            broken.sum()
+        )
     dur = np.where(broken, 0, dur)
     return keep, s_np + base, dur
 
@@ -102,8 +108,9 @@ def id_texts(values: Sequence[int | None]) -> pa.Array:
     """Process / thread ids as dictionary strings (the store's ``process`` / ``thread``)."""
     arr = pa.array(list(values), pa.int64())
     enc = arr.dictionary_encode()
-    return pa.DictionaryArray.from_arrays(enc.indices.cast(pa.int32()),
-                                          enc.dictionary.cast(pa.string()))
+    return pa.DictionaryArray.from_arrays(
+        enc.indices.cast(pa.int32()), enc.dictionary.cast(pa.string())
+    )
 
 
 def name_of(strings: dict[int, str], *ids: Any) -> str | None:

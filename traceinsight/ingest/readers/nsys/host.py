@@ -38,8 +38,7 @@ SPAN_TABLES = {
 CUDA_EVENT = "CUPTI_ACTIVITY_KIND_CUDA_EVENT"
 
 
-def osrt_families(db: NsysDb, base: int, bad: Counter, launch_threads: set[int]
-                  ) -> list[Family]:
+def osrt_families(db: NsysDb, base: int, bad: Counter, launch_threads: set[int]) -> list[Family]:
     """OS runtime calls: host frames on ``launch_threads`` (globalTid), the rest other events."""
     if not db.count(OSRT):
         return []
@@ -55,11 +54,14 @@ def osrt_families(db: NsysDb, base: int, bad: Counter, launch_threads: set[int]
         if not sel.any():
             continue
         g = [x for x, k in zip(gt, sel) if k]
-        cols = {"name": texts([x for x, k in zip(names, sel) if k]),
-                "process": id_texts([pid_of(x) for x in g]),
-                "thread": id_texts([tid_of(x) for x in g]),
-                "start_ns": pa.array(st[sel]), "dur_ns": pa.array(du[sel]),
-                "cat_raw": constant(int(sel.sum()), OSRT)}
+        cols = {
+            "name": texts([x for x, k in zip(names, sel) if k]),
+            "process": id_texts([pid_of(x) for x in g]),
+            "thread": id_texts([tid_of(x) for x in g]),
+            "start_ns": pa.array(st[sel]),
+            "dur_ns": pa.array(du[sel]),
+            "cat_raw": constant(int(sel.sum()), OSRT),
+        }
         if table == "python_frames":
             cols["frame_kind"] = constant(int(sel.sum()), "builtin")
         else:
@@ -78,26 +80,44 @@ def other_families(db: NsysDb, base: int, bad: Counter) -> list[Family]:
         r = db.select(table, ["start", "end", "globalTid", name_col])
         keep, start, dur = times(r["start"], r["end"], base, bad, table)
         gt = pick(r["globalTid"], keep)
-        out.append(family("other_events", table, {
-            "event_shape": constant(int(keep.sum()), "span"),
-            "name": texts([name_of(s, i) or fallback for i in pick(r[name_col], keep)]),
-            "process": id_texts([pid_of(g) for g in gt]),
-            "thread": id_texts([tid_of(g) for g in gt]),
-            "start_ns": pa.array(start[keep]), "dur_ns": pa.array(dur[keep]),
-            "cat_raw": constant(int(keep.sum()), table),
-        }, [pid_of(g) for g in gt]))
+        out.append(
+            family(
+                "other_events",
+                table,
+                {
+                    "event_shape": constant(int(keep.sum()), "span"),
+                    "name": texts([name_of(s, i) or fallback for i in pick(r[name_col], keep)]),
+                    "process": id_texts([pid_of(g) for g in gt]),
+                    "thread": id_texts([tid_of(g) for g in gt]),
+                    "start_ns": pa.array(start[keep]),
+                    "dur_ns": pa.array(dur[keep]),
+                    "cat_raw": constant(int(keep.sum()), table),
+                },
+                [pid_of(g) for g in gt],
+            )
+        )
     if db.has(CUDA_EVENT, "timestamp"):
-        r = db.select(CUDA_EVENT, ["timestamp", "globalPid", "deviceId", "streamId", "eventId"],
-                      where="timestamp > 0")
+        r = db.select(
+            CUDA_EVENT,
+            ["timestamp", "globalPid", "deviceId", "streamId", "eventId"],
+            where="timestamp > 0",
+        )
         if r["timestamp"]:
             keep, start, _ = times(r["timestamp"], r["timestamp"], base, bad, "CUDA event")
             gp = pick(r["globalPid"], keep)
-            out.append(family("other_events", CUDA_EVENT, {
-                "event_shape": constant(int(keep.sum()), "instant"),
-                "name": texts([f"CUDA event record {e}" for e in pick(r["eventId"], keep)]),
-                "process": id_texts([pid_of(g) for g in gp]),
-                "thread": id_texts(pick(r["streamId"], keep)),
-                "start_ns": pa.array(start[keep]),
-                "cat_raw": constant(int(keep.sum()), CUDA_EVENT),
-            }, [pid_of(g) for g in gp]))
+            out.append(
+                family(
+                    "other_events",
+                    CUDA_EVENT,
+                    {
+                        "event_shape": constant(int(keep.sum()), "instant"),
+                        "name": texts([f"CUDA event record {e}" for e in pick(r["eventId"], keep)]),
+                        "process": id_texts([pid_of(g) for g in gp]),
+                        "thread": id_texts(pick(r["streamId"], keep)),
+                        "start_ns": pa.array(start[keep]),
+                        "cat_raw": constant(int(keep.sum()), CUDA_EVENT),
+                    },
+                    [pid_of(g) for g in gp],
+                )
+            )
     return out

@@ -38,8 +38,10 @@ TABLE = "NVTX_EVENTS"
 _TORCH_ARG = re.compile(r", (?:stashed seq|seq|op_id|sizes|input_op_ids) = ")
 _SEQ = re.compile(r"(?:^|, )(?:stashed )?seq = (-?\d+)")
 _SIZES = re.compile(r", sizes = (\[.*?\])(?:, input_op_ids = |$)")
-_OP = re.compile(r"^[a-z_][a-z0-9_]*::|^autograd::engine::evaluate_function: |Backward\d*$|"
-                 r"AccumulateGrad|^(?:nccl|gloo|mpi|rccl):|^record_param_comms$")
+_OP = re.compile(
+    r"^[a-z_][a-z0-9_]*::|^autograd::engine::evaluate_function: |Backward\d*$|"
+    r"AccumulateGrad|^(?:nccl|gloo|mpi|rccl):|^record_param_comms$"
+)
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d+)$")
 _USER_STEP = re.compile(r"^(?:train[_ ])?(?:step|iter|iteration)[ _#:-]*(\d+)$", re.IGNORECASE)
 _COMM_DOMAIN = re.compile(r"^(nccl|rccl|mpi|nvshmem|ucx|gloo)", re.IGNORECASE)
@@ -70,15 +72,20 @@ def parse(text: str, domain: str | None, pushpop: bool) -> Parsed:
         return Parsed("op", full if domain else f"nccl:{text}", collective=coll or None)
     m = _TORCH_ARG.search(text)
     if m and not domain:
-        name, args = text[:m.start()], text[m.start():]
+        name, args = text[: m.start()], text[m.start() :]
         seq = _SEQ.search(args)
         sizes = _SIZES.search(args)
         step = _PROFILER_STEP.match(name)
         if step:
             return Parsed("step", name, step=int(step.group(1)), torch=True)
         target = "op" if _OP.search(name) else "annotation"
-        return Parsed(target, name, seq=int(seq.group(1)) if seq else None,
-                      sizes=_json(sizes.group(1)) if sizes else None, torch=True)
+        return Parsed(
+            target,
+            name,
+            seq=int(seq.group(1)) if seq else None,
+            sizes=_json(sizes.group(1)) if sizes else None,
+            torch=True,
+        )
     step = _PROFILER_STEP.match(text) or _USER_STEP.match(text)
     if step:
         return Parsed("step", full, step=int(step.group(1)))
@@ -107,11 +114,16 @@ def read_nvtx(db: NsysDb, base: int, bad: Counter) -> NvtxRead:
     if not db.count(TABLE):
         return out
     ids = db.nvtx_type_ids()
-    r = db.select(TABLE, ["start", "end", "eventType", "text", "textId", "domainId",
-                          "globalTid"], order="start")
+    r = db.select(
+        TABLE,
+        ["start", "end", "eventType", "text", "textId", "domainId", "globalTid"],
+        order="start",
+    )
     s = db.strings
-    text = [t if t is not None else (s.get(int(i)) if i is not None else None)
-            for t, i in zip(r["text"], r["textId"])]
+    text = [
+        t if t is not None else (s.get(int(i)) if i is not None else None)
+        for t, i in zip(r["text"], r["textId"])
+    ]
     etype = r["eventType"]
     gtid = r["globalTid"]
     domains: dict[tuple[int | None, int], str] = {}
@@ -127,8 +139,9 @@ def read_nvtx(db: NsysDb, base: int, bad: Counter) -> NvtxRead:
     if end_of_capture is None:
         ends = [e for e in r["end"] if e is not None] + [x for x in r["start"] if x is not None]
         end_of_capture = max(ends) if ends else 0
-    rows: dict[str, list[list[Any]]] = {k: [] for k in ("op", "annotation", "step", "layer",
-                                                        "nvtx", "mark")}
+    rows: dict[str, list[list[Any]]] = {
+        k: [] for k in ("op", "annotation", "step", "layer", "nvtx", "mark")
+    }
     for st, en, e, t, d, g in zip(r["start"], r["end"], etype, text, r["domainId"], gtid):
         if st is None:
             continue
@@ -156,8 +169,13 @@ def _copy_backward_seq(ops: list[list[Any]]) -> None:
     order = sorted(range(len(ops)), key=lambda i: (ops[i][4] or 0, ops[i][0]))
     for a, b in itertools.pairwise(order):
         pa_, pb = ops[a][5], ops[b][5]
-        if (pa_.name.startswith(EVALUATE) and pa_.seq is None and pb.seq is not None
-                and ops[a][4] == ops[b][4] and ops[a][0] <= ops[b][0] <= ops[a][1]):
+        if (
+            pa_.name.startswith(EVALUATE)
+            and pa_.seq is None
+            and pb.seq is not None
+            and ops[a][4] == ops[b][4]
+            and ops[a][0] <= ops[b][0] <= ops[a][1]
+        ):
             pa_.seq = pb.seq
 
 
@@ -167,40 +185,70 @@ def _families(rows: dict[str, list[list[Any]]], base: int) -> list[Family]:
     def host(rs: list[list[Any]]) -> dict[str, Any]:
         st = np.array([x[0] for x in rs], dtype=np.int64)
         en = np.array([x[1] if x[1] is not None else x[0] for x in rs], dtype=np.int64)
-        return {"name": texts([x[2] for x in rs]),
-                "process": id_texts([pid_of(x[4]) for x in rs]),
-                "thread": id_texts([tid_of(x[4]) for x in rs]),
-                "start_ns": pa.array(st + base), "dur_ns": pa.array(np.maximum(en - st, 0)),
-                "cat_raw": constant(len(rs), TABLE)}
+        return {
+            "name": texts([x[2] for x in rs]),
+            "process": id_texts([pid_of(x[4]) for x in rs]),
+            "thread": id_texts([tid_of(x[4]) for x in rs]),
+            "start_ns": pa.array(st + base),
+            "dur_ns": pa.array(np.maximum(en - st, 0)),
+            "cat_raw": constant(len(rs), TABLE),
+        }
 
     def pids(rs: list[list[Any]]) -> list[int | None]:
         return [pid_of(x[4]) for x in rs]
 
     if rows["op"]:
         ops = rows["op"]
-        out.append(family("cpu_ops", TABLE, {
-            **host(ops),
-            "sequence_nr": pa.array([x[5].seq for x in ops], pa.int64()),
-            "input_dims": pa.array([x[5].sizes for x in ops], pa.string()),
-            "collective_name": texts([x[5].collective for x in ops]),
-        }, pids(ops)))
+        out.append(
+            family(
+                "cpu_ops",
+                TABLE,
+                {
+                    **host(ops),
+                    "sequence_nr": pa.array([x[5].seq for x in ops], pa.int64()),
+                    "input_dims": pa.array([x[5].sizes for x in ops], pa.string()),
+                    "collective_name": texts([x[5].collective for x in ops]),
+                },
+                pids(ops),
+            )
+        )
     spans = [(k, x) for k in ("step", "annotation", "layer", "nvtx") for x in rows[k]]
     if spans:
         rs = [x for _, x in spans]
         kinds = ["annotation" if k == "layer" else k for k, _ in spans]
-        out.append(family("ranges", TABLE, {
-            **host(rs), "kind": texts(kinds),
-            "step": pa.array([x[5].step for x in rs], pa.int64()),
-            "domain": texts([x[3] for x in rs]),
-        }, pids(rs)))
+        out.append(
+            family(
+                "ranges",
+                TABLE,
+                {
+                    **host(rs),
+                    "kind": texts(kinds),
+                    "step": pa.array([x[5].step for x in rs], pa.int64()),
+                    "domain": texts([x[3] for x in rs]),
+                },
+                pids(rs),
+            )
+        )
     if rows["layer"]:
         rs = rows["layer"]
-        out.append(family("python_frames", TABLE, {
-            **host(rs), "frame_kind": constant(len(rs), "module")}, pids(rs)))
+        out.append(
+            family(
+                "python_frames",
+                TABLE,
+                {**host(rs), "frame_kind": constant(len(rs), "module")},
+                pids(rs),
+            )
+        )
     if rows["mark"]:
         rs = rows["mark"]
         cols = host(rs)
         cols["dur_ns"] = pa.nulls(len(rs), pa.int64())
-        out.append(family("other_events", TABLE, {
-            **cols, "event_shape": constant(len(rs), "instant")}, pids(rs)))
+        out.append(
+            family(
+                "other_events",
+                TABLE,
+                {**cols, "event_shape": constant(len(rs), "instant")},
+                pids(rs),
+            )
+        )
     return out

@@ -51,8 +51,9 @@ def export_command(name: str) -> str:
 def installed_version(exe: str) -> tuple[int, int, int] | None:
     """``nsys --version`` of the executable ``exe`` (None when it does not say)."""
     try:
-        out = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=60,
-                             check=False)
+        out = subprocess.run(
+            [exe, "--version"], capture_output=True, text=True, timeout=60, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     m = _NSYS_VERSION.search(out.stdout + out.stderr)
@@ -60,15 +61,19 @@ def installed_version(exe: str) -> tuple[int, int, int] | None:
 
 
 def _refuse(name: str, why: str, needs: tuple[int, int, int] | None) -> UnsupportedTraceVersion:
-    where = (f"a machine with Nsight Systems {_fmt(needs)} or newer" if needs
-             else "a machine with Nsight Systems")
+    where = (
+        f"a machine with Nsight Systems {_fmt(needs)} or newer"
+        if needs
+        else "a machine with Nsight Systems"
+    )
     return UnsupportedTraceVersion(
         f"is an Nsight Systems report{f' ({_fmt(needs)})' if needs else ''}: {why}",
-        path=name, hint=f"on {where}, run: {export_command(name)}; then pass the .sqlite")
+        path=name,
+        hint=f"on {where}, run: {export_command(name)}; then pass the .sqlite",
+    )
 
 
-def exported(path: Path, data: bytes, name: str,
-             progress: Callable[[str, float], None]) -> Path:
+def exported(path: Path, data: bytes, name: str, progress: Callable[[str, float], None]) -> Path:
     """The SQLite export of the report at ``path`` (bytes ``data``), made once and cached."""
     needs = report_version(data)
     exe = shutil.which("nsys")
@@ -76,8 +81,9 @@ def exported(path: Path, data: bytes, name: str,
         raise _refuse(name, "no nsys executable on PATH to convert it", needs)
     have = installed_version(exe)
     if needs and have and have < needs:
-        raise _refuse(name, f"newer than the installed nsys {_fmt(have)}, which cannot open "
-                            "it", needs)
+        raise _refuse(
+            name, f"newer than the installed nsys {_fmt(have)}, which cannot open it", needs
+        )
     folder = cache_root() / "nsys-exports"
     out = folder / f"{hashlib.sha256(data).hexdigest()[:32]}.sqlite"
     if _is_sqlite(out):
@@ -85,27 +91,50 @@ def exported(path: Path, data: bytes, name: str,
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise TraceFormatError(f"cannot create the export folder: {e.strerror or e}",
-                               path=folder, hint="set TRACEINSIGHT_CACHE_DIR to a writable "
-                                                 "folder") from None
+        raise TraceFormatError(
+            f"cannot create the export folder: {e.strerror or e}",
+            path=folder,
+            hint="set TRACEINSIGHT_CACHE_DIR to a writable folder",
+        ) from None
     tmp = folder / f"{out.stem}.tmp-{os.getpid()}.sqlite"
     progress("export", 0.0)
     try:
         try:
             run = subprocess.run(
-                [exe, "export", "--type", "sqlite", "--force-overwrite", "true", "--output",
-                 str(tmp), str(path)],
-                capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, check=False)
+                [
+                    exe,
+                    "export",
+                    "--type",
+                    "sqlite",
+                    "--force-overwrite",
+                    "true",
+                    "--output",
+                    str(tmp),
+                    str(path),
+                ],
+                capture_output=True,
+                text=True,
+                timeout=EXPORT_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.SubprocessError) as e:
             raise _refuse(name, f"nsys export could not run ({e})", needs) from None
         said = (run.stdout + "\n" + run.stderr).strip()
         if "newer than" in said.lower():
-            raise _refuse(name, "newer than the installed nsys"
-                          + (f" {_fmt(have)}" if have else "") + ", which cannot open it", needs)
+            raise _refuse(
+                name,
+                "newer than the installed nsys"
+                + (f" {_fmt(have)}" if have else "")
+                + ", which cannot open it",
+                needs,
+            )
         if run.returncode != 0 or not _is_sqlite(tmp):
             last = said.splitlines()[-1][:200] if said else "no output"
-            raise TraceFormatError(f"nsys export failed (exit {run.returncode}): {last}",
-                                   path=name, hint=f"run it by hand: {export_command(name)}")
+            raise TraceFormatError(
+                f"nsys export failed (exit {run.returncode}): {last}",
+                path=name,
+                hint=f"run it by hand: {export_command(name)}",
+            )
         os.replace(tmp, out)
     finally:
         for stale in folder.glob(f"{tmp.name}*"):

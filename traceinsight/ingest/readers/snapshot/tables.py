@@ -21,16 +21,24 @@ from traceinsight.store import schema
 from traceinsight.util.redact import redact_text
 
 #: what the snapshot's block states mean in the store
-STATES = {"active_allocated": "allocated", "active_pending_free": "pending_free",
-          "active_awaiting_free": "pending_free", "inactive": "inactive"}
+STATES = {
+    "active_allocated": "allocated",
+    "active_pending_free": "pending_free",
+    "active_awaiting_free": "pending_free",
+    "inactive": "inactive",
+}
 MAX_FRAMES = 32  #: frames kept per stack (innermost first)
 INT64_MAX = (1 << 63) - 1
 #: interpreter and unwinder frames, as PyTorch's own viewer omits them (_memory_viz.py)
-_OMIT = re.compile(r"unwind::unwind|CapturedTraceback::gather|gather_with_cpp|^_start$|"
-                   r"__libc_start_main|PyEval_|PyObject_|PyFunction_")
-_OMIT_FILES = re.compile(r"core/boxing|/Register|/Redispatch|pythonrun\.c|Modules/main\.c|"
-                         r"Objects/call\.c|Objects/methodobject\.c|pycore_ceval\.h|ceval\.c|"
-                         r"cpython/abstract\.h")
+_OMIT = re.compile(
+    r"unwind::unwind|CapturedTraceback::gather|gather_with_cpp|^_start$|"
+    r"__libc_start_main|PyEval_|PyObject_|PyFunction_"
+)
+_OMIT_FILES = re.compile(
+    r"core/boxing|/Register|/Redispatch|pythonrun\.c|Modules/main\.c|"
+    r"Objects/call\.c|Objects/methodobject\.c|pycore_ceval\.h|ceval\.c|"
+    r"cpython/abstract\.h"
+)
 #: frames that are not the caller's code: torch itself, the runtime, C++
 _NOT_USER = re.compile(r"[/\\]torch[/\\]|^<|[/\\]python3\.\d+[/\\][^/\\]+\.py$")
 _SETTING_KEY = re.compile(r"^[A-Za-z0-9_]{1,64}$")
@@ -40,8 +48,9 @@ class NotASnapshot(TraceFormatError):
     """A pickle of another shape."""
 
 
-def convert(obj: Any, path: str, rank: int, *, row_budget: int
-            ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+def convert(
+    obj: Any, path: str, rank: int, *, row_budget: int
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """The tables of snapshot ``obj`` (rows on ``rank``) and a summary for the rank's metadata:
     layout, devices, row counts, time span, allocator settings, diagnostics."""
     conv = _Converter(path, rank, row_budget)
@@ -52,15 +61,22 @@ def convert(obj: Any, path: str, rank: int, *, row_budget: int
     elif isinstance(obj, dict):
         if "segments" not in obj:
             keys = ", ".join(repr(k)[:24] for k in list(obj)[:4]) or "none"
-            raise NotASnapshot(f"is a pickle, but not a CUDA memory snapshot (a dict without "
-                               f"'segments'; its keys: {keys})", path=path, hint=_SHAPE_HINT)
+            raise NotASnapshot(
+                f"is a pickle, but not a CUDA memory snapshot (a dict without "
+                f"'segments'; its keys: {keys})",
+                path=path,
+                hint=_SHAPE_HINT,
+            )
         segments, traces = obj["segments"], obj.get("device_traces") or []
         settings = obj.get("allocator_settings")
         layout = None
     else:
-        raise NotASnapshot(f"is a pickle, but not a CUDA memory snapshot (it holds a "
-                           f"{type(obj).__name__}, not a dict of segments)", path=path,
-                           hint=_SHAPE_HINT)
+        raise NotASnapshot(
+            f"is a pickle, but not a CUDA memory snapshot (it holds a "
+            f"{type(obj).__name__}, not a dict of segments)",
+            path=path,
+            hint=_SHAPE_HINT,
+        )
     if not isinstance(segments, list):
         raise conv.bad("'segments' is not a list")
     if not isinstance(traces, list):
@@ -85,16 +101,50 @@ def convert(obj: Any, path: str, rank: int, *, row_budget: int
     return tables, info
 
 
-_SHAPE_HINT = ("expected the pickle of torch.cuda.memory._dump_snapshot() (a dict with "
-               "'segments' and 'device_traces')")
+_SHAPE_HINT = (
+    "expected the pickle of torch.cuda.memory._dump_snapshot() (a dict with "
+    "'segments' and 'device_traces')"
+)
 _COLUMNS = {
-    "memory_segments": ("rank", "device", "address", "total_bytes", "allocated_bytes",
-                        "active_bytes", "requested_bytes", "stream", "pool", "pool_id",
-                        "expandable", "call_site", "frames"),
-    "memory_blocks": ("rank", "device", "segment_address", "address", "size_bytes",
-                      "requested_bytes", "state", "call_site", "frames"),
-    "memory_actions": ("rank", "device", "seq", "ts_ns", "action", "addr", "size_bytes",
-                       "stream", "device_free_bytes", "call_site", "frames"),
+    "memory_segments": (
+        "rank",
+        "device",
+        "address",
+        "total_bytes",
+        "allocated_bytes",
+        "active_bytes",
+        "requested_bytes",
+        "stream",
+        "pool",
+        "pool_id",
+        "expandable",
+        "call_site",
+        "frames",
+    ),
+    "memory_blocks": (
+        "rank",
+        "device",
+        "segment_address",
+        "address",
+        "size_bytes",
+        "requested_bytes",
+        "state",
+        "call_site",
+        "frames",
+    ),
+    "memory_actions": (
+        "rank",
+        "device",
+        "seq",
+        "ts_ns",
+        "action",
+        "addr",
+        "size_bytes",
+        "stream",
+        "device_free_bytes",
+        "call_site",
+        "frames",
+    ),
 }
 
 
@@ -102,7 +152,8 @@ class _Converter:
     def __init__(self, path: str, rank: int, row_budget: int) -> None:
         self.path, self.rank, self.budget = path, rank, row_budget
         self.cols: dict[str, dict[str, list[Any]]] = {
-            t: {c: [] for c in cols} for t, cols in _COLUMNS.items()}
+            t: {c: [] for c in cols} for t, cols in _COLUMNS.items()
+        }
         self.devices: set[int] = set()
         self.diagnostics: list[dict[str, Any]] = []
         self._stacks: dict[int, tuple[str | None, str | None]] = {}
@@ -111,15 +162,19 @@ class _Converter:
         self._keep: list[Any] = []  # the lists cached by id stay alive while ids are reused
 
     def bad(self, what: str) -> NotASnapshot:
-        return NotASnapshot(f"is a pickle, but not a CUDA memory snapshot: {what}",
-                            path=self.path, hint=_SHAPE_HINT)
+        return NotASnapshot(
+            f"is a pickle, but not a CUDA memory snapshot: {what}", path=self.path, hint=_SHAPE_HINT
+        )
 
     def _row(self) -> None:
         self.budget -= 1
         if self.budget < 0:
-            raise NotASnapshot("the pickle repeats shared data into more rows than a snapshot "
-                               "of its size holds; not a plain memory snapshot",
-                               path=self.path, hint=_SHAPE_HINT)
+            raise NotASnapshot(
+                "the pickle repeats shared data into more rows than a snapshot "
+                "of its size holds; not a plain memory snapshot",
+                path=self.path,
+                hint=_SHAPE_HINT,
+            )
 
     # --- segments and blocks ---------------------------------------------------------------
     def segment(self, i: int, seg: Any, layout: str | None) -> str | None:
@@ -145,12 +200,15 @@ class _Converter:
         c["active_bytes"].append(_int(seg.get("active_size")))
         c["requested_bytes"].append(_int(seg.get("requested_size")))
         c["stream"].append(_addr(seg.get("stream")))
-        c["pool"].append(pool if pool in ("small", "large") else
-                         ("small" if total <= 2 << 20 else "large"))
-        c["pool_id"].append(",".join(str(_int(x)) for x in pool_id)
-                            if isinstance(pool_id, (tuple, list)) and len(pool_id) <= 4 else None)
-        c["expandable"].append(bool(seg.get("is_expandable"))
-                               if "is_expandable" in seg else None)
+        c["pool"].append(
+            pool if pool in ("small", "large") else ("small" if total <= 2 << 20 else "large")
+        )
+        c["pool_id"].append(
+            ",".join(str(_int(x)) for x in pool_id)
+            if isinstance(pool_id, (tuple, list)) and len(pool_id) <= 4
+            else None
+        )
+        c["expandable"].append(bool(seg.get("is_expandable")) if "is_expandable" in seg else None)
         c["call_site"].append(call_site)
         c["frames"].append(frames)
         offset = 0
@@ -160,18 +218,32 @@ class _Converter:
             layout = self.block(i, j, b, device, address, offset, layout)
             offset += _int(b.get("size")) or 0
         if offset != total:
-            self.diagnostics.append({
-                "code": "snapshot-segment-sizes", "severity": "warning",
-                "message": f"segment {i}: its blocks cover {offset:,} of {total:,} bytes"})
+            self.diagnostics.append(
+                {
+                    "code": "snapshot-segment-sizes",
+                    "severity": "warning",
+                    "message": f"segment {i}: its blocks cover {offset:,} of {total:,} bytes",
+                }
+            )
         return layout
 
-    def block(self, i: int, j: int, b: dict[str, Any], device: int, seg_addr: int | None,
-              offset: int, layout: str | None) -> str | None:
+    def block(
+        self,
+        i: int,
+        j: int,
+        b: dict[str, Any],
+        device: int,
+        seg_addr: int | None,
+        offset: int,
+        layout: str | None,
+    ) -> str | None:
         size = _int(b.get("size"))
         state = STATES.get(b.get("state"))  # type: ignore[arg-type]
         if size is None or size < 0 or state is None:
-            raise self.bad(f"block {j} of segment {i} has no size or an unknown state "
-                           f"{str(b.get('state'))[:40]!r}")
+            raise self.bad(
+                f"block {j} of segment {i} has no size or an unknown state "
+                f"{str(b.get('state'))[:40]!r}"
+            )
         self._row()
         if "requested_size" in b or "frames" in b or "address" in b:
             layout = layout or "2.1+"
@@ -179,8 +251,7 @@ class _Converter:
             frames_obj = b.get("frames")
         else:
             hist = b.get("history")
-            first = hist[0] if isinstance(hist, list) and hist and isinstance(hist[0], dict) \
-                else {}
+            first = hist[0] if isinstance(hist, list) and hist and isinstance(hist[0], dict) else {}
             layout = layout or "2.0"
             requested = _int(first.get("real_size"))
             frames_obj = first.get("frames")
@@ -211,8 +282,13 @@ class _Converter:
         self._row()
         self.devices.add(device)
         t = e.get("time_us")
-        ts = int(t * 1000) if isinstance(t, (int, float)) and not isinstance(t, bool) \
-            and 0 <= t < INT64_MAX // 1000 else None
+        ts = (
+            int(t * 1000)
+            if isinstance(t, (int, float))
+            and not isinstance(t, bool)
+            and 0 <= t < INT64_MAX // 1000
+            else None
+        )
         call_site, frames = self.stack(e.get("frames"))
         c = self.cols["memory_actions"]
         c["rank"].append(self.rank)
@@ -238,8 +314,11 @@ class _Converter:
         if isinstance(f, dict):
             name, filename = str(f.get("name", ""))[:200], str(f.get("filename", ""))[:400]
             if not (_OMIT.search(name) or _OMIT_FILES.search(filename)):
-                out = (_frame_text((filename, f.get("line"), name)), filename,
-                       filename.endswith(".py"))
+                out = (
+                    _frame_text((filename, f.get("line"), name)),
+                    filename,
+                    filename.endswith(".py"),
+                )
         self._frames[key] = out
         self._keep.append(f)
         return out
@@ -274,8 +353,10 @@ class _Converter:
 
 def _table(name: str, cols: dict[str, list[Any]]) -> pa.Table:
     """Python lists -> the schema's table (strings dictionary-encoded)."""
-    types = {c.name: (pa.string() if pa.types.is_dictionary(c.type) else c.type)
-             for c in schema.TABLES[name].columns}
+    types = {
+        c.name: (pa.string() if pa.types.is_dictionary(c.type) else c.type)
+        for c in schema.TABLES[name].columns
+    }
     return schema.conform(name, {c: pa.array(v, types[c]) for c, v in cols.items()})
 
 
@@ -318,8 +399,11 @@ def _settings(s: Any) -> dict[str, Any]:
             out[k] = v
         elif isinstance(v, str) and len(v) <= 200:
             out[k] = redact_text(v)
-        elif isinstance(v, (list, tuple)) and len(v) <= 64 and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) for x in v):
+        elif (
+            isinstance(v, (list, tuple))
+            and len(v) <= 64
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in v)
+        ):
             out[k] = list(v)
     return out
 

@@ -43,8 +43,10 @@ MEMORY_BUDGET_BYTES = 2 << 30
 #: the child's time limit: this many seconds plus one per MiB of file
 TIME_LIMIT_S = float(os.environ.get("TRACEINSIGHT_SNAPSHOT_TIME_LIMIT_S", "120"))
 
-HINT = ("load only snapshots written by torch.cuda.memory._dump_snapshot(); traceinsight never "
-        "runs code from a pickle")
+HINT = (
+    "load only snapshots written by torch.cuda.memory._dump_snapshot(); traceinsight never "
+    "runs code from a pickle"
+)
 #: a worker returns the tables and a JSON-able summary
 Work = Callable[[Any], tuple[dict[str, pa.Table], dict[str, Any]]]
 
@@ -55,12 +57,15 @@ def _refuse_global(module: str, name: str) -> NoReturn:
         what = what[:77] + "..."
     raise pickle.UnpicklingError(
         f"refused: the pickle asks for the Python object {what!r}, and a memory snapshot holds "
-        "only plain data; nothing was loaded or run")
+        "only plain data; nothing was loaded or run"
+    )
 
 
 def _refuse_pid(pid: Any) -> NoReturn:
-    raise pickle.UnpicklingError("refused: the pickle holds a persistent id (torch.save data?), "
-                                 "not a memory snapshot; nothing was loaded or run")
+    raise pickle.UnpicklingError(
+        "refused: the pickle holds a persistent id (torch.save data?), "
+        "not a memory snapshot; nothing was loaded or run"
+    )
 
 
 class SafeUnpickler(pickle._Unpickler):
@@ -96,24 +101,33 @@ def loads(data: bytes, path: str, *, fast: bool = False) -> Any:
             raise TraceFormatError(text, path=path, hint=HINT) from None
         if "truncated" in text or "exhausted" in text:
             raise _truncated(path) from None
-        raise TraceFormatError(f"is not a valid pickle ({_clip(text)})", path=path,
-                               hint="the file is damaged: copy it again") from None
+        raise TraceFormatError(
+            f"is not a valid pickle ({_clip(text)})",
+            path=path,
+            hint="the file is damaged: copy it again",
+        ) from None
     except EOFError:
         raise _truncated(path) from None
     except RecursionError:
-        raise TraceFormatError("the pickle nests too deeply to be a memory snapshot", path=path,
-                               hint=HINT) from None
+        raise TraceFormatError(
+            "the pickle nests too deeply to be a memory snapshot", path=path, hint=HINT
+        ) from None
     except MemoryError:
         raise
     except Exception as e:  # any other opcode trouble: a damaged or hostile file
-        raise TraceFormatError(f"is not a valid pickle ({type(e).__name__}: {_clip(str(e))})",
-                               path=path, hint="the file is damaged: copy it again") from None
+        raise TraceFormatError(
+            f"is not a valid pickle ({type(e).__name__}: {_clip(str(e))})",
+            path=path,
+            hint="the file is damaged: copy it again",
+        ) from None
 
 
 def _truncated(path: str) -> TraceFormatError:
-    return TraceFormatError("the pickle is truncated (the file ends before the pickle does)",
-                            path=path, hint="the copy is incomplete: copy it again, or dump "
-                                            "the snapshot again")
+    return TraceFormatError(
+        "the pickle is truncated (the file ends before the pickle does)",
+        path=path,
+        hint="the copy is incomplete: copy it again, or dump the snapshot again",
+    )
 
 
 def _clip(text: str, n: int = 120) -> str:
@@ -125,9 +139,10 @@ def check_size(data: bytes, path: str) -> None:
     if len(data) > MAX_BYTES:
         raise TraceFormatError(
             f"memory snapshot of {len(data) / 2**30:.1f} GiB is above the "
-            f"{MAX_BYTES / 2**30:.1f} GiB limit", path=path,
-            hint="dump a smaller history (max_entries) or raise "
-                 "TRACEINSIGHT_SNAPSHOT_MAX_BYTES")
+            f"{MAX_BYTES / 2**30:.1f} GiB limit",
+            path=path,
+            hint="dump a smaller history (max_entries) or raise TRACEINSIGHT_SNAPSHOT_MAX_BYTES",
+        )
 
 
 def isolate(data: bytes) -> bool:
@@ -135,9 +150,9 @@ def isolate(data: bytes) -> bool:
     return len(data) >= ISOLATE_MIN_BYTES and sys.platform.startswith("linux")
 
 
-def load_and_convert(data: bytes, path: str, work: Work,
-                     started: Callable[[], None] | None = None
-                     ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+def load_and_convert(
+    data: bytes, path: str, work: Work, started: Callable[[], None] | None = None
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     """Unpickle ``data`` and turn it into tables with ``work(obj)``, bounded as the module
     says. ``started`` is called once no process will fork any more (threads may start)."""
     check_size(data, path)
@@ -148,8 +163,9 @@ def load_and_convert(data: bytes, path: str, work: Work,
     return _in_child(data, path, work, started)
 
 
-def _in_child(data: bytes, path: str, work: Work, started: Callable[[], None] | None
-              ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
+def _in_child(
+    data: bytes, path: str, work: Work, started: Callable[[], None] | None
+) -> tuple[dict[str, pa.Table], dict[str, Any]]:
     limit = _mapped_bytes() + MEMORY_BUDGET_BYTES + 32 * len(data)
     deadline = time.monotonic() + TIME_LIMIT_S + len(data) / (1 << 20)
     with tempfile.TemporaryDirectory(prefix="traceinsight-snapshot-") as tmp:
@@ -161,15 +177,20 @@ def _in_child(data: bytes, path: str, work: Work, started: Callable[[], None] | 
         status = _wait(pid, deadline, path)
         result = _read_json(Path(tmp) / "result.json")
         if result is None:
-            how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-                   else f"exit {os.WEXITSTATUS(status)}")
-            raise TraceFormatError(f"loading the memory snapshot failed ({how})", path=path,
-                                   hint="the file may be damaged; rerun with --debug")
+            how = (
+                f"signal {os.WTERMSIG(status)}"
+                if os.WIFSIGNALED(status)
+                else f"exit {os.WEXITSTATUS(status)}"
+            )
+            raise TraceFormatError(
+                f"loading the memory snapshot failed ({how})",
+                path=path,
+                hint="the file may be damaged; rerun with --debug",
+            )
         if result.get("internal"):
             raise RuntimeError(f"reading the memory snapshot: {result['internal']}")
         if not result.get("ok"):
-            raise TraceFormatError(str(result.get("message")), path=path,
-                                   hint=result.get("hint"))
+            raise TraceFormatError(str(result.get("message")), path=path, hint=result.get("hint"))
         tables = {}
         for name in result["tables"]:
             with pa.OSFile(str(Path(tmp) / f"{name}.arrow")) as f:
@@ -189,15 +210,21 @@ def _child(data: bytes, path: str, work: Work, tmp: Path, limit: int) -> NoRetur
         try:
             tables, info = work(loads(data, path, fast=True))
             for name, t in tables.items():
-                with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as f, \
-                        pa.ipc.new_file(f, t.schema) as w:
+                with (
+                    pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as f,
+                    pa.ipc.new_file(f, t.schema) as w,
+                ):
                     w.write_table(t)
             out: dict[str, Any] = {"ok": True, "tables": list(tables), "info": info}
         except TraceFormatError as e:
             out = {"ok": False, "message": e.message, "hint": e.hint}
         except MemoryError:
-            out = {"ok": False, "message": "the pickle needs more memory than a snapshot of its "
-                                           "size can (a hostile or damaged file?)", "hint": HINT}
+            out = {
+                "ok": False,
+                "message": "the pickle needs more memory than a snapshot of its "
+                "size can (a hostile or damaged file?)",
+                "hint": HINT,
+            }
         except Exception as e:  # a bug here, not in the file: the parent raises it as such
             out = {"ok": False, "internal": f"{type(e).__name__}: {e}"}
         (tmp / "result.json.tmp").write_text(json.dumps(out, default=str))
@@ -218,8 +245,10 @@ def _wait(pid: int, deadline: float, path: str) -> int:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             raise TraceFormatError(
-                "loading the memory snapshot took too long and was stopped", path=path,
-                hint="raise TRACEINSIGHT_SNAPSHOT_TIME_LIMIT_S for a very large snapshot")
+                "loading the memory snapshot took too long and was stopped",
+                path=path,
+                hint="raise TRACEINSIGHT_SNAPSHOT_TIME_LIMIT_S for a very large snapshot",
+            )
         time.sleep(pause)
         pause = min(0.05, pause * 2)
 

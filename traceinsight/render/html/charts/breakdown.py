@@ -9,9 +9,13 @@ from traceinsight.render.html.svg import Svg
 from traceinsight.util import fmt
 
 #: GPU time breakdown segments: (key in the breakdown row, label, css class)
-SEGMENTS = (("compute_ns", "compute", "compute"), ("comm_exposed_ns", "comm exposed", "comm"),
-            ("memcpy_exposed_ns", "memcpy exposed", "memcpy"),
-            ("memset_exposed_ns", "memset exposed", "memset"), ("idle_ns", "idle", "idle"))
+SEGMENTS = (
+    ("compute_ns", "compute", "compute"),
+    ("comm_exposed_ns", "comm exposed", "comm"),
+    ("memcpy_exposed_ns", "memcpy exposed", "memcpy"),
+    ("memset_exposed_ns", "memset exposed", "memset"),
+    ("idle_ns", "idle", "idle"),
+)
 
 
 #: past this many ranks the chart draws one thin bar per rank (no per-row labels)
@@ -39,19 +43,31 @@ def rank_chart(shown: list[dict[str, Any]]) -> dict[str, Any]:
                 continue
             ww = pw * v / wall
             pct = 100 * v / wall
-            svg.rect(x, y, ww, row_h, f"seg-{cls}",
-                     f"rank {w.get('rank')} · {lab} {fmt.fmt_pct(pct)} ({fmt.fmt_ns(v)})")
+            svg.rect(
+                x,
+                y,
+                ww,
+                row_h,
+                f"seg-{cls}",
+                f"rank {w.get('rank')} · {lab} {fmt.fmt_pct(pct)} ({fmt.fmt_ns(v)})",
+            )
             if ww > 54 and row_h >= 18:
                 svg.text(x + 5, y + row_h / 2 + 4, fmt.fmt_pct(pct, 0), f"seg-lbl seg-lbl-{cls}")
             x += ww
         hidden = float(w.get("comm_hidden_ns") or 0)
         if hidden > 0:
             hw = pw * min(hidden, float(w.get("compute_ns") or 0) or hidden) / wall
-            tip = (f"rank {w.get('rank')} · communication hidden under compute: "
-                   f"{fmt.fmt_ns(hidden)} ({fmt.fmt_pct(100 * hidden / wall)} of the window)")
+            tip = (
+                f"rank {w.get('rank')} · communication hidden under compute: "
+                f"{fmt.fmt_ns(hidden)} ({fmt.fmt_pct(100 * hidden / wall)} of the window)"
+            )
             svg.rect(L, y + row_h - 4, hw, 4, "seg-hidden", tip)
-            svg.text(L + pw + 8, y + row_h / 2 + 4,
-                     f"comm hidden {fmt.fmt_pct(100 * hidden / wall)}", "axis hidden-lbl")
+            svg.text(
+                L + pw + 8,
+                y + row_h / 2 + 4,
+                f"comm hidden {fmt.fmt_pct(100 * hidden / wall)}",
+                "axis hidden-lbl",
+            )
         else:
             svg.text(L + pw + 8, y + row_h / 2 + 4, fmt.fmt_ns(wall), "axis")
     return svg.to_dict()
@@ -66,8 +82,9 @@ def _compact(ranks: list[dict[str, Any]]) -> dict[str, Any]:
     row_h = max(1.0, min(6.0, 1200.0 / n))
     pw = W - L - R
     H = int(T + n * row_h + 24)
-    svg = Svg(W, H, f"GPU time per rank, {n} ranks: compute, exposed communication and copies, "
-                    "idle")
+    svg = Svg(
+        W, H, f"GPU time per rank, {n} ranks: compute, exposed communication and copies, idle"
+    )
     every = max(1, round(16.0 / row_h))
     for i, w in enumerate(ranks):
         wall = float(w.get("wall_ns") or 0) or 1.0
@@ -88,8 +105,14 @@ def _compact(ranks: list[dict[str, Any]]) -> dict[str, Any]:
         if hidden > 0:
             parts.append(f"comm hidden {fmt.fmt_pct(100 * hidden / wall)}")
         # one transparent bar over the row carries the tooltip
-        svg.rect(L, y, pw, row_h, "hit",
-                 f"rank {w.get('rank')} · {fmt.fmt_ns(wall)} · " + ", ".join(parts))
+        svg.rect(
+            L,
+            y,
+            pw,
+            row_h,
+            "hit",
+            f"rank {w.get('rank')} · {fmt.fmt_ns(wall)} · " + ", ".join(parts),
+        )
     svg.text(L + pw + 8, T + 10, f"{n} ranks, rank order", "axis")
     svg.text(L + pw + 8, T + 26, "hover a bar for its parts", "axis")
     return svg.to_dict()
@@ -106,9 +129,15 @@ def class_chart(cls_rows: list[dict[str, Any]], tot: float) -> dict[str, Any]:
         if ww <= 0:
             continue
         name = str(c.get("cls"))
-        csvg.rect(x, 0, ww, 30, f"cls-{css_ident(name)}",
-                  f"{name}: {fmt.fmt_pct(100 * v / tot)} of GPU time ({fmt.fmt_ns(v)}, "
-                  f"{fmt.fmt_num(c.get('kernels'), 0)} kernels)")
+        csvg.rect(
+            x,
+            0,
+            ww,
+            30,
+            f"cls-{css_ident(name)}",
+            f"{name}: {fmt.fmt_pct(100 * v / tot)} of GPU time ({fmt.fmt_ns(v)}, "
+            f"{fmt.fmt_num(c.get('kernels'), 0)} kernels)",
+        )
         lbl = f"{name} {fmt.fmt_pct(100 * v / tot, 0)}"
         if ww > 14 + 7 * len(lbl):
             csvg.text(x + 6, 19, lbl, "seg-lbl")

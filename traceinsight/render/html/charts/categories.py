@@ -31,16 +31,20 @@ def categories_chart(v: dict[str, Any]) -> dict[str, Any]:
     def Y(b: float) -> float:
         return T + ph - ph * b / vmax
 
-    byte_time_axes(svg, (L, T, pw, ph), X, Y, vmax, t0, span,
-                   lambda tv: fmt.fmt_ns(tv) if tv else "0")
+    byte_time_axes(
+        svg, (L, T, pw, ph), X, Y, vmax, t0, span, lambda tv: fmt.fmt_ns(tv) if tv else "0"
+    )
     below = [0.0] * n
     for c in cats:
         above = [b + max(series[c][i], 0.0) for i, b in enumerate(below)]
         if n:
             pts = [(X(x), Y(a)) for x, a in zip(xs, above)]
             back = [(X(x), Y(b)) for x, b in zip(reversed(xs), reversed(below))]
-            svg.path(path(pts + back) + "Z", f"cat-{c}",
-                     f"{c.replace('_', ' ')} (peak {fmt.fmt_bytes(max(series[c]))})")
+            svg.path(
+                path(pts + back) + "Z",
+                f"cat-{c}",
+                f"{c.replace('_', ' ')} (peak {fmt.fmt_bytes(max(series[c]))})",
+            )
         below = above
     svg.line(L, T + ph, L + pw, T + ph, "axis-line")
     return svg.to_dict()

@@ -11,13 +11,18 @@ from traceinsight.util import fmt
 from traceinsight.util.fmt import signed_ns, signed_pct
 
 #: breakdown parts of a compare (``part`` -> label, css segment class)
-COMPARE_PARTS = (("compute", "compute", "compute"), ("comm exposed", "comm exposed", "comm"),
-                 ("memcpy exposed", "memcpy exposed", "memcpy"),
-                 ("memset exposed", "memset exposed", "memset"), ("idle", "idle", "idle"))
+COMPARE_PARTS = (
+    ("compute", "compute", "compute"),
+    ("comm exposed", "comm exposed", "comm"),
+    ("memcpy exposed", "memcpy exposed", "memcpy"),
+    ("memset exposed", "memset exposed", "memset"),
+    ("idle", "idle", "idle"),
+)
 
 
-def compare_bars(rows: dict[str, dict[str, Any]], tot: dict[str, float],
-                 sides: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def compare_bars(
+    rows: dict[str, dict[str, Any]], tot: dict[str, float], sides: dict[str, dict[str, Any]]
+) -> dict[str, Any]:
     """``rows``: breakdown row by part (``before_ns`` / ``after_ns``); ``tot``: each side's sum;
     ``sides``: the compare's ``before`` / ``after`` (their devices label the bars)."""
     vmax = max(tot.values()) or 1.0
@@ -38,16 +43,23 @@ def compare_bars(rows: dict[str, dict[str, Any]], tot: dict[str, float],
         total = tot[side] or 1.0
         dev = ", ".join(dict.fromkeys(str(d) for d in sides[side].get("devices") or []))
         svg.text(L - 10, y + bar_h / 2, side, "axis side-lbl", "end")
-        svg.text(L - 10, y + bar_h / 2 + 14, fmt.shorten(dev or "no GPU recorded", 24), "axis",
-                 "end")
+        svg.text(
+            L - 10, y + bar_h / 2 + 14, fmt.shorten(dev or "no GPU recorded", 24), "axis", "end"
+        )
         x = float(L)
         for part, lab, cls in COMPARE_PARTS:
             v = float((rows.get(part) or {}).get(f"{side}_ns") or 0)
             if v <= 0:
                 continue
             ww = pw * v / vmax
-            svg.rect(x, y, ww, bar_h, f"seg-{cls}",
-                     f"{side}: {lab} {fmt.fmt_ns(v)} per step ({fmt.fmt_pct(100 * v / total)})")
+            svg.rect(
+                x,
+                y,
+                ww,
+                bar_h,
+                f"seg-{cls}",
+                f"{side}: {lab} {fmt.fmt_ns(v)} per step ({fmt.fmt_pct(100 * v / total)})",
+            )
             lbl = fmt.fmt_ns(v)
             if ww > 16 + 6.5 * len(lbl):
                 svg.text(x + 6, y + bar_h / 2 + 4, lbl, f"seg-lbl seg-lbl-{cls}")
@@ -56,6 +68,11 @@ def compare_bars(rows: dict[str, dict[str, Any]], tot: dict[str, float],
     d = tot["after"] - tot["before"]
     pct = 100.0 * d / tot["before"] if tot["before"] else None
     yb = T + bar_h + gap + bar_h / 2 + 4
-    svg.text(W - 4, yb, f"{signed_ns(d)} ({signed_pct(pct)})",
-             f"axis bd-delta tone-{tone(d, pct) or 'none'}", "end")
+    svg.text(
+        W - 4,
+        yb,
+        f"{signed_ns(d)} ({signed_pct(pct)})",
+        f"axis bd-delta tone-{tone(d, pct) or 'none'}",
+        "end",
+    )
     return svg.to_dict()

@@ -19,8 +19,9 @@ from traceinsight.util import fmt
 CAPACITY_SCALE = 2.0
 
 
-def memory_chart(s: dict[str, Any], cap: float | None, *, x_unit: str = "ns",
-                 label: str | None = None) -> dict[str, Any]:
+def memory_chart(
+    s: dict[str, Any], cap: float | None, *, x_unit: str = "ns", label: str | None = None
+) -> dict[str, Any]:
     """The chart of one memory series (``ts_ns``, ``allocated``, ``reserved``), with its rank,
     device, number of points and how often allocated lies above reserved. ``x_unit``: ns (time
     since the first point) or actions (the position in an allocator trace without times)."""
@@ -38,8 +39,13 @@ def memory_chart(s: dict[str, Any], cap: float | None, *, x_unit: str = "ns",
     capf = float(cap) if cap else 0.0
     on_scale = bool(cap) and capf <= CAPACITY_SCALE * dmax
     vmax = max(capf, dmax) * 1.04 if on_scale else dmax * 1.12
-    svg = Svg(W, H, label or f"Memory of rank {s.get('rank')} device {s.get('device')}: "
-                             "allocated and reserved over time")
+    svg = Svg(
+        W,
+        H,
+        label
+        or f"Memory of rank {s.get('rank')} device {s.get('device')}: "
+        "allocated and reserved over time",
+    )
 
     def X(t: float) -> float:
         return L + pw * (t - t0) / span
@@ -47,43 +53,79 @@ def memory_chart(s: dict[str, Any], cap: float | None, *, x_unit: str = "ns",
     def Y(v: float) -> float:
         return T + ph - ph * v / vmax
 
-    byte_time_axes(svg, (L, T, pw, ph), X, Y, vmax, t0, span,
-                   (lambda v: fmt.fmt_ns(v) if v else "0") if x_unit == "ns"
-                   else (lambda v: f"{v:g}"))
+    byte_time_axes(
+        svg,
+        (L, T, pw, ph),
+        X,
+        Y,
+        vmax,
+        t0,
+        span,
+        (lambda v: fmt.fmt_ns(v) if v else "0") if x_unit == "ns" else (lambda v: f"{v:g}"),
+    )
     if x_unit != "ns":
-        svg.text(L + pw, T + ph + 32, "allocator actions (the snapshot records no times)",
-                 "axis", "end")
+        svg.text(
+            L + pw, T + ph + 32, "allocator actions (the snapshot records no times)", "axis", "end"
+        )
     if n:
         base = Y(0)
         area = [(X(ts[0]), base)] + [(X(t), Y(a)) for t, a in zip(ts, al)] + [(X(ts[-1]), base)]
         svg.path(path(area) + "Z", "mem-alloc-area")
-        svg.path(path((X(t), Y(a)) for t, a in zip(ts, al)), "mem-alloc",
-                 f"allocated (peak {fmt.fmt_bytes(max(al))})")
-        svg.path(path((X(t), Y(v)) for t, v in zip(ts, rs)), "mem-reserved",
-                 f"reserved (peak {fmt.fmt_bytes(max(rs))})")
+        svg.path(
+            path((X(t), Y(a)) for t, a in zip(ts, al)),
+            "mem-alloc",
+            f"allocated (peak {fmt.fmt_bytes(max(al))})",
+        )
+        svg.path(
+            path((X(t), Y(v)) for t, v in zip(ts, rs)),
+            "mem-reserved",
+            f"reserved (peak {fmt.fmt_bytes(max(rs))})",
+        )
         i = max(range(n), key=lambda k: al[k])
         at = f"+{fmt.fmt_ns(ts[i] - t0)}" if x_unit == "ns" else f"action {int(ts[i] - t0)}"
-        svg.circle(X(ts[i]), Y(al[i]), 4, "mem-peak",
-                   f"peak allocated {fmt.fmt_bytes(al[i])} at {at}; reserved then "
-                   f"{fmt.fmt_bytes(rs[i])}")
+        svg.circle(
+            X(ts[i]),
+            Y(al[i]),
+            4,
+            "mem-peak",
+            f"peak allocated {fmt.fmt_bytes(al[i])} at {at}; reserved then {fmt.fmt_bytes(rs[i])}",
+        )
     if cap and on_scale:
         yc = Y(capf)
         svg.line(L, yc, L + pw, yc, "mem-cap", f"device capacity {fmt.fmt_bytes(cap)}")
         svg.text(L + pw - 4, yc + 13, f"capacity {fmt.fmt_bytes(cap)}", "axis cap-lbl", "end")
     elif cap:
-        svg.text(L + pw - 4, T + 12, f"capacity {fmt.fmt_bytes(cap)}: above this scale (peak "
-                 f"{fmt.fmt_pct(100 * dmax / capf, 1)} of it)", "axis cap-lbl", "end")
+        svg.text(
+            L + pw - 4,
+            T + 12,
+            f"capacity {fmt.fmt_bytes(cap)}: above this scale (peak "
+            f"{fmt.fmt_pct(100 * dmax / capf, 1)} of it)",
+            "axis cap-lbl",
+            "end",
+        )
     svg.line(L, T + ph, L + pw, T + ph, "axis-line")
     above = [a - r for a, r in zip(al, rs) if a > r]
-    return {"rank": s.get("rank"), "device": s.get("device"), "chart": svg.to_dict(),
-            "points": n, "above_reserved": len(above),
-            "above_reserved_max": max(above, default=0.0),
-            "reserved_missing": n > 0 and not any(rs)}
+    return {
+        "rank": s.get("rank"),
+        "device": s.get("device"),
+        "chart": svg.to_dict(),
+        "points": n,
+        "above_reserved": len(above),
+        "above_reserved_max": max(above, default=0.0),
+        "reserved_missing": n > 0 and not any(rs),
+    }
 
 
-def byte_time_axes(svg: Svg, box: tuple[float, float, float, float],
-                   X: Callable[[float], float], Y: Callable[[float], float], vmax: float,
-                   t0: float, span: float, x_text: Callable[[float], str]) -> None:
+def byte_time_axes(
+    svg: Svg,
+    box: tuple[float, float, float, float],
+    X: Callable[[float], float],
+    Y: Callable[[float], float],
+    vmax: float,
+    t0: float,
+    span: float,
+    x_text: Callable[[float], str],
+) -> None:
     """The axes of a bytes-over-time chart in the plot ``box`` (left, top, width, height):
     grid lines and byte labels (one unit for the axis) up to ``vmax``, ``x_text`` labels along
     the time from ``t0`` over ``span``."""

@@ -17,11 +17,13 @@ from traceinsight.render.html.svg import Svg
 from traceinsight.util import fmt
 
 #: the heatmaps: (key of cross_rank["heatmaps"], title)
-MAPS = (("wall_ns", "step time"), ("idle_ns", "GPU idle"),
-        ("comm_exposed_ns", "exposed communication"))
+MAPS = (
+    ("wall_ns", "step time"),
+    ("idle_ns", "GPU idle"),
+    ("comm_exposed_ns", "exposed communication"),
+)
 #: eight bands, light to dark (sequential blues); None: the rank has no such step
-PALETTE = ("#eef3fb", "#d4e2f4", "#b3cbea", "#8aaedc", "#6190cc", "#3f73b8", "#26579b",
-           "#143c74")
+PALETTE = ("#eef3fb", "#d4e2f4", "#b3cbea", "#8aaedc", "#6190cc", "#3f73b8", "#26579b", "#143c74")
 MISSING = "#f1f1f1"
 MAX_ROWS_LABELLED = 40
 
@@ -33,13 +35,19 @@ def ranks_view(cross: dict[str, Any] | None) -> dict[str, Any] | None:
     ranks = list(cross["ranks"])
     steps = list(cross.get("steps") or [])
     heat = cross.get("heatmaps") or {}
-    maps = [{"title": title, "chart": heatmap(heat.get(key) or [], ranks, steps, title)}
-            for key, title in MAPS if heat.get(key) and steps]
+    maps = [
+        {"title": title, "chart": heatmap(heat.get(key) or [], ranks, steps, title)}
+        for key, title in MAPS
+        if heat.get(key) and steps
+    ]
     match = cross.get("matching") or {}
     offsets = cross.get("clock_offsets_ns") or {}
     return {
-        "count": len(ranks), "steps": len(steps), "maps": maps,
-        "matched": int(match.get("matched") or 0), "records": int(match.get("records") or 0),
+        "count": len(ranks),
+        "steps": len(steps),
+        "maps": maps,
+        "matched": int(match.get("matched") or 0),
+        "records": int(match.get("records") or 0),
         "matched_by": ", ".join(f"{k} ({v})" for k, v in (match.get("by") or {}).items()),
         "max_offset": fmt.fmt_ns(cross.get("max_clock_offset_ns") or 0),
         "straggler": _straggler_line(cross.get("straggler")),
@@ -48,13 +56,18 @@ def ranks_view(cross: dict[str, Any] | None) -> dict[str, Any] | None:
         "bottom": _rank_table("tbl-ranks-bottom", cross.get("bottom_ranks") or []),
         "groups": _groups(cross.get("groups") or []),
         "collectives": _collectives(cross.get("collectives") or []),
-        "offsets": table("tbl-rank-offsets", [("rank", "text"), ("clock offset", "ns")],
-                         [[int(r), int(v)] for r, v in offsets.items()], limit=16),
+        "offsets": table(
+            "tbl-rank-offsets",
+            [("rank", "text"), ("clock offset", "ns")],
+            [[int(r), int(v)] for r, v in offsets.items()],
+            limit=16,
+        ),
     }
 
 
-def heatmap(rows: list[list[int | None]], ranks: list[int], steps: list[int],
-            title: str) -> dict[str, Any]:
+def heatmap(
+    rows: list[list[int | None]], ranks: list[int], steps: list[int], title: str
+) -> dict[str, Any]:
     """One rank x step heatmap: a row per rank, a column per step."""
     n = max(1, len(ranks))
     row_h = max(1.0, min(16.0, 640.0 / n))
@@ -89,21 +102,29 @@ def heatmap(rows: list[list[int | None]], ranks: list[int], steps: list[int],
             who = f"rank {ranks[i]}" if k - i == 1 else f"ranks {ranks[i]}–{ranks[k - 1]}"
             if cells:
                 lo_c, hi_c = min(cells), max(cells)
-                what = fmt.fmt_ns(lo_c) if lo_c == hi_c else \
-                    f"{fmt.fmt_ns(lo_c)}–{fmt.fmt_ns(hi_c)}"
+                what = (
+                    fmt.fmt_ns(lo_c) if lo_c == hi_c else f"{fmt.fmt_ns(lo_c)}–{fmt.fmt_ns(hi_c)}"
+                )
             else:
                 what = "no such step"
-            svg.rect(L + j * cw, T + i * row_h, cw - (1 if cw > 4 else 0), (k - i) * row_h,
-                     "heat", f"{who} · step {st} · {title} {what}",
-                     fill=PALETTE[b] if b >= 0 else MISSING)
+            svg.rect(
+                L + j * cw,
+                T + i * row_h,
+                cw - (1 if cw > 4 else 0),
+                (k - i) * row_h,
+                "heat",
+                f"{who} · step {st} · {title} {what}",
+                fill=PALETTE[b] if b >= 0 else MISSING,
+            )
             i = k
     x0, y0 = L + pw + 14, T
     for b, color in enumerate(PALETTE):  # the colour key, light (low) to dark (high)
         svg.rect(x0, y0 + b * 12, 12, 12, "heat-key", fill=color)
     svg.text(x0 + 16, y0 + 10, fmt.fmt_ns(lo), "axis")
     svg.text(x0 + 16, y0 + len(PALETTE) * 12, fmt.fmt_ns(hi), "axis")
-    svg.text(L, H - 8, f"{title}: {len(ranks)} ranks × {len(steps)} steps; darker is longer",
-             "axis")
+    svg.text(
+        L, H - 8, f"{title}: {len(ranks)} ranks × {len(steps)} steps; darker is longer", "axis"
+    )
     return svg.to_dict()
 
 
@@ -113,54 +134,149 @@ def _straggler_line(p: dict[str, Any] | None) -> str:
     if not p.get("slowest_steps"):
         return "No rank is clearly slower than the others in any step."
     cause = p.get("cause") or "no single part"
-    return (f"Rank {p['rank']} is the slowest in {p['slowest_steps']} of {p['steps']} steps "
-            f"({p['pattern']}): {fmt.fmt_ns(p['own_ns'])} of its own work per step against "
-            f"{fmt.fmt_ns(p['typical_own_ns'])} for the other ranks (median), mostly {cause}; "
-            f"it is last to arrive at {p['last_arrivals']} of {p['matched_collectives']} matched "
-            "collectives.")
+    return (
+        f"Rank {p['rank']} is the slowest in {p['slowest_steps']} of {p['steps']} steps "
+        f"({p['pattern']}): {fmt.fmt_ns(p['own_ns'])} of its own work per step against "
+        f"{fmt.fmt_ns(p['typical_own_ns'])} for the other ranks (median), mostly {cause}; "
+        f"it is last to arrive at {p['last_arrivals']} of {p['matched_collectives']} matched "
+        "collectives."
+    )
 
 
 def _distributions(dist: list[dict[str, Any]]) -> dict[str, Any]:
-    rows = [[d["label"], d["min"], d["p25"], d["p50"], d["p75"], d["max"],
-             ", ".join(f"rank {o['rank']} ({fmt.fmt_ns(o['value'])})" for o in d["outliers"])
-             + (f" and {d['outlier_count'] - len(d['outliers'])} more"
-                if d["outlier_count"] > len(d["outliers"]) else "")]
-            for d in dist]
-    return table("tbl-rank-dist", [("per rank, median over steps", "text"), ("min", "ns"),
-                                   ("p25", "ns"), ("median", "ns"), ("p75", "ns"),
-                                   ("max", "ns"), ("outliers (above median + 3 MAD)", "text")],
-                 rows, sortable=False)
+    rows = [
+        [
+            d["label"],
+            d["min"],
+            d["p25"],
+            d["p50"],
+            d["p75"],
+            d["max"],
+            ", ".join(f"rank {o['rank']} ({fmt.fmt_ns(o['value'])})" for o in d["outliers"])
+            + (
+                f" and {d['outlier_count'] - len(d['outliers'])} more"
+                if d["outlier_count"] > len(d["outliers"])
+                else ""
+            ),
+        ]
+        for d in dist
+    ]
+    return table(
+        "tbl-rank-dist",
+        [
+            ("per rank, median over steps", "text"),
+            ("min", "ns"),
+            ("p25", "ns"),
+            ("median", "ns"),
+            ("p75", "ns"),
+            ("max", "ns"),
+            ("outliers (above median + 3 MAD)", "text"),
+        ],
+        rows,
+        sortable=False,
+    )
 
 
-_RANK_COLS = [("rank", "text"), ("step", "ns"), ("own work", "ns"), ("compute", "ns"),
-              ("GPU idle", "ns"), ("exposed comm", "ns"), ("waiting in collectives", "ns"),
-              ("times last", "count"), ("clock offset", "ns")]
+_RANK_COLS = [
+    ("rank", "text"),
+    ("step", "ns"),
+    ("own work", "ns"),
+    ("compute", "ns"),
+    ("GPU idle", "ns"),
+    ("exposed comm", "ns"),
+    ("waiting in collectives", "ns"),
+    ("times last", "count"),
+    ("clock offset", "ns"),
+]
 
 
 def _rank_table(tid: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    return table(tid, _RANK_COLS, [[r["rank"], r["step_ns"], r["own_ns"], r["compute_ns"],
-                                    r["idle_ns"], r["comm_exposed_ns"], r["wait_ns"],
-                                    r["last_arrivals"], r["clock_offset_ns"]] for r in rows])
+    return table(
+        tid,
+        _RANK_COLS,
+        [
+            [
+                r["rank"],
+                r["step_ns"],
+                r["own_ns"],
+                r["compute_ns"],
+                r["idle_ns"],
+                r["comm_exposed_ns"],
+                r["wait_ns"],
+                r["last_arrivals"],
+                r["clock_offset_ns"],
+            ]
+            for r in rows
+        ],
+    )
 
 
 def _groups(groups: list[dict[str, Any]]) -> dict[str, Any]:
-    rows = [[g["group"] + (f" ({g['description']})" if g.get("description") else ""),
-             g["ranks"], ", ".join(g["kinds"]), g["collectives"], g["bytes"], g["transfer_ns"],
-             g["wait_ns"], g["skew_p50_ns"], g["skew_max_ns"], g["busbw_p50_bytes_per_s"]]
-            for g in groups]
-    return table("tbl-rank-groups", [("process group", "text"), ("ranks", "count"),
-                                     ("collectives", "text"), ("matched", "count"),
-                                     ("bytes", "bytes"), ("transfer", "ns"), ("wait", "ns"),
-                                     ("skew p50", "ns"), ("skew max", "ns"),
-                                     ("bus bandwidth p50", "rate_bytes")], rows)
+    rows = [
+        [
+            g["group"] + (f" ({g['description']})" if g.get("description") else ""),
+            g["ranks"],
+            ", ".join(g["kinds"]),
+            g["collectives"],
+            g["bytes"],
+            g["transfer_ns"],
+            g["wait_ns"],
+            g["skew_p50_ns"],
+            g["skew_max_ns"],
+            g["busbw_p50_bytes_per_s"],
+        ]
+        for g in groups
+    ]
+    return table(
+        "tbl-rank-groups",
+        [
+            ("process group", "text"),
+            ("ranks", "count"),
+            ("collectives", "text"),
+            ("matched", "count"),
+            ("bytes", "bytes"),
+            ("transfer", "ns"),
+            ("wait", "ns"),
+            ("skew p50", "ns"),
+            ("skew max", "ns"),
+            ("bus bandwidth p50", "rate_bytes"),
+        ],
+        rows,
+    )
 
 
 def _collectives(colls: list[dict[str, Any]]) -> dict[str, Any]:
-    rows = [[c["group"], c["collective"], c["step"], c["ranks"], c["skew_ns"], c["last_rank"],
-             c["transfer_ns"], c["wait_ns"], c["bytes"], c["algbw_bytes_per_s"],
-             c["busbw_bytes_per_s"]] for c in colls]
-    return table("tbl-rank-colls", [("group", "text"), ("collective", "text"), ("step", "text"),
-                                    ("ranks", "count"), ("arrival skew", "ns"),
-                                    ("last", "text"), ("transfer", "ns"), ("wait", "ns"),
-                                    ("message", "bytes"), ("algbw", "rate_bytes"),
-                                    ("busbw", "rate_bytes")], rows, limit=12)
+    rows = [
+        [
+            c["group"],
+            c["collective"],
+            c["step"],
+            c["ranks"],
+            c["skew_ns"],
+            c["last_rank"],
+            c["transfer_ns"],
+            c["wait_ns"],
+            c["bytes"],
+            c["algbw_bytes_per_s"],
+            c["busbw_bytes_per_s"],
+        ]
+        for c in colls
+    ]
+    return table(
+        "tbl-rank-colls",
+        [
+            ("group", "text"),
+            ("collective", "text"),
+            ("step", "text"),
+            ("ranks", "count"),
+            ("arrival skew", "ns"),
+            ("last", "text"),
+            ("transfer", "ns"),
+            ("wait", "ns"),
+            ("message", "bytes"),
+            ("algbw", "rate_bytes"),
+            ("busbw", "rate_bytes"),
+        ],
+        rows,
+        limit=12,
+    )

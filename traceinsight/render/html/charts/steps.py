@@ -19,9 +19,13 @@ MAX_STEP_BARS = 160
 RANK_COLOURS = 8
 
 
-def step_chart(reps: list[dict[str, Any]], median: float, slow_ids: set[int],
-               multi: bool, rank_compute: dict[Any, list[float | None]] | None = None
-               ) -> tuple[dict[str, Any], int]:
+def step_chart(
+    reps: list[dict[str, Any]],
+    median: float,
+    slow_ids: set[int],
+    multi: bool,
+    rank_compute: dict[Any, list[float | None]] | None = None,
+) -> tuple[dict[str, Any], int]:
     """The chart and its bucket size. ``reps``: one per step, in order (``step``, ``rank``,
     ``row`` of its slowest rank, ``min`` / ``max`` wall over ranks); ``slow_ids``: ``id()`` of
     the slow ones; ``rank_compute``: per rank, its compute time in each step of ``reps``
@@ -30,7 +34,7 @@ def step_chart(reps: list[dict[str, Any]], median: float, slow_ids: set[int],
     threshold = SLOW_STEP_FACTOR * median
     # bucket consecutive steps when there are too many bars to draw
     size = max(1, math.ceil(len(reps) / MAX_STEP_BARS))
-    buckets = [reps[i:i + size] for i in range(0, len(reps), size)]
+    buckets = [reps[i : i + size] for i in range(0, len(reps), size)]
     W, H, L, R, T, B = 960, (250 if len(reps) > 2 else 180), 72, 16, 18, 38
     if rank_compute:
         R = 64  # room for the rank labels right of the plot
@@ -50,11 +54,16 @@ def step_chart(reps: list[dict[str, Any]], median: float, slow_ids: set[int],
         wall = sum(b["max"] for b in bk) / len(bk)
         top = max(b["max"] for b in bk)
         low = min(b["min"] for b in bk)
-        name = (f"step {bk[0]['step']}" if len(bk) == 1 else
-                f"steps {bk[0]['step']}–{bk[-1]['step']} (mean of {len(bk)})")
+        name = (
+            f"step {bk[0]['step']}"
+            if len(bk) == 1
+            else f"steps {bk[0]['step']}–{bk[-1]['step']} (mean of {len(bk)})"
+        )
         is_slow = any(id(b) in slow_ids for b in bk)
-        tip = [f"{name}: {fmt.fmt_ns(wall)}" + (f" (slowest rank {bk[0]['rank']})"
-                                                 if multi and len(bk) == 1 else "")]
+        tip = [
+            f"{name}: {fmt.fmt_ns(wall)}"
+            + (f" (slowest rank {bk[0]['rank']})" if multi and len(bk) == 1 else "")
+        ]
         tip += [f"{lab} {fmt.fmt_ns(comp[key])}" for key, lab, _ in SEGMENTS if comp[key]]
         if multi:
             tip.append(f"ranks: {fmt.fmt_ns(low)} – {fmt.fmt_ns(top)}")
@@ -83,7 +92,7 @@ def step_chart(reps: list[dict[str, Any]], median: float, slow_ids: set[int],
     for k, (rank, vals) in enumerate(sorted((rank_compute or {}).items())):
         pts = []
         for i in range(len(buckets)):
-            got = [v for v in vals[i * size:(i + 1) * size] if v is not None]
+            got = [v for v in vals[i * size : (i + 1) * size] if v is not None]
             if got:
                 v = sum(got) / len(got)
                 pts.append((L + slot * i + slot / 2, T + ph - ph * v / vmax))
@@ -93,8 +102,10 @@ def step_chart(reps: list[dict[str, Any]], median: float, slow_ids: set[int],
             x, y = pts[0]
             pts = [(x - bw / 2, y), (x + bw / 2, y)]
         known = [v for v in vals if v is not None]
-        line_tip = (f"rank {rank}: compute per step, median "
-                    f"{fmt.fmt_ns(sorted(known)[len(known) // 2])} over {len(known)} steps")
+        line_tip = (
+            f"rank {rank}: compute per step, median "
+            f"{fmt.fmt_ns(sorted(known)[len(known) // 2])} over {len(known)} steps"
+        )
         svg.polyline(pts, f"rank-line rank-c{k % RANK_COLOURS}", line_tip, data_rank=str(rank))
         near = next((e for e in ends if abs(e[1] - pts[-1][1]) < 9), None)
         if near is not None:  # lines that end together share one label
@@ -113,6 +124,7 @@ def step_chart(reps: list[dict[str, Any]], median: float, slow_ids: set[int],
             svg.line(L, yt, L + pw, yt, "threshold")
             svg.text(L + pw - 2, yt - 4, f"{SLOW_STEP_FACTOR}× median", "axis", "end")
     svg.line(L, T + ph, L + pw, T + ph, "axis-line")
-    svg.text(L + pw / 2, H - 4, "ProfilerStep" + (" (bucketed)" if size > 1 else ""), "axis",
-             "middle")
+    svg.text(
+        L + pw / 2, H - 4, "ProfilerStep" + (" (bucketed)" if size > 1 else ""), "axis", "middle"
+    )
     return svg.to_dict(), size

@@ -25,8 +25,10 @@ def timeline_chart(tl: dict[str, Any]) -> dict[str, Any]:
     span = float(tl.get("span_ns") or 1)
     names = [str(n) for n in tl.get("names") or []]
     lanes = sorted(tl["lanes"], key=lambda ln: (-len(ln.get("items") or []),))
-    lanes = sorted(lanes[:MAX_LANES], key=lambda ln: (ln.get("device") is None,
-                                                      ln.get("device") or 0, ln.get("stream") or 0))
+    lanes = sorted(
+        lanes[:MAX_LANES],
+        key=lambda ln: (ln.get("device") is None, ln.get("device") or 0, ln.get("stream") or 0),
+    )
     dropped = tl["lanes"][MAX_LANES:] if len(tl["lanes"]) > MAX_LANES else []
     if len(tl["lanes"]) > MAX_LANES:
         kept = {id(ln) for ln in lanes}
@@ -44,8 +46,11 @@ def timeline_chart(tl: dict[str, Any]) -> dict[str, Any]:
         svg.line(x, T - 6, x, H - 18, "grid")
         svg.text(x, T - 10, fmt.fmt_ns(v) if v else "0", "axis", "middle")
     # idle row: where no stream of the rank is busy
-    busy = _union((float(it[0]), float(it[0]) + float(it[1]))
-                  for lane in lanes for it in lane.get("items") or [])
+    busy = _union(
+        (float(it[0]), float(it[0]) + float(it[1]))
+        for lane in lanes
+        for it in lane.get("items") or []
+    )
     gaps, prev = [], 0.0
     for s, e in busy:
         if s > prev:
@@ -70,25 +75,47 @@ def timeline_chart(tl: dict[str, Any]) -> dict[str, Any]:
             label = (f"GPU {dev} · " if dev is not None else "") + f"stream {lane.get('stream')}"
         svg.text(L - 8, y + lane_h / 2 + 4, label, "axis lane-lbl", "end")
         kern_ns = sum(float(it[1]) for it in items)
-        svg.rect(L, y, pw, lane_h, "lane-bg",
-                 f"{label}: {sum(int(it[4]) if len(it) > 4 else 1 for it in items):,} activities, "
-                 f"busy {fmt.fmt_ns(kern_ns)} of {fmt.fmt_ns(span)}")
+        svg.rect(
+            L,
+            y,
+            pw,
+            lane_h,
+            "lane-bg",
+            f"{label}: {sum(int(it[4]) if len(it) > 4 else 1 for it in items):,} activities, "
+            f"busy {fmt.fmt_ns(kern_ns)} of {fmt.fmt_ns(span)}",
+        )
         merged = _merge_pixels(items, px, budget)
         for m in merged:
             n_rects += 1
-            svg.rect(L + m["s"] * px, y + 1, max(0.6, (m["e"] - m["s"]) * px), lane_h - 2,
-                     f"cls-{css_ident(m['cls'])}", _item_title(m, names))
-    present = sorted({css_ident(str(it[2])) for lane in lanes for it in lane.get("items") or []},
-                     key=lambda c: CLASSES.index(c))
-    return {"chart": svg.to_dict(), "rank": tl.get("rank"), "step": tl.get("step"),
-            "span": fmt.fmt_ns(span), "idle": fmt.fmt_pct(100 * idle_total / span),
-            "idle_gaps": len(gaps), "lanes": len(lanes),
-            "rects": n_rects, "legend": present,
-            "items": sum(len(lane.get("items") or []) for lane in lanes)}
+            svg.rect(
+                L + m["s"] * px,
+                y + 1,
+                max(0.6, (m["e"] - m["s"]) * px),
+                lane_h - 2,
+                f"cls-{css_ident(m['cls'])}",
+                _item_title(m, names),
+            )
+    present = sorted(
+        {css_ident(str(it[2])) for lane in lanes for it in lane.get("items") or []},
+        key=lambda c: CLASSES.index(c),
+    )
+    return {
+        "chart": svg.to_dict(),
+        "rank": tl.get("rank"),
+        "step": tl.get("step"),
+        "span": fmt.fmt_ns(span),
+        "idle": fmt.fmt_pct(100 * idle_total / span),
+        "idle_gaps": len(gaps),
+        "lanes": len(lanes),
+        "rects": n_rects,
+        "legend": present,
+        "items": sum(len(lane.get("items") or []) for lane in lanes),
+    }
 
 
-def _idle_bins(svg: Svg, gaps: list[tuple[float, float]], span: float, x0: float, y: float,
-               pw: float, h: float) -> None:
+def _idle_bins(
+    svg: Svg, gaps: list[tuple[float, float]], span: float, x0: float, y: float, pw: float, h: float
+) -> None:
     """Idle time as density: the plot is cut into 2-px bins, each shaded by the share of it the
     GPU was idle (gaps far below a pixel stay visible); runs of equal shade are one rectangle."""
     n = max(1, int(pw // 2))
@@ -109,10 +136,16 @@ def _idle_bins(svg: Svg, gaps: list[tuple[float, float]], span: float, x0: float
             j += 1
         if lv > 0:
             t0, t1 = i * width, (j + 1) * width
-            frac = sum(idle[i:j + 1]) / (t1 - t0)
-            svg.rect(x0 + pw * i / n, y, pw * (j + 1 - i) / n, h, "idle-gap",
-                     f"idle {fmt.fmt_pct(100 * frac, 0)} of +{fmt.fmt_ns(t0)} … +{fmt.fmt_ns(t1)}",
-                     fill_opacity=num(0.12 + 0.88 * lv / 10, 2))
+            frac = sum(idle[i : j + 1]) / (t1 - t0)
+            svg.rect(
+                x0 + pw * i / n,
+                y,
+                pw * (j + 1 - i) / n,
+                h,
+                "idle-gap",
+                f"idle {fmt.fmt_pct(100 * frac, 0)} of +{fmt.fmt_ns(t0)} … +{fmt.fmt_ns(t1)}",
+                fill_opacity=num(0.12 + 0.88 * lv / 10, 2),
+            )
         i = j + 1
 
 
@@ -153,8 +186,18 @@ def _merge_pixels(items: list[list[Any]], px: float, budget: int) -> list[dict[s
                     continue
             by: dict[str, float] = defaultdict(float)
             by[cls] += d
-            out.append({"s": s, "e": e, "cls": cls, "n": cnt, "by": by, "names": {idx}, "busy": d,
-                        "idx": idx})
+            out.append(
+                {
+                    "s": s,
+                    "e": e,
+                    "cls": cls,
+                    "n": cnt,
+                    "by": by,
+                    "names": {idx},
+                    "busy": d,
+                    "idx": idx,
+                }
+            )
         if len(out) <= budget or tol > 64:
             return out
         tol *= 2
@@ -174,5 +217,6 @@ def _item_title(m: dict[str, Any], names: list[str]) -> str:
     busy = m["busy"] or 1.0
     parts = ", ".join(f"{c} {100 * v / busy:.0f}%" for c, v in mix[:3])
     tops = [_tip_name(names[i]) for i in sorted(m["names"])[:3] if 0 <= i < len(names)]
-    return (f"{m['n']:,} activities merged ({parts}) · busy {fmt.fmt_ns(m['busy'])} · {when}"
-            + ("\n" + "\n".join(tops) if tops else ""))
+    return f"{m['n']:,} activities merged ({parts}) · busy {fmt.fmt_ns(m['busy'])} · {when}" + (
+        "\n" + "\n".join(tops) if tops else ""
+    )

@@ -26,29 +26,50 @@ def waterfall_rows(c: dict[str, Any], top: int = WATERFALL_TOP) -> list[dict[str
     shown, rest = changed[:top], changed[top:]
     if len(rest) == 1:
         shown, rest = changed, []
-    rows: list[dict[str, Any]] = [{"role": "start", "kind": "", "name": "before: mean step",
-                                   "from": 0, "to": a0, "delta": a0}]
+    rows: list[dict[str, Any]] = [
+        {"role": "start", "kind": "", "name": "before: mean step", "from": 0, "to": a0, "delta": a0}
+    ]
     level = a0
     for x in shown:
         d = int(x["delta_ns"])
-        rows.append({"role": "contrib", "kind": str(x.get("kind") or ""),
-                     "name": str(x.get("name") or ""), "from": level, "to": level + d,
-                     "delta": d, "before": x.get("before_ns"), "after": x.get("after_ns")})
+        rows.append(
+            {
+                "role": "contrib",
+                "kind": str(x.get("kind") or ""),
+                "name": str(x.get("name") or ""),
+                "from": level,
+                "to": level + d,
+                "delta": d,
+                "before": x.get("before_ns"),
+                "after": x.get("after_ns"),
+            }
+        )
         level += d
     if rest:
         d = sum(int(x["delta_ns"]) for x in rest)
-        rows.append({"role": "others", "kind": "", "name": f"{len(rest)} others",
-                     "from": level, "to": level + d, "delta": d, "count": len(rest),
-                     "before": sum(int(x.get("before_ns") or 0) for x in rest),
-                     "after": sum(int(x.get("after_ns") or 0) for x in rest)})
+        rows.append(
+            {
+                "role": "others",
+                "kind": "",
+                "name": f"{len(rest)} others",
+                "from": level,
+                "to": level + d,
+                "delta": d,
+                "count": len(rest),
+                "before": sum(int(x.get("before_ns") or 0) for x in rest),
+                "after": sum(int(x.get("after_ns") or 0) for x in rest),
+            }
+        )
         level += d
-    rows.append({"role": "end", "kind": "", "name": "after: mean step", "from": 0, "to": b0,
-                 "delta": b0})
+    rows.append(
+        {"role": "end", "kind": "", "name": "after: mean step", "from": 0, "to": b0, "delta": b0}
+    )
     return rows
 
 
-def waterfall_chart(rows: list[dict[str, Any]], a0: int, b0: int,
-                    total: int) -> tuple[dict[str, Any], float | None]:
+def waterfall_chart(
+    rows: list[dict[str, Any]], a0: int, b0: int, total: int
+) -> tuple[dict[str, Any], float | None]:
     """The chart of :func:`waterfall_rows` and where its axis starts when it is zoomed in (the
     levels are far from 0), else None."""
     levels = [a0, b0] + [r["to"] for r in rows if r["role"] in ("contrib", "others")]
@@ -65,8 +86,12 @@ def waterfall_chart(rows: list[dict[str, Any]], a0: int, b0: int,
     row_h, gap = 20, 8
     pw = W - L - R
     H = T + len(rows) * (row_h + gap) + 6
-    svg = Svg(W, H, f"Waterfall from the before step ({fmt.fmt_ns(a0)}) to the after step "
-                    f"({fmt.fmt_ns(b0)}): one bar per contributor's change per step")
+    svg = Svg(
+        W,
+        H,
+        f"Waterfall from the before step ({fmt.fmt_ns(a0)}) to the after step "
+        f"({fmt.fmt_ns(b0)}): one bar per contributor's change per step",
+    )
 
     def X(v: float) -> float:
         return L + pw * (min(max(v, x0), x1) - x0) / (x1 - x0)
@@ -82,8 +107,9 @@ def waterfall_chart(rows: list[dict[str, Any]], a0: int, b0: int,
         if role in ("start", "end"):
             cls = "wf-total"
             val = fmt.fmt_ns(r["to"])
-            title = (f"{r['name']}: {fmt.fmt_ns(r['to'])} per step (rank and step window mean)"
-                     + (f"; the axis starts at {fmt.fmt_ns(x0)}" if zoom else ""))
+            title = f"{r['name']}: {fmt.fmt_ns(r['to'])} per step (rank and step window mean)" + (
+                f"; the axis starts at {fmt.fmt_ns(x0)}" if zoom else ""
+            )
             svg.text(L - 8, ty, r["name"], "wf-name wf-total-lbl", "end")
         else:
             up = r["delta"] > 0
@@ -91,18 +117,25 @@ def waterfall_chart(rows: list[dict[str, Any]], a0: int, b0: int,
             val = signed_ns(r["delta"])
             share = f"{100.0 * r['delta'] / total:.0f}% of the change" if total else ""
             if role == "others":
-                title = (f"{r['count']} other contributors, summed: {signed_ns(r['delta'])} per "
-                         f"step ({fmt.fmt_ns(r['before'])} → {fmt.fmt_ns(r['after'])})"
-                         + (f"; {share}" if share else ""))
+                title = (
+                    f"{r['count']} other contributors, summed: {signed_ns(r['delta'])} per "
+                    f"step ({fmt.fmt_ns(r['before'])} → {fmt.fmt_ns(r['after'])})"
+                    + (f"; {share}" if share else "")
+                )
                 svg.text(L - 8, ty, f"[{r['name']}]", "wf-name wf-others-lbl", "end")
             else:
-                title = (f"{r['kind']}: {r['name']}\n{fmt.fmt_ns(r['before'])} → "
-                         f"{fmt.fmt_ns(r['after'])} per step: {signed_ns(r['delta'])}"
-                         + (f" ({share})" if share else "")
-                         + f"\nrunning: {fmt.fmt_ns(r['from'])} → {fmt.fmt_ns(r['to'])}")
+                title = (
+                    f"{r['kind']}: {r['name']}\n{fmt.fmt_ns(r['before'])} → "
+                    f"{fmt.fmt_ns(r['after'])} per step: {signed_ns(r['delta'])}"
+                    + (f" ({share})" if share else "")
+                    + f"\nrunning: {fmt.fmt_ns(r['from'])} → {fmt.fmt_ns(r['to'])}"
+                )
                 svg.text(4, ty, r["kind"], "axis wf-kind")
-                short = (_tail_path(r["name"], name_chars) if r["kind"] == "layer"
-                         else fmt.shorten(r["name"], name_chars))
+                short = (
+                    _tail_path(r["name"], name_chars)
+                    if r["kind"] == "layer"
+                    else fmt.shorten(r["name"], name_chars)
+                )
                 svg.text(L - 8, ty, short, "wf-name", "end")
         xa, xb = X(min(r["from"], r["to"])), X(max(r["from"], r["to"]))
         if role in ("start", "end"):
@@ -110,12 +143,12 @@ def waterfall_chart(rows: list[dict[str, Any]], a0: int, b0: int,
         w = max(xb - xa, 1.5)
         if role not in ("start", "end") and xb - xa < 1.5:
             xa -= (1.5 - (xb - xa)) / 2
-        svg.rect(xa, y, w, row_h, f"wf-bar {cls}", title, data_role=role,
-                 data_delta=str(r["delta"]))
+        svg.rect(
+            xa, y, w, row_h, f"wf-bar {cls}", title, data_role=role, data_delta=str(r["delta"])
+        )
         if zoom and role in ("start", "end"):
             zig = f"l-5 {num(row_h + 2)}"
-            svg.path(f"M{num(L + 9)} {num(y - 1)}{zig}M{num(L + 14)} {num(y - 1)}{zig}",
-                     "wf-break")
+            svg.path(f"M{num(L + 9)} {num(y - 1)}{zig}M{num(L + 14)} {num(y - 1)}{zig}", "wf-break")
         svg.text(W - 4, ty, val, f"wf-val {cls}-val", "end")
         if i + 1 < len(rows):
             xc = X(r["to"])
