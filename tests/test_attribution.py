@@ -10,6 +10,7 @@ from conftest import corpus_id, corpus_kineto_files, invoke, requires_corpus
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.attribution import UNATTRIBUTED
+from traceinsight.analysis.rollups import records
 from traceinsight.ingest import ingest, load
 from traceinsight.render.top import render_top
 
@@ -265,7 +266,11 @@ def test_corpus_attribution_conserves_time(path: Path, tmp_path: Path) -> None:
     # and `top` renders every rollup of it
     for by in ("kernel", "op", "layer", "annotation", "step"):
         assert render_top(
-            an.rollup(by), by, 5, coverage=an.attribution.coverage(None), ranks=len(an.store.ranks)
+            records(an.rollup(by)),
+            by,
+            5,
+            coverage=an.attribution.coverage(None),
+            ranks=len(an.store.ranks),
         ).strip()
 
 

@@ -21,8 +21,8 @@ from traceinsight.compare.explain import compare
 from traceinsight.diagnose import diagnose
 from traceinsight.diagnose.signature import name_dtype
 from traceinsight.ingest import load
+from traceinsight.render.compare_markdown import render_compare_markdown
 from traceinsight.render.html import render_compare_html
-from traceinsight.render.markdown import render_compare_markdown
 from traceinsight.render.terminal import render_compare
 from traceinsight.result import DiagnosisResult
 

@@ -34,13 +34,14 @@ from test_report import assert_self_contained, parse, strip_code_spans  # noqa: 
 
 from traceinsight.compare.explain import compare  # noqa: E402
 from traceinsight.diagnose import diagnose  # noqa: E402
+from traceinsight.render.compare_markdown import render_compare_markdown  # noqa: E402
 from traceinsight.render.html import (  # noqa: E402
     WATERFALL_TOP,
     build_compare_view,
     render_compare_html,
     waterfall_rows,
 )
-from traceinsight.render.markdown import esc, render_compare_markdown  # noqa: E402
+from traceinsight.render.mdtext import esc  # noqa: E402
 from traceinsight.render.terminal import render_compare  # noqa: E402
 
 EVIL_KERNEL = "</script><b>x</b>"

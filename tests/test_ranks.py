@@ -12,14 +12,14 @@ from conftest import KINETO, SAMPLES, invoke, requires_corpus
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.collectives import cross_rank
-from traceinsight.analysis.rank_summary import (
+from traceinsight.diagnose import diagnose
+from traceinsight.errors import InputError
+from traceinsight.ingest import ingest
+from traceinsight.metrics.rank_summary import (
     RankTask,
     summaries,
     summarize_partition,
 )
-from traceinsight.diagnose import diagnose
-from traceinsight.errors import InputError
-from traceinsight.ingest import ingest
 from traceinsight.render.html import render_html
 from traceinsight.store import partitions
 from traceinsight.store.core import TraceStore, write_store

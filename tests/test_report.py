@@ -25,7 +25,8 @@ from traceinsight.diagnose import diagnose
 from traceinsight.engine.evaluate import format_value
 from traceinsight.ingest import ingest
 from traceinsight.render.html import build_view, render_html
-from traceinsight.render.markdown import esc, render_markdown
+from traceinsight.render.markdown import render_markdown
+from traceinsight.render.mdtext import esc
 from traceinsight.render.terminal import render_table
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt

@@ -162,7 +162,7 @@ def test_load_accepts_a_store_or_traces(tmp_path: Path) -> None:
 
 
 def test_store_reference_doc_is_current() -> None:
-    # docs/STORE.md is generated from traceinsight/schema.py
+    # docs/STORE.md is generated from traceinsight/store/schema.py and the readers
     from conftest import REPO
 
     want = schema.markdown(readers.documented()) + "\n"

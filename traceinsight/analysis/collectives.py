@@ -251,8 +251,6 @@ def _per_collective(
     pg = out["lane"].str.removeprefix("pg ")
     n = out["group_size"].where(out["group_size"].notna(), pg.map(lambda p: sizes.get(p, np.nan)))
     out["n"] = n.where(n.notna(), out["ranks"]).astype(np.int64)
-    from traceinsight.metrics.comm import bus_factor  # the one table of nccl-tests factors
-
     secs = out["transfer_ns"].clip(lower=1) / 1e9
     out["algbw"] = out["bytes"] / secs
     out["busbw"] = out["algbw"] * [
@@ -553,3 +551,16 @@ def _collective_excess(cross: dict[str, Any], rank: int, colls: pd.DataFrame | N
     steps = max(1, len(cross.get("steps") or []))
     extra = sum(float(per[k] - base[k]) * int((mine["kind"] == k).sum()) for k in common)
     return extra / steps
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """The nccl-tests factor from algorithm to bus bandwidth of a collective ``kind`` over
+    ``n`` ranks (the one table of them: the metrics read it from here)."""
+    k = kind.lower().replace("_", "")
+    if n <= 1:
+        return 1.0
+    if "allreduce" in k:
+        return 2 * (n - 1) / n
+    if any(x in k for x in ("allgather", "reducescatter", "alltoall")):
+        return (n - 1) / n
+    return 1.0

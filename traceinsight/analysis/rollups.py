@@ -7,8 +7,10 @@ Every rollup of device time keeps the bracketed buckets (``[unattributed]``, ``[
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -293,3 +295,17 @@ def _sel(attr: Attribution, rank: int | None) -> pd.DataFrame:
 
 def top_counter(values: list[str], n: int = 3) -> list[tuple[str, int]]:
     return Counter(values).most_common(n)
+
+
+def _clean(v: Any) -> Any:
+    if isinstance(v, float) and math.isnan(v):
+        return None
+    if hasattr(v, "item"):
+        return v.item()
+    return v
+
+
+def records(df: pd.DataFrame) -> list[dict[str, Any]]:
+    """All rows of a rollup table as JSON-ready dicts (NaN as None, numpy scalars as Python):
+    what ``top --json`` prints and the terminal table renders."""
+    return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]

@@ -12,6 +12,7 @@ import pandas as pd
 
 from traceinsight.analysis.intervals import take
 from traceinsight.diagnostics import DiagnosticLog
+from traceinsight.store.window import host_steps
 
 
 @dataclass
@@ -26,13 +27,6 @@ class StepWindow:
     @property
     def dur_ns(self) -> int:
         return self.end_ns - self.start_ns
-
-
-def host_steps(rng: pd.DataFrame) -> pd.DataFrame:
-    """One rank's ``ProfilerStep#N`` host ranges (rows of ``ranges``) in time order, the first
-    of each step number."""
-    st = rng[rng["kind"] == "step"].sort_values("start_ns")
-    return st.drop_duplicates("step", keep="first")
 
 
 def step_windows(

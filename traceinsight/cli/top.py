@@ -62,8 +62,9 @@ def top(
       traceinsight top traces/ --by step --rank 2 --json
     """
     from traceinsight.analysis import Analysis
+    from traceinsight.analysis.rollups import records
     from traceinsight.ingest import load
-    from traceinsight.render.top import records, render_top
+    from traceinsight.render.top import render_top
     from traceinsight.util.progress import Progress
 
     store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
@@ -71,17 +72,17 @@ def top(
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
     prog.stage("attribution" if by != "step" else "breakdown", 0.0)
     try:
-        df = an.rollup(by, rank)
+        rows = records(an.rollup(by, rank))
         cov = an.attribution.coverage(rank)
     finally:
         prog.done()
     if as_json:
         click.echo(
             json.dumps(
-                {"by": by, "rank": rank, "coverage": cov, "rows": records(df)},
+                {"by": by, "rank": rank, "coverage": cov, "rows": rows},
                 indent=2,
                 default=str,
             )
         )
     else:
-        click.echo(render_top(df, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank))
+        click.echo(render_top(rows, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank))

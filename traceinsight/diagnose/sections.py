@@ -10,10 +10,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import Analysis
 from traceinsight.diagnose.signature import signature_fields
 from traceinsight.metrics import MetricSet
 from traceinsight.metrics.options import RooflineOptions
+from traceinsight.metrics.rank_summary import rank_rows
 from traceinsight.metrics.steps import step_stats
 from traceinsight.metrics.timing import idle_split
 from traceinsight.store.core import TraceStore
@@ -81,84 +82,10 @@ def trace_info(
     }
 
 
-def _q(values: list[float]) -> dict[str, float] | None:
-    if not values:
-        return None
-    a = np.array(values, dtype=np.float64)
-    return {
-        "p50": float(np.percentile(a, 50)),
-        "p90": float(np.percentile(a, 90)),
-        "p99": float(np.percentile(a, 99)),
-        "max": float(a.max()),
-    }
-
-
 def summary(an: Analysis, ms: MetricSet) -> dict[str, Any]:
-    g = an.attribution.gpu
-    out = []
-    steps_of: dict[int, list] = {}
-    for s in an.breakdown.steps:
-        if s.step is not None:
-            steps_of.setdefault(s.rank, []).append(s)
-    stats_of: dict[int, list] = {}
-    for st in step_stats(an):
-        stats_of.setdefault(st.rank, []).append(st)
-    for r in an.store.ranks:
-        rank = r["rank"]
-        gr = by_rank.rows(g, rank)
-        kern = gr[gr["kind"] == "kernel"]
-        w = an.breakdown.ranks.get(rank)
-        steps = steps_of.get(rank, [])
-        stats = stats_of.get(rank, [])
-        pr = ms.per_rank.get(rank, {})
-        cov = an.attribution.coverage(rank)
-        out.append(
-            {
-                "rank": rank,
-                "device": next(
-                    (d.get("name") for d in r.get("devices", []) if d.get("name")), None
-                ),
-                "kernel_time_ns": int(kern["dur_ns"].sum()),
-                "comm_kernel_time_ns": int(
-                    kern.loc[kern["cls"] == "communication", "dur_ns"].sum()
-                ),
-                "memcpy_time_ns": int(gr.loc[gr["kind"] == "memcpy", "dur_ns"].sum()),
-                "memset_time_ns": int(gr.loc[gr["kind"] == "memset", "dur_ns"].sum()),
-                "kernels": len(kern),
-                "window_ns": int(w.wall_ns) if w else None,
-                "gpu_busy_ns": int(w.busy_ns) if w else None,
-                "gpu_idle_ns": int(w.idle_ns) if w else None,
-                "compute_ns": int(w.compute_ns) if w else None,
-                "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
-                "steps": len(steps),
-                "step_time_ns": _q([s.wall_ns for s in steps]),
-                "steps_representative": sum(1 for s in stats if s.excluded is None),
-                "steps_excluded": [
-                    {"step": s.step, "reason": s.excluded, "detail": s.why}
-                    for s in stats
-                    if s.excluded
-                ],
-                "peak_allocated_bytes": _int(pr.get("peak_allocated_bytes")),
-                "peak_reserved_bytes": _int(pr.get("peak_reserved_bytes")),
-                "attributed_pct": cov["coverage_pct"],
-                "op_attributed_pct": _op_cov(g, rank),
-            }
-        )
-    return {"ranks": out}
-
-
-def _int(v: Any) -> int | None:
-    return None if v is None else int(v)
-
-
-def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
-    k = by_rank.rows(g, rank)
-    k = k[k["kind"] == "kernel"]
-    tot = float(k["dur_ns"].sum())
-    if not tot:
-        return None
-    real = k["op"].astype(str).map(lambda s: not s.startswith("["))
-    return 100.0 * float(k.loc[real, "dur_ns"].sum()) / tot
+    """The result's summary: one row of totals per rank (the rows a rank's summary carries
+    too: :func:`traceinsight.metrics.rank_summary.rank_rows`)."""
+    return {"ranks": rank_rows(an, ms)}
 
 
 def breakdown(an: Analysis) -> dict[str, Any]:

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis.collectives import bus_factor
 from traceinsight.metrics.registry import MetricSet, declare
 
 declare(
@@ -100,17 +101,6 @@ _COLL_RE = re.compile(
 #: collective kinds of expert-parallel / embedding exchanges (all-to-all and its point-to-point
 #: form): their overlap levers differ from gradient all-reduce
 ALL_TO_ALL = ("all_to_all", "sendrecv", "send", "recv")
-
-
-def bus_factor(kind: str, n: int) -> float:
-    k = kind.lower().replace("_", "")
-    if n <= 1:
-        return 1.0
-    if "allreduce" in k:
-        return 2 * (n - 1) / n
-    if any(x in k for x in ("allgather", "reducescatter", "alltoall")):
-        return (n - 1) / n
-    return 1.0
 
 
 def collective_kind(name: str) -> str:

@@ -11,7 +11,7 @@ from typing import Any
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.collectives import cross_rank, straggler_profile
-from traceinsight.analysis.rank_summary import RankTask, summaries, summarize_partition
+from traceinsight.metrics.rank_summary import RankTask, summaries, summarize_partition
 from traceinsight.metrics.registry import MetricSet, declare
 from traceinsight.store import partitions
 from traceinsight.util.distributed import current

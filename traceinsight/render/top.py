@@ -1,32 +1,19 @@
-"""Terminal and JSON rendering of the ``top`` rollups. The caller computes the rollup table (the
-analysis layer: ``Analysis.rollup``) and its attribution coverage; this module only renders."""
+"""Terminal rendering of the ``top`` rollups. The caller computes the rollup table (the analysis
+layer: ``Analysis.rollup``), its rows as plain records (``analysis.rollups.records``, also the
+``--json`` output) and its attribution coverage; this module only renders them."""
 
 from __future__ import annotations
 
-import math
+from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
-
-import pandas as pd
 
 from traceinsight.util import fmt
 from traceinsight.util.safetext import for_terminal
 
 
-def _clean(v: Any) -> Any:
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    if hasattr(v, "item"):
-        return v.item()
-    return v
-
-
-def records(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """All rows of a rollup table as JSON-ready dicts (NaN as None, numpy scalars as Python)."""
-    return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]
-
-
 def render_top(
-    df: pd.DataFrame,
+    records: Sequence[dict[str, Any]],
     by: str,
     n: int,
     *,
@@ -34,9 +21,10 @@ def render_top(
     ranks: int,
     rank: int | None = None,
 ) -> str:
-    """The first ``n`` rows of the rollup table ``df`` by ``by`` (kernel, op, layer, module-type,
-    annotation, step) under a line on the kernel time and how much of it is linked to a launch
-    (``coverage`` of the same rank selection); ``ranks``: how many ranks the store holds."""
+    """The first ``n`` rows of the rollup table ``records`` by ``by`` (kernel, op, layer,
+    module-type, annotation, step) under a line on the kernel time and how much of it is linked
+    to a launch (``coverage`` of the same rank selection); ``ranks``: how many ranks the store
+    holds."""
     cov = coverage
     head = (
         f"GPU kernel time {fmt.fmt_ns(cov['kernel_time_ns'])} in {cov['kernels']:,} kernels; "
@@ -48,11 +36,11 @@ def render_top(
         f" (rank {rank})" if rank is not None else (f" (all {ranks} ranks)" if ranks > 1 else "")
     )
     lines = [head + rank_txt, ""]
-    if not len(df):
+    if not records:
         lines.append(f"Nothing to list by {by}.")
         return for_terminal("\n".join(lines))
-    total_rows = len(df)
-    df = df.head(n)
+    total_rows = len(records)
+    df = [SimpleNamespace(**r) for r in records[:n]]
     if by == "kernel":
         rows = [
             [
@@ -65,7 +53,7 @@ def render_top(
                 fmt.fmt_pct(r.share_pct),
                 r.top_op,
             ]
-            for r in df.itertuples()
+            for r in df
         ]
         table = fmt.table(
             rows,
@@ -84,7 +72,7 @@ def render_top(
                 fmt.fmt_pct(r.share_pct),
                 fmt.shapes_text(r.input_dims, 40),
             ]
-            for r in df.itertuples()
+            for r in df
         ]
         table = fmt.table(
             rows,
@@ -110,7 +98,7 @@ def render_top(
                 fmt.fmt_ns(r.total_ns),
                 fmt.fmt_pct(r.share_pct),
             ]
-            for r in df.itertuples()
+            for r in df
         ]
         table = fmt.table(
             rows, ["module (innermost)", "forward", "backward", "other", "total", "share"], flex=0
@@ -126,7 +114,7 @@ def render_top(
                 f"{r.kernels:,}",
                 fmt.fmt_pct(r.share_pct),
             ]
-            for r in df.itertuples()
+            for r in df
         ]
         table = fmt.table(
             rows,
@@ -147,14 +135,14 @@ def render_top(
     elif by == "annotation":
         rows = [
             [r.annotation, f"{r.kernels:,}", fmt.fmt_ns(r.device_ns), fmt.fmt_pct(r.share_pct)]
-            for r in df.itertuples()
+            for r in df
         ]
         table = fmt.table(rows, ["annotation", "kernels", "device time", "share"], flex=0)
     else:  # step
         rows = []
-        for r in df.itertuples():
+        for r in df:
             wall = r.wall_ns or 1
-            step = "whole trace" if r.step is None or pd.isna(r.step) else f"#{int(r.step)}"
+            step = "whole trace" if r.step is None else f"#{int(r.step)}"
             rows.append(
                 [
                     r.rank,

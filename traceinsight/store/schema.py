@@ -13,7 +13,8 @@ memory counter), never by a producer's field names. Conventions:
 - ``cat_raw`` keeps the producer's category string; ``kind`` is our normalised one.
 - string columns that repeat (names, kinds) are dictionary-encoded in memory and in parquet.
 
-``docs/STORE.md`` is generated from this module (``python -m traceinsight.store.schema``).
+``docs/STORE.md`` is generated from this module and the readers' column sources
+(``python -m traceinsight.ingest.store_doc``).
 """
 
 from __future__ import annotations
@@ -473,12 +474,12 @@ def markdown(sources: Sequence[tuple[str, str, Mapping[str, Mapping[str, str]]]]
     out = [
         "# Trace store reference",
         "",
-        f"Schema version **{SCHEMA_VERSION}**. Generated from `traceinsight/schema.py` "
-        "(`python -m traceinsight.store.schema > docs/STORE.md`).",
+        f"Schema version **{SCHEMA_VERSION}**. Generated from `traceinsight/store/schema.py` "
+        "and the readers (`python -m traceinsight.ingest.store_doc > docs/STORE.md`).",
         "",
         "A store is a directory: one zstd-compressed parquet file per table below plus "
         "`meta.json` (schema version, source file hashes, per-rank trace metadata after the "
-        "allow-list (`RankMeta` in `traceinsight/ingest/readers.py`), event counts, ingest "
+        "allow-list (`RankMeta` in `traceinsight/ingest/readers/base.py`), event counts, ingest "
         "diagnostics). `diagnose` may add a `derived/` folder "
         "with cached results (`diagnosis-KEY.json`, the newest 8; KEY hashes the sources, the "
         "code, the rules and thresholds and the options): a cache, never needed to read the store, "
@@ -507,9 +508,3 @@ def markdown(sources: Sequence[tuple[str, str, Mapping[str, Mapping[str, str]]]]
 
 def _cell(text: str) -> str:
     return text.replace("|", "/")
-
-
-if __name__ == "__main__":  # pragma: no cover
-    from traceinsight.ingest.readers.base import documented
-
-    print(markdown(documented()))

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceinsight.store import partitions
 from traceinsight.store.core import TraceStore, _restore_schema
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 __all__ = [
     "DEFAULT_MAX_MB",
@@ -34,6 +37,7 @@ __all__ = [
     "WindowedStore",
     "bounded",
     "estimate_mb",
+    "host_steps",
     "max_memory_mb",
     "plan",
 ]
@@ -198,12 +202,18 @@ class WindowedStore(TraceStore):
         )
 
 
+def host_steps(rng: pd.DataFrame) -> pd.DataFrame:
+    """One rank's ``ProfilerStep#N`` host ranges (rows of ``ranges``) in time order, the first
+    of each step number: the one definition of a rank's steps (the analysis' step windows and
+    the window's choice of steps)."""
+    st = rng[rng["kind"] == "step"].sort_values("start_ns")
+    return st.drop_duplicates("step", keep="first")
+
+
 def _steps(store: TraceStore) -> tuple[Any, Any, Any] | None:
     """(step numbers, host starts, host durations) of the lowest rank's ProfilerStep ranges,
     in time order, one per step number (only a store too large to analyse whole gets here:
-    the analysis stack is imported then)."""
-    from traceinsight.analysis.step_windows import host_steps
-
+    pandas is imported then)."""
     t = store.table("ranges", ["rank", "kind", "step", "start_ns", "dur_ns"])
     if not t.num_rows:
         return None

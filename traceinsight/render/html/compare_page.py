@@ -38,7 +38,7 @@ COMPARE_NAV = [
 def render_compare_html(c: dict[str, Any]) -> str:
     """The compare report (the dict of ``traceinsight.compare.explain.compare``) as one HTML
     document."""
-    from traceinsight.render.markdown import render_compare_markdown
+    from traceinsight.render.compare_markdown import render_compare_markdown
 
     view = build_compare_view(c)
     payload = {

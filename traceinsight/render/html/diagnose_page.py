@@ -75,7 +75,7 @@ MEMORY_NAV = [
 
 def render_html(result: DiagnosisResult) -> str:
     """The report as one HTML document (a string; the caller writes it)."""
-    from traceinsight.render.markdown import render_markdown
+    from traceinsight.render.diagnosis_markdown import render_markdown
 
     view = build_view(result)
     payload = {

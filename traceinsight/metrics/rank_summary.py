@@ -22,15 +22,22 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis
+from traceinsight.analysis import Analysis, by_rank
+from traceinsight.metrics.registry import MetricSet
 from traceinsight.store import schema
 from traceinsight.util.resources import code_digest
 
 if TYPE_CHECKING:
-    from traceinsight.metrics.registry import MetricSet
     from traceinsight.store.core import TraceStore
 
-__all__ = ["STEP_KEYS", "RankTask", "rank_summary", "summaries", "summarize_partition"]
+__all__ = [
+    "STEP_KEYS",
+    "RankTask",
+    "rank_rows",
+    "rank_summary",
+    "summaries",
+    "summarize_partition",
+]
 
 #: the time split of a step window kept per rank
 STEP_KEYS = (
@@ -75,7 +82,6 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
     metrics when already computed, for the per-rank memory peaks)."""
     if ms is None:
         from traceinsight.metrics import memory
-        from traceinsight.metrics.registry import MetricSet
 
         ms = MetricSet()
         memory.compute(an, ms)
@@ -88,16 +94,99 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
     ]
 
 
+def _q(values: list[float]) -> dict[str, float] | None:
+    if not values:
+        return None
+    a = np.array(values, dtype=np.float64)
+    return {
+        "p50": float(np.percentile(a, 50)),
+        "p90": float(np.percentile(a, 90)),
+        "p99": float(np.percentile(a, 99)),
+        "max": float(a.max()),
+    }
+
+
+def rank_rows(an: Analysis, ms: MetricSet) -> list[dict[str, Any]]:
+    """One row of totals per rank of the store ``an`` analyses: the per-rank rows of the
+    result's summary, and the totals of a rank's summary (the same code for both)."""
+    from traceinsight.metrics.steps import step_stats  # imported here: the groups declare
+    # their metrics in the order metrics/__init__ imports them
+
+    g = an.attribution.gpu
+    out = []
+    steps_of: dict[int, list] = {}
+    for s in an.breakdown.steps:
+        if s.step is not None:
+            steps_of.setdefault(s.rank, []).append(s)
+    stats_of: dict[int, list] = {}
+    for st in step_stats(an):
+        stats_of.setdefault(st.rank, []).append(st)
+    for r in an.store.ranks:
+        rank = r["rank"]
+        gr = by_rank.rows(g, rank)
+        kern = gr[gr["kind"] == "kernel"]
+        w = an.breakdown.ranks.get(rank)
+        steps = steps_of.get(rank, [])
+        stats = stats_of.get(rank, [])
+        pr = ms.per_rank.get(rank, {})
+        cov = an.attribution.coverage(rank)
+        out.append(
+            {
+                "rank": rank,
+                "device": next(
+                    (d.get("name") for d in r.get("devices", []) if d.get("name")), None
+                ),
+                "kernel_time_ns": int(kern["dur_ns"].sum()),
+                "comm_kernel_time_ns": int(
+                    kern.loc[kern["cls"] == "communication", "dur_ns"].sum()
+                ),
+                "memcpy_time_ns": int(gr.loc[gr["kind"] == "memcpy", "dur_ns"].sum()),
+                "memset_time_ns": int(gr.loc[gr["kind"] == "memset", "dur_ns"].sum()),
+                "kernels": len(kern),
+                "window_ns": int(w.wall_ns) if w else None,
+                "gpu_busy_ns": int(w.busy_ns) if w else None,
+                "gpu_idle_ns": int(w.idle_ns) if w else None,
+                "compute_ns": int(w.compute_ns) if w else None,
+                "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
+                "steps": len(steps),
+                "step_time_ns": _q([s.wall_ns for s in steps]),
+                "steps_representative": sum(1 for s in stats if s.excluded is None),
+                "steps_excluded": [
+                    {"step": s.step, "reason": s.excluded, "detail": s.why}
+                    for s in stats
+                    if s.excluded
+                ],
+                "peak_allocated_bytes": _int(pr.get("peak_allocated_bytes")),
+                "peak_reserved_bytes": _int(pr.get("peak_reserved_bytes")),
+                "attributed_pct": cov["coverage_pct"],
+                "op_attributed_pct": _op_cov(g, rank),
+            }
+        )
+    return out
+
+
+def _int(v: Any) -> int | None:
+    return None if v is None else int(v)
+
+
+def _op_cov(g: pd.DataFrame, rank: int) -> float | None:
+    k = by_rank.rows(g, rank)
+    k = k[k["kind"] == "kernel"]
+    tot = float(k["dur_ns"].sum())
+    if not tot:
+        return None
+    real = k["op"].astype(str).map(lambda s: not s.startswith("["))
+    return 100.0 * float(k.loc[real, "dur_ns"].sum()) / tot
+
+
 def rank_summary(
     an: Analysis, rank: int, ms: MetricSet, gpu: pd.DataFrame | None = None
 ) -> dict[str, Any]:
     """The summary of rank ``rank`` of the store ``an`` analyses (``gpu``: that rank's rows of
     the attributed GPU activities, when already split out: each rank is then summarised from
     its own rows, in time linear in the job)."""
-    from traceinsight.diagnose.sections import summary
-
     one = _OneRank(an, rank, gpu)
-    rows = summary(cast(Analysis, one), ms)["ranks"]  # a duck-typed one-rank view
+    rows = rank_rows(cast(Analysis, one), ms)  # a duck-typed one-rank view
     totals = next((r for r in rows if r["rank"] == rank), {"rank": rank})
     steps = [
         {
@@ -124,7 +213,7 @@ def rank_summary(
 
 
 class _OneRank:
-    """An analysis seen through one rank (what ``sections.summary`` iterates over)."""
+    """An analysis seen through one rank (what :func:`rank_rows` iterates over)."""
 
     def __init__(self, an: Analysis, rank: int, gpu: pd.DataFrame | None = None) -> None:
         self.attribution = (
