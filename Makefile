@@ -1,6 +1,6 @@
 # Quick start:   make demo   (set up, diagnose the bundled 4-rank sample, write report.html)
 #                make test   (set up with the test extras, lint, run the whole test suite)
-#                make lint   (ruff on the code, tests and tools; mypy on the package)
+#                make lint   (ruff on the code, tests and tools; mypy; the import-linter layers)
 # Options:       SKIP_BROWSER=1 make test   no Chromium install; the browser test is skipped
 #                TRACEINSIGHT_SHARED=DIR    the shared real-trace corpus (DIR/traces), default ../shared
 PYTHON ?= python3
@@ -27,7 +27,7 @@ $(VENV)/.base: pyproject.toml | $(VENV)/bin/python
 # tests: pytest, build, playwright; torch (CPU wheel, pinned) and HTA (the parity oracle)
 $(VENV)/.dev: pyproject.toml | $(VENV)/bin/python
 	@echo "==> [2/3] installing traceinsight (editable) with the test extras: pytest, build,"
-	@echo "          playwright (drives Chromium for the browser test), ruff and mypy (make lint),"
+	@echo "          playwright (drives Chromium for the browser test), ruff, mypy and import-linter (make lint),"
 	@echo "          torch CPU (records real traces in tests), Holistic Trace Analysis (the parity"
 	@echo "          oracle). About 1 GB: a few minutes on a fresh machine"
 	$(PIP) -e '.[dev,torch,hta]'
@@ -72,12 +72,14 @@ test: $(VENV)/.dev lint browser
 	fi
 	TRACEINSIGHT_SHARED=$(SHARED) $(PY) -m pytest -q $(if $(SKIP_BROWSER),-m "not browser",)
 
-# ruff on the code, tests and tools; mypy on the package (config in pyproject.toml)
+# ruff on the code, tests and tools; mypy on the package; lint-imports: the layer contracts
+# (all three configured in pyproject.toml)
 lint: $(VENV)/.dev
-	@echo "==> lint: ruff and mypy"
+	@echo "==> lint: ruff, mypy and import-linter"
 	$(VENV)/bin/ruff check traceinsight tracegen tests bench sample_traces
 	$(VENV)/bin/ruff format --check traceinsight tracegen tests bench sample_traces
 	$(VENV)/bin/mypy traceinsight
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: $(VENV)/.dev
 	$(PY) bench/bench_ingest.py --repeat 3 --hta-repeat 2
