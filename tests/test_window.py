@@ -13,6 +13,7 @@ from conftest import invoke
 import traceinsight.diagnose as dg
 from tracegen.workloads import Workload, build
 from traceinsight.analysis import Analysis
+from traceinsight.errors import ConfigError
 from traceinsight.ingest import ingest
 from traceinsight.store import window
 
@@ -118,8 +119,15 @@ def test_cli_max_memory(store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv(window.ENV_VAR, f"{limit:.3f}")
     assert window.max_memory_mb() == pytest.approx(float(f"{limit:.3f}"))
     assert window.max_memory_mb(123) == 123.0
-    monkeypatch.setenv(window.ENV_VAR, "lots")
-    assert window.max_memory_mb() == window.DEFAULT_MAX_MB
+    monkeypatch.setenv(window.ENV_VAR, "lots")  # a bad value is an error naming it, not 4096
+    with pytest.raises(ConfigError, match=window.ENV_VAR):
+        window.max_memory_mb()
+    invoke(
+        ["diagnose", str(store.path)],
+        exit_code=2,
+        stderr_contains=f"environment variable {window.ENV_VAR}='lots' is not a number",
+    )
+    monkeypatch.delenv(window.ENV_VAR)
     invoke(
         ["diagnose", str(store.path), "--max-memory", "-5"],
         exit_code=2,

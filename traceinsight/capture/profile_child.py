@@ -33,6 +33,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from traceinsight import settings
+
 #: the variable that carries the settings from ``traceinsight profile`` to the processes
 ENV = "TRACEINSIGHT_PROFILE"
 LAUNCHERS = ("torch.distributed.run", "torch.distributed.launch")
@@ -77,7 +79,7 @@ def _claim(state: Path, r: int) -> bool:
 def start() -> None:
     """Start recording this process when ``TRACEINSIGHT_PROFILE`` asks for it (never raises:
     a failure is a line on stderr and the program runs on unrecorded)."""
-    raw = os.environ.get(ENV)
+    raw = settings.text(ENV)
     if not raw or not is_target(list(getattr(sys, "orig_argv", sys.argv))):
         return
     try:

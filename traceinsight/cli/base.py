@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from traceinsight.errors import TraceInsightError
+from traceinsight import settings
+from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.util.safetext import for_terminal
 
 if TYPE_CHECKING:
@@ -60,7 +61,12 @@ class Group(click.Group):
         super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
-        env_debug = os.environ.get("TRACEINSIGHT_DEBUG") == "1"
+        try:  # every TRACEINSIGHT_* variable that is set, first: a bad one is one line, exit 2
+            settings.check()
+            env_debug = bool(settings.get("TRACEINSIGHT_DEBUG"))
+        except ConfigError as e:
+            click.echo(f"traceinsight: error: {for_terminal(e.one_line())}", err=True)
+            ctx.exit(e.exit_code)
 
         def debug_on() -> bool:
             return env_debug or bool(ctx.params.get("debug")) or bool((ctx.obj or {}).get("debug"))

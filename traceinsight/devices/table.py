@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -27,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from traceinsight import settings
 from traceinsight.errors import ConfigError
 
 __all__ = [
@@ -396,9 +396,9 @@ def load_table(extra: str | Path | None = None) -> list[DeviceSpec]:
     regexes or invalid YAML.
     """
     files: list[Path] = []
-    env = os.environ.get(ENV_VAR)
-    if env and env.strip():
-        files.append(Path(env.strip()).expanduser())
+    env = settings.get(ENV_VAR)
+    if env:
+        files.append(Path(env).expanduser())
     if extra is not None:
         files.append(Path(extra).expanduser())
     keyed = []

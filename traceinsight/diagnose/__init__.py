@@ -10,12 +10,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from traceinsight import __version__
+from traceinsight import __version__, settings
 from traceinsight.devices.table import ENV_VAR as DEVICES_ENV
 from traceinsight.options import RooflineOptions
 from traceinsight.result import DiagnosisResult, clean, primary_of
@@ -107,7 +106,7 @@ def result_key(
     the analysis stack. None for a store that is not on disk."""
     if not store.path.is_dir():
         return None
-    dev_file = os.environ.get(DEVICES_ENV)
+    dev_file = settings.get(DEVICES_ENV)
     dev = ""
     if dev_file:
         try:

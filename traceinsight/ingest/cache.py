@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from traceinsight import settings
 from traceinsight.errors import InputError
 from traceinsight.ingest.source import rank_from_filename
 from traceinsight.store import schema
@@ -22,7 +23,7 @@ from traceinsight.util.outputs import clean_stale
 
 
 def cache_root() -> Path:
-    env = os.environ.get("TRACEINSIGHT_CACHE_DIR")
+    env = settings.get("TRACEINSIGHT_CACHE_DIR")
     if env:
         return Path(env)
     xdg = os.environ.get("XDG_CACHE_HOME")

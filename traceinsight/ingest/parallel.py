@@ -19,6 +19,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from traceinsight import settings
+
 #: files with at least this many events are parsed by two processes (fork, Linux)
 PARALLEL_MIN_EVENTS = 300_000
 
@@ -33,9 +35,9 @@ def workers(n_events: int | None = None) -> int:
     """How many processes should parse ``n_events`` events (None: a file large enough).
 
     ``TRACEINSIGHT_WORKERS`` overrides; forking is used on Linux only."""
-    env = os.environ.get("TRACEINSIGHT_WORKERS")
-    if env:
-        return max(1, int(env))
+    env = settings.get("TRACEINSIGHT_WORKERS")
+    if env is not None:
+        return int(env)
     if n_events is not None and n_events < PARALLEL_MIN_EVENTS:
         return 1
     if not sys.platform.startswith("linux"):

@@ -23,14 +23,15 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from traceinsight import settings
 from traceinsight.store import schema
 
 __all__ = ["PENDING_BYTES", "ROW_GROUP_ROWS", "StoredTable", "TableSink", "join_parts"]
 
 #: a row group is written once a table has gathered this many rows, or once the rows waiting
 #: in all tables hold this many bytes of Arrow data (the table holding most is written then)
-ROW_GROUP_ROWS = int(os.environ.get("TRACEINSIGHT_ROW_GROUP_ROWS", "1000000"))
-PENDING_BYTES = int(os.environ.get("TRACEINSIGHT_PENDING_BYTES", str(16 << 20)))
+ROW_GROUP_ROWS = settings.get("TRACEINSIGHT_ROW_GROUP_ROWS")
+PENDING_BYTES = settings.get("TRACEINSIGHT_PENDING_BYTES")
 
 
 def _write_options(sch: pa.Schema) -> dict[str, Any]:

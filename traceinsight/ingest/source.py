@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceinsight import settings
 from traceinsight.errors import InputError, TraceFormatError, UnsupportedTraceVersion
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -30,11 +31,11 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 NSYS_EXPORT_HINT = "convert it first: nsys export --type sqlite --output run.sqlite {name}"
 #: gzip guard: content beyond this many times the compressed size (and beyond GZIP_FLOOR) is
 #: refused as a decompression bomb; real traces compress 5-40x
-GZIP_MAX_RATIO = int(os.environ.get("TRACEINSIGHT_GZIP_MAX_RATIO", "200"))
+GZIP_MAX_RATIO = settings.get("TRACEINSIGHT_GZIP_MAX_RATIO")
 GZIP_FLOOR = 64 << 20
-GZIP_MAX_BYTES = int(os.environ.get("TRACEINSIGHT_GZIP_MAX_BYTES", str(64 << 30)))
+GZIP_MAX_BYTES = settings.get("TRACEINSIGHT_GZIP_MAX_BYTES")
 #: most bytes read from stdin or a pipe
-STREAM_MAX_BYTES = int(os.environ.get("TRACEINSIGHT_STREAM_MAX_BYTES", str(64 << 30)))
+STREAM_MAX_BYTES = settings.get("TRACEINSIGHT_STREAM_MAX_BYTES")
 _STDIN = ("-", "/dev/stdin")
 _FD_RE = re.compile(r"^/(?:dev/fd|proc/(?:self|\d+)/fd)/\d+$")
 

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from traceinsight import settings
 from traceinsight.errors import InputError
 from traceinsight.ingest.readers import base as readers
 from traceinsight.ingest.readers.base import RankRead, Reader
@@ -146,7 +147,7 @@ def read_streamed(
     and turns a reader's errors into user-facing ones."""
     plain = p
     if head.startswith(GZIP_MAGIC):
-        if os.environ.get("TRACEINSIGHT_STREAM", "1") == "0":
+        if not settings.get("TRACEINSIGHT_STREAM"):
             return None
         plain = _gunzip_to(p, parts)
         with open(plain, "rb") as f:
@@ -159,7 +160,7 @@ def read_streamed(
             raise unreadable(p, inner, compressed=True)
         return None
     stream = reader.stream
-    if stream is None or reader.opens_path or os.environ.get("TRACEINSIGHT_STREAM", "1") == "0":
+    if stream is None or reader.opens_path or not settings.get("TRACEINSIGHT_STREAM"):
         _drop(plain, p)
         return None
     sink = parts.sink()

@@ -17,13 +17,13 @@ reader knows which steps the figures describe and whether they are typical.
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceinsight import settings
 from traceinsight.store import partitions
 from traceinsight.store.core import TraceStore, _restore_schema
 
@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 #: the limit when neither ``--max-memory`` nor the environment says otherwise
-DEFAULT_MAX_MB = 4096.0
+DEFAULT_MAX_MB = float(settings.VARS["TRACEINSIGHT_MAX_MEMORY_MB"].default)
 ENV_VAR = "TRACEINSIGHT_MAX_MEMORY_MB"
 #: interpreter, libraries and the fixed part of a diagnosis
 BASE_MB = 300.0
@@ -76,11 +76,7 @@ def max_memory_mb(value: float | None = None) -> float:
     """The limit: ``value`` when given, else ``$TRACEINSIGHT_MAX_MEMORY_MB``, else 4096."""
     if value is not None:
         return float(value)
-    env = os.environ.get(ENV_VAR)
-    try:
-        return float(env) if env else DEFAULT_MAX_MB
-    except ValueError:
-        return DEFAULT_MAX_MB
+    return float(settings.get(ENV_VAR))
 
 
 def estimate_mb(store: TraceStore) -> float:

@@ -11,11 +11,12 @@ while it runs, with its elapsed time ticking on a terminal.
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 import time
 from typing import TextIO
+
+from traceinsight import settings
 
 SHOW_AFTER_S = 1.0
 
@@ -31,7 +32,7 @@ class Progress:
     ) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
-        self.quiet = quiet or os.environ.get("TRACEINSIGHT_NO_PROGRESS") == "1"
+        self.quiet = quiet or bool(settings.get("TRACEINSIGHT_NO_PROGRESS"))
         self.start = time.monotonic()
         self.show_after_s = show_after_s
         self.tty = bool(getattr(self.stream, "isatty", lambda: False)())

@@ -22,6 +22,8 @@ def _chain() -> None:
             return
 
 
+# the one read of a TRACEINSIGHT_* variable outside traceinsight.settings: this file runs in
+# every process the command starts, before traceinsight is known to be importable there
 if os.environ.get("TRACEINSIGHT_PROFILE"):
     try:
         from traceinsight.capture.profile_child import start

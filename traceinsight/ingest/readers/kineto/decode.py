@@ -9,7 +9,6 @@ feeds the same :func:`~.tables.process_batch` and gives the same rows.
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from traceinsight import settings
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.errors import EmptyTraceError, TraceFormatError
 from traceinsight.ingest import parallel
@@ -40,10 +40,10 @@ ProgressFn = Callable[[str, float], None]
 FORMAT = "kineto"
 
 #: Above this many bytes of JSON, events are decoded in batches to bound memory.
-BATCH_BYTES = int(os.environ.get("TRACEINSIGHT_BATCH_BYTES", str(48 * 2**20)))
+BATCH_BYTES = settings.get("TRACEINSIGHT_BATCH_BYTES")
 BATCH_EVENTS = 200_000
 #: bytes of JSON decoded at a time when a file is split into chunks
-CHUNK_BYTES = int(os.environ.get("TRACEINSIGHT_CHUNK_BYTES", str(24 * 2**20)))
+CHUNK_BYTES = settings.get("TRACEINSIGHT_CHUNK_BYTES")
 
 _TOP_FIELDS: dict[str, Any] = {
     "schemaVersion": Any,

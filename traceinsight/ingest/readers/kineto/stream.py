@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from traceinsight import settings
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.ingest import parallel
 from traceinsight.ingest.columns import build_tables
@@ -54,7 +55,7 @@ ProgressFn = Callable[[str, float], None]
 
 #: bytes of JSON per chunk: a chunk's text, events and rows are in memory at once (in each
 #: process, and a few chunks' rows wait to be written); smaller chunks cost a little time each
-CHUNK_BYTES = int(os.environ.get("TRACEINSIGHT_STREAM_CHUNK_BYTES", str(4 << 20)))
+CHUNK_BYTES = settings.get("TRACEINSIGHT_STREAM_CHUNK_BYTES")
 #: most bytes read from the file's start to find the event list
 HEAD_MAX = 64 << 20
 _STEP = 1 << 20

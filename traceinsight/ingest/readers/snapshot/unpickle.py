@@ -32,16 +32,17 @@ from typing import Any, NoReturn
 
 import pyarrow as pa
 
+from traceinsight import settings
 from traceinsight.errors import TraceFormatError
 
 #: the largest snapshot read (bytes after gzip); TRACEINSIGHT_SNAPSHOT_MAX_BYTES overrides
-MAX_BYTES = int(os.environ.get("TRACEINSIGHT_SNAPSHOT_MAX_BYTES", str(4 << 30)))
+MAX_BYTES = settings.get("TRACEINSIGHT_SNAPSHOT_MAX_BYTES")
 #: files at least this large are unpickled in C in a child process (Linux)
-ISOLATE_MIN_BYTES = int(os.environ.get("TRACEINSIGHT_SNAPSHOT_ISOLATE_BYTES", str(1 << 20)))
+ISOLATE_MIN_BYTES = settings.get("TRACEINSIGHT_SNAPSHOT_ISOLATE_BYTES")
 #: the child's address space: what the parent maps, plus this, plus 32 bytes per file byte
 MEMORY_BUDGET_BYTES = 2 << 30
 #: the child's time limit: this many seconds plus one per MiB of file
-TIME_LIMIT_S = float(os.environ.get("TRACEINSIGHT_SNAPSHOT_TIME_LIMIT_S", "120"))
+TIME_LIMIT_S = settings.get("TRACEINSIGHT_SNAPSHOT_TIME_LIMIT_S")
 
 HINT = (
     "load only snapshots written by torch.cuda.memory._dump_snapshot(); traceinsight never "
