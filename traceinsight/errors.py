@@ -64,7 +64,3 @@ class InstallError(TraceInsightError):
 
 class StoreError(TraceInsightError):
     """A trace store is missing, incomplete or of another schema version."""
-
-
-class RuleError(TraceInsightError):
-    """A rule crashed. Recorded in the result, never fatal."""

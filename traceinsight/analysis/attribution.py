@@ -46,7 +46,6 @@ from traceinsight.util.vocab import UNATTRIBUTED
 
 GRAPH_REPLAY = "[graph replay]"
 BWD_PREFIX = "autograd::engine::evaluate_function:"
-GRAPH_LAUNCH_NAMES = ("GraphLaunch",)
 
 
 @dataclass

@@ -280,22 +280,3 @@ class Nesting:
         ok &= (self.starts[cand] <= t) & (t < self.ends[cand])
         out[ok] = cand[ok]
         return out
-
-    def ancestors_pairs(
-        self, idx: np.ndarray, max_depth: int = 256
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """(query position, ancestor index) pairs for every ancestor of each ``idx`` (itself
-        included), walking the parent array level by level."""
-        q = np.arange(len(idx))
-        cur = np.asarray(idx, I64)
-        qs, anc = [], []
-        for _ in range(max_depth):
-            ok = cur >= 0
-            if not ok.any():
-                break
-            qs.append(q[ok])
-            anc.append(cur[ok])
-            q, cur = q[ok], self.parent[cur[ok]]
-        if not qs:
-            return np.empty(0, I64), np.empty(0, I64)
-        return np.concatenate(qs), np.concatenate(anc)

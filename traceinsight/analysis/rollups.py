@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections import Counter
 from typing import Any
 
 import numpy as np
@@ -291,10 +290,6 @@ def by_step(bd: Breakdown, rank: int | None = None) -> pd.DataFrame:
 def _sel(attr: Attribution, rank: int | None) -> pd.DataFrame:
     g = attr.gpu
     return g if rank is None else g[g["rank"] == rank]
-
-
-def top_counter(values: list[str], n: int = 3) -> list[tuple[str, int]]:
-    return Counter(values).most_common(n)
 
 
 def _clean(v: Any) -> Any:

@@ -109,14 +109,6 @@ class Group(click.Group):
             ctx.exit(2)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write a text file via a temporary sibling and rename: never a half-written output
-    (a device or FIFO is written in place; :mod:`traceinsight.util.outputs`)."""
-    from traceinsight.util.outputs import write_text
-
-    write_text(path, text)
-
-
 def with_skipped(
     result: DiagnosisResult, inputs: list[Path], store: Any
 ) -> tuple[DiagnosisResult, list[str]]:

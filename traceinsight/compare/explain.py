@@ -29,7 +29,6 @@ from traceinsight.util.vocab import NO_MODULE
 
 COMPARE_SCHEMA = "traceinsight.compare"
 COMPARE_VERSION = 1
-STRUCTURE_KINDS = ("layer", "op", "class")
 
 
 def _per_step(

@@ -42,7 +42,6 @@ from traceinsight.ingest.source import (
     read_raw,
     scan_folder,
 )
-from traceinsight.store import schema
 from traceinsight.store.core import TraceStore, is_valid_store, read_meta, write_store
 from traceinsight.util.distributed import current as current_runner
 from traceinsight.util.outputs import check_store_target
@@ -542,19 +541,6 @@ def _assign_ranks(reads: list[_Read], inputs: Inputs) -> None:
                 hint="keep one trace per rank in the folder (or pass the files of one run)",
             )
         seen[rank] = r.path.name
-
-
-def _assemble(
-    reads: list[_Read], skipped: DiagnosticLog, key: str, options: dict[str, Any]
-) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    reads = sorted(reads, key=lambda r: r.result.meta.rank)
-    tables = {}
-    for name in schema.TABLES:
-        parts = [r.result.tables[name] for r in reads]
-        tables[name] = (
-            pa.concat_tables(parts, promote_options="default") if len(parts) > 1 else parts[0]
-        )
-    return tables, _store_meta(reads, skipped, key, options)
 
 
 def _store_meta(

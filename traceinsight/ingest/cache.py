@@ -11,7 +11,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -66,31 +65,3 @@ def file_digest(path: Path) -> str:
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions") from e
     return h.hexdigest()
-
-
-class Hasher:
-    """sha256 of a byte string, computed in a background thread once ``start`` is called
-    (``result`` computes it in place if it never was)."""
-
-    def __init__(self, data: bytes) -> None:
-        self._data: bytes | None = data
-        self._digest: str | None = None
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> None:
-        if self._thread is None and self._digest is None:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-
-    def _run(self) -> None:
-        assert self._data is not None
-        self._digest = hashlib.sha256(self._data).hexdigest()
-        self._data = None
-
-    def result(self) -> str:
-        if self._thread is not None:
-            self._thread.join()
-        elif self._digest is None:
-            self._run()
-        assert self._digest is not None
-        return self._digest

@@ -83,10 +83,6 @@ class TableSink:
         while self._pending_bytes and sum(self._pending_bytes.values()) >= PENDING_BYTES:
             self._flush(max(self._pending_bytes, key=self._pending_bytes.__getitem__))
 
-    def add_tables(self, tables: dict[str, pa.Table]) -> None:
-        for name, t in tables.items():
-            self.add(name, t)
-
     def _flush(self, name: str) -> None:
         parts = self._pending.pop(name, [])
         self._pending_rows.pop(name, None)

@@ -398,17 +398,3 @@ def scan_folder(
         else:
             files.append(p)
     return files, problems
-
-
-def list_trace_files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
-    """Candidate trace files of a directory (not recursive, names ending in one of
-    ``suffixes``), sorted by name."""
-    files, problems = scan_folder(directory, suffixes)
-    if not files and not problems:
-        shown = ", ".join(s for s in suffixes if s != ".gz")
-        raise InputError(
-            f"folder holds no trace files ({shown})",
-            path=directory,
-            hint="point at a trace file or a folder of per-rank trace files",
-        )
-    return files

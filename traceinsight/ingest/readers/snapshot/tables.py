@@ -11,7 +11,6 @@ per reference, against a row budget, and frame lists are converted once per list
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import pyarrow as pa
@@ -406,8 +405,3 @@ def _settings(s: Any) -> dict[str, Any]:
         ):
             out[k] = list(v)
     return out
-
-
-def frames_lines(text: str | None) -> Iterable[str]:
-    """The frames of a ``frames`` cell, innermost first."""
-    return (text or "").split("\n") if text else ()
