@@ -13,6 +13,7 @@ import pytest
 from conftest import REPO
 
 from tracegen.synth import KinetoTraceBuilder
+from traceinsight import __version__
 
 
 def run(args: list, **kw) -> subprocess.CompletedProcess:
@@ -38,8 +39,14 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
         ]
     )
     wheel = next((tmp_path / "dist").glob("*.whl"))
-    assert wheel.name.startswith("traceinsight_doctor-")
+    assert wheel.name.startswith(f"traceinsight_doctor-{__version__}-")
     names = set(zipfile.ZipFile(wheel).namelist())
+    # the license file the metadata declares (BSD-3-Clause) ships in the wheel
+    licenses = [n for n in names if ".dist-info/" in n and n.endswith("/LICENSE")]
+    assert licenses, sorted(n for n in names if ".dist-info/" in n)
+    meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    assert f"Version: {__version__}" in meta.decode()
+    assert "BSD-3-Clause" in meta.decode()
     rules = {n for n in names if n.startswith("traceinsight/_data/rules/")}
     templates = {n for n in names if n.startswith("traceinsight/_data/templates/")}
     assert "traceinsight/_data/rules/comm-bound.yaml" in rules
