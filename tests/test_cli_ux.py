@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import json
 import re
 import shutil
 import time
@@ -130,6 +131,31 @@ def test_a_folder_with_other_files_lists_what_was_skipped(tmp_path: Path) -> Non
     assert ".DS_Store" not in err and "rank-0.json.gz skipped" not in err
     html = (tmp_path / "r.html").read_text()
     assert "notes.txt skipped" in html and "old skipped: a folder" in html
+
+
+def test_the_folder_is_listed_once_by_ingest_not_again_after_the_diagnosis(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import traceinsight.diagnose as dg
+
+    run = tmp_path / "run"
+    shutil.copytree(STRAGGLER, run)
+    (run / "notes.txt").write_text("there when the run was read")
+    real = dg.diagnose
+
+    def diagnose_then_add_a_file(*args, **kwargs):
+        result = real(*args, **kwargs)
+        (run / "late.txt").write_text("added after ingest listed the folder")
+        (run / "later").mkdir()
+        return result
+
+    monkeypatch.setattr(dg, "diagnose", diagnose_then_add_a_file)
+    res = invoke(["diagnose", run, "--json", tmp_path / "r.json"])
+    assert "notes.txt skipped: not a trace file name" in res.stderr
+    assert "late.txt" not in res.stderr and "later" not in res.stderr
+    data = json.loads((tmp_path / "r.json").read_text())
+    skipped = [d["source"] for d in data["diagnostics"] if d["code"] == "file-skipped"]
+    assert skipped == ["notes.txt"]
 
 
 def test_top_by_module_type_aggregates_instances() -> None:

@@ -61,12 +61,14 @@ register(SNAPSHOT)
 
 @dataclass(frozen=True)
 class Inputs:
-    """The trace files of one run, whether they came from a directory, and the candidate
-    files of that directory that could not be read (name, why)."""
+    """The trace files of one run, whether they came from a directory, the candidate files of
+    that directory that could not be read (name, why), and every entry of that directory
+    (name, is a folder; None without one)."""
 
     files: list[Path]
     from_directory: Path | None
     unreadable: list[tuple[str, str]] = field(default_factory=list)
+    listing: list[tuple[str, bool]] | None = None
 
     @property
     def display(self) -> str:
@@ -81,6 +83,7 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
     files: list[Path] = []
     directory = None
     unreadable: list[tuple[str, str]] = []
+    listing: list[tuple[str, bool]] | None = None
     for raw in paths:
         p = Path(raw)
         SourceFile.stat(p)  # a clear error for missing, unreadable and special files
@@ -92,7 +95,8 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
                     hint="pass either one folder of per-rank files or the files",
                 )
             directory = p
-            found, problems = scan_folder(p, suffixes())
+            listing = []
+            found, problems = scan_folder(p, suffixes(), listing)
             files = found
             unreadable = [(q.name, why) for q, why in problems]
             if not files:
@@ -109,7 +113,7 @@ def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
                 )
         else:
             files.append(p)
-    return Inputs(files, directory, unreadable)
+    return Inputs(files, directory, unreadable, listing)
 
 
 def load(
@@ -183,6 +187,7 @@ def ingest(
                 cache=job.out is None,
             )
             found = _read_and_write(job, progress or Progress("ingest", quiet=quiet))
+    found.listing = inputs.listing  # what the input folder held, listed once, here
     return check_strict(found, strict)
 
 

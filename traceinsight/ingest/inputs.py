@@ -22,10 +22,11 @@ SKIPPED = "file-skipped"
 def skipped_entries(inputs: list[Path], store: TraceStore) -> list[dict[str, Any]]:
     """Diagnostics (code ``file-skipped``, severity info) for every entry of a single input
     folder that was not read into ``store`` and that ingest did not already report; [] for
-    file inputs and stores. Hidden entries (``.name``) are left out silently."""
-    if len(inputs) != 1 or not Path(inputs[0]).is_dir() or Path(inputs[0]) == store.path:
+    file inputs and stores. Hidden entries (``.name``) are left out silently. The entries come
+    from ingest's own listing of the folder (``store.listing``): the folder is not read again
+    after the diagnosis."""
+    if len(inputs) != 1 or store.listing is None or Path(inputs[0]) == store.path:
         return []
-    folder = Path(inputs[0])
     read = {str(s.get("name")) for s in store.meta.get("sources", [])}
     reported = {
         str(d.get("source")) for d in store.meta.get("diagnostics", []) if d.get("code") == SKIPPED
@@ -33,12 +34,12 @@ def skipped_entries(inputs: list[Path], store: TraceStore) -> list[dict[str, Any
     ends = tuple(s for s in suffixes())
     shown = ", ".join(s for s in ends if s != ".gz")
     out = []
-    for p in sorted(folder.iterdir()):
-        if p.name.startswith(".") or p.name in read or p.name in reported:
+    for name, is_dir in store.listing:
+        if name.startswith(".") or name in read or name in reported:
             continue
-        if p.is_dir():
+        if is_dir:
             why = "a folder (folders inside the input folder are not searched)"
-        elif not p.name.lower().endswith(ends):
+        elif not name.lower().endswith(ends):
             why = f"not a trace file name ({shown})"
         else:
             continue  # a trace-named file that was read under another name: nothing to say
@@ -46,8 +47,8 @@ def skipped_entries(inputs: list[Path], store: TraceStore) -> list[dict[str, Any
             {
                 "code": SKIPPED,
                 "severity": "info",
-                "source": p.name,
-                "message": f"{p.name} skipped: {why}",
+                "source": name,
+                "message": f"{name} skipped: {why}",
             }
         )
     return out

@@ -365,11 +365,15 @@ def rank_from_filename(name: str) -> int | None:
 
 
 def scan_folder(
-    directory: Path, suffixes: tuple[str, ...]
+    directory: Path,
+    suffixes: tuple[str, ...],
+    listing: list[tuple[str, bool]] | None = None,
 ) -> tuple[list[Path], list[tuple[Path, str]]]:
     """The candidate trace files of a folder (not recursive, names ending in one of
     ``suffixes``), sorted by name, and the candidates that cannot be read as regular files
-    (a broken or looping link, a FIFO, a device, a folder, no read permission) with why."""
+    (a broken or looping link, a FIFO, a device, a folder, no read permission) with why.
+    ``listing``, when given, receives every entry of the folder as (name, is a folder), in
+    name order: the folder is listed once, and what it held besides traces is said from that."""
     files: list[Path] = []
     problems: list[tuple[Path, str]] = []
     try:
@@ -380,15 +384,23 @@ def scan_folder(
         ) from e
     for p in entries:
         if not p.name.lower().endswith(suffixes):
+            if listing is not None:
+                listing.append((p.name, p.is_dir()))
             continue
         try:
             st = p.stat()
         except FileNotFoundError:
             problems.append((p, "a link to a missing file"))
+            if listing is not None:
+                listing.append((p.name, False))
             continue
         except OSError as e:
             problems.append((p, (e.strerror or str(e)).lower()))
+            if listing is not None:
+                listing.append((p.name, p.is_dir()))
             continue
+        if listing is not None:
+            listing.append((p.name, stat.S_ISDIR(st.st_mode)))
         if stat.S_ISDIR(st.st_mode):
             problems.append((p, "a folder, not a trace file"))
         elif not stat.S_ISREG(st.st_mode):

@@ -43,6 +43,10 @@ class TraceStore:
     path: Path
     meta: dict[str, Any]
     _tables: dict[str, pa.Table] = field(default_factory=dict, repr=False)
+    #: every entry of the input folder the store was just read from or found for (name, is a
+    #: folder), set by ingest from its one listing of the folder; None for a store opened as
+    #: such. Not stored: the folder may hold other files next time.
+    listing: list[tuple[str, bool]] | None = field(default=None, repr=False, compare=False)
 
     # --- opening ---------------------------------------------------------------------------
     @classmethod
