@@ -266,7 +266,7 @@ def markdown_table() -> str:
         "| --- | --- | --- | --- |",
     ]
     for v in VARS.values():
-        kind = "boolean" if v.kind == "bool" else ("JSON" if v.internal else v.kind)
+        kind: str = "boolean" if v.kind == "bool" else ("JSON" if v.internal else v.kind)
         if v.minimum is not None:
             lo = int(v.minimum) if float(v.minimum).is_integer() else v.minimum
             kind += f" ≥ {lo}"
