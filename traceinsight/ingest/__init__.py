@@ -43,7 +43,13 @@ from traceinsight.ingest.source import (
     scan_folder,
 )
 from traceinsight.store import schema
-from traceinsight.store.core import TraceStore, is_valid_store, read_meta, write_store
+from traceinsight.store.core import (
+    TraceStore,
+    is_valid_store,
+    read_meta,
+    refuse_foreign,
+    write_store,
+)
 from traceinsight.util.distributed import current as current_runner
 from traceinsight.util.outputs import check_store_target
 from traceinsight.util.progress import Progress
@@ -166,6 +172,8 @@ def ingest(
     with materialized(paths) as real:
         if out is not None:
             check_store_target(Path(out), real, force=force)
+            if force and Path(out).is_dir():
+                refuse_foreign(Path(out))  # before any work: --force never deletes a user's file
         inputs = resolve_inputs(real)
         options: dict[str, Any] = {"salvage": bool(salvage)}
         if inputs.unreadable:  # a store without those ranks is another store

@@ -15,6 +15,7 @@ from typing import Any
 from traceinsight.render import describe
 from traceinsight.result import DiagnosisResult, finding_sort_key
 from traceinsight.util import fmt
+from traceinsight.util.safetext import for_terminal
 from traceinsight.util.vocab import is_more_row
 
 SEV_LABEL = {"high": "HIGH", "medium": "MEDIUM", "low": "LOW", "info": "INFO"}
@@ -111,7 +112,7 @@ def render_markdown(result: DiagnosisResult) -> str:
             f"(first: {esc(fmt.shorten(str(errs[0].get('message', '')), 160))}).",
             "",
         ]
-    return "\n".join(lines).rstrip() + "\n"
+    return for_terminal("\n".join(lines).rstrip() + "\n")
 
 
 def _host(r: DiagnosisResult) -> list[str]:
@@ -364,7 +365,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         lines.append(f"Note: {esc(fmt.shorten(str(d.get('message', '')), 160))}")
     if diags:
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return for_terminal("\n".join(lines).rstrip() + "\n")
 
 
 def _comparability(comp: dict[str, Any] | None) -> list[str]:

@@ -32,6 +32,19 @@ def for_terminal(text: str, *, keep_sgr: bool = False) -> str:
     return (_WITH_SGR_RE if keep_sgr else UNSAFE_RE).sub(_escape, text)
 
 
+def scrubbed(obj: object) -> object:
+    """``obj`` (a document's view: dicts, lists, strings) with every string passed through
+    :func:`for_terminal`, keys included: what a Markdown or HTML document shows of a trace's
+    names reads as visible escapes there too, before any encoding (JSON, HTML) is applied."""
+    if isinstance(obj, str):
+        return for_terminal(obj) if UNSAFE_RE.search(obj) else obj
+    if isinstance(obj, dict):
+        return {scrubbed(k): scrubbed(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [scrubbed(v) for v in obj]
+    return obj
+
+
 #: the longest name (kernel, op, annotation, frame) kept whole, in characters: a longer one keeps
 #: its first NAME_CAP characters and a digest of the whole, so distinct names stay distinct and
 #: no classification pattern ever scans megabytes of one name

@@ -408,6 +408,8 @@ def read(
     force_exact_split: bool = False,
 ) -> RankRead:
     """Parse one file (raises :class:`~..timeconv.NeedExactText` for a re-read as text)."""
+    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark (Windows editors write one)
+        data = data[3:]
     batched = len(data) > BATCH_BYTES
     split = fast_split(data, CHUNK_BYTES) if batched and not force_exact_split else None
     if split is not None:
