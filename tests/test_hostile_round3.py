@@ -194,3 +194,24 @@ def test_process_group_settings_and_trace_id_keep_no_host_or_secret(tmp_path: Pa
         assert s not in meta, s
     pgs = json.loads(meta)["ranks"][0]["distributed"]["pg_config"]
     assert pgs[1] == {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl"}
+
+
+def test_thousands_of_empty_rank_files_give_a_few_lines(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for i in range(2000):
+        (folder / f"rank{i}.json").write_bytes(b"")
+    run = cli(["diagnose", folder], tmp_path, env={"TRACEINSIGHT_NO_PROGRESS": "0"})
+    assert run.rc == 2, run
+    last = run.stderr.splitlines()[-1]
+    assert "2,000 skipped: file is empty" in last and "and 1,997 more" in last, last
+    assert len(run.stderr.splitlines()) <= 8, run.stderr  # progress: a line per 5 s at most
+    assert max(len(ln) for ln in run.stderr.splitlines()) < 2000
+
+
+def test_an_error_line_is_bounded() -> None:
+    from traceinsight.errors import TraceFormatError
+
+    e = TraceFormatError("bad value " + "v" * 900_000, path="x" * 5000, hint="h" * 10_000)
+    line = e.one_line()
+    assert len(line) < 1500 and "more characters]" in line and "\n" not in line

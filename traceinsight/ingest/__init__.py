@@ -41,6 +41,7 @@ from traceinsight.ingest.source import (
     rank_from_filename,
     read_raw,
     scan_folder,
+    skipped_hint,
 )
 from traceinsight.store import schema
 from traceinsight.store.core import (
@@ -414,7 +415,7 @@ def _read_all(
         raise TraceFormatError(
             f"no {formats} trace found among the files",
             path=inputs.display,
-            hint="; ".join(d.message for d in skipped.items)[:300] or None,
+            hint=skipped_hint([d.message for d in skipped.items]),
         )
     reads = join_memory(reads, inputs.display)  # a snapshot joins its trace's rank
     _one_format(reads, inputs)

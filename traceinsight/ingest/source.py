@@ -447,3 +447,20 @@ def list_trace_files(directory: Path, suffixes: tuple[str, ...]) -> list[Path]:
             hint="point at a trace file or a folder of per-rank trace files",
         )
     return files
+
+
+def skipped_hint(messages: list[str], *, limit: int = 3) -> str | None:
+    """Why the files of a folder were skipped, grouped by reason with a few names each
+    ("200 skipped: file is empty (rank0.json, rank1.json, rank10.json and 197 more)"):
+    one readable hint however many files there are. Messages read ``NAME skipped: REASON``."""
+    groups: dict[str, list[str]] = {}
+    for m in messages:
+        name, sep, why = m.partition(" skipped: ")
+        groups.setdefault(why if sep else m, []).append(name if sep else "")
+    parts = []
+    for why, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(n for n in names[:limit] if n)
+        more = f" and {len(names) - limit:,} more" if len(names) > limit else ""
+        count = f"{len(names):,} skipped: " if len(names) > 1 else ("skipped: " if shown else "")
+        parts.append(f"{count}{why}" + (f" ({shown}{more})" if shown else ""))
+    return "; ".join(parts)[:600] or None
