@@ -215,3 +215,31 @@ def test_an_error_line_is_bounded() -> None:
     e = TraceFormatError("bad value " + "v" * 900_000, path="x" * 5000, hint="h" * 10_000)
     line = e.one_line()
     assert len(line) < 1500 and "more characters]" in line and "\n" not in line
+
+
+def test_concurrent_diagnoses_of_one_trace_all_succeed(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from hostile import REPO
+
+    p = write(tmp_path / "t.json", trace(events(40)))
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "TRACEINSIGHT_NO_PROGRESS": "1",
+        "TRACEINSIGHT_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "traceinsight", "diagnose", str(p), "--no-color"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(8)
+    ]
+    errs = [(q.wait(timeout=300), q.stderr.read().decode()) for q in procs]  # type: ignore[union-attr]
+    assert all(rc == 0 for rc, _ in errs), [e for rc, e in errs if rc]

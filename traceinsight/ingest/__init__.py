@@ -323,6 +323,9 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
     try:
         store = write_store(target, meta, tables, replace=True)
     except OSError as e:
+        same = cached_twin(job, target)  # another run of the same trace wrote it first
+        if same is not None:
+            return same
         where = "the cache folder" if job.out is None else "the store folder"
         raise InputError(
             f"cannot write the store: {e.strerror or e}",
@@ -331,6 +334,17 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
         ) from None
     prog.done(f"{rows['gpu_activities']:,} GPU activities, {len(reads)} rank(s) -> {target}")
     return store
+
+
+def cached_twin(job: _Job, target: Path) -> TraceStore | None:
+    """The cache's store at ``target`` when a concurrent run of the same inputs has just
+    written it (same content key, complete): a second writer reuses it instead of failing."""
+    if job.out is not None:
+        return None
+    meta = read_meta(target)
+    if meta is not None and meta.get("content_key") == job.key and is_valid_store(target):
+        return TraceStore.open(target)
+    return None
 
 
 def _read_all(

@@ -212,6 +212,11 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
         try:
             commit_dir(tmp, target)
         except OSError as e:
+            from traceinsight.ingest import cached_twin
+
+            same = cached_twin(job, target)  # another run of the same trace wrote it first
+            if same is not None:
+                return same
             where = "the cache folder" if job.out is None else "the store folder"
             raise InputError(
                 f"cannot write the store: {e.strerror or e}",
