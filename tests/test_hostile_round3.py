@@ -243,3 +243,26 @@ def test_concurrent_diagnoses_of_one_trace_all_succeed(tmp_path: Path) -> None:
     ]
     errs = [(q.wait(timeout=300), q.stderr.read().decode()) for q in procs]  # type: ignore[union-attr]
     assert all(rc == 0 for rc, _ in errs), [e for rc, e in errs if rc]
+
+
+def test_a_negative_base_time_is_ignored_with_a_diagnostic(tmp_path: Path) -> None:
+    p = write(tmp_path / "t.json", trace(events(3), baseTimeNanoseconds=-5_000_000_000))
+    js = tmp_path / "r.json"
+    ok(cli(["diagnose", p, "--json", js], tmp_path))
+    doc = json.loads(js.read_text())
+    assert any(d.get("code") == "bad-base-time" for d in doc["diagnostics"])
+    assert doc["trace"]["span_ns"] == 2_990_000  # the file's own times, no negative offset
+
+
+def test_kernels_before_their_launch_give_no_negative_latency(tmp_path: Path) -> None:
+    evs = events(4)
+    for e in evs:
+        if e.get("cat") == "kernel":
+            e["ts"] -= 90  # starts before its cudaLaunchKernel (at +20 µs) ends
+    p = write(tmp_path / "t.json", trace(evs))
+    js = tmp_path / "r.json"
+    ok(cli(["diagnose", p, "--json", js], tmp_path))
+    m = json.loads(js.read_text())["metrics"]
+    v = m.get("launch_latency_p50_ns")
+    value = v.get("value") if isinstance(v, dict) else v
+    assert value is None or value >= 0, v

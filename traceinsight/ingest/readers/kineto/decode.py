@@ -379,10 +379,20 @@ def _state_for(
     if base is not None:
         try:
             base_ns = int(base)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             diags.add(
                 "bad-base-time", "baseTimeNanoseconds is not an integer; ignored", source=source
             )
+        else:
+            # a Unix time in ns: negative, or past the year 2262 of int64 ns, is no clock
+            if isinstance(base, bool) or not 0 <= base_ns < 2**62:
+                diags.add(
+                    "bad-base-time",
+                    f"baseTimeNanoseconds {base_ns} is not a time (negative or beyond int64 "
+                    "nanoseconds); ignored: times are the file's own",
+                    source=source,
+                )
+                base_ns = 0
     dist = distributed_info(header.get("distributedInfo"))
     rank = dist.get("rank") if dist.get("rank") is not None else rank_hint
     st = State(
