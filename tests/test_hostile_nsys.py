@@ -157,3 +157,21 @@ def test_command_line_and_versions_are_filtered(tmp_path: Path) -> None:
     ranks = json.loads(meta)["ranks"]
     assert {r["process_names"]["1" if r["rank"] == 0 else "2"] for r in ranks} <= {"python3"}
     assert all("train.py" not in t for t in texts)
+
+
+def test_times_that_would_wrap_int64_are_dropped(tmp_path: Path) -> None:
+    p = _export(tmp_path / "run.sqlite", n=4)
+    con = sqlite3.connect(p)
+    (rowid,) = con.execute("SELECT min(rowid) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    con.execute(
+        "UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start = ? WHERE rowid = ?", (-(2**63), rowid)
+    )
+    con.commit()
+    con.close()
+    js = tmp_path / "r.json"
+    ok(cli(["diagnose", p, "--json", js], tmp_path))
+    doc = json.loads(js.read_text())
+    text = json.dumps(doc["diagnostics"])
+    assert "outside a capture clock" in text
+    k = doc["summary"]["kernels"] if "kernels" in doc.get("summary", {}) else None
+    assert k in (None, 3)
