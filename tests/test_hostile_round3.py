@@ -266,3 +266,29 @@ def test_kernels_before_their_launch_give_no_negative_latency(tmp_path: Path) ->
     v = m.get("launch_latency_p50_ns")
     value = v.get("value") if isinstance(v, dict) else v
     assert value is None or value >= 0, v
+
+
+def test_a_million_thread_names_keep_meta_json_small(tmp_path: Path) -> None:
+    evs = events(2)
+    evs += [
+        {"ph": "M", "name": "thread_name", "pid": 1, "tid": 1000 + i, "args": {"name": f"t{i}"}}
+        for i in range(20_000)
+    ]
+    p = write(tmp_path / "t.json", trace(evs))
+    ok(cli(["ingest", p, "-o", tmp_path / "s"], tmp_path))
+    meta = json.loads((tmp_path / "s" / "meta.json").read_text())
+    assert len(meta["ranks"][0]["thread_names"]) == 4096
+    ok(cli(["summary", tmp_path / "s"], tmp_path))
+
+
+def test_an_oversized_store_meta_is_named_as_such(tmp_path: Path) -> None:
+    p = write(tmp_path / "t.json", trace(events(2)))
+    ok(cli(["ingest", p, "-o", tmp_path / "s"], tmp_path))
+    f = tmp_path / "s" / "meta.json"
+    meta = json.loads(f.read_text())
+    meta["ranks"] = meta["ranks"] * 200_000
+    f.write_text(json.dumps(meta))
+    assert f.stat().st_size > 64 << 20
+    run = cli(["summary", tmp_path / "s"], tmp_path)
+    assert run.rc == 2 and "meta.json is" in run.stderr and "more than a store's" in run.stderr, run
+    bounded(run)

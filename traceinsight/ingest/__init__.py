@@ -47,6 +47,7 @@ from traceinsight.store import schema
 from traceinsight.store.core import (
     TraceStore,
     is_valid_store,
+    looks_like_store,
     read_meta,
     refuse_foreign,
     write_store,
@@ -134,7 +135,7 @@ def load(
     ``strict``: a rank file that could not be read is an error, not a warning. ``memory``:
     memory snapshots (or memory-timeline exports) of the same run, joined to the traces."""
     paths = with_memory(paths, memory)
-    if len(paths) == 1 and Path(paths[0]).is_dir() and read_meta(Path(paths[0])) is not None:
+    if len(paths) == 1 and Path(paths[0]).is_dir() and looks_like_store(Path(paths[0])):
         return check_strict(TraceStore.open(paths[0]), strict)
     return ingest(paths, None, salvage=salvage, quiet=quiet, use_cache=use_cache, strict=strict)
 

@@ -54,8 +54,16 @@ class TraceStore:
         path = Path(path)
         meta = read_meta(path)
         if meta is None:
+            f = path / META_FILE
+            size = f.stat().st_size if f.is_file() else None
+            if size is not None and size > META_MAX_BYTES:
+                what = f"its meta.json is {size:,} bytes, more than a store's {META_MAX_BYTES:,}"
+            elif size is not None:
+                what = "its meta.json is not a trace store's (damaged, or another program's)"
+            else:
+                what = "not a trace store (no meta.json)"
             raise StoreError(
-                "not a trace store (no meta.json)",
+                what,
                 path=path,
                 hint="create one with: traceinsight ingest TRACE -o " + str(path),
             )
@@ -261,6 +269,19 @@ def _check_table(path: Path, name: str) -> None:
             path=path,
             hint=_REINGEST,
         )
+
+
+def looks_like_store(path: Path) -> bool:
+    """Whether the folder ``path`` claims to be a trace store: a ``meta.json`` whose first KB
+    names the store format (however large or damaged the rest: opening it says what is
+    wrong, instead of reading the folder as traces)."""
+    f = Path(path) / META_FILE
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(1024) if f.is_file() else b""
+    except OSError:
+        return False
+    return b'"format"' in head and STORE_FORMAT.encode() in head
 
 
 def read_meta(path: Path) -> dict[str, Any] | None:
