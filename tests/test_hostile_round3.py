@@ -292,3 +292,27 @@ def test_an_oversized_store_meta_is_named_as_such(tmp_path: Path) -> None:
     run = cli(["summary", tmp_path / "s"], tmp_path)
     assert run.rc == 2 and "meta.json is" in run.stderr and "more than a store's" in run.stderr, run
     bounded(run)
+
+
+def test_modules_nested_twenty_thousand_deep(tmp_path: Path) -> None:
+    depth = 20_000
+    evs = events(1, step_us=100_000.0)
+    for i in range(depth):
+        evs.append(
+            {
+                "ph": "X",
+                "cat": "python_function",
+                "name": f"nn.Module: Block_{i}",
+                "pid": 1,
+                "tid": 1,
+                "ts": 1.0 + i * 0.001,
+                "dur": 99_000.0 - i * 0.002,
+            }
+        )
+    p = write(tmp_path / "t.json", trace(evs))
+    t0 = time.monotonic()
+    run = ok(cli(["diagnose", p, "--json", tmp_path / "r.json"], tmp_path, timeout=240))
+    assert time.monotonic() - t0 < 120
+    bounded(run, 1000)
+    text = (tmp_path / "r.json").read_text()
+    assert "Block_64/…/Block_9000" in text  # 65 levels spelled out, then the innermost
