@@ -316,3 +316,15 @@ def test_modules_nested_twenty_thousand_deep(tmp_path: Path) -> None:
     bounded(run, 1000)
     text = json.dumps(json.loads((tmp_path / "r.json").read_text()), ensure_ascii=False)
     assert "Block_64/…/Block_9000" in text  # 65 levels spelled out, then the innermost
+
+
+def test_a_result_with_an_edited_schema_is_named_a_result(tmp_path: Path) -> None:
+    p = write(tmp_path / "t.json", trace(events(2)))
+    js = tmp_path / "r.json"
+    ok(cli(["diagnose", p, "--json", js], tmp_path))
+    doc = json.loads(js.read_text())
+    doc["schema"] = "traceinsight.diagnosis-v9"
+    js.write_text(json.dumps(doc))
+    run = cli(["report", js, "-o", tmp_path / "r.html"], tmp_path)
+    error(run, "r.json", "traceinsight result")
+    assert "Execution Trace" not in run.stderr

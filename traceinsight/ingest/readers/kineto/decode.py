@@ -127,9 +127,17 @@ def _events_and_header(top: Any, source: str) -> tuple[list, dict[str, Any], str
         return top, {}, "array"
     events = top.traceEvents
     if events is None:
+        tag = top.schema if isinstance(top.schema, str) else None
+        if tag is not None and tag.startswith("traceinsight"):
+            raise TraceFormatError(
+                "is a traceinsight result, not a trace (its schema tag is not one this "
+                "version reads)",
+                path=source,
+                hint="write it again with traceinsight diagnose --json, or pass the trace",
+            )
         what = (
             "a PyTorch Execution Trace (nodes), not a profiler trace"
-            if top.nodes is not NULL or top.schema is not None
+            if top.nodes is not NULL
             else "JSON without a 'traceEvents' list"
         )
         raise TraceFormatError(
