@@ -328,3 +328,15 @@ def test_a_result_with_an_edited_schema_is_named_a_result(tmp_path: Path) -> Non
     run = cli(["report", js, "-o", tmp_path / "r.html"], tmp_path)
     error(run, "r.json", "traceinsight result")
     assert "Execution Trace" not in run.stderr
+
+
+@pytest.mark.parametrize("stray", [b" oops ", b" ,, "])
+def test_a_stray_token_in_a_complete_file_is_located(tmp_path: Path, stray: bytes) -> None:
+    body = json.dumps(trace(events(3))).encode()
+    at = body.find(b"},", 400) + 2
+    p = tmp_path / "t.json"
+    p.write_bytes(body[:at] + stray + body[at:])
+    run = cli(["diagnose", p], tmp_path)
+    line = error(run, "t.json", "invalid JSON at byte")
+    assert "truncated" not in line and "--salvage" not in line
+    assert f"byte {at + 1:,}" in line or f"byte {at + 2:,}" in line, line
