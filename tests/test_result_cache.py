@@ -64,7 +64,22 @@ def test_a_damaged_cache_file_is_recomputed_and_replaced(store) -> None:
     f.write_text('{"schema": "traceinsight.result", "trunc')
     r = dg.diagnose(store)
     assert r.findings[0].rule == "launch-bound"
-    assert json.loads(f.read_text())["headline"] == r.headline
+    head, body = f.read_text().split("\n", 1)
+    assert head.startswith("traceinsight-derived sha256=")
+    assert json.loads(body)["headline"] == r.headline
+
+
+def test_an_edited_cache_file_is_never_shown(store) -> None:
+    """A cached result edited by hand (valid JSON, a verdict of someone's choosing) no longer
+    matches the digest it was saved with: it is recomputed, never shown as the diagnosis."""
+    first = dg.diagnose(store)
+    (f,) = (store.path / "derived").iterdir()
+    head, body = f.read_text().split("\n", 1)
+    doc = json.loads(body)
+    doc["headline"] = "All is well: nothing to fix"
+    f.write_text(head + "\n" + json.dumps(doc))
+    r = dg.diagnose(store)
+    assert r.headline == first.headline != "All is well: nothing to fix"
 
 
 def test_at_most_a_few_results_are_kept(store) -> None:

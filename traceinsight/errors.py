@@ -8,6 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+#: the longest file name, problem and hint an error line shows (characters)
+PATH_MAX, MESSAGE_MAX, HINT_MAX = 300, 600, 400
+
+
+def _cut(text: str, n: int) -> str:
+    """``text`` cut to ``n`` characters, saying how much was left out."""
+    return text if len(text) <= n else f"{text[: n - 1]}…[{len(text) - n + 1:,} more characters]"
+
 
 class TraceInsightError(Exception):
     """Base class of every error traceinsight raises on purpose."""
@@ -21,13 +29,15 @@ class TraceInsightError(Exception):
         self.hint = hint
 
     def one_line(self) -> str:
-        """``FILE: problem (hint: ...)`` on a single line."""
+        """``FILE: problem (hint: ...)`` on a single line of readable length: the file's name,
+        the problem and the hint are each cut to a bound (a name or a value quoted from an
+        input may be megabytes long)."""
         parts = []
         if self.path:
-            parts.append(f"{self.path}: ")
-        parts.append(self.message.replace("\n", " "))
+            parts.append(f"{_cut(self.path, PATH_MAX)}: ")
+        parts.append(_cut(" ".join(self.message.split()), MESSAGE_MAX))
         if self.hint:
-            parts.append(f" (hint: {self.hint})")
+            parts.append(f" (hint: {_cut(' '.join(self.hint.split()), HINT_MAX)})")
         return "".join(parts)
 
     def __str__(self) -> str:  # pragma: no cover - trivial

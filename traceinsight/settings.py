@@ -151,6 +151,14 @@ VARS: dict[str, Var] = {
             minimum=1,
         ),
         Var(
+            "TRACEINSIGHT_NSYS_TIMEOUT_S",
+            "float",
+            900.0,
+            "seconds one Nsight Systems SQLite export may take to read before it is refused "
+            "(a crafted file's queries are interrupted)",
+            minimum=1e-9,
+        ),
+        Var(
             "TRACEINSIGHT_GZIP_MAX_BYTES",
             "int",
             64 * _GIB,

@@ -241,6 +241,10 @@ def nest_by_thread(
     return out, nests
 
 
+#: the module levels a path spells out (real models nest a few dozen deep)
+MAX_PATH_DEPTH = 64
+
+
 def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
     """Full path strings from a parent array (parents before children not required)."""
     n = len(names)
@@ -253,12 +257,19 @@ def _paths(names: np.ndarray, parent: np.ndarray, sep: str = "/") -> np.ndarray:
         depth[active] += 1
         cur[active] = parent[cur[active]]
         active = cur >= 0
+    # past MAX_PATH_DEPTH levels a path keeps its first MAX_PATH_DEPTH parts, "…" and its own
+    # name: a module nested 20,000 deep costs a path of bounded length, not 20,000 parts
+    base = np.empty(n, dtype=object)
     for d in range(int(depth.max()) + 1 if n else 0):
         idx = np.flatnonzero(depth == d)
         if d == 0:
             paths[idx] = names[idx]
-        else:
+        elif d <= MAX_PATH_DEPTH:
             paths[idx] = [f"{p}{sep}{m}" for p, m in zip(paths[parent[idx]], names[idx])]
+        else:
+            up = parent[idx]
+            base[idx] = paths[up] if d == MAX_PATH_DEPTH + 1 else base[up]
+            paths[idx] = [f"{b}{sep}…{sep}{m}" for b, m in zip(base[idx], names[idx])]
     return paths
 
 

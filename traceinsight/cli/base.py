@@ -51,6 +51,16 @@ def _global_options() -> list[click.Parameter]:
     ]
 
 
+def _command_words(ctx: click.Context | None) -> str:
+    """``traceinsight diagnose``: the command a usage error belongs to, as a user types it."""
+    words: list[str] = []
+    while ctx is not None:
+        words.append(ctx.info_name or "")
+        ctx = ctx.parent
+    words = [w for w in reversed(words) if w]
+    return " ".join(["traceinsight", *words[1:]])
+
+
 class Group(click.Group):
     """Turns library errors into one line on stderr and exit code 2; gives every command the
     global options."""
@@ -59,6 +69,31 @@ class Group(click.Group):
         have = {o for p in cmd.params for o in getattr(p, "opts", [])}
         cmd.params.extend(p for p in _global_options() if not set(p.opts) & have)
         super().add_command(cmd, name)
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        """As click's, but a usage error (a bad option value, an unknown option, a missing
+        argument) is one line on stderr naming the command's ``--help``, exit 2, like every
+        other error."""
+        if kwargs.get("standalone_mode", True) is False:
+            return super().main(*args, **kwargs)
+        kwargs["standalone_mode"] = False
+        try:
+            rv = super().main(*args, **kwargs)
+        except click.UsageError as e:
+            where = _command_words(e.ctx)
+            text = " ".join(e.format_message().split())
+            click.echo(
+                f"traceinsight: error: {for_terminal(text)} (hint: {where} --help)", err=True
+            )
+            sys.exit(e.exit_code)
+        except click.ClickException as e:
+            text = " ".join(e.format_message().split())
+            click.echo(f"traceinsight: error: {for_terminal(text)}", err=True)
+            sys.exit(e.exit_code)
+        except click.Abort:
+            click.echo("traceinsight: aborted", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:  # every TRACEINSIGHT_* variable that is set, first: a bad one is one line, exit 2

@@ -38,6 +38,7 @@ def rules(
     from traceinsight.errors import ConfigError
     from traceinsight.metrics import REGISTRY
     from traceinsight.util import fmt
+    from traceinsight.util.safetext import for_terminal
 
     if list_metrics:
         rows = [[m.name, m.unit, m.doc] for m in sorted(REGISTRY.values(), key=lambda m: m.name)]
@@ -50,10 +51,12 @@ def rules(
             raise ConfigError(
                 f"no rule {explain_id!r}", hint="one of " + ", ".join(sorted(r.id for r in rs))
             )
-        click.echo(explain(match[0]))
+        click.echo(for_terminal(explain(match[0])))
         return
     rows = [[r.id, r.category, r.summary] for r in sorted(rs, key=lambda r: (r.category, r.id))]
     click.echo(
-        fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2, wrap=True)
+        for_terminal(
+            fmt.table(rows, ["rule", "category", "what it finds"], align="lll", flex=2, wrap=True)
+        )
     )
     click.echo("\ntraceinsight rules --explain ID shows a rule's thresholds and advice.")

@@ -199,21 +199,22 @@ def builtin_table_path() -> Path:
 
 
 def _read_yaml(path: Path) -> Any:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    from traceinsight.util.safeyaml import non_finite, read_small, refuse_aliases
+
+    if not path.exists():
         raise ConfigError(
             "device file not found",
             path=path,
             hint=f"check the path given to --devices or ${ENV_VAR}",
-        ) from None
-    except (OSError, UnicodeDecodeError) as e:
+        )
+    try:
+        text = read_small(path, what="device file").decode("utf-8")
+    except UnicodeDecodeError as e:
         raise ConfigError(f"cannot read device file: {e}", path=path) from None
-    from traceinsight.util.safeyaml import refuse_aliases
 
     refuse_aliases(text, path, "device file")  # a "billion laughs" would expand to GBs
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as e:
         where = ""
         mark = getattr(e, "problem_mark", None)
@@ -221,6 +222,14 @@ def _read_yaml(path: Path) -> Any:
             where = f" at line {mark.line + 1}, column {mark.column + 1}"
         problem = getattr(e, "problem", None) or "invalid YAML"
         raise ConfigError(f"device file is not valid YAML{where}: {problem}", path=path) from None
+    bad = non_finite(doc)
+    if bad:
+        raise ConfigError(
+            f"{bad} is not a finite number",
+            path=path,
+            hint="peaks, bandwidths and memory sizes are finite numbers (not .nan or .inf)",
+        )
+    return doc
 
 
 def _entries(doc: Any, path: Path) -> list[Mapping[str, Any]]:

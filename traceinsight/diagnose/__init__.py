@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from traceinsight import __version__, settings
 from traceinsight.devices.table import ENV_VAR as DEVICES_ENV
+from traceinsight.errors import ConfigError
 from traceinsight.options import RooflineOptions
 from traceinsight.result import DiagnosisResult, clean, primary_of
 from traceinsight.util.redact import redact_text
@@ -106,12 +107,14 @@ def result_key(
     the analysis stack. None for a store that is not on disk."""
     if not store.path.is_dir():
         return None
+    from traceinsight.util.safeyaml import read_small
+
     dev_file = settings.get(DEVICES_ENV)
     dev = ""
     if dev_file:
         try:
-            dev = hashlib.sha256(Path(dev_file).read_bytes()).hexdigest()
-        except OSError:
+            dev = hashlib.sha256(read_small(dev_file, what="device file")).hexdigest()
+        except ConfigError:  # refused again, with its reason, when the table is loaded
             dev = "unreadable:" + dev_file
     parts = {
         "schema": store.meta.get("schema_version"),
@@ -130,13 +133,15 @@ def result_key(
 
 def _rules_digest(dirs: list[Path]) -> list[str]:
     """sha256 of each rules folder's ``*.yaml`` files, in the order the rules load."""
+    from traceinsight.util.safeyaml import read_small
+
     out = []
     for d in dirs:
         h = hashlib.sha256(str(d).encode() + b"\0")
         try:
             for f in sorted(d.glob("*.yaml")):
-                h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
-        except OSError as e:
+                h.update(f.name.encode() + b"\0" + read_small(f) + b"\0")
+        except (OSError, ConfigError) as e:  # the rule loader refuses it with its reason
             h.update(f"unreadable: {e}".encode())
         out.append(h.hexdigest())
     return out

@@ -41,8 +41,16 @@ from traceinsight.ingest.source import (
     rank_from_filename,
     read_raw,
     scan_folder,
+    skipped_hint,
 )
-from traceinsight.store.core import TraceStore, is_valid_store, read_meta, write_store
+from traceinsight.store.core import (
+    TraceStore,
+    is_valid_store,
+    looks_like_store,
+    read_meta,
+    refuse_foreign,
+    write_store,
+)
 from traceinsight.util.distributed import current as current_runner
 from traceinsight.util.outputs import check_store_target
 from traceinsight.util.progress import Progress
@@ -130,7 +138,7 @@ def load(
     ``strict``: a rank file that could not be read is an error, not a warning. ``memory``:
     memory snapshots (or memory-timeline exports) of the same run, joined to the traces."""
     paths = with_memory(paths, memory)
-    if len(paths) == 1 and Path(paths[0]).is_dir() and read_meta(Path(paths[0])) is not None:
+    if len(paths) == 1 and Path(paths[0]).is_dir() and looks_like_store(Path(paths[0])):
         return check_strict(TraceStore.open(paths[0]), strict)
     return ingest(paths, None, salvage=salvage, quiet=quiet, use_cache=use_cache, strict=strict)
 
@@ -169,6 +177,8 @@ def ingest(
     with materialized(paths) as real:
         if out is not None:
             check_store_target(Path(out), real, force=force)
+            if force and Path(out).is_dir():
+                refuse_foreign(Path(out))  # before any work: --force never deletes a user's file
         inputs = resolve_inputs(real)
         options: dict[str, Any] = {"salvage": bool(salvage)}
         if inputs.unreadable:  # a store without those ranks is another store
@@ -318,6 +328,9 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
     try:
         store = write_store(target, meta, tables, replace=True)
     except OSError as e:
+        same = cached_twin(job, target)  # another run of the same trace wrote it first
+        if same is not None:
+            return same
         where = "the cache folder" if job.out is None else "the store folder"
         raise InputError(
             f"cannot write the store: {e.strerror or e}",
@@ -326,6 +339,17 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
         ) from None
     prog.done(f"{rows['gpu_activities']:,} GPU activities, {len(reads)} rank(s) -> {target}")
     return store
+
+
+def cached_twin(job: _Job, target: Path) -> TraceStore | None:
+    """The cache's store at ``target`` when a concurrent run of the same inputs has just
+    written it (same content key, complete): a second writer reuses it instead of failing."""
+    if job.out is not None:
+        return None
+    meta = read_meta(target)
+    if meta is not None and meta.get("content_key") == job.key and is_valid_store(target):
+        return TraceStore.open(target)
+    return None
 
 
 def _read_all(
@@ -410,7 +434,7 @@ def _read_all(
         raise TraceFormatError(
             f"no {formats} trace found among the files",
             path=inputs.display,
-            hint="; ".join(d.message for d in skipped.items)[:300] or None,
+            hint=skipped_hint([d.message for d in skipped.items]),
         )
     reads = join_memory(reads, inputs.display)  # a snapshot joins its trace's rank
     _one_format(reads, inputs)

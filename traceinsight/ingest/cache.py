@@ -18,6 +18,7 @@ from traceinsight import settings
 from traceinsight.errors import InputError
 from traceinsight.ingest.source import rank_from_filename
 from traceinsight.store import schema
+from traceinsight.store.core import owned_folder
 from traceinsight.util.outputs import clean_stale
 
 
@@ -36,7 +37,7 @@ def store_path(key: str) -> Path:
 
 def clean() -> None:
     """Remove the temporaries of killed ingests from the cache (best effort)."""
-    clean_stale(cache_root() / "stores")
+    clean_stale(cache_root() / "stores", owned=owned_folder)
 
 
 def content_key(files: list[Path], digests: list[str], options: dict[str, Any]) -> str:

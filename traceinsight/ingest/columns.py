@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceinsight.store import schema
+from traceinsight.util.safetext import NAME_CAP, cap_name
 
 __all__ = [
     "TableBuilder",
@@ -202,6 +203,20 @@ def dict_col(values: Sequence[Any]) -> pa.Array:
     codes = [sd(v, len(d)) for v in values]
     vals = ["" if k is None else (k if k.__class__ is str else str(k)) for k in d]
     return dictionary(codes, vals, [d[None]] if None in d else [])
+
+
+def capped_names(arr: pa.Array) -> pa.Array:
+    """A dictionary column of names with every value longer than
+    :data:`~traceinsight.util.safetext.NAME_CAP` characters cut to it with a digest of the whole
+    (:func:`~traceinsight.util.safetext.cap_name`); only the distinct values are looked at."""
+    if not pa.types.is_dictionary(arr.type) or len(arr.dictionary) == 0:
+        return arr
+    d = arr.dictionary
+    longest = pc.max(pc.binary_length(d)).as_py()
+    if longest is None or longest <= NAME_CAP:  # bytes >= characters: nothing to cut
+        return arr
+    vals = [cap_name(v) if v is not None else v for v in d.to_pylist()]
+    return pa.DictionaryArray.from_arrays(arr.indices, pa.array(vals, pa.string()))
 
 
 def id_str_col(values: list) -> pa.Array:

@@ -27,7 +27,7 @@ from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.errors import InputError, TraceFormatError
 from traceinsight.ingest import cache
 from traceinsight.ingest.readers import base as readers
-from traceinsight.ingest.source import GZIP_MAGIC
+from traceinsight.ingest.source import GZIP_MAGIC, skipped_hint
 from traceinsight.store import partitions, schema
 from traceinsight.store.core import (
     META_FILE,
@@ -198,7 +198,7 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
             raise TraceFormatError(
                 f"no {formats} trace found among the files",
                 path=inputs.display,
-                hint="; ".join(x.message for x in skipped.items)[:300] or None,
+                hint=skipped_hint([x.message for x in skipped.items]),
             )
         _check_ranks(parts, inputs.display)
         key = job.key
@@ -212,6 +212,11 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
         try:
             commit_dir(tmp, target)
         except OSError as e:
+            from traceinsight.ingest import cached_twin
+
+            same = cached_twin(job, target)  # another run of the same trace wrote it first
+            if same is not None:
+                return same
             where = "the cache folder" if job.out is None else "the store folder"
             raise InputError(
                 f"cannot write the store: {e.strerror or e}",

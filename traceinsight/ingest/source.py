@@ -282,10 +282,46 @@ def unreadable(path: Path, data: bytes, *, compressed: bool) -> TraceFormatError
             hint=NSYS_EXPORT_HINT.format(name=path.name),
         )
     return TraceFormatError(
-        f"is not JSON text (first bytes: {data[:16]!r})",
+        f"is not JSON text ({file_kind(data)})",
         path=path,
         hint="expected a PyTorch profiler trace (.json or .json.gz)",
     )
+
+
+#: the leading bytes of common non-trace files -> what to call them
+_MAGIC = (
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"\x89PNG", "a PNG image"),
+    (b"%PDF", "a PDF document"),
+    (b"\x7fELF", "an executable"),
+    (b"PAR1", "a parquet file"),
+    (b"BZh", "bzip2 data"),
+    (b"\xfd7zXZ", "xz data"),
+    (b"\x28\xb5\x2f\xfd", "zstd data"),
+    (b"\x80", "a Python pickle"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+)
+
+
+def file_kind(data: bytes) -> str:
+    """What kind of file ``data`` begins, in words, never quoting it: a file that is not a
+    trace may hold anything (a password, a key), and none of it belongs in an error."""
+    if not data:
+        return "it is empty"
+    for magic, what in _MAGIC:
+        if data.startswith(magic):
+            return f"it looks like {what}"
+    head = data[:4096]
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(head) - 4:  # not a multi-byte character cut at the end
+            return "it is binary data"
+        text = head[: e.start].decode("utf-8")
+    printable = sum(c.isprintable() or c in "\r\n\t" for c in text)
+    if text and printable >= 0.95 * len(text):
+        return "it is plain text"
+    return "it is binary data"
 
 
 def gunzip(path: Path, data: bytes) -> bytes:
@@ -410,3 +446,20 @@ def scan_folder(
         else:
             files.append(p)
     return files, problems
+
+
+def skipped_hint(messages: list[str], *, limit: int = 3) -> str | None:
+    """Why the files of a folder were skipped, grouped by reason with a few names each
+    ("200 skipped: file is empty (rank0.json, rank1.json, rank10.json and 197 more)"):
+    one readable hint however many files there are. Messages read ``NAME skipped: REASON``."""
+    groups: dict[str, list[str]] = {}
+    for m in messages:
+        name, sep, why = m.partition(" skipped: ")
+        groups.setdefault(why if sep else m, []).append(name if sep else "")
+    parts = []
+    for why, names in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        shown = ", ".join(n for n in names[:limit] if n)
+        more = f" and {len(names) - limit:,} more" if len(names) > limit else ""
+        count = f"{len(names):,} skipped: " if len(names) > 1 else ("skipped: " if shown else "")
+        parts.append(f"{count}{why}" + (f" ({shown}{more})" if shown else ""))
+    return "; ".join(parts)[:600] or None

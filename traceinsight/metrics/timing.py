@@ -167,7 +167,19 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             if has_l.any():
                 rt = attr.runtime
                 lat = _launch_latency(kern[has_l], rt)
-                ms.set("launch_latency_p50_ns", float(np.median(lat)) if len(lat) else None)
+                # a kernel cannot start before its launch call returned: a negative latency is
+                # the host and device clocks disagreeing, never a time to report
+                neg = int((lat < 0).sum())
+                if len(lat) and neg > len(lat) // 2:
+                    ms.set(
+                        "launch_latency_p50_ns",
+                        None,
+                        why_missing=f"{neg:,} of {len(lat):,} kernels start before their launch "
+                        "call ends (host and GPU clocks disagree)",
+                    )
+                else:
+                    lat = lat[lat >= 0]
+                    ms.set("launch_latency_p50_ns", float(np.median(lat)) if len(lat) else None)
             else:
                 ms.set("launch_latency_p50_ns", None, why_missing="no kernel has a launch record")
             cls_t = kern.groupby("cls", observed=True)["dur_ns"].sum()

@@ -9,6 +9,7 @@ from typing import Any
 from traceinsight.render import describe
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
 from traceinsight.util import fmt
+from traceinsight.util.safetext import for_terminal
 
 COMPARE_TOP_N = 10
 
@@ -150,7 +151,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         lines.append(f"Note: {esc(fmt.shorten(str(d.get('message', '')), 160))}")
     if diags:
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return for_terminal("\n".join(lines).rstrip() + "\n")
 
 
 def _comparability(comp: dict[str, Any] | None) -> list[str]:

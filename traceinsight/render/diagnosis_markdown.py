@@ -12,6 +12,7 @@ from traceinsight.render import describe
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
 from traceinsight.result import DiagnosisResult, finding_sort_key
 from traceinsight.util import fmt
+from traceinsight.util.safetext import for_terminal
 from traceinsight.util.vocab import is_more_row
 
 TOP_N = 8
@@ -81,7 +82,7 @@ def render_markdown(result: DiagnosisResult) -> str:
             f"(first: {esc(fmt.shorten(str(errs[0].get('message', '')), 160))}).",
             "",
         ]
-    return "\n".join(lines).rstrip() + "\n"
+    return for_terminal("\n".join(lines).rstrip() + "\n")
 
 
 def _host(r: DiagnosisResult) -> list[str]:

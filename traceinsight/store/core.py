@@ -9,8 +9,10 @@ relies on, and every table it lists is a parquet file with every column of the s
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -56,8 +58,16 @@ class TraceStore:
         path = Path(path)
         meta = read_meta(path)
         if meta is None:
+            f = path / META_FILE
+            size = f.stat().st_size if f.is_file() else None
+            if size is not None and size > META_MAX_BYTES:
+                what = f"its meta.json is {size:,} bytes, more than a store's {META_MAX_BYTES:,}"
+            elif size is not None:
+                what = "its meta.json is not a trace store's (damaged, or another program's)"
+            else:
+                what = "not a trace store (no meta.json)"
             raise StoreError(
-                "not a trace store (no meta.json)",
+                what,
                 path=path,
                 hint="create one with: traceinsight ingest TRACE -o " + str(path),
             )
@@ -123,11 +133,22 @@ class TraceStore:
 
     # --- derived results (a cache next to the tables; never needed to read the store) -----
     def read_derived(self, name: str) -> str | None:
-        """The text of ``derived/NAME`` when this store on disk holds it."""
+        """The text of ``derived/NAME`` when this store on disk holds it, as it was written:
+        a file whose content no longer matches the digest it was saved with (edited, cut,
+        written by another version) is a miss, and is computed and saved again."""
         f = self.path / DERIVED_DIR / name
         try:
-            return f.read_text(encoding="utf-8") if self.path.is_dir() else None
-        except (OSError, UnicodeDecodeError):
+            if not self.path.is_dir() or f.stat().st_size > DERIVED_MAX_BYTES:
+                return None
+            raw = f.read_bytes()
+        except OSError:
+            return None
+        head, sep, body = raw.partition(b"\n")
+        if not sep or head != _derived_header(body):
+            return None
+        try:
+            return body.decode("utf-8")
+        except UnicodeDecodeError:
             return None
 
     def write_derived(self, name: str, text: str) -> bool:
@@ -140,8 +161,9 @@ class TraceStore:
         try:
             d.mkdir(exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=d)
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
+            body = text.encode("utf-8")
+            with os.fdopen(fd, "wb") as f:
+                f.write(_derived_header(body) + b"\n" + body)
             os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
             os.replace(tmp, d / name)
             old = sorted(
@@ -154,6 +176,15 @@ class TraceStore:
             return True
         except OSError:
             return False
+
+
+#: a derived file larger than this is never read back (a result is a few MB at most)
+DERIVED_MAX_BYTES = 512 * 2**20
+
+
+def _derived_header(body: bytes) -> bytes:
+    """The first line of a derived file: what it is and the sha256 of the rest."""
+    return b"traceinsight-derived sha256=" + hashlib.sha256(body).hexdigest().encode()
 
 
 def _restore_schema(name: str, t: pa.Table, columns: list[str] | None = None) -> pa.Table:
@@ -244,6 +275,19 @@ def _check_table(path: Path, name: str) -> None:
         )
 
 
+def looks_like_store(path: Path) -> bool:
+    """Whether the folder ``path`` claims to be a trace store: a ``meta.json`` whose first KB
+    names the store format (however large or damaged the rest: opening it says what is
+    wrong, instead of reading the folder as traces)."""
+    f = Path(path) / META_FILE
+    try:
+        with open(f, "rb") as fh:
+            head = fh.read(1024) if f.is_file() else b""
+    except OSError:
+        return False
+    return b'"format"' in head and STORE_FORMAT.encode() in head
+
+
 def read_meta(path: Path) -> dict[str, Any] | None:
     f = Path(path) / META_FILE
     if not f.is_file():
@@ -278,7 +322,7 @@ def write_store(
     parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not replace:
         raise StoreError("already exists", path=path, hint="pass --force to replace it")
-    clean_stale(parent, path.name)  # what a killed run left behind
+    clean_stale(parent, path.name, owned=owned_folder)  # what a killed run left behind
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.tmp-{os.getpid()}-", dir=parent))
     try:
 
@@ -332,9 +376,71 @@ def _write_order(item: tuple[str, pa.Table | Path]) -> int:
     return -(t.num_rows if isinstance(t, pa.Table) else 1 << 62)
 
 
+#: a rank partition's folder in a store (``rank=N``)
+_PARTITION_RE = re.compile(r"rank=\d{1,9}")
+#: what ``derived/`` holds: results and their atomic-write temporaries
+_DERIVED_RE = re.compile(r"\.?[\w.=-]{1,200}")
+
+
+def foreign_entries(path: Path, *, _depth: int = 0) -> list[str]:
+    """The entries of the store folder ``path`` that traceinsight never writes there (a user's
+    file saved inside, a folder of traces given a store's ``meta.json``): only a store made of
+    the tool's own files may be replaced or removed. Names relative to ``path``."""
+    tables = {f"{n}.parquet" for n in schema.TABLES}
+    out: list[str] = []
+    try:
+        entries = sorted(os.scandir(path), key=lambda e: e.name)
+    except OSError:
+        return []
+    for e in entries:
+        if e.is_symlink():
+            out.append(e.name)
+        elif e.is_file() and (e.name == META_FILE or e.name in tables):
+            continue
+        elif e.is_dir() and e.name == DERIVED_DIR:
+            try:
+                inner = list(os.scandir(e.path))
+            except OSError:
+                inner = []
+            out += [
+                f"{DERIVED_DIR}/{x.name}"
+                for x in inner
+                if x.is_symlink() or not x.is_file() or not _DERIVED_RE.fullmatch(x.name)
+            ]
+        elif _depth == 0 and e.is_dir() and _PARTITION_RE.fullmatch(e.name):
+            out += [f"{e.name}/{x}" for x in foreign_entries(Path(e.path), _depth=1)]
+        else:
+            out.append(e.name)
+    return out
+
+
+def owned_folder(path: Path) -> bool:
+    """Whether the folder ``path`` holds the tool's store files only (a temporary or a
+    replaced store a killed run left behind)."""
+    return not foreign_entries(path)
+
+
+def refuse_foreign(path: Path) -> None:
+    """Refuse to replace the store folder ``path`` when it holds anything the tool did not
+    write (see :func:`foreign_entries`)."""
+    foreign = foreign_entries(path)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise StoreError(
+            f"holds files traceinsight did not write ({shown}); --force replaces only a trace "
+            "store as traceinsight wrote it",
+            path=path,
+            hint="move those files out, or give the store a new folder name",
+        )
+
+
 def commit_dir(tmp: Path, path: Path) -> None:
-    """Put the finished folder ``tmp`` in place of ``path`` (renames: never half a store)."""
+    """Put the finished folder ``tmp`` in place of ``path`` (renames: never half a store).
+    A folder already at ``path`` is replaced only when it holds the tool's files alone."""
     if path.exists():
+        refuse_foreign(path)
         old = path.parent / f".{path.name}.old-{os.getpid()}"
         os.replace(path, old)
         os.replace(tmp, path)

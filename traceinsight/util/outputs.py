@@ -18,7 +18,7 @@ import re
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -325,9 +325,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def clean_stale(folder: Path, name: str | None = None) -> int:
-    """Remove ``.NAME.tmp-PID-*`` / ``.NAME.old-PID`` temporaries in ``folder`` whose process
-    is gone (only those of ``name`` when given); returns how many were removed."""
+#: a temporary file as :func:`_tmp_for` names it (``mkstemp``'s eight random characters)
+_TMP_FILE_RE = re.compile(r"^\.(?P<name>.+)\.tmp-(?P<pid>\d+)-[a-z0-9_]{8}$")
+
+
+def clean_stale(
+    folder: Path, name: str | None = None, *, owned: Callable[[Path], bool] | None = None
+) -> int:
+    """Remove the temporaries of dead runs in ``folder`` (only those of ``name`` when given),
+    and only what is provably the tool's: a ``.NAME.tmp-PID-XXXXXXXX`` file named exactly as
+    :func:`_tmp_for` names one, and a ``.NAME.tmp-PID-*`` / ``.NAME.old-PID`` folder that
+    ``owned`` accepts (a store's own files only; without ``owned`` no folder is removed).
+    A user's file that merely looks like a temporary stays. Returns how many were removed."""
     removed = 0
     try:
         entries = list(os.scandir(folder))
@@ -341,9 +350,13 @@ def clean_stale(folder: Path, name: str | None = None) -> int:
             continue
         try:
             if e.is_dir(follow_symlinks=False):
+                if owned is None or not owned(Path(e.path)):
+                    continue
                 shutil.rmtree(e.path, ignore_errors=True)
-            else:
+            elif e.is_file(follow_symlinks=False) and _TMP_FILE_RE.match(e.name):
                 os.unlink(e.path)
+            else:
+                continue
             removed += 1
         except OSError:
             pass

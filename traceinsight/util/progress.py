@@ -11,6 +11,7 @@ while it runs, with its elapsed time ticking on a terminal.
 
 from __future__ import annotations
 
+import re
 import sys
 import threading
 import time
@@ -19,6 +20,9 @@ from typing import TextIO
 from traceinsight import settings
 
 SHOW_AFTER_S = 1.0
+#: on a pipe, the shortest interval between two lines of one counting stage (seconds)
+PIPE_EVERY_S = 5.0
+_COUNTS_RE = re.compile(r"[0-9][0-9,./]*")
 
 
 class Progress:
@@ -95,8 +99,14 @@ class Progress:
             self.stream.flush()
             self.last_draw = now
         elif stage != self.last_stage:
+            # on a pipe, a stage that only counts ("161/10000 ranks") is a new line at most
+            # every PIPE_EVERY_S: a CI log of a 10,000-rank job stays readable
+            kind = _COUNTS_RE.sub("#", stage)
+            if kind == _COUNTS_RE.sub("#", self.last_stage) and now - self.last_draw < PIPE_EVERY_S:
+                return
             self.stream.write(f"{self.label}: {stage} ({elapsed:.1f}s)\n")
             self.stream.flush()
+            self.last_draw = now
         self.shown = True
         self.last_stage = stage
 

@@ -126,6 +126,16 @@ def clean_text(value: Any, limit: int = 200) -> str:
     return _MACHINE_RE.sub(REDACTED, text)[:limit]
 
 
+def program_name(value: Any) -> str:
+    """The program of a process name that may be a whole command line ("python3 train.py
+    --token=..." -> "python3"): the first word's base name, cleaned like :func:`clean_text`.
+    A command line's arguments (paths, settings, secrets) never leave the trace."""
+    text = strip_controls(str(value)).strip()
+    first = text.split(" ", 1)[0] if text else ""
+    base = first.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+    return clean_text(base, limit=64)
+
+
 def version_value(value: Any) -> int | float | str | None:
     """A runtime/driver version: a number or dotted digits; anything else is unrecognised."""
     if isinstance(value, bool) or value is None:

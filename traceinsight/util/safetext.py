@@ -30,3 +30,36 @@ def for_terminal(text: str, *, keep_sgr: bool = False) -> str:
     """``text`` with every control or bidi character written as a visible escape; newlines
     and tabs kept, and SGR colour sequences too when ``keep_sgr``."""
     return (_WITH_SGR_RE if keep_sgr else UNSAFE_RE).sub(_escape, text)
+
+
+def scrubbed(obj: object) -> object:
+    """``obj`` (a document's view: dicts, lists, strings) with every string passed through
+    :func:`for_terminal`, keys included: what a Markdown or HTML document shows of a trace's
+    names reads as visible escapes there too, before any encoding (JSON, HTML) is applied."""
+    if isinstance(obj, str):
+        return for_terminal(obj) if UNSAFE_RE.search(obj) else obj
+    if isinstance(obj, dict):
+        return {scrubbed(k): scrubbed(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [scrubbed(v) for v in obj]
+    return obj
+
+
+#: the longest name (kernel, op, annotation, frame) kept whole, in characters: a longer one keeps
+#: its first NAME_CAP characters and a digest of the whole, so distinct names stay distinct and
+#: no classification pattern ever scans megabytes of one name
+NAME_CAP = 8192
+
+
+def cap_name(text: str, *, length: int | None = None, digest: str | None = None) -> str:
+    """``text`` when it is at most :data:`NAME_CAP` characters, else its first NAME_CAP
+    characters and ``…[N characters, sha256:XXXX]``. ``length`` and ``digest`` describe the
+    whole when ``text`` is already its prefix (a reader that never loaded the rest)."""
+    n = len(text) if length is None else length
+    if n <= NAME_CAP:
+        return text
+    if digest is None:
+        import hashlib
+
+        digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{text[:NAME_CAP]}…[{n:,} characters, sha256:{digest[:16]}]"

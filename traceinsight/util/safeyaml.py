@@ -8,6 +8,9 @@ naming the file, the line and a hint.
 
 from __future__ import annotations
 
+import math
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +25,11 @@ MAX_BYTES = 1 << 20
 MAX_FORMAT_WIDTH = 64
 
 
-def load(path: Path, *, what: str = "rule file") -> Any:
-    """The YAML document of ``path``: UTF-8, at most :data:`MAX_BYTES`, no aliases."""
+def read_small(path: Path | str, *, what: str = "rule file") -> bytes:
+    """The bytes of a configuration file: a regular file (never a FIFO, a device or a socket,
+    which could block or never end, also behind a symbolic link) of at most :data:`MAX_BYTES`."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_BYTES + 1)
+        st = os.stat(path)
     except FileNotFoundError:
         raise ConfigError(f"{what} not found", path=path, hint="check the path") from None
     except OSError as e:
@@ -35,12 +38,70 @@ def load(path: Path, *, what: str = "rule file") -> Any:
             path=path,
             hint="check the path and its permissions",
         ) from None
-    if len(raw) > MAX_BYTES:
+    if not stat.S_ISREG(st.st_mode):
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+        raise ConfigError(
+            f"{what} is {kind} (a FIFO, device or socket is never read)",
+            path=path,
+            hint=f"pass a {what} saved as a plain file",
+        )
+    if st.st_size > MAX_BYTES:
         raise ConfigError(
             f"{what} is larger than {MAX_BYTES:,} bytes",
             path=path,
             hint=f"a {what} is a few KB of YAML; check that this is the right file",
         )
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise ConfigError(
+            f"cannot read the {what}: {e.strerror}",
+            path=path,
+            hint="check the path and its permissions",
+        ) from None
+    if len(raw) > MAX_BYTES:  # it grew while being read
+        raise ConfigError(
+            f"{what} is larger than {MAX_BYTES:,} bytes",
+            path=path,
+            hint=f"a {what} is a few KB of YAML; check that this is the right file",
+        )
+    return raw
+
+
+def non_finite(doc: Any, where: str = "") -> str | None:
+    """The key path of the first NaN or infinite number in ``doc``, or None."""
+    if isinstance(doc, float) and not math.isfinite(doc):
+        return where or "the document"
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            hit = non_finite(v, f"{where}.{k}" if where else str(k))
+            if hit:
+                return hit
+    elif isinstance(doc, list):
+        for i, v in enumerate(doc):
+            hit = non_finite(v, f"{where}[{i}]")
+            if hit:
+                return hit
+    return None
+
+
+def load(path: Path, *, what: str = "rule file") -> Any:
+    """The YAML document of ``path``: UTF-8, at most :data:`MAX_BYTES`, no aliases, every
+    number finite (``.nan`` and ``.inf`` would make every comparison quietly false)."""
+    raw = read_small(path, what=what)
+    doc = _parse(raw, path, what)
+    bad = non_finite(doc)
+    if bad:
+        raise ConfigError(
+            f"{bad} is not a finite number",
+            path=path,
+            hint="thresholds, factors and peaks are finite numbers (not .nan or .inf)",
+        )
+    return doc
+
+
+def _parse(raw: bytes, path: Path, what: str) -> Any:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -36,6 +36,10 @@ __all__ = [
 ProgressFn = Callable[[str, float], None]
 
 
+#: process and thread names kept per rank in ``meta.json``
+NAMES_KEPT = 4096
+
+
 @dataclass
 class RankMeta:
     """What one file says about its rank (kept in the store's ``meta.json`` ``ranks`` list).
@@ -86,8 +90,15 @@ class RankMeta:
         return self.distributed.get("backend")
 
     def to_dict(self) -> dict[str, Any]:
-        """The ``meta.json`` entry (every field but the diagnostics)."""
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "diagnostics"}
+        """The ``meta.json`` entry (every field but the diagnostics). Name maps keep their
+        first :data:`NAMES_KEPT` entries: a file naming a million threads still makes a
+        ``meta.json`` of a few MB."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "diagnostics"}
+        for k in ("process_names", "process_labels", "thread_names"):
+            names = out[k]
+            if len(names) > NAMES_KEPT:
+                out[k] = dict(list(names.items())[:NAMES_KEPT])
+        return out
 
 
 @dataclass

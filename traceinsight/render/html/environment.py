@@ -19,6 +19,7 @@ from markupsafe import Markup
 
 from traceinsight.util import fmt
 from traceinsight.util.resources import data_dir
+from traceinsight.util.safetext import scrubbed
 
 #: the script every report runs (inlined; allowed by the CSP by its hash)
 SCRIPT = "report.js"
@@ -81,4 +82,6 @@ def csp() -> str:
 
 def render_page(template: str, view: dict[str, Any], payload: dict[str, Any]) -> str:
     """A template on ``base.html`` with its view, the embedded JSON payload and the CSP."""
+    # names from a trace may hold control or bidi characters: they read as visible escapes
+    view, payload = scrubbed(view), scrubbed(payload)  # type: ignore[assignment]
     return env().get_template(template).render(view=view, payload=payload, csp=csp())

@@ -127,9 +127,17 @@ def _events_and_header(top: Any, source: str) -> tuple[list, dict[str, Any], str
         return top, {}, "array"
     events = top.traceEvents
     if events is None:
+        tag = top.schema if isinstance(top.schema, str) else None
+        if tag is not None and tag.startswith("traceinsight"):
+            raise TraceFormatError(
+                "is a traceinsight result, not a trace (its schema tag is not one this "
+                "version reads)",
+                path=source,
+                hint="write it again with traceinsight diagnose --json, or pass the trace",
+            )
         what = (
             "a PyTorch Execution Trace (nodes), not a profiler trace"
-            if top.nodes is not NULL or top.schema is not None
+            if top.nodes is not NULL
             else "JSON without a 'traceEvents' list"
         )
         raise TraceFormatError(
@@ -379,10 +387,20 @@ def _state_for(
     if base is not None:
         try:
             base_ns = int(base)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             diags.add(
                 "bad-base-time", "baseTimeNanoseconds is not an integer; ignored", source=source
             )
+        else:
+            # a Unix time in ns: negative, or past the year 2262 of int64 ns, is no clock
+            if isinstance(base, bool) or not 0 <= base_ns < 2**62:
+                diags.add(
+                    "bad-base-time",
+                    f"baseTimeNanoseconds {base_ns} is not a time (negative or beyond int64 "
+                    "nanoseconds); ignored: times are the file's own",
+                    source=source,
+                )
+                base_ns = 0
     dist = distributed_info(header.get("distributedInfo"))
     rank = dist.get("rank") if dist.get("rank") is not None else rank_hint
     st = State(
@@ -408,6 +426,8 @@ def read(
     force_exact_split: bool = False,
 ) -> RankRead:
     """Parse one file (raises :class:`~..timeconv.NeedExactText` for a re-read as text)."""
+    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark (Windows editors write one)
+        data = data[3:]
     batched = len(data) > BATCH_BYTES
     split = fast_split(data, CHUNK_BYTES) if batched and not force_exact_split else None
     if split is not None:

@@ -17,6 +17,7 @@ from typing import Any
 from traceinsight.diagnostics import DiagnosticLog, Severity
 from traceinsight.errors import TraceFormatError
 from traceinsight.util.redact import (
+    UNRECOGNISED,
     backend_name,
     clean_text,
     device_name,
@@ -156,9 +157,27 @@ def _pg(pg: dict[str, Any]) -> dict[str, Any]:
             )
         elif k == "pg_size":
             out[k] = _num(v)
-        else:
-            out[k] = clean_text(v, 120) if isinstance(v, (str, int, float)) else None
+        elif k == "backend_config":  # "cuda:nccl", "cpu:gloo,cuda:nccl": known backends only
+            out[k] = backend_name(v) if isinstance(v, str) else None
+        else:  # pg_name, pg_desc: PyTorch's identifiers ("0", "default_pg", "mesh_dp")
+            out[k] = _identifier(v)
     return out
+
+
+#: a process group's name or description as PyTorch writes them
+_IDENT_RE = re.compile(r"[\w.:/-]{1,64}")
+#: a trace id: hexadecimal digits, with the dashes of a UUID
+_TRACE_ID_RE = re.compile(r"[0-9A-Fa-f-]{1,64}")
+
+
+def _identifier(v: Any) -> str | None:
+    """A short identifier; anything else (a host name, a setting, free text) is unrecognised."""
+    if isinstance(v, bool) or not isinstance(v, (str, int)):
+        return None
+    text = str(v).strip()
+    if _IDENT_RE.fullmatch(text) and clean_text(text, 64) == text:
+        return text
+    return UNRECOGNISED
 
 
 def kineto_capture_info(
@@ -177,7 +196,11 @@ def kineto_capture_info(
         "trace_name": clean_text(PurePath(str(name).replace("\\", "/")).name, 200)
         if name
         else None,
-        "trace_id": clean_text(header["trace_id"], 64) if header.get("trace_id") else None,
+        "trace_id": (
+            (t if _TRACE_ID_RE.fullmatch(t := str(header["trace_id"]).strip()) else UNRECOGNISED)
+            if header.get("trace_id")
+            else None
+        ),
         "framework": word(header["Framework"]) if header.get("Framework") else None,
         "display_time_unit": time_unit(header.get("displayTimeUnit")),
         "schema_version": _num(header.get("schemaVersion")),

@@ -96,10 +96,20 @@ def recover(
         raise
     except msgspec.DecodeError as e2:
         if "truncated" in str(e2):
+            if _closed(body):
+                # the file ends as a document ends: the first error stands (a stray token in a
+                # complete file); the "truncation" is an artefact of the attempted repair
+                raise explain_decode_error(body, err, source) from None
             return _truncated(fixed, decode, source, diags, salvage=salvage, nul=nul)
         if "trailing characters" in str(e2):
             return _after_document(fixed, str(e2), decode, source, diags)
         raise explain_decode_error(body, str(e2), source) from None
+
+
+def _closed(data: bytes) -> bool:
+    """Whether ``data`` ends the way its document began: ``{ ... }`` or ``[ ... ]``."""
+    head, tail = data.lstrip()[:1], data.rstrip()[-1:]
+    return (head, tail) in ((b"{", b"}"), (b"[", b"]"))
 
 
 def decode_checked(decode: Callable[[bytes], T], data: bytes, source: str) -> T:

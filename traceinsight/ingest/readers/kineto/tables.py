@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 
 from traceinsight.ingest.columns import (
     TableBuilder,
+    capped_names,
     dict_col,
     float_col,
     from_numpy,
@@ -250,6 +251,7 @@ def _common(st: State, evs: list[Event], *, thread: bool = True) -> dict[str, pa
     }
     if cols["name"].null_count:
         cols["name"] = pc.fill_null(cols["name"].cast(pa.string()), "").dictionary_encode()
+    cols["name"] = capped_names(cols["name"])
     if thread:
         cols["process"] = id_str_col(list(map(PID, evs)))
         cols["thread"] = id_str_col(list(map(TID, evs)))
@@ -534,7 +536,7 @@ def _other(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     cols = {
         "rank": rank_col(len(evs), st.rank),
         "event_shape": dict_col([shape(e.ph, "other") for e in evs]),
-        "name": dict_col([e.name if e.name is not None else "" for e in evs]),
+        "name": capped_names(dict_col([e.name if e.name is not None else "" for e in evs])),
         "process": id_str_col(list(map(PID, evs))),
         "thread": id_str_col(list(map(TID, evs))),
         "start_ns": ts,

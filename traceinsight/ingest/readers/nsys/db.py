@@ -9,14 +9,30 @@ table (docs/NSYS.md).
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from traceinsight import settings
 from traceinsight.errors import TraceFormatError
+from traceinsight.util.safetext import NAME_CAP, cap_name
+
+#: SQLite's own heap limit while reading an export (PRAGMA hard_heap_limit): its page cache,
+#: sorts and temporary results, not the rows handed to Python
+HEAP_LIMIT_BYTES = 512 * 2**20
+#: the longest single string or blob SQLite returns (SQLITE_LIMIT_LENGTH): names longer than
+#: NAME_CAP are read as a prefix, so only a corrupt or crafted file reaches this
+VALUE_LIMIT_BYTES = 256 * 2**20
+
+
+def _timeout_s() -> float:
+    return float(settings.get("TRACEINSIGHT_NSYS_TIMEOUT_S"))
+
 
 #: tables that only an Nsight Systems export has (one is enough to recognise it)
 NSYS_TABLES = (
@@ -120,6 +136,11 @@ NVTX_TYPES = {
 PID_SHIFT, ID_MASK = 24, 0xFFFFFF
 
 
+def _reason(e: BaseException) -> str:
+    """SQLite's message, one line and short."""
+    return " ".join(str(e).split())[:120] or type(e).__name__
+
+
 def pid_of(global_id: int | None) -> int | None:
     """The process id inside a ``globalPid`` / ``globalTid``."""
     return None if global_id is None else (int(global_id) >> PID_SHIFT) & ID_MASK
@@ -136,15 +157,29 @@ class NsysDb:
     def __init__(self, path: Path, source: str) -> None:
         self.path = path
         self.source = source
+        wal = Path(f"{path}-wal")
+        if wal.is_file() and wal.stat().st_size > 0:
+            raise TraceFormatError(
+                f"has a write-ahead log beside it ({wal.name}, {wal.stat().st_size:,} bytes) "
+                "whose rows would not be read",
+                path=source,
+                hint="export it again with nsys export --type sqlite, or checkpoint it once "
+                "with sqlite3 FILE 'PRAGMA wal_checkpoint(TRUNCATE)'",
+            )
         uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
+        self._deadline = time.monotonic() + _timeout_s()
         try:
             self.con = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            self._harden()
+            # tables only: a view is a query of the file's own choosing (a recursive CTE, a
+            # cross join, zeroblob) and never part of an export; virtual tables likewise
             names = self.con.execute(
-                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL%'"
             ).fetchall()
         except sqlite3.DatabaseError as e:
             raise TraceFormatError(
-                f"cannot be read as an SQLite database ({e})",
+                f"cannot be read as an SQLite database ({_reason(e)})",
                 path=source,
                 hint="the file is damaged or not an Nsight Systems export; "
                 "export it again with nsys export --type sqlite",
@@ -160,6 +195,43 @@ class NsysDb:
                 "run.nsys-rep",
             )
         self._cols: dict[str, list[str]] = {}
+
+    def _harden(self) -> None:
+        """Bounds on what reading this file may cost: no extension loading, no triggers or
+        schema tricks taking effect (the connection is read-only and immutable), a heap limit,
+        a longest value, and a deadline checked every few thousand virtual-machine steps."""
+        con = self.con
+        if hasattr(con, "enable_load_extension"):
+            con.enable_load_extension(False)
+        if hasattr(con, "setlimit"):  # Python 3.11+
+            con.setlimit(getattr(sqlite3, "SQLITE_LIMIT_LENGTH", 0), VALUE_LIMIT_BYTES)
+            con.setlimit(getattr(sqlite3, "SQLITE_LIMIT_SQL_LENGTH", 1), 1_000_000)
+        con.execute(f"PRAGMA hard_heap_limit = {HEAP_LIMIT_BYTES}")
+        con.execute("PRAGMA trusted_schema = OFF")
+        con.execute("PRAGMA temp_store = FILE")
+        deadline = self._deadline
+        con.set_progress_handler(lambda: int(time.monotonic() > deadline), 1_000)
+
+    def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """``sql`` executed and fetched, with SQLite's errors as one-line format errors."""
+        try:
+            return self.con.execute(sql, tuple(params)).fetchall()
+        except sqlite3.Error as e:
+            raise self._error(e) from e
+
+    def _error(self, e: sqlite3.Error) -> TraceFormatError:
+        if "interrupted" in str(e).lower():
+            return TraceFormatError(
+                f"took longer than {_timeout_s():g} s to read",
+                path=self.source,
+                hint="a real export reads in seconds per GB; set TRACEINSIGHT_NSYS_TIMEOUT_S "
+                "to allow longer",
+            )
+        return TraceFormatError(
+            f"cannot be read ({_reason(e)})",
+            path=self.source,
+            hint="the export is damaged; export it again with nsys export --type sqlite",
+        )
 
     def close(self) -> None:
         self.con.close()
@@ -180,7 +252,7 @@ class NsysDb:
 
     def columns(self, table: str) -> list[str]:
         if table not in self._cols:
-            rows = self.con.execute(f'PRAGMA table_info("{table}")').fetchall()
+            rows = self._run(f'PRAGMA table_info("{table}")')
             self._cols[table] = [str(r[1]) for r in rows]
         return self._cols[table]
 
@@ -188,7 +260,7 @@ class NsysDb:
         if table not in self.tables:
             return 0
         sql = f'SELECT count(*) FROM "{table}"' + (f" WHERE {where}" if where else "")
-        return int(self.con.execute(sql).fetchone()[0])
+        return int(self._run(sql)[0][0])
 
     def select(
         self, table: str, columns: Sequence[str], *, where: str = "", order: str = ""
@@ -204,13 +276,13 @@ class NsysDb:
             sql += f" WHERE {where}"
         if order:
             sql += f" ORDER BY {order}"
-        rows = self.con.execute(sql).fetchall()
+        rows = self._run(sql)
         if not rows:
             return {c: [] for c in columns}
         return {c: list(v) for c, v in zip(columns, zip(*rows))}
 
     def scalar_rows(self, sql: str) -> list[tuple[Any, ...]]:
-        return self.con.execute(sql).fetchall()
+        return self._run(sql)
 
     # --- interned strings and enums ------------------------------------------------------------
 
@@ -219,11 +291,31 @@ class NsysDb:
         """``StringIds``: id -> text."""
         if not self.has("StringIds", "id", "value"):
             return {}
-        return {
-            int(i): str(v)
-            for i, v in self.con.execute("SELECT id, value FROM StringIds")
-            if i is not None and v is not None
-        }
+        # a name longer than NAME_CAP is read as its prefix, its length and a digest of the
+        # whole computed from bounded slices: no megabyte-long name is held or scanned
+        rows = self._run(
+            f"SELECT id, substr(value, 1, {NAME_CAP}), length(value) FROM StringIds "
+            "WHERE id IS NOT NULL AND value IS NOT NULL"
+        )
+        out: dict[int, str] = {}
+        for i, v, n in rows:
+            text = str(v)
+            if n is not None and int(n) > NAME_CAP:
+                text = cap_name(text, length=int(n), digest=self._digest(int(i), int(n)))
+            out[int(i)] = text
+        return out
+
+    def _digest(self, sid: int, n: int) -> str:
+        """sha256 of the whole ``StringIds`` value ``sid`` (``n`` characters), read 1 M
+        characters at a time."""
+        h = hashlib.sha256()
+        step = 1 << 20
+        for k in range(1, n + 1, step):
+            (part,) = self._run(
+                "SELECT substr(value, ?, ?) FROM StringIds WHERE id = ?", (k, step, sid)
+            )[0]
+            h.update(str(part).encode("utf-8", "surrogatepass"))
+        return h.hexdigest()
 
     def enum(
         self, table: str, builtin: Mapping[int, str], suffixes: Mapping[str, str] | None = None
@@ -239,7 +331,7 @@ class NsysDb:
         label_col = "label" if "label" in cols else name_col
         if label_col is None:
             return out
-        for row in self.con.execute(
+        for row in self._run(
             f'SELECT id, {label_col}{", name" if name_col else ""} FROM "{table}"'
         ):
             i, label = row[0], row[1]
@@ -259,7 +351,7 @@ class NsysDb:
         """NVTX event type name -> id (the export's ENUM_NSYS_EVENT_TYPE, else built-in)."""
         out = dict(NVTX_TYPES)
         if self.has("ENUM_NSYS_EVENT_TYPE", "id", "name"):
-            for i, name in self.con.execute("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
+            for i, name in self._run("SELECT id, name FROM ENUM_NSYS_EVENT_TYPE"):
                 if name in out and i is not None:
                     out[str(name)] = int(i)
         return out
@@ -273,7 +365,7 @@ class NsysDb:
             if self.has(table, "name", "value"):
                 return {
                     str(n): str(v)
-                    for n, v in self.con.execute(f'SELECT name, value FROM "{table}"')
+                    for n, v in self._run(f'SELECT name, value FROM "{table}"')
                     if n is not None and v is not None
                 }
         return {}
@@ -284,9 +376,9 @@ class NsysDb:
         if not self.has("TARGET_INFO_SYSTEM_ENV", "name", "value"):
             return {}
         marks = ", ".join("?" for _ in names)
-        rows = self.con.execute(
+        rows = self._run(
             f"SELECT name, value FROM TARGET_INFO_SYSTEM_ENV WHERE name IN ({marks})", tuple(names)
-        ).fetchall()
+        )
         return {str(n): str(v) for n, v in rows if v is not None}
 
     @cached_property
@@ -294,7 +386,7 @@ class NsysDb:
         """Unix time (ns) of the capture clock's zero: ``TARGET_INFO_SESSION_START_TIME``."""
         if not self.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
             return None
-        row = self.con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()
+        row = next(iter(self._run("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME")), None)
         return int(row[0]) if row and isinstance(row[0], int) and row[0] > 0 else None
 
     @cached_property
@@ -302,7 +394,7 @@ class NsysDb:
         """End of the capture on the export's clock (``ANALYSIS_DETAILS.stopTime``)."""
         if not self.has("ANALYSIS_DETAILS", "stopTime"):
             return None
-        row = self.con.execute("SELECT max(stopTime) FROM ANALYSIS_DETAILS").fetchone()
+        row = next(iter(self._run("SELECT max(stopTime) FROM ANALYSIS_DETAILS")), None)
         return int(row[0]) if row and isinstance(row[0], int) else None
 
     @cached_property
@@ -312,7 +404,7 @@ class NsysDb:
             return {}
         return {
             int(p): str(n)
-            for p, n in self.con.execute("SELECT pid, name FROM PROCESSES")
+            for p, n in self._run(f"SELECT pid, substr(name, 1, {NAME_CAP}) FROM PROCESSES")
             if p is not None and n is not None
         }
 
@@ -323,7 +415,7 @@ class NsysDb:
             return {}
         order = "priority" if "priority" in self.columns("ThreadNames") else "rowid"
         out: dict[int, str] = {}
-        for tid, name_id in self.con.execute(
+        for tid, name_id in self._run(
             f"SELECT globalTid, nameId FROM ThreadNames ORDER BY {order}"
         ):
             if tid is not None and name_id is not None and int(name_id) in self.strings:

@@ -30,7 +30,7 @@ from traceinsight.ingest.readers.nsys.families import NO_PID, Family
 from traceinsight.ingest.readers.nsys.host import osrt_families, other_families
 from traceinsight.ingest.readers.nsys.nvtx import NvtxRead, read_nvtx
 from traceinsight.store import schema
-from traceinsight.util.redact import redact_text
+from traceinsight.util.redact import clean_text, program_name, redact_text, version_value
 
 FORMAT = "nsys"
 _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
@@ -295,22 +295,24 @@ def _meta(
         lo = int(s.min()) if lo is None else min(lo, int(s.min()))
         hi = int(e.max()) if hi is None else max(hi, int(e.max()))
     real = [p for p in pids if p != NO_PID]
-    names = db.process_names
+    # a process name is often the whole command line: only the program's name is kept
+    names = {p: program_name(n) for p, n in db.process_names.items()}
     label = None
     if n_ranks > 1 and real:  # name the process among the file's ranks
         gpus_txt = ", ".join(f"GPU {d}" for d in sorted(used)) or "no GPU work"
         label = f"pid {real[0]} {names.get(real[0], '')}, {gpus_txt}".replace("  ", " ")
     threads = {
-        f"{pid_of(g)}/{g & 0xFFFFFF}": redact_text(n)[:120]
+        f"{pid_of(g)}/{g & 0xFFFFFF}": clean_text(n, limit=120)
         for g, n in db.thread_names.items()
         if pid_of(g) in real
     }
     meta = db.export_meta
     env = db.system_env(["CudaDriverVersion", "NvDriverVersion"])
+    # versions are numbers or dotted digits; anything else reads as unrecognised
     versions = {
-        k: v
+        k: version_value(v)
         for k, v in (
-            ("nsys", meta.get("EXPORT_PRODUCT_VERSION")),
+            ("nsys", _product_version(meta.get("EXPORT_PRODUCT_VERSION"))),
             ("export_schema", meta.get("EXPORT_SCHEMA_VERSION")),
             ("cuda_driver_version", env.get("CudaDriverVersion")),
             ("nvidia_driver_version", env.get("NvDriverVersion")),
@@ -335,7 +337,7 @@ def _meta(
         devices=[gpus[d] for d in sorted(used) if d in gpus] or list(gpus.values()),
         devices_used=sorted(used),
         distributed={"world_size": n_ranks} if n_ranks > 1 else {},
-        process_names={str(p): redact_text(names[p])[:120] for p in real if p in names},
+        process_names={str(p): names[p] for p in real if p in names},
         thread_names=threads,
         capture_flags={
             "record_shapes": (nv.with_sizes > 0) if nv.torch_ranges else None,
@@ -448,3 +450,11 @@ def _diagnose(
             severity="info",
             count=len(extra),
         )
+
+
+def _product_version(value: object) -> str | None:
+    """The dotted version in an Nsight product string ("2024.5.1.113-245134619542v0")."""
+    if value is None:
+        return None
+    head = str(value).strip().split("-", 1)[0]
+    return head if head.replace(".", "").isdigit() else str(value)

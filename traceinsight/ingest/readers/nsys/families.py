@@ -55,6 +55,10 @@ def family(table: str, source: str, cols: dict[str, Any], pid: Sequence[int | No
     )
 
 
+#: the largest capture-clock time a row may have (ns; about 146 years)
+CLOCK_MAX = 2**62
+
+
 def times(
     start: list[Any], end: list[Any], base: int, bad: Counter, what: str
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -70,6 +74,14 @@ def times(
         bad[f"{what} rows without a start time"] += int((~keep).sum())
     s_np = np.asarray(s.fill_null(0), dtype=np.int64)
     e_np = np.asarray(e.fill_null(0), dtype=np.int64)
+    # the capture clock counts ns from the session's start: a time outside [0, 2**62) is no
+    # time (a crafted or corrupt row) and would wrap int64 arithmetic (a negative duration)
+    wild = keep & ((s_np < 0) | (s_np >= CLOCK_MAX) | (e_np < 0) | (e_np >= CLOCK_MAX))
+    if wild.any():
+        bad[f"{what} rows with a time outside a capture clock's range (dropped)"] += int(wild.sum())
+        keep = keep & ~wild
+        s_np = np.where(wild, 0, s_np)
+        e_np = np.where(wild, 0, e_np)
     dur = e_np - s_np
     broken = keep & (np.asarray(pc.is_null(e)) | (dur < 0))
     if broken.any():
