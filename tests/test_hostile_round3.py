@@ -340,3 +340,12 @@ def test_a_stray_token_in_a_complete_file_is_located(tmp_path: Path, stray: byte
     line = error(run, "t.json", "invalid JSON at byte")
     assert "truncated" not in line and "--salvage" not in line
     assert f"byte {at + 1:,}" in line or f"byte {at + 2:,}" in line, line
+
+
+def test_a_bad_device_file_stops_diagnose_as_it_stops_devices(tmp_path: Path) -> None:
+    bad = tmp_path / "devices.yaml"
+    bad.write_text("devices: [1, 2\n")
+    p = write(tmp_path / "t.json", trace(events(2)))
+    env = {"TRACEINSIGHT_DEVICES": str(bad)}
+    error(cli(["devices"], tmp_path, env=env), "devices.yaml", "not valid YAML")
+    error(cli(["diagnose", p], tmp_path, env=env), "devices.yaml", "not valid YAML")

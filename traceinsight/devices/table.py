@@ -395,6 +395,14 @@ def _load_cached(extras: tuple[tuple[str, float], ...]) -> tuple[DeviceSpec, ...
     return tuple(_build(raw[k], paths[k]) for k in order)
 
 
+#: the hint of a device-file error that has none of its own
+DEVICE_FILE_HINT = (
+    "a device file is YAML with one key, devices:, listing entries like those of the built-in "
+    "table (traceinsight devices --json shows them; traceinsight/devices/devices.yaml is the "
+    "built-in file)"
+)
+
+
 def load_table(extra: str | Path | None = None) -> list[DeviceSpec]:
     """The device table in match order: built-in entries, with user files merged in.
 
@@ -417,7 +425,12 @@ def load_table(extra: str | Path | None = None) -> list[DeviceSpec]:
         except OSError:
             mtime = -1.0
         keyed.append((str(f.resolve() if f.exists() else f), mtime))
-    return list(_load_cached(tuple(keyed)))
+    try:
+        return list(_load_cached(tuple(keyed)))
+    except ConfigError as e:
+        if e.hint is None:  # every device-file error says where the format is described
+            e.hint = DEVICE_FILE_HINT
+        raise
 
 
 def builtin_table() -> list[DeviceSpec]:

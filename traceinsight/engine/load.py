@@ -521,6 +521,9 @@ def load_rules(
             data = safeyaml.load(f)  # bounded: no aliases, capped size, UTF-8
             try:
                 rule = parse_rule(data, str(f))
+            except ConfigError as e:  # every rule-file error points at the format
+                e.hint = e.hint or "compare it with a shipped rule (rules/*.yaml, docs/RULES.md)"
+                raise
             except (TypeError, AttributeError, KeyError, ValueError) as e:
                 raise ConfigError(
                     f"malformed rule ({type(e).__name__}: {e})",

@@ -15,6 +15,7 @@ from __future__ import annotations
 import traceback
 
 from traceinsight.analysis import Analysis
+from traceinsight.errors import ConfigError
 
 # the metric groups declare their metrics in the registry on import
 from traceinsight.metrics import (
@@ -71,6 +72,8 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
     for name, fn in groups:
         try:
             fn()
+        except ConfigError:  # the user's configuration (a device file): one line, exit 2
+            raise
         except Exception as e:  # one broken group must not hide the others
             errors.append(
                 {
