@@ -349,3 +349,23 @@ def test_a_bad_device_file_stops_diagnose_as_it_stops_devices(tmp_path: Path) ->
     env = {"TRACEINSIGHT_DEVICES": str(bad)}
     error(cli(["devices"], tmp_path, env=env), "devices.yaml", "not valid YAML")
     error(cli(["diagnose", p], tmp_path, env=env), "devices.yaml", "not valid YAML")
+
+
+def test_a_file_rewritten_while_it_is_read_is_refused(tmp_path: Path, monkeypatch) -> None:
+    import traceinsight.ingest as ing
+    from traceinsight.errors import InputError
+
+    p = write(tmp_path / "t.json", trace(events(3)))
+    real = ing.streamed.read_streamed
+
+    def rewriting(path, *a, **kw):
+        out = real(path, *a, **kw)
+        with open(path, "ab") as f:  # the profiler, still writing
+            f.write(b" " * 100)
+        return out
+
+    monkeypatch.setattr(ing.streamed, "read_streamed", rewriting)
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(tmp_path / "cache"))
+    with pytest.raises(InputError, match="changed while it was read"):
+        ing.ingest([p], tmp_path / "s", quiet=True)
+    assert not (tmp_path / "s").exists()

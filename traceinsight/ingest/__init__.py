@@ -352,6 +352,28 @@ def cached_twin(job: _Job, target: Path) -> TraceStore | None:
     return None
 
 
+def _identity(p: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime ns) of a file, to tell whether it changed while it was read."""
+    try:
+        st = os.stat(p)
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _unchanged(p: Path, before: tuple[int, int, int] | None) -> None:
+    """Refuse a file rewritten while it was read: its tables would blend two versions."""
+    after = _identity(p)
+    if before is not None and after is not None and after != before:
+        grew = f" ({before[1]:,} → {after[1]:,} bytes)" if after[1] != before[1] else ""
+        raise InputError(
+            f"changed while it was read{grew}",
+            path=p,
+            hint="wait until the profiler has finished writing it (or copy it first), then "
+            "run again",
+        )
+
+
 def _read_all(
     job: _Job, prog: Progress, parts: streamed.Parts
 ) -> tuple[list[_Read], DiagnosticLog]:
@@ -368,6 +390,7 @@ def _read_all(
     for i, p in enumerate(inputs.files):
         size = _size(p)
         base = done
+        before = _identity(p)
 
         def step(stage: str, frac: float, _b: int = base, _s: int = size) -> None:
             prog.update(stage, (_b + frac * _s) / total)
@@ -427,6 +450,7 @@ def _read_all(
             raise
         if hasher:
             job.digests[i] = hasher.result()
+        _unchanged(p, before)
         reads.extend(_Read(p, job.digests[i] or "", part) for part in r.parts())
         done += size
     if not reads:
