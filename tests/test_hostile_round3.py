@@ -369,3 +369,16 @@ def test_a_file_rewritten_while_it_is_read_is_refused(tmp_path: Path, monkeypatc
     with pytest.raises(InputError, match="changed while it was read"):
         ing.ingest([p], tmp_path / "s", quiet=True)
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("big", [False, True], ids=["whole", "streamed"])
+def test_two_trace_event_lists_are_refused(tmp_path: Path, big: bool) -> None:
+    a = trace(events(200 if big else 2))
+    if big:  # past the size read whole: the streaming reader's path
+        for e in a["traceEvents"]:
+            e.setdefault("args", {})["pad"] = "x" * 2000
+    text = json.dumps(a)
+    text = text[:-1] + ', "traceEvents": ' + json.dumps(trace(events(4))["traceEvents"]) + "}"
+    p = tmp_path / "t.json"
+    p.write_text(text)
+    error(cli(["ingest", p, "-o", tmp_path / "s"], tmp_path), "t.json", "two 'traceEvents' lists")

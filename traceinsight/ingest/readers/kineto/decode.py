@@ -413,6 +413,10 @@ def _state_for(
     return st, dist
 
 
+#: a ``traceEvents`` key (inside a string value its quotes would be escaped)
+_EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:')
+
+
 def read(
     data: bytes,
     source: str,
@@ -428,6 +432,10 @@ def read(
     """Parse one file (raises :class:`~..timeconv.NeedExactText` for a re-read as text)."""
     if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark (Windows editors write one)
         data = data[3:]
+    if len(_EVENTS_KEY_RE.findall(data, 0, len(data))) > 1:  # only a key is "…": unescaped
+        from traceinsight.ingest.readers.kineto.stream import duplicate_events_error
+
+        raise duplicate_events_error(source)
     batched = len(data) > BATCH_BYTES
     split = fast_split(data, CHUNK_BYTES) if batched and not force_exact_split else None
     if split is not None:

@@ -28,6 +28,7 @@ import msgspec
 
 from traceinsight import settings
 from traceinsight.diagnostics import DiagnosticLog
+from traceinsight.errors import TraceFormatError
 from traceinsight.ingest import parallel
 from traceinsight.ingest.columns import build_tables
 from traceinsight.ingest.readers.base import RankMeta
@@ -60,6 +61,19 @@ CHUNK_BYTES = settings.get("TRACEINSIGHT_STREAM_CHUNK_BYTES")
 HEAD_MAX = 64 << 20
 _STEP = 1 << 20
 _RETRIES = 3  #: later cuts tried when a chunk does not decode
+
+
+class DuplicateEvents(Exception):
+    """The document has a second ``traceEvents`` key: which list is the trace is ambiguous."""
+
+
+def duplicate_events_error(source: str) -> TraceFormatError:
+    return TraceFormatError(
+        "has two 'traceEvents' lists (a JSON object with a repeated key): which one is the "
+        "trace is ambiguous",
+        path=source,
+        hint="keep one traceEvents list (merging two captures by text makes such a file)",
+    )
 
 
 class StreamFallback(Exception):
@@ -114,6 +128,9 @@ def find_layout(fd: int, size: int) -> _Layout:
     found = find_list_end(head[:a], a, size, lambda at, n: _pread(fd, n, at))
     if found is None:
         raise StreamFallback("no end of the event list")
+    rest = _pread(fd, min(size - found[1], HEAD_MAX), found[1])
+    if b'"traceEvents"' in rest:
+        raise DuplicateEvents()
     return _events_between(fd, a, found[1], _header(found[0]), "object")
 
 
@@ -216,7 +233,10 @@ def stream_kineto(
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        lay = find_layout(fd, size)
+        try:
+            lay = find_layout(fd, size)
+        except DuplicateEvents:
+            raise duplicate_events_error(source) from None
         st, dist = _state_for(lay.header, source, rank_hint, diags, exact_text)
         bounds = [] if lay.first < 0 else chunk_bounds(fd, lay.first, lay.last, CHUNK_BYTES)
         run = _Run(fd, bounds, st, sink, progress)
