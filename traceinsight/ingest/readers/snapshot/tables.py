@@ -10,6 +10,7 @@ per reference, against a row budget, and frame lists are converted once per list
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -17,7 +18,7 @@ import pyarrow as pa
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.store import schema
-from traceinsight.util.redact import redact_text
+from traceinsight.util.redact import UNRECOGNISED, redact_text
 
 #: what the snapshot's block states mean in the store
 STATES = {
@@ -385,6 +386,12 @@ def _addr(v: Any) -> int | None:
     return _int(v)
 
 
+#: an allocator configuration string: ``option:value`` pairs, comma-separated (or one word)
+_CONF_RE = re.compile(
+    r"[\w.+-]{0,64}|[A-Za-z_]\w{0,63}:[\w.+-]{1,32}(,[A-Za-z_]\w{0,63}:[\w.+-]{1,32}){0,31}"
+)
+
+
 def _settings(s: Any) -> dict[str, Any]:
     """Allocator settings as recorded, allow-listed: short keys with scalar values (text
     redacted), or short lists of numbers."""
@@ -394,10 +401,13 @@ def _settings(s: Any) -> dict[str, Any]:
     for k, v in list(s.items())[:64]:
         if not isinstance(k, str) or not _SETTING_KEY.match(k):
             continue
-        if isinstance(v, (bool, int, float)):
+        if isinstance(v, bool) or (isinstance(v, (int, float)) and math.isfinite(v)):
             out[k] = v
         elif isinstance(v, str) and len(v) <= 200:
-            out[k] = redact_text(v)
+            # an allocator configuration ("expandable_segments:True,max_split_size_mb:128"):
+            # options and their values only; any other text (a path, a host, a secret) is
+            # unrecognised
+            out[k] = v if _CONF_RE.fullmatch(v.strip()) else UNRECOGNISED
         elif (
             isinstance(v, (list, tuple))
             and len(v) <= 64
