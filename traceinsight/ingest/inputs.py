@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from traceinsight.ingest.readers.base import suffixes
+from traceinsight.ingest.readers import suffixes
 from traceinsight.store.core import TraceStore
 
 SKIPPED = "file-skipped"

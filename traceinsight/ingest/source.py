@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceinsight.errors import InputError, TraceFormatError, UnsupportedTraceVersion
+from traceinsight.errors import InputError, TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -244,47 +244,6 @@ def read_raw(path: Path) -> bytes:
         ) from e
     finally:
         os.close(fd)
-
-
-def unreadable(path: Path, data: bytes, *, compressed: bool) -> TraceFormatError:
-    """The error for bytes no reader claims (``data``: gzip removed when ``compressed``)."""
-    kind = sniff(data[:4096])
-    if kind == "empty":
-        return TraceFormatError(
-            "file is empty",
-            path=path,
-            hint="the profiler wrote nothing; check that it ran and stopped cleanly",
-        )
-    if kind == "sqlite":
-        return UnsupportedTraceVersion(
-            "is an SQLite database (an Nsight Systems export?); this version reads Kineto JSON "
-            "only",
-            path=path,
-            hint="record with torch.profiler, or wait for the Nsight Systems reader",
-        )
-    if compressed:
-        return TraceFormatError(
-            "gzip file does not contain JSON text",
-            path=path,
-            hint="expected a PyTorch profiler trace (.json or .json.gz)",
-        )
-    if kind == "json":
-        return TraceFormatError(
-            "is JSON text no registered reader recognises",
-            path=path,
-            hint="expected a PyTorch profiler trace (.json or .json.gz)",
-        )
-    if kind == "nsys-rep":
-        return UnsupportedTraceVersion(
-            "is an Nsight Systems report (.nsys-rep), a binary container",
-            path=path,
-            hint=NSYS_EXPORT_HINT.format(name=path.name),
-        )
-    return TraceFormatError(
-        f"is not JSON text (first bytes: {data[:16]!r})",
-        path=path,
-        hint="expected a PyTorch profiler trace (.json or .json.gz)",
-    )
 
 
 def gunzip(path: Path, data: bytes) -> bytes:

@@ -510,6 +510,6 @@ def _cell(text: str) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from traceinsight.ingest.readers.base import documented
+    from traceinsight.ingest.readers import documented
 
     print(markdown(documented()))
