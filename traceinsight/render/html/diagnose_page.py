@@ -16,11 +16,10 @@ from typing import Any
 
 from traceinsight.render import describe
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
-from traceinsight.render.html.charts.breakdown import SEGMENTS, class_chart, rank_chart
+from traceinsight.render.html.charts import CHARTS
+from traceinsight.render.html.charts.breakdown import SEGMENTS
 from traceinsight.render.html.charts.ranks import ranks_view
-from traceinsight.render.html.charts.roofline import roofline_chart
-from traceinsight.render.html.charts.steps import SLOW_STEP_FACTOR, step_chart
-from traceinsight.render.html.charts.timeline import timeline_chart
+from traceinsight.render.html.charts.steps import SLOW_STEP_FACTOR
 from traceinsight.render.html.environment import render_page
 from traceinsight.render.html.host import host_view
 from traceinsight.render.html.memory_view import capacity_share, memory_view
@@ -329,7 +328,7 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
             )
             keep = set(by_median[: MAX_RANK_LINES // 2] + by_median[-(MAX_RANK_LINES // 2) :])
             rank_compute = {k: v for k, v in rank_compute.items() if k in keep}
-    chart, size = step_chart(reps, median, {id(x) for x in slow}, multi, rank_compute)
+    chart, size = CHARTS["steps"].build(reps, median, {id(x) for x in slow}, multi, rank_compute)
     # the table: one row per step (its slowest rank), the slowest MAX_STEP_ROWS steps
     order = {id(x): i for i, x in enumerate(reps)}
     listed = sorted(reps, key=lambda x: -x["max"])[:MAX_STEP_ROWS]
@@ -458,7 +457,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     wall = totals["wall_ns"] or 1.0
     return {
         "empty": "",
-        "chart": rank_chart(shown),
+        "chart": CHARTS["ranks_gpu_time"].build(shown),
         "more_ranks": max(0, len(ranks) - len(shown)),
         "legend": [
             (lab, cls)
@@ -473,7 +472,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
         ],
         "hidden": fmt.fmt_pct(100 * totals["comm_hidden_ns"] / wall) if totals["comm_ns"] else "",
         "definition": str(r.breakdown.get("definition") or ""),
-        "classes": class_chart(cls_rows, tot) if cls_rows else None,
+        "classes": CHARTS["kernel_classes"].build(cls_rows, tot) if cls_rows else None,
         "class_legend": [
             (
                 str(c.get("cls")),
@@ -514,7 +513,7 @@ def _timeline(r: DiagnosisResult) -> dict[str, Any]:
             else "No representative step could be chosen (no GPU work inside a step window)."
         )
         return {"empty": why}
-    return {"empty": "", **timeline_chart(tl), "viewer": describe.viewer_hint(r)}
+    return {"empty": "", **CHARTS["timeline"].build(tl), "viewer": describe.viewer_hint(r)}
 
 
 # --- rollup tables ----------------------------------------------------------------------------
@@ -693,7 +692,7 @@ def _roofline(r: DiagnosisResult) -> dict[str, Any]:
     ]
     if not rf or not pts:
         return {"empty": _roofline_why(r)}
-    chart = roofline_chart(pts, rf.get("bandwidth"), rf.get("peaks") or {})
+    chart = CHARTS["roofline"].build(pts, rf.get("bandwidth"), rf.get("peaks") or {})
     rows = [
         [
             p.get("op"),
