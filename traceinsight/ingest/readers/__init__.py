@@ -13,6 +13,7 @@ one entry in :data:`READERS` and one sample in ``tests/test_reader_contract.py``
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping
 from pathlib import Path
 
 from traceinsight.errors import InputError, TraceFormatError, UnsupportedTraceVersion
@@ -46,7 +47,7 @@ def suffixes() -> tuple[str, ...]:
     return tuple(dict.fromkeys(s for r in READERS for s in r.suffixes))
 
 
-def documented() -> list[tuple[str, str, object]]:
+def documented() -> list[tuple[str, str, Mapping[str, Mapping[str, str]]]]:
     """Each reader's title, description and column sources (docs/STORE.md)."""
     return [(r.title, r.doc, r.column_sources) for r in READERS]
 

@@ -38,13 +38,18 @@ def confirm(head: bytes, path: Path, data: bytes | None) -> bool:
     has the export's suffix or magic, and the reader says what is damaged."""
     if not head.startswith(SQLITE_MAGIC):
         return True
+    if data is None or _holds(path, data):
+        return _has_export_tables(path)
+    with tempfile.TemporaryDirectory(prefix="traceinsight-nsys-") as tmp:
+        copy = Path(tmp) / "export.sqlite"  # a compressed export: its content, on disk
+        copy.write_bytes(data)
+        return _has_export_tables(copy)
+
+
+def _has_export_tables(path: Path) -> bool:
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
     try:
-        if data is None or _holds(path, data):
-            uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
-            con = sqlite3.connect(uri, uri=True)
-        else:
-            con = sqlite3.connect(":memory:")
-            con.deserialize(data)
+        con = sqlite3.connect(uri, uri=True)
         try:
             names = con.execute(
                 "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
@@ -52,7 +57,7 @@ def confirm(head: bytes, path: Path, data: bytes | None) -> bool:
         finally:
             con.close()
     except sqlite3.DatabaseError:
-        return True
+        return True  # damaged: the reader says so
     return not {str(n) for (n,) in names}.isdisjoint(NSYS_TABLES)
 
 
