@@ -232,7 +232,8 @@ def _diagnose_plain(
         )
     summary = sections.summary(an, ms)
     timeline = sections.timeline(an, ms)
-    result = DiagnosisResult(
+    # the sections as built (plain dicts); from_dict below reads them back as the typed result
+    parts: dict[str, Any] = dict(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
         trace={
@@ -281,4 +282,5 @@ def _diagnose_plain(
         },
         host=None if has_gpu or mem_only else host_view(an),
     )
+    result = DiagnosisResult(**parts)
     return DiagnosisResult.from_dict(clean(result.to_dict()))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceinsight.render import describe
@@ -174,7 +174,7 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
         sub = f"p90 {fmt.fmt_ns(mv.get('step_time_p90_ns'))}" if mv.get("step_time_p90_ns") else ""
         add("Step time p50", fmt.fmt_ns(mv["step_time_p50_ns"]), sub)
     if mv.get("gpu_busy_pct") is not None:
-        b = mv["gpu_busy_pct"]
+        b = mv["gpu_busy_pct"] or 0.0  # not None here
         e = mv.get("exposed_comm_pct") or 0.0
         tone = "bad" if b < 50 else ("warn" if b < 80 else "good")
         sub = f"idle {fmt.fmt_pct(mv.get('gpu_idle_pct'), 0)}"
@@ -183,7 +183,7 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
             sub = f"of it exposed comm {fmt.fmt_pct(e, 0)}; {sub}"
         add("GPU busy", fmt.fmt_pct(b, 0), sub, tone)
     if mv.get("exposed_comm_pct") is not None and (mv.get("comm_pct") or 0) > 0:
-        e = mv["exposed_comm_pct"]
+        e = mv["exposed_comm_pct"] or 0.0  # not None here
         add(
             "Exposed comm",
             fmt.fmt_pct(e),
@@ -205,7 +205,7 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
         )
     mfu = mv.get("mfu_pct") if mv.get("mfu_pct") is not None else mv.get("mfu_estimate_pct")
     if mfu is not None:
-        c = (
+        c: Mapping[str, Any] = (
             (r.metrics.get("coverage") or {}).get("mfu_pct") or {}
             if mv.get("mfu_pct") is not None
             else {}
@@ -421,7 +421,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     summ = {s.get("rank"): s for s in r.summary.get("ranks", [])}
     rows = []
     for w in ranks[:MAX_RANK_ROWS]:
-        s = summ.get(w.get("rank"), {})
+        s: Mapping[str, Any] = summ.get(w.get("rank"), {})
         wall = w.get("wall_ns")
         q = s.get("step_time_ns") or {}
         rows.append(

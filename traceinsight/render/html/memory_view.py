@@ -6,6 +6,7 @@ the memory-timeline categories. One capacity share is quoted everywhere (:func:`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from traceinsight.render.html.cells import table
@@ -60,7 +61,7 @@ def memory_view(r: DiagnosisResult) -> dict[str, Any]:
 # --- [memory] events ----------------------------------------------------------------------------
 
 
-def _events(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
+def _events(r: DiagnosisResult, mem: Mapping[str, Any]) -> dict[str, Any] | None:
     series = [s for s in mem.get("timeline") or [] if s.get("ts_ns")]
     if not series:
         return None
@@ -167,7 +168,7 @@ def _who(members: list[dict[str, Any]], label: bool) -> str:
 # --- the allocator snapshot --------------------------------------------------------------------
 
 
-def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
+def _snapshot(r: DiagnosisResult, mem: Mapping[str, Any]) -> dict[str, Any] | None:
     s = mem.get("snapshot")
     if not s:
         return None
@@ -319,7 +320,7 @@ def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
 # --- the memory-timeline export ----------------------------------------------------------------
 
 
-def _categories(mem: dict[str, Any]) -> dict[str, Any] | None:
+def _categories(mem: Mapping[str, Any]) -> dict[str, Any] | None:
     views = mem.get("categories") or []
     if not views:
         return None
