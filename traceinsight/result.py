@@ -223,7 +223,6 @@ class HostSection(TypedDict, total=False):
     modules: list[Row]
     annotations: list[Row]
     matmul_pct: float | None
-    notes: list[Row]
 
 
 class Diagnostic(TypedDict, total=False):

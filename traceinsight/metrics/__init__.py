@@ -19,6 +19,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.metrics import (
     comm,
     copies,
+    host,
     idle_metrics,
     memory,
     mode,
@@ -64,6 +65,7 @@ GROUPS: list[MetricGroup] = [
     MetricGroup("cross-rank", ranks.compute, (ranks,)),
     MetricGroup("roofline", roofline.compute, (roofline,), options=True),
     MetricGroup("precision", precision.compute, (precision,), options=True),
+    MetricGroup("host", host.compute, (host,)),
 ]
 
 

@@ -251,12 +251,6 @@ def host_lines(r: DiagnosisResult, width: int, n: int = 8) -> list[str]:
                 flex=0,
             ).splitlines()
         ]
-    notes = h.get("notes") or []
-    if notes:
-        out.append("")
-        for x in notes:
-            out.append(_wrap(f"{x['title']}: {x['text']}", width, ""))
-            out.append(_wrap(f"→ {x['advice']}", width))
     out.append("")
     return out
 

@@ -1,6 +1,7 @@
 """The host section of the report for a run without GPU kernels (``DiagnosisResult.host``):
 the split of step time as one stacked bar, the top CPU ops by self and total time, host time
-per nn.Module type and per user annotation, and the notes worded for a CPU run."""
+per nn.Module type and per user annotation (what they mean is said by the rules of
+``rules/cpu-*.yaml``, shown as findings)."""
 
 from __future__ import annotations
 
@@ -72,12 +73,4 @@ def host_view(r: DiagnosisResult) -> dict[str, Any] | None:
         )
         if ann
         else None,
-        "notes": [
-            {
-                "title": str(n.get("title")),
-                "text": str(n.get("text")),
-                "advice": str(n.get("advice")),
-            }
-            for n in h.get("notes") or []
-        ],
     }
