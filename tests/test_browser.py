@@ -28,7 +28,10 @@ for _p in (Path(__file__).resolve().parent, Path(__file__).resolve().parent.pare
     if str(_p) not in sys.path:  # also when run as a script
         sys.path.insert(0, str(_p))
 
+from test_charts import SHOWN_IN, reports  # noqa: E402, F401 (reports: a fixture)
 from test_report import CHARTS, EVIL_KERNEL, EVIL_OP, SECTIONS, TOKEN, build_trace  # noqa: E402
+
+from traceinsight.render.html.charts import CHARTS as REGISTRY  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -150,15 +153,52 @@ def test_page_loads_without_errors_or_requests(page) -> None:
 def test_every_section_and_chart_is_drawn(page) -> None:
     for sid in SECTIONS:
         assert page.locator(f"#{sid}").count() == 1, sid
-    for chart in CHARTS:
-        n = page.evaluate(
-            "c => document.querySelectorAll('svg.' + c + ' rect, svg.' + c + ' circle, svg.' + c"
-            " + ' path').length",
-            chart,
-        )
-        assert n > 0, chart
-        box = page.locator(f"svg.{chart}").first.bounding_box()
-        assert box and box["width"] > 300 and box["height"] > 20, (chart, box)
+    # every registered chart the page holds is drawn (and it holds at least CHARTS)
+    held = [c for c in REGISTRY.values() if c.page == "diagnose"]
+    held = [c for c in held if page.locator("svg." + ".".join(c.css.split())).count()]
+    assert set(CHARTS) <= {c.css for c in held}
+    for c in held:
+        selector = f"#{c.section} svg." + ".".join(c.css.split())
+        assert _shapes(page, selector) > 0, c.name
+        box = page.locator(selector).first.bounding_box()
+        assert box and box["width"] > 300 and box["height"] > 20, (c.name, box)
+
+
+def _shapes(page, selector: str) -> int:
+    return page.evaluate(
+        "s => document.querySelectorAll(s + ' rect, ' + s + ' circle, ' + s + ' path, ' + s"
+        " + ' polyline').length",
+        selector,
+    )
+
+
+@pytest.fixture(scope="module")
+def chart_pages(browser, reports, tmp_path_factory):  # noqa: F811 (the imported fixture)
+    """One open page per report of ``test_charts.SHOWN_IN`` (opened when first asked for)."""
+    tmp = tmp_path_factory.mktemp("chart-pages")
+    pages: dict = {}
+
+    def get(key: str):
+        if key not in pages:
+            pages[key] = _open(browser, reports[key], tmp, key)
+        return pages[key]
+
+    yield get
+    for pg in pages.values():
+        pg.close()
+
+
+@requires_chromium
+@pytest.mark.parametrize("name", sorted(REGISTRY))
+def test_every_registered_chart_is_drawn(chart_pages, name: str) -> None:
+    # the registry is walked: a chart added to CHARTS is drawn here on the report it is shown in
+    c = REGISTRY[name]
+    pg = chart_pages(SHOWN_IN[name])
+    selector = f"#{c.section} svg." + ".".join(c.css.split())
+    assert _shapes(pg, selector) > 0, name
+    box = pg.locator(selector).first.bounding_box()
+    assert box and box["width"] > 300 and box["height"] > 20, (name, box)
+    assert not pg.errors
 
 
 @requires_chromium

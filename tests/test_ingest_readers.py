@@ -12,9 +12,8 @@ import pytest
 
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.errors import TraceFormatError
-from traceinsight.ingest import ingest
+from traceinsight.ingest import ingest, readers
 from traceinsight.ingest.columns import dict_col, int_col, rank_col
-from traceinsight.ingest.readers import base as readers
 from traceinsight.ingest.readers.base import RankMeta, RankRead, Reader
 from traceinsight.store import schema
 
@@ -71,6 +70,7 @@ FAKE = Reader(
     doc="a test format",
     suffixes=(".fake",),
     sniff=lambda head: head.startswith(MAGIC),
+    looks_for="a FAKETRACE magic line",
     read=read_fake,
     column_sources={"gpu_activities": {"name": "the second word"}},
 )
@@ -78,8 +78,7 @@ FAKE = Reader(
 
 @pytest.fixture
 def fake_registered(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(readers, "READERS", list(readers.READERS))  # restored after the test
-    readers.register(FAKE)
+    monkeypatch.setattr(readers, "READERS", [*readers.READERS, FAKE])  # restored after the test
 
 
 def fake_file(path: Path, kernels: list[tuple[str, int, int]]) -> Path:
@@ -208,3 +207,54 @@ def test_every_column_source_names_a_store_column() -> None:
         if c not in kineto.column_sources.get(t.name, {}) and t.name not in memory_only
     }
     assert unfilled == {("ranges", "domain")}
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b'{"model": "llama", "loss": 1.25}',  # JSON, but no Kineto key
+        b"[1, 2, 3]",  # a JSON list, not of events
+        b'{"schema": "1.0.2", "pid": 1, "nodes": []}',  # an Execution Trace
+    ],
+)
+def test_kineto_claims_only_json_that_looks_like_a_trace(content: bytes) -> None:
+    [kineto] = [r for r in readers.READERS if r.name == "kineto"]
+    assert not kineto.sniff(content)
+
+
+def test_kineto_claims_a_trace_whose_first_key_is_long() -> None:
+    # GIVEN an object whose first (unknown) key holds 20 KB before "traceEvents"
+    head = b'{"metadata": {"notes": "' + b"x" * 20_000 + b'"}, "traceEvents": []}'
+    [kineto] = [r for r in readers.READERS if r.name == "kineto"]
+    assert kineto.sniff(head[: readers.HEAD_BYTES])
+    assert kineto.sniff(b'{"schemaVersion": 1}') and kineto.sniff(b" [ {")
+
+
+def test_nsight_claims_only_an_sqlite_database_with_export_tables(tmp_path: Path) -> None:
+    import sqlite3
+
+    notes, export = tmp_path / "notes.sqlite", tmp_path / "run.sqlite"
+    for p, table in ((notes, "notes"), (export, "StringIds")):
+        con = sqlite3.connect(p)
+        con.execute(f"CREATE TABLE {table} (x)")
+        con.commit()
+        con.close()
+    assert readers.reader_for(export).name == "nsys"
+    # a gzip-compressed export is checked from its content
+    gz = tmp_path / "run.sqlite.gz"
+    gz.write_bytes(gzip.compress(export.read_bytes()))
+    assert readers.reader_for(gz).name == "nsys"
+    with pytest.raises(TraceFormatError) as e:
+        readers.reader_for(notes)
+    assert "without Nsight Systems tables" in e.value.message
+
+
+def test_a_file_no_reader_claims_lists_what_each_reader_looked_for(tmp_path: Path) -> None:
+    p = tmp_path / "config.json"
+    p.write_text('{"model": "llama"}')
+    with pytest.raises(TraceFormatError) as e:
+        readers.reader_for(p)
+    hint = e.value.hint or ""
+    assert "\n" not in hint
+    for r in readers.READERS:
+        assert r.looks_for and f"{r.title}: {r.looks_for}" in hint

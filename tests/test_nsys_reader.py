@@ -18,8 +18,7 @@ from tracegen.nsys import NsysExportBuilder
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.errors import TraceFormatError
-from traceinsight.ingest import ingest
-from traceinsight.ingest.readers import base as readers
+from traceinsight.ingest import ingest, readers
 from traceinsight.ingest.readers.nsys import READER
 
 P, T, BWD = 100, 100, 101  # pid, main thread, autograd thread

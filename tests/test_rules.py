@@ -57,7 +57,43 @@ def copy_heavy() -> list[KinetoTraceBuilder]:
     return [b]
 
 
-BUILDERS = {"copy_heavy": copy_heavy}
+def cpu_run(
+    *, python_us: int = 100, input_us: int = 0, sync_us: int = 0, mm_us: int = 0
+) -> list[KinetoTraceBuilder]:
+    """A CPU-only run (no GPU activity): four 1 ms steps, each with ``input_us`` in the data
+    loader, ``sync_us`` in aten::item, ``mm_us`` in aten::mm, ``python_us`` in no op and the
+    rest in aten::relu."""
+    b = KinetoTraceBuilder(rank=0)
+    us, t = 1_000, 0
+    for step in range(4):
+        with b.step(step + 1, t, 1_000 * us):
+            at = t
+            if input_us:
+                loader = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+                with b.annotation(loader, at, input_us * us):
+                    pass
+                at += input_us * us
+            for name, n in (("aten::item", sync_us), ("aten::mm", mm_us)):
+                if n:
+                    b.op(name, at, n * us)
+                    at += n * us
+            b.op("aten::relu", at, 1_000 * us - (at - t) - python_us * us)
+        t += 1_000 * us
+    return [b]
+
+
+CPU_RUNS = {
+    "cpu_healthy": {},
+    "cpu_python_bound": {"python_us": 600},
+    "cpu_python_some": {"python_us": 300},
+    "cpu_input_bound": {"input_us": 300},
+    "cpu_sync_some": {"sync_us": 80},
+    "cpu_matmul_bound": {"mm_us": 500},
+}
+BUILDERS = {
+    "copy_heavy": copy_heavy,
+    **{k: (lambda kw=kw: cpu_run(**kw)) for k, kw in CPU_RUNS.items()},
+}
 _MEASURED: dict[str, tuple[Analysis, Any]] = {}
 
 
@@ -104,6 +140,9 @@ def test_rule_case(
         got = ms.values.get(metric)
         assert got is not None and OPS[op](got, value), f"{metric} = {got}, expected {op} {value}"
     assert not ev.errors, ev.errors
+    if exp.get("listed") is False:  # out of the rule's scope: neither evaluated nor listed
+        assert not exp["fires"] and not ev.findings and not ev.statuses, ev.statuses
+        return
     if exp["fires"]:
         assert len(ev.findings) == 1, ev.statuses
         f = ev.findings[0]

@@ -12,8 +12,7 @@ from conftest import invoke
 
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.errors import StoreError, TraceInsightError
-from traceinsight.ingest import ingest, load
-from traceinsight.ingest.readers import base as readers
+from traceinsight.ingest import ingest, load, readers
 from traceinsight.store import schema
 from traceinsight.store.core import TraceStore
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from traceinsight.errors import InputError
 
@@ -46,6 +46,241 @@ def primary_of(findings: list[Finding]) -> str:
     if any(f.rule == NOT_REPRESENTATIVE for f in major):
         return NOT_REPRESENTATIVE
     return major[0].rule if major else HEALTHY
+
+
+# --- the sections of a result, typed (the JSON contract; docs/RESULT.md, docs/result.schema.json)
+# Every section is a TypedDict with total=False: older files lack keys added since, and readers
+# must ignore unknown keys. Nested tables stay lists of plain rows.
+
+Row = dict[str, Any]  #: one row of a table inside a result (raw numbers: ns, bytes, %)
+
+
+class ToolInfo(TypedDict):
+    name: str
+    version: str
+
+
+class SourceInfo(TypedDict, total=False):
+    name: str
+    sha256: str
+    rank: int | None
+
+
+class TraceInfo(TypedDict, total=False):
+    """What was diagnosed: files, ranks, devices, capture flags, and what compare needs."""
+
+    sources: list[SourceInfo]
+    format: str
+    ranks: list[int]
+    world_size: int | None
+    backend: str | None
+    devices: list[str]
+    device: str | None
+    vendor: str
+    capture_flags: dict[str, bool | None]
+    versions: dict[str, Any]
+    span_ns: int | None
+    has_step_markers: bool
+    mode: str | None
+    steps: int
+    module_signature: str | None
+    module_count: int
+    op_shape_signature: str | None
+    op_shape_count: int
+    params: float | None
+    tokens_per_step: float | None
+    flops_per_step: float | None
+    dtypes: list[str]
+    compiled: bool
+    window: dict[str, Any]  #: only when the trace was too large for --max-memory
+    #: with memory inputs (snapshots, memory-timeline exports)
+    memory_only: bool
+    memory_inputs: list[Row]
+    allocator_settings: dict[str, Any]
+
+
+class RuleStatus(TypedDict, total=False):
+    rule: str
+    status: str  #: passed | not-applicable | not-evaluated
+    reason: str
+    hint: str
+
+
+class RuleError(TypedDict):
+    rule: str
+    error: str
+
+
+class RankSummary(TypedDict, total=False):
+    rank: int
+    device: str | None
+    kernel_time_ns: int
+    comm_kernel_time_ns: int
+    memcpy_time_ns: int
+    memset_time_ns: int
+    kernels: int
+    window_ns: int
+    gpu_busy_ns: int
+    gpu_idle_ns: int
+    compute_ns: int
+    comm_exposed_ns: int
+    steps: int
+    step_time_ns: dict[str, float | None] | None
+    steps_representative: int
+    steps_excluded: list[Row]
+    peak_allocated_bytes: int | None
+    peak_reserved_bytes: int | None
+    attributed_pct: float | None
+    op_attributed_pct: float | None
+
+
+class Summary(TypedDict, total=False):
+    ranks: list[RankSummary]
+
+
+class CoverageEntry(TypedDict):
+    metric: str
+    coverage_pct: float | None
+    lower_bound: bool
+
+
+class MetricsSection(TypedDict, total=False):
+    values: dict[str, float | None]
+    units: dict[str, str]
+    missing: dict[str, str]
+    per_rank: dict[str, dict[str, float | None]]
+    coverage: dict[str, CoverageEntry]
+
+
+class Breakdown(TypedDict, total=False):
+    ranks: list[Row]
+    steps: list[Row]
+    steps_total: int
+    definition: str
+
+
+class Rollups(TypedDict, total=False):
+    windows: int
+    kernels: list[Row]
+    ops: list[Row]
+    layers: list[Row]
+    annotations: list[Row]
+    classes: list[Row]
+    has_modules: bool
+    step_basis: dict[str, Any]
+    module_types: list[Row]
+
+
+class Roofline(TypedDict, total=False):
+    bandwidth: float | None
+    peaks: dict[str, Any]
+    points: list[Row]
+    why: str
+    coverage_pct: float | None
+    coverage_metric: str
+
+
+class MemorySection(TypedDict, total=False):
+    timeline: list[Row]
+    peak: dict[str, Any]
+    growth: dict[str, Any]
+    top_allocators: list[Row]
+    snapshot: dict[str, Any] | None
+    snapshots: list[Row]
+    categories: list[Row]
+
+
+class Timeline(TypedDict, total=False):
+    rank: int
+    step: int | None
+    window: str
+    start_ns: int
+    span_ns: int
+    idle: list[Any]
+    names: list[str]
+    lanes: list[Any]
+    item_format: list[str]
+
+
+class Extra(TypedDict, total=False):
+    device: dict[str, Any]
+    idle_gaps: list[Row]
+    collectives: list[Row]
+    coverage: dict[str, Any]
+    cross_rank: dict[str, Any] | None
+    options: dict[str, Any]
+    open_in_viewer: dict[str, Any] | None
+
+
+class HostSection(TypedDict, total=False):
+    """Where the host time of the steps went, for a run without GPU kernels."""
+
+    headline: str
+    window_ns: int
+    steps: dict[str, Any]
+    split: list[Row]
+    ops: list[Row]
+    modules: list[Row]
+    annotations: list[Row]
+    matmul_pct: float | None
+
+
+class Diagnostic(TypedDict, total=False):
+    code: str
+    severity: str
+    message: str
+    source: str
+    count: int
+    hint: str
+
+
+class CompareSide(TypedDict, total=False):
+    label: str
+    sources: list[Any]
+    devices: list[str]
+    device: str | None
+    vendor: str | None
+    ranks: int
+    world_size: int | None
+    headline: str
+
+
+class Contributor(TypedDict, total=False):
+    kind: str  #: layer | op | class | concurrency | comm | memcpy | memset | idle
+    name: str
+    before_ns: int
+    after_ns: int
+    delta_ns: int
+    status: str  #: paired | added | removed
+
+
+class CompareResult(TypedDict, total=False):
+    """``compare --json`` (``traceinsight.compare``): the change of the mean step explained."""
+
+    schema: str
+    version: int
+    tool: ToolInfo
+    before: CompareSide
+    after: CompareSide
+    comparability: dict[str, Any] | None
+    explained_by: str
+    step_time: dict[str, Any]
+    throughput: dict[str, Any]
+    total_delta_ns: int
+    before_step_ns: int
+    after_step_ns: int
+    contributors: list[Contributor]
+    breakdown: list[Row]
+    layers: list[Row]
+    ops: list[Row]
+    kernel_classes: list[Row]
+    new_kernels: list[Any]
+    gone_kernels: list[Any]
+    new_ops: list[Any]
+    gone_ops: list[Any]
+    findings: dict[str, list[Row]]
+    diagnostics: list[Row]
+    headline: str
 
 
 @dataclass
@@ -83,24 +318,24 @@ class Finding:
 
 @dataclass
 class DiagnosisResult:
-    tool: dict[str, Any]
+    tool: ToolInfo
     command: list[str]
-    trace: dict[str, Any]
+    trace: TraceInfo
     headline: str
     findings: list[Finding]
-    rules: list[dict[str, Any]]  #: status of every rule that did not fire
-    rule_errors: list[dict[str, Any]]
-    summary: dict[str, Any]
-    metrics: dict[str, Any]
-    breakdown: dict[str, Any]
-    rollups: dict[str, Any]
-    roofline: dict[str, Any] | None
-    memory: dict[str, Any] | None
-    timeline: dict[str, Any] | None
-    diagnostics: list[dict[str, Any]]
+    rules: list[RuleStatus]  #: status of every rule that did not fire
+    rule_errors: list[RuleError]
+    summary: Summary
+    metrics: MetricsSection
+    breakdown: Breakdown
+    rollups: Rollups
+    roofline: Roofline | None
+    memory: MemorySection | None
+    timeline: Timeline | None
+    diagnostics: list[Diagnostic]
     version: int = RESULT_VERSION
-    extra: dict[str, Any] = field(default_factory=dict)
-    host: dict[str, Any] | None = None  #: the host view of a run without GPU kernels
+    extra: Extra = field(default_factory=lambda: Extra())
+    host: HostSection | None = None  #: the host view of a run without GPU kernels
     #: the rule id the headline leads with, ``healthy`` or ``not-representative`` (primary_of)
     primary: str = HEALTHY
 

@@ -12,7 +12,11 @@ the Python frames and the step markers, which answer the same question for the h
   once where it nests in itself);
 * host time per ``nn.Module`` type (``TransformerEncoderLayer ×2``: the union of its frames,
   so a type nested in itself is not counted twice) and per user annotation;
-* a headline and notes worded for a CPU run.
+* a headline worded for a CPU run.
+
+What the split means (a CPU run bound by its Python loop, by input loading, ...) and what to do
+about it are rules, like every verdict: ``rules/cpu-*.yaml``, scoped to CPU-only runs, read the
+split through the host metrics (``metrics/host.py``).
 
 Everything is measured inside the step windows, so every percentage is a share of step time.
 """
@@ -47,13 +51,6 @@ MATMUL_RE = re.compile(
 )
 MODULE_PREFIX = "nn.Module: "
 TOP_N = 20
-#: notes: a part of step time at or above this share is worth a line
-NOTE_PCT = {
-    "data loading": 10.0,
-    "synchronisation": 5.0,
-    "Python and other host work": 25.0,
-    "matrix math": 30.0,
-}
 
 
 def module_type(name: str) -> str:
@@ -96,7 +93,6 @@ def host_view(an: Any) -> dict[str, Any]:
         "matmul_pct": 100.0 * matmul / wall,
     }
     view["headline"] = _headline(view)
-    view["notes"] = _notes(view)
     return view
 
 
@@ -323,58 +319,3 @@ def _headline(view: dict[str, Any]) -> str:
         f"{fmt.fmt_pct(_pct(view, 'data loading'), 0)}, synchronisation "
         f"{fmt.fmt_pct(_pct(view, 'synchronisation'), 0)} of step time."
     )
-
-
-def _notes(view: dict[str, Any]) -> list[dict[str, str]]:
-    """What the split says, each with its advice, largest share first."""
-    found = []
-    dl = _pct(view, "data loading")
-    if dl >= NOTE_PCT["data loading"]:
-        found.append(
-            (
-                dl,
-                "Input loading",
-                f"Data loading takes {fmt.fmt_pct(dl)} of step time.",
-                "Load in background: DataLoader(num_workers=N, persistent_workers=True, "
-                "prefetch_factor=2); pre-tokenise or cache the dataset.",
-            )
-        )
-    py = _pct(view, "Python and other host work")
-    if py >= NOTE_PCT["Python and other host work"]:
-        found.append(
-            (
-                py,
-                "Python overhead",
-                f"{fmt.fmt_pct(py)} of step time runs outside any framework op (the "
-                "Python loop, the interpreter, logging, the profiler itself).",
-                "Move per-step Python work out of the loop (logging, metric objects, "
-                "hooks); torch.compile removes interpreter overhead between small ops; "
-                "py-spy shows the Python hot spots.",
-            )
-        )
-    sy = _pct(view, "synchronisation")
-    if sy >= NOTE_PCT["synchronisation"]:
-        found.append(
-            (
-                sy,
-                "Synchronisation",
-                f"Waiting (.item(), collectives, barriers) takes {fmt.fmt_pct(sy)} of step time.",
-                "Read scalars back less often (log every N steps); overlap collectives "
-                "with compute; check for a slow rank.",
-            )
-        )
-    mm = view.get("matmul_pct") or 0.0
-    if mm >= NOTE_PCT["matrix math"]:
-        found.append(
-            (
-                mm,
-                "Matrix math",
-                f"Matrix multiplications and convolutions take {fmt.fmt_pct(mm)} of step "
-                "time: the run is bound by the CPU's math throughput.",
-                "Run it on a GPU; on the CPU, use more intra-op threads "
-                "(torch.set_num_threads), bf16 autocast where the CPU has AMX or "
-                "AVX-512 BF16, and torch.compile.",
-            )
-        )
-    found.sort(key=lambda x: -x[0])
-    return [{"title": t, "text": text, "advice": adv} for _, t, text, adv in found]

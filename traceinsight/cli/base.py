@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -19,7 +19,7 @@ from traceinsight.errors import ConfigError, TraceInsightError
 from traceinsight.util.safetext import for_terminal
 
 if TYPE_CHECKING:
-    from traceinsight.result import DiagnosisResult
+    from traceinsight.result import DiagnosisResult, Diagnostic
 
 
 def _keep(name: str) -> Callable[[click.Context, click.Parameter, bool], bool]:
@@ -153,7 +153,9 @@ def with_skipped(
 
     extra = skipped_entries(inputs, store)
     if extra:
-        result = dataclasses.replace(result, diagnostics=[*result.diagnostics, *extra])
+        result = dataclasses.replace(
+            result, diagnostics=[*result.diagnostics, *cast("list[Diagnostic]", extra)]
+        )
     return result, skipped_lines(result.diagnostics)
 
 

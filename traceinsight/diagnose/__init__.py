@@ -236,7 +236,8 @@ def _diagnose_plain(
         )
     summary = sections.summary(an, ms)
     timeline = sections.timeline(an, ms)
-    result = DiagnosisResult(
+    # the sections as built (plain dicts); from_dict below reads them back as the typed result
+    parts: dict[str, Any] = dict(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,
         trace={
@@ -283,6 +284,7 @@ def _diagnose_plain(
             },
             "open_in_viewer": open_in_viewer(store, timeline),
         },
-        host=None if has_gpu or mem_only else host_view(an),
+        host=None if has_gpu or mem_only else (ms.evidence.get("host_view") or host_view(an)),
     )
+    result = DiagnosisResult(**parts)
     return DiagnosisResult.from_dict(clean(result.to_dict()))

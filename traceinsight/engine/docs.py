@@ -25,6 +25,8 @@ def explain(rule: Rule) -> str:
     for k in ("symptom", "why", "fix"):
         lines.append(f"{k.capitalize()}: {rule.doc[k]}")
     lines.append("")
+    if rule.scope:
+        lines.append("Only for:     " + " and ".join(c.text(th) for c in rule.scope))
     if rule.applies_if:
         lines.append("Applies when: " + " and ".join(c.text(th) for c in rule.applies_if))
     lines.append("Fires when:   " + " and ".join(c.text(th) for c in rule.fires_if))
@@ -92,7 +94,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         "snapshot beside the trace's `[memory]` events) with their own conditions and texts; "
         "the first variant whose metrics are measured and whose `applies_if` holds decides, "
         "else the rule's own conditions do. Conditional advice and the confidence cap apply "
-        "whichever decided.",
+        "whichever decided. A rule with a `scope` is about one kind of run (`cpu_only == 1`: "
+        "a run without GPU kernels, where the GPU rules cannot run): on other runs it is "
+        "neither evaluated nor listed.",
         "",
         "| rule | category | what it finds |",
         "|---|---|---|",
@@ -112,6 +116,9 @@ def rules_markdown(rules: list[Rule]) -> str:
             f"*Fix:* {r.doc['fix']}",
             "",
         ]
+        if r.scope:
+            scope = " and ".join(f"`{c.text(th)}`" for c in r.scope)
+            out.append(f"Only for runs where {scope} (other runs do not list it).")
         if r.applies_if:
             applies = " and ".join(f"`{c.text(th)}`" for c in r.applies_if)
             out.append(f"Applies when {applies}.")

@@ -126,6 +126,8 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
     findings, statuses, errors = [], [], []
     values = dict(ms.values)
     for rule in rules:
+        if not rule.in_scope(values):  # a rule about another kind of run: not listed
+            continue
         try:
             th = rule.threshold_values()
             outcome = _decide_by_variants(rule, values, th, ms, context)

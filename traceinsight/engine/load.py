@@ -41,6 +41,7 @@ RULE_KEYS = {
     "title",
     "category",
     "summary",
+    "scope",
     "applies_if",
     "fires_if",
     "severity",
@@ -217,6 +218,15 @@ class Rule:
     confidence: Confidence | None = None
     overrides: dict[str, float] = field(default_factory=dict)
     variants: list[Variant] = field(default_factory=list)
+    #: the kind of run the rule is about (``cpu_only == 1``): outside it the rule is neither
+    #: evaluated nor listed (empty: every run)
+    scope: list[Condition] = field(default_factory=list)
+
+    def in_scope(self, values: dict[str, float | None]) -> bool:
+        """Whether the run is of the kind the rule is about (every scope metric measured and
+        every scope condition holding)."""
+        th = self.threshold_values()
+        return all(values.get(c.metric) is not None and c.holds(values, th) for c in self.scope)
 
     def threshold_values(self) -> dict[str, float]:
         return {k: self.overrides.get(k, t.default) for k, t in self.thresholds.items()}
@@ -469,6 +479,7 @@ def parse_rule(data: Any, source: str) -> Rule:
         source=source,
         confidence=_confidence(data.get("confidence"), source, th_all),
         variants=[_variant(raw, where, th_all, source) for raw in variants_raw],
+        scope=[_cond(c, where, th_raw) for c in data.get("scope") or []],
     )
     for k in ("symptom", "why", "fix"):
         if not rule.doc.get(k):

@@ -3,7 +3,7 @@
 ``ingest()`` reads one trace file, several per-rank files, or a directory of them, and writes
 (or reuses) a store, in three steps: resolve the inputs, look up a store that already holds
 them (the content-addressed cache, or the ``-o`` target), else read every file through the
-reader that claims it (``readers.py``) and write the store. ``load()`` is what every command
+reader that claims it (``readers.reader_for``) and write the store. ``load()`` is what every command
 uses: it accepts a store directory or trace paths, so a second ``diagnose`` of the same trace
 reads parquet instead of re-parsing JSON.
 """
@@ -24,17 +24,13 @@ import pyarrow as pa
 from traceinsight import __version__
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.errors import InputError, TraceFormatError, TraceInsightError
-from traceinsight.ingest import cache, prehash, ranks, streamed
+from traceinsight.ingest import cache, prehash, ranks, readers, streamed
 from traceinsight.ingest.cache import cache_root
 from traceinsight.ingest.columns import arrow_without_pandas
 from traceinsight.ingest.memory_inputs import join as join_memory
 from traceinsight.ingest.memory_inputs import with_memory
-from traceinsight.ingest.readers import base as readers
-from traceinsight.ingest.readers.base import RankRead, Reader, open_trace, register, suffixes
-from traceinsight.ingest.readers.kineto import READER as KINETO
-from traceinsight.ingest.readers.memtimeline import READER as MEMORY_TIMELINE
-from traceinsight.ingest.readers.nsys import READER as NSYS
-from traceinsight.ingest.readers.snapshot import READER as SNAPSHOT
+from traceinsight.ingest.readers import open_trace, suffixes
+from traceinsight.ingest.readers.base import RankRead, Reader
 from traceinsight.ingest.source import (
     SourceFile,
     materialized,
@@ -58,13 +54,7 @@ from traceinsight.util.progress import Progress
 #: the diagnostic of a rank file in a folder that could not be read
 RANK_MISSING = "rank-missing"
 
-__all__ = ["RankRead", "Reader", "cache_root", "ingest", "load", "register", "resolve_inputs"]
-
-# the readers, tried in this order on each file's first bytes: one line each
-register(MEMORY_TIMELINE)  # before Kineto, which claims any JSON list
-register(KINETO)
-register(NSYS)
-register(SNAPSHOT)
+__all__ = ["RankRead", "Reader", "cache_root", "ingest", "load", "resolve_inputs"]
 
 
 @dataclass(frozen=True)

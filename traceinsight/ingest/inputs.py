@@ -10,10 +10,11 @@ other files sees what was diagnosed and what was not.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from traceinsight.ingest.readers.base import suffixes
+from traceinsight.ingest.readers import suffixes
 from traceinsight.store.core import TraceStore
 
 SKIPPED = "file-skipped"
@@ -54,7 +55,7 @@ def skipped_entries(inputs: list[Path], store: TraceStore) -> list[dict[str, Any
     return out
 
 
-def skipped_lines(result_diagnostics: list[dict[str, Any]]) -> list[str]:
+def skipped_lines(result_diagnostics: Sequence[Mapping[str, Any]]) -> list[str]:
     """One stderr line per skipped entry of the input folder (this run's and ingest's)."""
     return [
         f"traceinsight: {d.get('message')}" for d in result_diagnostics if d.get("code") == SKIPPED

@@ -10,18 +10,16 @@ of the same rank are joined the same way.
 
 from __future__ import annotations
 
-import gzip
-import zlib
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
 
-from traceinsight.errors import InputError
-from traceinsight.ingest.readers import base as readers
+from traceinsight.errors import InputError, TraceFormatError
+from traceinsight.ingest import readers
 from traceinsight.ingest.readers.base import RankRead
-from traceinsight.ingest.source import GZIP_MAGIC, rank_from_filename
+from traceinsight.ingest.source import rank_from_filename
 from traceinsight.store.core import read_meta
 
 
@@ -60,34 +58,29 @@ def with_memory(paths: Sequence[str | Path], memory: Sequence[str | Path]) -> li
 
 
 def _check_memory_file(p: Path) -> None:
-    """``p`` is read by a memory reader (its first bytes, gzip removed)."""
+    """``p`` is read by a memory reader (:func:`readers.reader_for`)."""
     try:
-        with open(p, "rb") as f:
-            head = f.read(65536)
+        with open(p, "rb"):
+            pass
     except FileNotFoundError:
         raise InputError("no such file", path=p, hint="check the --memory-snapshot path") from None
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", path=p, hint="check the path") from None
-    if head.startswith(GZIP_MAGIC):
-        try:
-            head = zlib.decompressobj(wbits=31).decompress(head, 4096)
-        except (zlib.error, gzip.BadGzipFile):
-            head = b""
-    for r in readers.READERS:
-        if r.sniff(head[:4096]):
-            if r.memory:
-                return
-            raise InputError(
-                f"is a {r.title} file, not a memory snapshot",
-                path=p,
-                hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() "
-                "output or a memory-timeline export; pass traces as inputs",
-            )
-    raise InputError(
-        "is not a memory snapshot or memory-timeline export",
-        path=p,
-        hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() output",
-    )
+    try:
+        r = readers.reader_for(p)
+    except TraceFormatError:
+        raise InputError(
+            "is not a memory snapshot or memory-timeline export",
+            path=p,
+            hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() output",
+        ) from None
+    if not r.memory:
+        raise InputError(
+            f"is a {r.title} file, not a memory snapshot",
+            path=p,
+            hint="--memory-snapshot takes torch.cuda.memory._dump_snapshot() "
+            "output or a memory-timeline export; pass traces as inputs",
+        )
 
 
 def is_memory(read: _ReadLike) -> bool:

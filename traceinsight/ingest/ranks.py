@@ -17,7 +17,6 @@ import os
 import shutil
 import tempfile
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,9 +24,8 @@ from typing import TYPE_CHECKING, Any
 from traceinsight import __version__
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.errors import InputError, TraceFormatError
-from traceinsight.ingest import cache
-from traceinsight.ingest.readers import base as readers
-from traceinsight.ingest.source import GZIP_MAGIC, skipped_hint
+from traceinsight.ingest import cache, readers
+from traceinsight.ingest.source import skipped_hint
 from traceinsight.store import partitions, schema
 from traceinsight.store.core import (
     META_FILE,
@@ -58,19 +56,8 @@ def applies(files: list[Path]) -> bool:
 
 
 def _is_memory_input(p: Path) -> bool:
-    """Whether the reader that claims ``p`` (by its first bytes) reads a memory input."""
-    try:
-        with open(p, "rb") as f:
-            head = f.read(_HEAD)
-    except OSError:
-        return False
-    if head.startswith(GZIP_MAGIC):
-        try:
-            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(head, 4096)
-        except zlib.error:
-            return False
-    head = head[:4096]
-    return any(r.memory for r in readers.READERS if r.sniff(head))
+    """Whether the reader that claims ``p`` reads a memory input."""
+    return readers.is_memory_input(p)
 
 
 # --- one task: one file ----------------------------------------------------------------------

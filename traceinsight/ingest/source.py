@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceinsight import settings
-from traceinsight.errors import InputError, TraceFormatError, UnsupportedTraceVersion
+from traceinsight.errors import InputError, TraceFormatError
 
 GZIP_MAGIC = b"\x1f\x8b"
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -245,47 +245,6 @@ def read_raw(path: Path) -> bytes:
         ) from e
     finally:
         os.close(fd)
-
-
-def unreadable(path: Path, data: bytes, *, compressed: bool) -> TraceFormatError:
-    """The error for bytes no reader claims (``data``: gzip removed when ``compressed``)."""
-    kind = sniff(data[:4096])
-    if kind == "empty":
-        return TraceFormatError(
-            "file is empty",
-            path=path,
-            hint="the profiler wrote nothing; check that it ran and stopped cleanly",
-        )
-    if kind == "sqlite":
-        return UnsupportedTraceVersion(
-            "is an SQLite database (an Nsight Systems export?); this version reads Kineto JSON "
-            "only",
-            path=path,
-            hint="record with torch.profiler, or wait for the Nsight Systems reader",
-        )
-    if compressed:
-        return TraceFormatError(
-            "gzip file does not contain JSON text",
-            path=path,
-            hint="expected a PyTorch profiler trace (.json or .json.gz)",
-        )
-    if kind == "json":
-        return TraceFormatError(
-            "is JSON text no registered reader recognises",
-            path=path,
-            hint="expected a PyTorch profiler trace (.json or .json.gz)",
-        )
-    if kind == "nsys-rep":
-        return UnsupportedTraceVersion(
-            "is an Nsight Systems report (.nsys-rep), a binary container",
-            path=path,
-            hint=NSYS_EXPORT_HINT.format(name=path.name),
-        )
-    return TraceFormatError(
-        f"is not JSON text ({file_kind(data)})",
-        path=path,
-        hint="expected a PyTorch profiler trace (.json or .json.gz)",
-    )
 
 
 #: the leading bytes of common non-trace files -> what to call them

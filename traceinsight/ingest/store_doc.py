@@ -5,7 +5,7 @@ store layer imports no reader."""
 
 from __future__ import annotations
 
-from traceinsight.ingest.readers.base import documented
+from traceinsight.ingest.readers import documented
 from traceinsight.store.schema import markdown
 
 

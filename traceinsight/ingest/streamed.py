@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from traceinsight import settings
-from traceinsight.errors import InputError
-from traceinsight.ingest.readers import base as readers
-from traceinsight.ingest.readers.base import RankRead, Reader
+from traceinsight.errors import InputError, TraceFormatError
+from traceinsight.ingest import readers
+from traceinsight.ingest.readers.base import RankRead
 from traceinsight.ingest.sink import StoredTable, TableSink, join_parts
-from traceinsight.ingest.source import GZIP_MAGIC, gunzip_pieces, unreadable
+from traceinsight.ingest.source import GZIP_MAGIC, gunzip_pieces
 from traceinsight.store import schema
 
 __all__ = ["FileHasher", "Parts", "head_of", "read_streamed", "store_tables"]
@@ -115,13 +115,6 @@ class FileHasher:
         return self._digest
 
 
-def _reader_for(head: bytes) -> Reader | None:
-    for reader in readers.READERS:
-        if reader.sniff(head[:4096]):
-            return reader
-    return None
-
-
 def _gunzip_to(p: Path, parts: Parts) -> Path:
     """Decompress gzip file ``p`` into a temporary file (piece by piece)."""
     out = parts.temp(p.name + ".json")
@@ -154,11 +147,12 @@ def read_streamed(
             inner = f.read(HEAD_BYTES)
     else:
         inner = head
-    reader = _reader_for(inner)
-    if reader is None:
-        if plain is not p:
-            raise unreadable(p, inner, compressed=True)
-        return None
+    try:
+        reader = readers.reader_for(plain)
+    except TraceFormatError:
+        if plain is not p:  # named by the file given, not the decompressed copy
+            raise readers.unclaimed(p, inner, compressed=True) from None
+        raise
     stream = reader.stream
     if stream is None or reader.opens_path or not settings.get("TRACEINSIGHT_STREAM"):
         _drop(plain, p)

@@ -1,7 +1,8 @@
 """Metrics: named, documented measurements that rules refer to.
 
 Every metric is declared once in :data:`REGISTRY` (name, unit, meaning, and what capture
-option it needs; see :mod:`.registry`); :func:`compute_metrics` measures them all for an
+option it needs; see :mod:`.registry`) by a module of one of the :data:`GROUPS`, the one list
+of metric groups; :func:`compute_metrics` runs the groups in that order and measures them for an
 :class:`Analysis` and returns a :class:`MetricSet`: run-level values, per-rank values, evidence
 tables, and for every metric that could not be measured the reason and the capture option that
 would enable it.
@@ -16,23 +17,25 @@ import traceback
 
 from traceinsight.analysis import Analysis
 from traceinsight.errors import ConfigError
-
-# the metric groups declare their metrics in the registry on import
 from traceinsight.metrics import (
     comm,
     copies,
+    host,
+    idle_metrics,
     memory,
     mode,
     precision,
     ranks,
     roofline,
     snapshot,
+    steps,
     timing,
 )
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import (
     LOWER_BOUND_BELOW_PCT,
     REGISTRY,
+    MetricGroup,
     MetricInfo,
     MetricSet,
     coverage_table,
@@ -40,8 +43,10 @@ from traceinsight.metrics.registry import (
 )
 
 __all__ = [
+    "GROUPS",
     "LOWER_BOUND_BELOW_PCT",
     "REGISTRY",
+    "MetricGroup",
     "MetricInfo",
     "MetricSet",
     "compute_metrics",
@@ -50,34 +55,39 @@ __all__ = [
 ]
 
 
+#: the metric groups, run in this order (later groups read what earlier ones set)
+GROUPS: list[MetricGroup] = [
+    MetricGroup("mode", mode.compute, (mode,), options=True),
+    MetricGroup("timing", timing.compute, (timing, steps, idle_metrics)),
+    MetricGroup("memory", memory.compute, (memory,)),
+    MetricGroup("memory snapshot", snapshot.compute, (snapshot,)),
+    MetricGroup("copies", copies.compute, (copies,)),
+    MetricGroup("communication", comm.compute, (comm,)),
+    MetricGroup("cross-rank", ranks.compute, (ranks,)),
+    MetricGroup("roofline", roofline.compute, (roofline,), options=True),
+    MetricGroup("precision", precision.compute, (precision,), options=True),
+    MetricGroup("host", host.compute, (host,)),
+]
+
+
 def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> MetricSet:
-    """Run every metric group over ``an``; a group that fails is recorded, not fatal."""
+    """Run every group of :data:`GROUPS` over ``an``; a group that fails is recorded, not
+    fatal."""
     ms = MetricSet()
-
-    def _roofline() -> None:
-        roofline.compute(an, ms, options or RooflineOptions())
-
-    groups = (
-        ("mode", lambda: mode.compute(an, ms, options)),
-        ("timing", lambda: timing.compute(an, ms)),
-        ("memory", lambda: memory.compute(an, ms)),
-        ("memory snapshot", lambda: snapshot.compute(an, ms)),
-        ("copies", lambda: copies.compute(an, ms)),
-        ("communication", lambda: comm.compute(an, ms)),
-        ("cross-rank", lambda: ranks.compute(an, ms)),
-        ("roofline", _roofline),
-        ("precision", lambda: precision.compute(an, ms, options)),
-    )
+    opts = options or RooflineOptions()
     errors = []
-    for name, fn in groups:
+    for group in GROUPS:
         try:
-            fn()
+            if group.options:
+                group.compute(an, ms, opts)
+            else:
+                group.compute(an, ms)
         except ConfigError:  # the user's configuration (a device file): one line, exit 2
             raise
         except Exception as e:  # one broken group must not hide the others
             errors.append(
                 {
-                    "group": name,
+                    "group": group.name,
                     "error": f"{type(e).__name__}: {e}",
                     "traceback": traceback.format_exc(limit=6),
                 }

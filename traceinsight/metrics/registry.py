@@ -1,16 +1,21 @@
 """The metric registry: every metric is declared once (name, unit, meaning, what capture
 option it needs), and a :class:`MetricSet` holds the values measured for one run.
 
-The metric groups (timing, memory, memory snapshot, copies, comm, cross-rank, roofline,
-precision, mode) declare their metrics here on import. Text facts (what a message quotes: a call
-site, the calls behind a stall) are declared with :func:`declare_fact` and set with
-:meth:`MetricSet.set_fact`; rules name them like metrics, but they are never conditions.
+The metric groups (``metrics.GROUPS``: mode, timing, memory, memory snapshot, copies, comm,
+cross-rank, roofline, precision) declare their metrics here; each :class:`MetricInfo` keeps the
+module that declared it, and each :class:`MetricGroup` names the modules whose metrics it
+computes (``tests/test_metrics_contract.py`` holds them together). Text facts (what a message
+quotes: a call site, the calls behind a stall) are declared with :func:`declare_fact` and set
+with :meth:`MetricSet.set_fact`; rules name them like metrics, but they are never conditions.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 
@@ -23,6 +28,19 @@ class MetricInfo:
     hint: str | None = None  #: how to record a trace that has it
     coverage: str | None = None  #: the % metric saying how much of the run this value rests on
     lower_bound: bool = False  #: the value only grows as coverage rises (modelled FLOPs, MFU)
+    module: str = ""  #: the module that declared it (one of a group's ``modules``)
+
+
+@dataclass(frozen=True)
+class MetricGroup:
+    """One group of metrics, run by ``compute_metrics`` in the order of ``metrics.GROUPS``."""
+
+    name: str  #: shown in ``metric_errors`` when the group fails
+    #: ``compute(analysis, metric_set)``, or ``(analysis, metric_set, options)`` with ``options``
+    compute: Callable[..., Any]
+    #: the modules whose declared metrics this group computes
+    modules: tuple[ModuleType, ...]
+    options: bool = False  #: ``compute`` takes the ``RooflineOptions``
 
 
 REGISTRY: dict[str, MetricInfo] = {}
@@ -46,7 +64,8 @@ def declare(
     """Add a metric to :data:`REGISTRY` (once per name)."""
     if name in REGISTRY:  # pragma: no cover - a programming error
         raise ValueError(f"metric {name} declared twice")
-    REGISTRY[name] = MetricInfo(name, unit, doc, needs, hint, coverage, lower_bound)
+    module = str(sys._getframe(1).f_globals.get("__name__", ""))  # the declaring module
+    REGISTRY[name] = MetricInfo(name, unit, doc, needs, hint, coverage, lower_bound, module)
 
 
 def coverage_table(values: dict[str, float | None]) -> dict[str, dict]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import textwrap
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceinsight.result import DiagnosisResult
@@ -145,7 +146,7 @@ def _norm(s: str) -> str:
     return " ".join(s.lower().split())
 
 
-def not_evaluated(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def not_evaluated(rules: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rules that could not be evaluated, grouped by their (cleaned) reason and hint:
     ``[{"rules": [...], "reason": ..., "hint": ...}]`` in the order of first appearance."""
     groups: dict[tuple[str, str], list[str]] = {}
@@ -250,12 +251,6 @@ def host_lines(r: DiagnosisResult, width: int, n: int = 8) -> list[str]:
                 flex=0,
             ).splitlines()
         ]
-    notes = h.get("notes") or []
-    if notes:
-        out.append("")
-        for x in notes:
-            out.append(_wrap(f"{x['title']}: {x['text']}", width, ""))
-            out.append(_wrap(f"→ {x['advice']}", width))
     out.append("")
     return out
 

@@ -107,9 +107,7 @@ def _host(r: DiagnosisResult) -> list[str]:
             *md_table(["op", "calls", "self", "of step", "total"], rows, "lrrrr"),
             "",
         ]
-    for n in h.get("notes") or []:
-        out += [f"- **{esc(n['title'])}**: {esc(n['text'])} Fix: {esc(n['advice'])}"]
-    return [*out, ""] if h.get("notes") else out
+    return out
 
 
 def _top(r: DiagnosisResult) -> list[str]:

@@ -4,6 +4,7 @@ compare (:func:`render_compare`)."""
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -206,7 +207,7 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     out.append("  " + "  ".join(f"{n} {fmt.fmt_pct(p)}" for n, p in parts))
     srs = [r for r in result.summary.get("ranks", []) if r.get("step_time_ns")]
     if srs:
-        q = srs[0]["step_time_ns"]
+        q: Mapping[str, Any] = srs[0]["step_time_ns"] or {}  # srs: those with step times
         out.append(
             f"  {describe.steps_text(result)} (rank {srs[0]['rank']}: p50 "
             f"{fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
@@ -222,7 +223,7 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     mv = result.metrics.get("values", {})
     extra = []
     if mv.get("mfu_pct") is not None:
-        c = (result.metrics.get("coverage") or {}).get("mfu_pct") or {}
+        c: Mapping[str, Any] = (result.metrics.get("coverage") or {}).get("mfu_pct") or {}
         extra.append(
             f"MFU {'≥ ' if c.get('lower_bound') else ''}{fmt.fmt_pct(mv['mfu_pct'])}"
             + (

@@ -2,9 +2,9 @@
 
 A reader turns the bytes of one file (one rank) into the store's tables and a typed
 :class:`RankMeta`. It is chosen by content, never by extension alone: after a gzip wrapper is
-removed, each registered reader in turn looks at the first bytes (``sniff``) and the first that
-claims the file reads it. Adding a format is one module that defines a :class:`Reader` and one
-:func:`register` line (see ``ingest/__init__.py``).
+removed, each reader of ``readers.READERS`` in turn looks at the first bytes (``sniff``) and the
+first that claims the file reads it (``readers.reader_for``). Adding a format is one module that
+defines a :class:`Reader` and one entry in ``readers.READERS`` (``readers/__init__.py``).
 """
 
 from __future__ import annotations
@@ -17,19 +17,12 @@ from typing import Any, Protocol
 import pyarrow as pa
 
 from traceinsight.diagnostics import DiagnosticLog
-from traceinsight.ingest import source
 
 __all__ = [
-    "READERS",
     "RankMeta",
     "RankRead",
     "RankStreamed",
     "Reader",
-    "documented",
-    "open_trace",
-    "register",
-    "suffixes",
-    "unregister",
 ]
 
 #: ``progress(stage, fraction)`` as readers report it
@@ -186,8 +179,17 @@ class Reader:
     title: str  #: the format's name in documents
     doc: str  #: what the reader reads, for docs/STORE.md
     suffixes: tuple[str, ...]  #: file names a folder listing picks up (lower case)
-    sniff: Callable[[bytes], bool]  #: the first bytes (up to 4 KiB) -> whether this reads it
+    #: the first bytes (gzip removed, up to 64 KiB) -> whether this reads it: only what the
+    #: reader recognises as its format, never any JSON or any database
+    sniff: Callable[[bytes], bool]
     read: ReadFn
+    #: what ``sniff`` (and ``confirm``) look for, in a few words: the error for a file no
+    #: reader claims lists it
+    looks_for: str = ""
+    #: ``(head, path, data)`` -> whether the file is this format, for formats whose first bytes
+    #: say too little (an SQLite database: its tables); ``data`` is the content (gzip removed)
+    #: when the caller holds it, else None and ``path`` is read
+    confirm: Callable[[bytes, Path, bytes | None], bool] | None = None
     #: table -> column -> the source field that fills it (docs/STORE.md)
     column_sources: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     #: reads a large file without holding it whole (rows written as they come); optional
@@ -197,42 +199,3 @@ class Reader:
     memory: bool = False
     #: ``read`` is also given ``path=`` (the file on disk), for formats opened in place
     opens_path: bool = False
-
-
-#: the registered readers, tried in order
-READERS: list[Reader] = []
-
-
-def register(reader: Reader) -> Reader:
-    """Add ``reader`` (replacing one of the same name)."""
-    unregister(reader.name)
-    READERS.append(reader)
-    return reader
-
-
-def unregister(name: str) -> None:
-    READERS[:] = [r for r in READERS if r.name != name]
-
-
-def suffixes() -> tuple[str, ...]:
-    """File name endings a folder listing picks up: those of every reader."""
-    return tuple(dict.fromkeys(s for r in READERS for s in r.suffixes))
-
-
-def documented() -> list[tuple[str, str, Mapping[str, Mapping[str, str]]]]:
-    """Each reader's title, description and column sources (docs/STORE.md)."""
-    return [(r.title, r.doc, r.column_sources) for r in READERS]
-
-
-def open_trace(path: Path, raw: bytes) -> tuple[Reader, bytes]:
-    """The reader for a file's bytes ``raw``, and the bytes it reads (gzip removed).
-
-    Raises a :class:`~traceinsight.errors.TraceFormatError` naming what the file is when no
-    reader claims it."""
-    compressed = raw.startswith(source.GZIP_MAGIC)
-    data = source.gunzip(path, raw) if compressed else raw
-    head = data[:4096]
-    for reader in READERS:
-        if reader.sniff(head):
-            return reader, data
-    raise source.unreadable(path, data, compressed=compressed)

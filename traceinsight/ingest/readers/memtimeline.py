@@ -123,6 +123,7 @@ READER = Reader(
     "trace's rank. Only `memory_categories` is filled.",
     suffixes=(),
     sniff=sniff,
+    looks_for="a JSON list of [time_ns, action, bytes, category] rows",
     read=read_timeline,
     memory=True,
     column_sources={

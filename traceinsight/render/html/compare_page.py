@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.render.html.cells import table, tone
-from traceinsight.render.html.charts.compare_bars import COMPARE_PARTS, compare_bars
-from traceinsight.render.html.charts.waterfall import waterfall_chart, waterfall_rows
+from traceinsight.render.html.charts import CHARTS
+from traceinsight.render.html.charts.compare_bars import COMPARE_PARTS
+from traceinsight.render.html.charts.waterfall import waterfall_rows
 from traceinsight.render.html.environment import render_page
 from traceinsight.result import SEVERITY_RANK
 from traceinsight.util import fmt
@@ -381,7 +382,7 @@ def _compare_breakdown(c: dict[str, Any]) -> dict[str, Any]:
         "before": sum(float(r["before_ns"] or 0) for r in have),
         "after": sum(float(r["after_ns"] or 0) for r in have),
     }
-    chart = compare_bars(
+    chart = CHARTS["compare_bars"].build(
         rows, tot, {"before": c.get("before") or {}, "after": c.get("after") or {}}
     )
     d = tot["after"] - tot["before"]
@@ -444,7 +445,7 @@ def _waterfall(c: dict[str, Any]) -> dict[str, Any]:
             f"both sides (mean step {fmt.fmt_ns(a0)})."
         }
     rows = waterfall_rows(c)
-    chart, zoom = waterfall_chart(rows, a0, b0, total)
+    chart, zoom = CHARTS["waterfall"].build(rows, a0, b0, total)
     n_changed = sum(1 for x in c["contributors"] if x.get("delta_ns"))
     n_bars = sum(1 for r in rows if r["role"] == "contrib")
     others = next((r for r in rows if r["role"] == "others"), None)

@@ -11,16 +11,15 @@ from __future__ import annotations
 import re
 import shlex
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceinsight.render import describe
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
-from traceinsight.render.html.charts.breakdown import SEGMENTS, class_chart, rank_chart
+from traceinsight.render.html.charts import CHARTS
+from traceinsight.render.html.charts.breakdown import SEGMENTS
 from traceinsight.render.html.charts.ranks import ranks_view
-from traceinsight.render.html.charts.roofline import roofline_chart
-from traceinsight.render.html.charts.steps import SLOW_STEP_FACTOR, step_chart
-from traceinsight.render.html.charts.timeline import timeline_chart
+from traceinsight.render.html.charts.steps import SLOW_STEP_FACTOR
 from traceinsight.render.html.environment import render_page
 from traceinsight.render.html.host import host_view
 from traceinsight.render.html.memory_view import capacity_share, memory_view
@@ -175,7 +174,7 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
         sub = f"p90 {fmt.fmt_ns(mv.get('step_time_p90_ns'))}" if mv.get("step_time_p90_ns") else ""
         add("Step time p50", fmt.fmt_ns(mv["step_time_p50_ns"]), sub)
     if mv.get("gpu_busy_pct") is not None:
-        b = mv["gpu_busy_pct"]
+        b = mv["gpu_busy_pct"] or 0.0  # not None here
         e = mv.get("exposed_comm_pct") or 0.0
         tone = "bad" if b < 50 else ("warn" if b < 80 else "good")
         sub = f"idle {fmt.fmt_pct(mv.get('gpu_idle_pct'), 0)}"
@@ -184,7 +183,7 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
             sub = f"of it exposed comm {fmt.fmt_pct(e, 0)}; {sub}"
         add("GPU busy", fmt.fmt_pct(b, 0), sub, tone)
     if mv.get("exposed_comm_pct") is not None and (mv.get("comm_pct") or 0) > 0:
-        e = mv["exposed_comm_pct"]
+        e = mv["exposed_comm_pct"] or 0.0  # not None here
         add(
             "Exposed comm",
             fmt.fmt_pct(e),
@@ -206,7 +205,7 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
         )
     mfu = mv.get("mfu_pct") if mv.get("mfu_pct") is not None else mv.get("mfu_estimate_pct")
     if mfu is not None:
-        c = (
+        c: Mapping[str, Any] = (
             (r.metrics.get("coverage") or {}).get("mfu_pct") or {}
             if mv.get("mfu_pct") is not None
             else {}
@@ -329,7 +328,7 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
             )
             keep = set(by_median[: MAX_RANK_LINES // 2] + by_median[-(MAX_RANK_LINES // 2) :])
             rank_compute = {k: v for k, v in rank_compute.items() if k in keep}
-    chart, size = step_chart(reps, median, {id(x) for x in slow}, multi, rank_compute)
+    chart, size = CHARTS["steps"].build(reps, median, {id(x) for x in slow}, multi, rank_compute)
     # the table: one row per step (its slowest rank), the slowest MAX_STEP_ROWS steps
     order = {id(x): i for i, x in enumerate(reps)}
     listed = sorted(reps, key=lambda x: -x["max"])[:MAX_STEP_ROWS]
@@ -422,7 +421,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     summ = {s.get("rank"): s for s in r.summary.get("ranks", [])}
     rows = []
     for w in ranks[:MAX_RANK_ROWS]:
-        s = summ.get(w.get("rank"), {})
+        s: Mapping[str, Any] = summ.get(w.get("rank"), {})
         wall = w.get("wall_ns")
         q = s.get("step_time_ns") or {}
         rows.append(
@@ -458,7 +457,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     wall = totals["wall_ns"] or 1.0
     return {
         "empty": "",
-        "chart": rank_chart(shown),
+        "chart": CHARTS["ranks_gpu_time"].build(shown),
         "more_ranks": max(0, len(ranks) - len(shown)),
         "legend": [
             (lab, cls)
@@ -473,7 +472,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
         ],
         "hidden": fmt.fmt_pct(100 * totals["comm_hidden_ns"] / wall) if totals["comm_ns"] else "",
         "definition": str(r.breakdown.get("definition") or ""),
-        "classes": class_chart(cls_rows, tot) if cls_rows else None,
+        "classes": CHARTS["kernel_classes"].build(cls_rows, tot) if cls_rows else None,
         "class_legend": [
             (
                 str(c.get("cls")),
@@ -514,7 +513,7 @@ def _timeline(r: DiagnosisResult) -> dict[str, Any]:
             else "No representative step could be chosen (no GPU work inside a step window)."
         )
         return {"empty": why}
-    return {"empty": "", **timeline_chart(tl), "viewer": describe.viewer_hint(r)}
+    return {"empty": "", **CHARTS["timeline"].build(tl), "viewer": describe.viewer_hint(r)}
 
 
 # --- rollup tables ----------------------------------------------------------------------------
@@ -693,7 +692,7 @@ def _roofline(r: DiagnosisResult) -> dict[str, Any]:
     ]
     if not rf or not pts:
         return {"empty": _roofline_why(r)}
-    chart = roofline_chart(pts, rf.get("bandwidth"), rf.get("peaks") or {})
+    chart = CHARTS["roofline"].build(pts, rf.get("bandwidth"), rf.get("peaks") or {})
     rows = [
         [
             p.get("op"),

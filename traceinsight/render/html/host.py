@@ -1,23 +1,17 @@
 """The host section of the report for a run without GPU kernels (``DiagnosisResult.host``):
 the split of step time as one stacked bar, the top CPU ops by self and total time, host time
-per nn.Module type and per user annotation, and the notes worded for a CPU run."""
+per nn.Module type and per user annotation (what they mean is said by the rules of
+``rules/cpu-*.yaml``, shown as findings)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from traceinsight.render.html.cells import table
-from traceinsight.render.html.svg import Svg
+from traceinsight.render.html.charts import CHARTS
+from traceinsight.render.html.charts.host import PARTS
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
-
-#: the parts of step time, in the result's order, with their css class
-PARTS = {
-    "framework ops": "host-ops",
-    "Python and other host work": "host-py",
-    "data loading": "host-dl",
-    "synchronisation": "host-sync",
-}
 
 
 def host_view(r: DiagnosisResult) -> dict[str, Any] | None:
@@ -37,7 +31,7 @@ def host_view(r: DiagnosisResult) -> dict[str, Any] | None:
             if st.get("basis") == "ProfilerStep"
             else "the traced span (no ProfilerStep markers)"
         ),
-        "chart": _split_chart(split),
+        "chart": CHARTS["host"].build(split),
         "legend": [(f"{p['part']} {fmt.fmt_pct(p['pct'])}", PARTS[p["part"]]) for p in split],
         "ops": table(
             "tbl-host-ops",
@@ -79,30 +73,4 @@ def host_view(r: DiagnosisResult) -> dict[str, Any] | None:
         )
         if ann
         else None,
-        "notes": [
-            {
-                "title": str(n.get("title")),
-                "text": str(n.get("text")),
-                "advice": str(n.get("advice")),
-            }
-            for n in h.get("notes") or []
-        ],
     }
-
-
-def _split_chart(split: list[dict[str, Any]]) -> dict[str, Any]:
-    """One stacked bar of the step time, labelled where a part is wide enough."""
-    W, H, L, R = 960, 46, 0, 0
-    svg = Svg(W, H, "Host step time: framework ops, Python, data loading, synchronisation")
-    x = float(L)
-    pw = W - L - R
-    for p in split:
-        w = pw * max(0.0, float(p.get("pct") or 0)) / 100.0
-        if w <= 0:
-            continue
-        title = f"{p['part']}: {fmt.fmt_pct(p['pct'])} ({fmt.fmt_ns(p.get('ns'))})"
-        svg.rect(x, 4, w, H - 8, PARTS[p["part"]], title)
-        if w > 90:
-            svg.text(x + 6, H / 2 + 4, f"{p['part']} {fmt.fmt_pct(p['pct'], 0)}", "seg-lbl")
-        x += w
-    return svg.to_dict()

@@ -6,13 +6,12 @@ the memory-timeline categories. One capacity share is quoted everywhere (:func:`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from traceinsight.render.html.cells import table
-from traceinsight.render.html.charts.categories import categories_chart
-from traceinsight.render.html.charts.memory import memory_chart
+from traceinsight.render.html.charts import CHARTS
 from traceinsight.render.html.charts.segments import LEGEND as SEGMENT_LEGEND
-from traceinsight.render.html.charts.segments import segment_chart
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
 
@@ -62,7 +61,7 @@ def memory_view(r: DiagnosisResult) -> dict[str, Any]:
 # --- [memory] events ----------------------------------------------------------------------------
 
 
-def _events(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
+def _events(r: DiagnosisResult, mem: Mapping[str, Any]) -> dict[str, Any] | None:
     series = [s for s in mem.get("timeline") or [] if s.get("ts_ns")]
     if not series:
         return None
@@ -86,7 +85,7 @@ def _events(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
             groups.append((s, [s]))
     charts, notes = [], []
     for s, members in groups[:MAX_MEMORY_CHARTS]:
-        c = memory_chart(s, cap)
+        c = CHARTS["memory"].build(s, cap)
         c["caption"] = _who(members, len(groups) > 1 or len(members) > 1)
         charts.append(c)
     above = [c for c in charts if c["above_reserved"] and not c["reserved_missing"]]
@@ -169,7 +168,7 @@ def _who(members: list[dict[str, Any]], label: bool) -> str:
 # --- the allocator snapshot --------------------------------------------------------------------
 
 
-def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
+def _snapshot(r: DiagnosisResult, mem: Mapping[str, Any]) -> dict[str, Any] | None:
     s = mem.get("snapshot")
     if not s:
         return None
@@ -178,7 +177,7 @@ def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
     curve = s.get("curve")
     chart = None
     if curve and len(curve.get("x") or []) > 1:
-        chart = memory_chart(
+        chart = CHARTS["snapshot_memory"].build(
             {
                 "ts_ns": curve["x"],
                 "allocated": curve["allocated"],
@@ -193,10 +192,14 @@ def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
         )["chart"]
     where = "at the snapshot" if pk.get("at_snapshot") else "at the peak of the trace"
     mt = pk.get("map_totals") or {}
-    seg = segment_chart(s.get("segment_map") or {}, f"Segment map {where}", fmt.short_site)
+    seg = CHARTS["segments"].build(
+        s.get("segment_map") or {}, f"Segment map {where}", fmt.short_site
+    )
     at_end = s.get("segment_map_snapshot")
     seg_end = (
-        segment_chart(at_end, "Segment map at the snapshot", fmt.short_site) if at_end else None
+        CHARTS["segments"].build(at_end, "Segment map at the snapshot", fmt.short_site)
+        if at_end
+        else None
     )
     lede = (
         f"Rank {s['rank']}, device {s['device']}, at the snapshot: "
@@ -317,7 +320,7 @@ def _snapshot(r: DiagnosisResult, mem: dict[str, Any]) -> dict[str, Any] | None:
 # --- the memory-timeline export ----------------------------------------------------------------
 
 
-def _categories(mem: dict[str, Any]) -> dict[str, Any] | None:
+def _categories(mem: Mapping[str, Any]) -> dict[str, Any] | None:
     views = mem.get("categories") or []
     if not views:
         return None
@@ -328,7 +331,7 @@ def _categories(mem: dict[str, Any]) -> dict[str, Any] | None:
         for c, b in sorted(pk["by_category"].items(), key=lambda kv: -kv[1])
     ]
     return {
-        "chart": categories_chart(v) if len(v.get("x") or []) > 1 else None,
+        "chart": CHARTS["memory_categories"].build(v) if len(v.get("x") or []) > 1 else None,
         "legend": [
             (c.replace("_", " "), f"cat-{c}") for c in CATEGORY_LEGEND if c in v["categories"]
         ],

@@ -21,6 +21,7 @@ The store schema knows nothing of it.
 from __future__ import annotations
 
 import gc
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -139,9 +140,24 @@ def stream_kineto(
             gc.enable()
 
 
+#: top-level keys of a Kineto trace (one of them near the start of an object claims it)
+_TOP_KEY = re.compile(
+    rb'"(?:traceEvents|schemaVersion|deviceProperties|distributedInfo|baseTimeNanoseconds|'
+    rb'displayTimeUnit|traceName|trace_id)"\s*:'
+)
+_BLANKS = b" \t\r\n\xef\xbb\xbf"
+
+
 def sniff(head: bytes) -> bool:
-    """JSON text: an object (``{"traceEvents": [...]}``) or a bare list of events."""
-    return json_start(head) in (b"{", b"[")
+    """A Kineto trace: a JSON object with one of its top-level keys (``traceEvents``,
+    ``schemaVersion``, ``deviceProperties``, ...) in its first bytes, or a bare list of event
+    objects (or an empty list). Other JSON is left to other readers (or refused)."""
+    first = json_start(head)
+    if first == b"{":
+        return _TOP_KEY.search(head) is not None
+    if first == b"[":
+        return head.lstrip(_BLANKS)[1:].lstrip(_BLANKS)[:1] in (b"{", b"]", b"")
+    return False
 
 
 _COMMON = {
@@ -248,6 +264,8 @@ READER = Reader(
     "dropped.",
     suffixes=(".json", ".json.gz", ".gz"),
     sniff=sniff,
+    looks_for='a JSON object with "traceEvents", "schemaVersion", "deviceProperties" or '
+    '"distributedInfo" near its start, or a JSON list of event objects',
     read=read_kineto,
     stream=stream_kineto,
     column_sources=column_sources(_TABLES, _COMMON),

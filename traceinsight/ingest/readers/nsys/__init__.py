@@ -11,22 +11,54 @@ mapping and the parity with ``nsys stats``.
 
 from __future__ import annotations
 
+import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.ingest.readers.base import RankRead, Reader, column_sources
+from traceinsight.ingest.readers.nsys.db import NSYS_TABLES
 from traceinsight.ingest.readers.nsys.export_read import FORMAT, read_export
 from traceinsight.ingest.readers.nsys.report import exported, is_report
 from traceinsight.ingest.source import SQLITE_MAGIC
 
-__all__ = ["READER", "read_nsys", "sniff"]
+__all__ = ["READER", "confirm", "read_nsys", "sniff"]
 
 
 def sniff(head: bytes) -> bool:
-    """An SQLite database (its tables are checked when it is opened) or an nsys report."""
+    """An SQLite database (its tables are checked by :func:`confirm`) or an nsys report."""
     return head.startswith(SQLITE_MAGIC) or is_report(head)
+
+
+def confirm(head: bytes, path: Path, data: bytes | None) -> bool:
+    """An nsys report, or an SQLite database with one of the tables only an Nsight Systems
+    export has (:data:`NSYS_TABLES`). A database whose schema cannot be read is claimed: it
+    has the export's suffix or magic, and the reader says what is damaged."""
+    if not head.startswith(SQLITE_MAGIC):
+        return True
+    if data is None or _holds(path, data):
+        return _has_export_tables(path)
+    with tempfile.TemporaryDirectory(prefix="traceinsight-nsys-") as tmp:
+        copy = Path(tmp) / "export.sqlite"  # a compressed export: its content, on disk
+        copy.write_bytes(data)
+        return _has_export_tables(copy)
+
+
+def _has_export_tables(path: Path) -> bool:
+    uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
+    try:
+        con = sqlite3.connect(uri, uri=True)
+        try:
+            names = con.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        return True  # damaged: the reader says so
+    return not {str(n) for (n,) in names}.isdisjoint(NSYS_TABLES)
 
 
 def read_nsys(
@@ -176,6 +208,9 @@ READER = Reader(
     "details and the parity with `nsys stats`.",
     suffixes=(".sqlite", ".nsys-rep", ".qdrep"),
     sniff=sniff,
+    confirm=confirm,
+    looks_for="an SQLite export with StringIds, TARGET_INFO_*, CUPTI_ACTIVITY_KIND_* or "
+    "NVTX_EVENTS tables, or an .nsys-rep report",
     read=read_nsys,
     column_sources=column_sources(_TABLES, _COMMON),
     opens_path=True,

@@ -97,6 +97,7 @@ READER = Reader(
     "name, else 0. Only the `memory_*` tables are filled.",
     suffixes=(),
     sniff=sniff,
+    looks_for="a pickle (protocol 2 to 5) of torch.cuda.memory._snapshot()",
     read=read_snapshot,
     memory=True,
     column_sources={

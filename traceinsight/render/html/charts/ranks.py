@@ -34,9 +34,12 @@ def ranks_view(cross: dict[str, Any] | None) -> dict[str, Any] | None:
         return None
     ranks = list(cross["ranks"])
     steps = list(cross.get("steps") or [])
+    from traceinsight.render.html.charts import CHARTS  # the registry imports this module
+
     heat = cross.get("heatmaps") or {}
+    build = CHARTS["rank_heatmap"].build
     maps = [
-        {"title": title, "chart": heatmap(heat.get(key) or [], ranks, steps, title)}
+        {"title": title, "chart": build(heat.get(key) or [], ranks, steps, title)}
         for key, title in MAPS
         if heat.get(key) and steps
     ]
