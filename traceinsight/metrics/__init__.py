@@ -25,6 +25,7 @@ from traceinsight.metrics import (
     precision,
     ranks,
     roofline,
+    serving,
     snapshot,
     timing,
 )
@@ -66,6 +67,7 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         ("cross-rank", lambda: ranks.compute(an, ms)),
         ("roofline", _roofline),
         ("precision", lambda: precision.compute(an, ms, options)),
+        ("serving", lambda: serving.compute(an, ms)),
     )
     errors = []
     for name, fn in groups:

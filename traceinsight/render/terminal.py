@@ -144,6 +144,7 @@ def render(
         lines.append("")
     lines += describe.host_lines(result, width)
     lines += _breakdown_lines(result, width)
+    lines += _serving_lines(result, width, st)
     rules = result.rules
     skipped = [r for r in rules if r.get("status") == "not-evaluated"]
     passed = [r for r in rules if r.get("status") == "passed"]
@@ -176,6 +177,22 @@ def render(
         if len(warn) > 8:
             lines.append(f"  … {len(warn) - 8} more in the report")
     return for_terminal("\n".join(lines).rstrip() + "\n", keep_sgr=color)
+
+
+def _serving_lines(result: DiagnosisResult, width: int, st: Any) -> list[str]:
+    from traceinsight.render import serving
+
+    sv = result.serving
+    if not sv:
+        return []
+    out = [st("Serving (engine steps)", bold=True), _wrap(serving.summary_line(sv), "  ", width)]
+    rows = serving.phase_rows(sv)
+    if rows:
+        tbl = fmt.table(rows, serving.PHASE_HEADERS, align="lrrrrrrrr")
+        out += ["  " + x for x in tbl.splitlines()]
+    out += [_wrap(x, "  ", width) for x in serving.roofline_lines(sv)]
+    out += [_wrap(serving.basis_note(sv), "  ", width), ""]
+    return out
 
 
 def _main_table(f) -> dict | None:

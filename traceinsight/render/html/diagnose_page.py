@@ -129,6 +129,27 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "memory": memory_view(r),
         "diagnostics": _diagnostics(r),
         "metadata": _metadata(r),
+        "serving": _serving(r),
+    }
+
+
+def _serving(r: DiagnosisResult) -> dict[str, Any] | None:
+    """The Serving section: phase table, decode roofline lines (render/serving.py)."""
+    from traceinsight.render import serving
+
+    sv = r.serving
+    if not sv:
+        return None
+    return {
+        "summary": serving.summary_line(sv),
+        "phases": table(
+            "serving-phases",
+            [(h, "text") for h in serving.PHASE_HEADERS],
+            serving.phase_rows(sv),
+            sortable=False,
+        ),
+        "roofline": serving.roofline_lines(sv),
+        "basis": serving.basis_note(sv),
     }
 
 
