@@ -235,7 +235,15 @@ def _dedupe(steps: list[EngineStep]) -> list[EngineStep]:
     return out
 
 
-def _engine(store: TraceStore, frames: pd.DataFrame, ops: pd.DataFrame, steps: list[EngineStep]):
+def _engine(
+    frames: pd.DataFrame, ops: pd.DataFrame, steps: list[EngineStep]
+) -> tuple[str | None, str]:
+    """The engine: from step names only one engine writes (SGLang ``step[…]``, TensorRT-LLM
+    executor ranges), else from its frames or ops, else from the vLLM step names."""
+    hows = " ".join(s.how for s in steps)
+    for h, eng in (("SGLang", "sglang"), ("TensorRT", "tensorrt-llm")):
+        if h in hows:
+            return eng, f"{h} step names"
     names = (
         pd.concat([frames["name"], ops["name"]]).astype(str).unique()
         if len(frames) or len(ops)
@@ -244,11 +252,9 @@ def _engine(store: TraceStore, frames: pd.DataFrame, ops: pd.DataFrame, steps: l
     for eng, rx in ENGINE_FRAME_RE.items():
         hit = next((n for n in names if rx.search(n)), None)
         if hit is not None:
-            return eng, f"{eng} frames or ops ({hit[:80]!r})"
-    hows = {s.how for s in steps}
-    for h, eng in (("SGLang", "sglang"), ("vLLM", "vllm"), ("TensorRT", "tensorrt-llm")):
-        if any(h in x for x in hows):
-            return eng, f"{h} step names"
+            return eng, f"{eng} frames or ops"
+    if "vLLM" in hows:
+        return "vllm", "vLLM step names"
     return None, "no engine frames, ops or step names"
 
 
@@ -374,7 +380,7 @@ def recognise(store: TraceStore) -> ServingSteps:
     if not steps:
         steps = _hf_steps(frames, ops)
     steps = _dedupe(steps)
-    engine, ev = _engine(store, frames, ops, steps)
+    engine, ev = _engine(frames, ops, steps)
     # graph replays of an engine outside any step: decode steps of a graph-mode engine
     if engine in ("vllm", "sglang", "tensorrt-llm"):
         gl = rt[rt["name"].astype(str).str.match(GRAPH_LAUNCH_RE)]
