@@ -258,3 +258,24 @@ def test_shared_serving_traces(rel: str) -> None:
         assert roof["fraction_of_peak"] is None and roof["why"]
     # none of the serving rules fires on these single-step windows
     assert not [f.rule for f in r.findings if f.rule.startswith("serving-")]
+
+
+def test_compare_per_token(tmp_path: Path) -> None:
+    from traceinsight.compare.explain import compare
+    from traceinsight.render.terminal import render_compare
+
+    a, aa = _diag(tmp_path, "a.json.gz", decode_kernel_ns=50_000)
+    b, ab = _diag(tmp_path, "b.json.gz", decode_kernel_ns=25_000)
+    c = compare(a, b)
+    sv = c["serving"]
+    row = next(x for x in sv["per_token"] if x["metric"] == "tpot_ms")
+    assert row["before"] == aa.decode_step_gpu_ns[0] / 1e6
+    assert row["after"] == ab.decode_step_gpu_ns[0] / 1e6
+    assert row["delta_pct"] == pytest.approx(-50.0)
+    assert sv["comparable"] is True
+    assert "time per output token" in render_compare(c, width=120)
+    # a different decode batch makes per-token times not comparable
+    d, _ = _diag(tmp_path, "d.json.gz", decode_kernel_ns=25_000, batch=64)
+    c2 = compare(a, d)
+    assert c2["serving"]["comparable"] is False
+    assert any("decode batch" in w for w in c2["serving"]["not_comparable_because"])

@@ -323,6 +323,10 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
         )
     lines.append(fmt.table(rows, ["", "before", "after", "delta", "%"], align="lrrrr"))
     lines.append("")
+    from traceinsight.compare.serving import serving_lines
+
+    if c.get("serving"):
+        lines += [*serving_lines(c), ""]
     lines.append(
         "Contributors to the change of mean step time "
         f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
