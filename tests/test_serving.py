@@ -279,3 +279,63 @@ def test_compare_per_token(tmp_path: Path) -> None:
     c2 = compare(a, d)
     assert c2["serving"]["comparable"] is False
     assert any("decode batch" in w for w in c2["serving"]["not_comparable_because"])
+
+
+def test_hf_generate_loop(tmp_path: Path) -> None:
+    r, ans = _diag(tmp_path, engine="hf", decode_kernel_ns=25_000, decode_steps=6)
+    sv = r.serving
+    assert sv["engine"] == "hf-transformers"
+    assert sv["phases"]["prefill"]["steps"] == 1 and sv["phases"]["decode"]["steps"] == 6
+    assert sv["phases"]["prefill"]["tokens"] == ans.prefill_tokens
+    assert sv["phases"]["decode"]["tokens"] == ans.decode_tokens
+    assert sv["phases"]["decode"]["step_ms"]["p50"] == ans.decode_step_gpu_ns[0] / 1e6
+    steps = [s for s in sv["steps"] if s["phase"] == "decode"]
+    # the context grows by one token per sequence and step
+    assert [s["context_tokens"] for s in steps] == [16 * (512 + i) for i in range(6)]
+    assert sv["decode_roofline"]["bytes_per_step"] == _expected_bytes(ans)
+
+
+def test_trtllm_steps(tmp_path: Path) -> None:
+    r, ans = _diag(tmp_path, engine="trtllm", decode_steps=4)
+    sv = r.serving
+    assert sv["engine"] == "tensorrt-llm"
+    assert sv["phases"]["prefill"]["steps"] == 1 and sv["phases"]["decode"]["steps"] == 4
+    assert sv["phases"]["decode"]["batch"] == 16
+    assert sv["phases"]["decode"]["tokens"] == ans.decode_tokens  # one token per request
+    assert sv["phases"]["decode"]["step_ms"]["p50"] == ans.decode_step_gpu_ns[0] / 1e6
+
+
+def test_moe_routed_experts(tmp_path: Path) -> None:
+    # 4 sequences x top-2 route to at most 8 of 64 experts per decode step
+    r, ans = _diag(tmp_path, moe_experts=64, topk=2, batch=4, decode_kernel_ns=25_000)
+    b = r.serving["decode_roofline"]["bytes"]
+    assert b["moe_experts"] == ans.moe_bytes_decode // ans.decode_steps
+    assert b["weights"] == ans.weight_bytes
+    assert any("MoE" in a for a in r.serving["decode_roofline"]["assumptions"])
+
+
+def test_graph_replays_are_decode_steps(tmp_path: Path) -> None:
+    r, ans = _diag(tmp_path, graph_decode=True, decode_steps=5)
+    sv = r.serving
+    assert sv["phases"]["decode"]["steps"] == 5
+    assert "graph replay of a graph-mode engine" in sv["recognised_by"]
+    assert sv["phases"]["decode"]["step_ms"]["p50"] == ans.decode_step_gpu_ns[0] / 1e6
+    assert r.metrics["values"]["serving_graph_launches"] == 5
+    # graph replays record no shapes: the roofline is not stated, and says why
+    roof = sv["decode_roofline"]
+    assert roof["fraction_of_peak"] is None and "shapes" in roof["why"]
+
+
+def test_tensor_parallel_ranks(tmp_path: Path) -> None:
+    for rk in (0, 1):
+        build_serving(
+            tmp_path / f"rank-{rk}.json.gz", rank=rk, world_size=2, decode_kernel_ns=25_000
+        )
+    r = diagnose(ingest([tmp_path], quiet=True), cache=False)
+    sv = r.serving
+    assert sv["tp"] == 2 and sv["rank"] == 0
+    dec = sv["phases"]["decode"]
+    assert dec["steps"] == 12  # the engine's steps, not one set per TP rank
+    assert dec["tokens_per_s_per_gpu"] == pytest.approx(
+        dec["tokens"] / (dec["gpu_ns_total"] / 1e9) / 2
+    )

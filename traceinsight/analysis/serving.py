@@ -241,7 +241,11 @@ def _engine(
     """The engine: from step names only one engine writes (SGLang ``step[…]``, TensorRT-LLM
     executor ranges), else from its frames or ops, else from the vLLM step names."""
     hows = " ".join(s.how for s in steps)
-    for h, eng in (("SGLang", "sglang"), ("TensorRT", "tensorrt-llm")):
+    for h, eng in (
+        ("SGLang", "sglang"),
+        ("TensorRT", "tensorrt-llm"),
+        ("HF generate", "hf-transformers"),
+    ):
         if h in hows:
             return eng, f"{h} step names"
     names = (

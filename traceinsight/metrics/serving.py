@@ -379,13 +379,22 @@ def _gaps(steps: list[EngineStep]) -> list[int]:
 
 
 def _ops_in(an: Analysis, steps: list[EngineStep]) -> dict[int, pd.DataFrame]:
+    """The cpu ops that start inside each step's host window (binary search per rank)."""
     ops = an.store.df(
         "cpu_ops", ["rank", "name", "thread", "start_ns", "dur_ns", "input_dims", "input_types"]
     )
+    by_rank = {
+        int(r): g.sort_values("start_ns", kind="stable") for r, g in ops.groupby("rank", sort=False)
+    }
     out = {}
     for i, s in enumerate(steps):
-        m = (ops["rank"] == s.rank) & (ops["start_ns"] >= s.start_ns) & (ops["start_ns"] < s.end_ns)
-        out[i] = ops[m]
+        g = by_rank.get(s.rank)
+        if g is None:
+            out[i] = ops.iloc[:0]
+            continue
+        t = g["start_ns"].to_numpy(np.int64)
+        lo, hi = np.searchsorted(t, s.start_ns, "left"), np.searchsorted(t, s.end_ns, "left")
+        out[i] = g.iloc[lo:hi]
     return out
 
 
