@@ -164,6 +164,7 @@ def parse_step_name(name: str) -> dict[str, Any] | None:
             "prefill_requests": p,
             "decode_requests": d,
             "decode_tokens": d,
+            "new_tokens": d if not p else None,  # prompt lengths are not in the name
         }
     m = SGLANG_STEP_RE.match(name)
     if m:
@@ -190,6 +191,7 @@ def parse_step_name(name: str) -> dict[str, Any] | None:
             "prefill_requests": p,
             "decode_requests": d,
             "decode_tokens": d,
+            "new_tokens": d if not p else None,  # prompt lengths are not in the name
         }
     if MODEL_RUNNER_ANN_RE.match(name):
         return {"how": "vLLM gpu_model_runner scope", "phase": "unknown"}
