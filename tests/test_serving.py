@@ -150,6 +150,10 @@ def test_report_sections(tmp_path: Path) -> None:
     assert "Serving (engine steps)" in text and "Decode roofline:" in text
     md = render_markdown(r)
     assert "**Serving**" in md and "| decode | 12 |" in md
+    from traceinsight.render.html.diagnose_page import render_html
+
+    html = render_html(r)
+    assert '<section id="serving">' in html and 'href="#serving"' in html
     d = json.loads(r.to_json())
     sv = d["serving"]
     for k in ("engine", "phases", "decode_roofline", "tp"):
@@ -274,6 +278,12 @@ def test_compare_per_token(tmp_path: Path) -> None:
     assert row["delta_pct"] == pytest.approx(-50.0)
     assert sv["comparable"] is True
     assert "time per output token" in render_compare(c, width=120)
+    from traceinsight.render.markdown import render_compare_markdown
+
+    assert "time per output token" in render_compare_markdown(c)
+    from traceinsight.render.html.compare_page import render_compare_html
+
+    assert 'id="serving"' in render_compare_html(c)
     # a different decode batch makes per-token times not comparable
     d, _ = _diag(tmp_path, "d.json.gz", decode_kernel_ns=25_000, batch=64)
     c2 = compare(a, d)

@@ -268,6 +268,11 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         "",
     ]
     lines += _comparability(c.get("comparability"))
+    if c.get("serving"):
+        from traceinsight.compare.serving import serving_lines
+
+        sl = serving_lines(c)
+        lines += [f"**{esc(sl[0])}**", *(f"- {esc(x.strip())}" for x in sl[1:]), ""]
 
     st = c.get("step_time") or {}
     sa, sb = st.get("before") or {}, st.get("after") or {}

@@ -114,7 +114,9 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "host": host,
         "subtitle": _subtitle(r),
         "kpis": _kpis(r),
-        "nav": MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV,
+        "nav": _with_serving(
+            MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV, r
+        ),
         "memory_only": bool(r.trace.get("memory_only")),
         "findings": [_finding(f, i) for i, f in enumerate(findings)],
         "rules_fired": len(findings),
@@ -131,6 +133,14 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "metadata": _metadata(r),
         "serving": _serving(r),
     }
+
+
+def _with_serving(nav: list[tuple[str, str]], r: DiagnosisResult) -> list[tuple[str, str]]:
+    """The section list, with Serving after the findings on a serving trace."""
+    if not r.serving:
+        return nav
+    i = next((k + 1 for k, (sid, _) in enumerate(nav) if sid == "findings"), 0)
+    return [*nav[:i], ("serving", "Serving"), *nav[i:]]
 
 
 def _serving(r: DiagnosisResult) -> dict[str, Any] | None:
