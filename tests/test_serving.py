@@ -349,3 +349,17 @@ def test_tensor_parallel_ranks(tmp_path: Path) -> None:
     assert dec["tokens_per_s_per_gpu"] == pytest.approx(
         dec["tokens"] / (dec["gpu_ns_total"] / 1e9) / 2
     )
+
+
+def test_prefill_mfu(tmp_path: Path) -> None:
+    r, ans = _diag(tmp_path, prefill_kernel_ns=1_000_000, decode_steps=2)
+    m = r.serving["prefill_mfu"]
+    # 2·tokens·params for the GEMMs + 4·Σ(sq·sk)·H·D per layer (causal: half) for attention
+    params = ans.weight_bytes // 2
+    gemm = 2 * ans.prefill_tokens * params
+    attn = 4 * (16 * 512 * 512) * 32 * 128 * 0.5 * 4
+    assert m["flops"] == gemm + attn and m["attention_flops"] == attn
+    peak = lookup("H100").peak("bf16")  # type: ignore[union-attr]
+    assert m["mfu_pct"] == pytest.approx(
+        100 * (gemm + attn) / (ans.prefill_step_gpu_ns[0] / 1e9) / peak
+    )

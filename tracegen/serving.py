@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tracegen.synth import KinetoTraceBuilder
 
@@ -57,8 +58,15 @@ def _step_name(engine: str, phase: str, batch: int, prompt: int, ctx: int, i: in
     )
 
 
-def build_serving(
-    path: str | Path,
+def build_serving(path: str | Path, **kw: Any) -> ServingAnswer:
+    """Write the trace of :func:`serving_builder` at ``path``; return what a correct analysis
+    must find."""
+    b, ans = serving_builder(**kw)
+    b.write(str(path))
+    return ans
+
+
+def serving_builder(
     *,
     engine: str = "vllm",
     layers: int = 4,
@@ -71,7 +79,7 @@ def build_serving(
     prompt: int = 512,
     decode_steps: int = 12,
     decode_kernel_ns: int = 50_000,
-    prefill_kernel_ns: int = 400_000,
+    prefill_kernel_ns: int = 700_000,
     gap_ns: int = 200_000,
     slow_every: int = 0,
     slow_factor: int = 3,
@@ -81,8 +89,8 @@ def build_serving(
     graph_decode: bool = False,
     rank: int | None = None,
     world_size: int | None = None,
-) -> ServingAnswer:
-    """Write the trace at ``path``; return what a correct analysis must find.
+) -> tuple[KinetoTraceBuilder, ServingAnswer]:
+    """The trace builder of one rank and what a correct analysis must find.
 
     ``engine``: vllm | sglang | trtllm (step annotations) or hf (a ``generate`` frame around
     ``nn.Module: LlamaForCausalLM_k`` forwards with ``aten::embedding``). ``graph_decode``: the
@@ -165,8 +173,7 @@ def build_serving(
             ctx_per_seq += 1
         gpu = gpu_start + gpu_ns + gap_ns
         t = max(t + dur + 5_000, gpu - 30_000)
-    b.write(str(path))
-    return ans
+    return b, ans
 
 
 def _layers(
