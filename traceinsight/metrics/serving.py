@@ -185,7 +185,7 @@ def step_bytes(ops: pd.DataFrame, step: EngineStep) -> dict[str, Any]:
         out["gemms"] += 1
         a = dims[ai] if ai < len(dims) else None
         an = _numel(a)
-        if an and ael:
+        if an and ael and isinstance(a, list):
             k = a[-1]
             n = w[1] if w[0] == k else w[0]  # [K, N] (mm) or [N, K] (linear)
             out["activations"] += an * ael + (an // max(k, 1)) * n * ael
