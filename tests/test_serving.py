@@ -363,3 +363,31 @@ def test_prefill_mfu(tmp_path: Path) -> None:
     assert m["mfu_pct"] == pytest.approx(
         100 * (gemm + attn) / (ans.prefill_step_gpu_ns[0] / 1e9) / peak
     )
+
+
+def test_memory_bound_is_at_most_medium_on_serving_traces() -> None:
+    from traceinsight.engine.evaluate import evaluate, load_rules
+    from traceinsight.metrics.registry import MetricSet
+
+    rule = next(r for r in load_rules() if r.id == "memory-bound")
+
+    def ms(serving: float) -> MetricSet:
+        m = MetricSet()
+        for k, v in dict(
+            memory_bound_time_pct=80.0,
+            memory_bound_recoverable_pct=15.0,
+            memory_bound_efficiency_pct=40.0,
+            gpu_busy_pct=95.0,
+            flops_modelled_pct=90.0,
+            is_serving=serving,
+        ).items():
+            m.set(k, v)
+        return m
+
+    train = evaluate([rule], ms(0.0)).findings[0]
+    assert train.severity == "high"
+    assert any("Raise arithmetic intensity" in x for x in train.recommendations)
+    serve = evaluate([rule], ms(1.0)).findings[0]
+    assert serve.severity == "medium"
+    assert not any("larger batch or sequence" in x for x in serve.recommendations)
+    assert any("memory-bound by nature" in x for x in serve.recommendations)
