@@ -391,3 +391,37 @@ def test_memory_bound_is_at_most_medium_on_serving_traces() -> None:
     assert serve.severity == "medium"
     assert not any("larger batch or sequence" in x for x in serve.recommendations)
     assert any("memory-bound by nature" in x for x in serve.recommendations)
+
+
+def test_vllm_frames_and_scopes(tmp_path: Path) -> None:
+    """Only Python frames recorded: each gpu_model_runner.execute_model call is a step (phase
+    unknown); a gpu_model_runner scope inside a step annotation does not split the step."""
+    from tracegen.synth import KinetoTraceBuilder
+
+    b = KinetoTraceBuilder()
+    t = 100_000
+    for _ in range(3):
+        b.python("vllm/v1/worker/gpu_model_runner.py(3380): execute_model", t, 200_000)
+        with b.annotation("gpu_model_runner: forward", t + 10_000, 100_000):
+            b.launch("gemm_a", cpu_start=t + 20_000, gpu_start=t + 30_000, gpu_dur=100_000)
+        b.launch("argmax", cpu_start=t + 150_000, gpu_start=t + 160_000, gpu_dur=10_000)
+        t += 400_000
+    p = tmp_path / "frames.json"
+    b.write(p)
+    r = diagnose(ingest([p], quiet=True), cache=False)
+    sv = r.serving
+    assert sv["engine"] == "vllm" and sv["steps_total"] == 3 and sv["unknown_phase_steps"] == 3
+    assert [s["gpu_ns"] for s in sv["steps"]] == [140_000] * 3  # forward + sampling kernels
+    # a step annotation around the scope keeps its own window and facts
+    b = KinetoTraceBuilder()
+    with b.annotation(
+        "execute_4_context_0(sq0sk0sqsq0sqsk0)_generation_4(sq4sk40sqsq4sqsk40)", 0, 300_000
+    ):
+        with b.annotation("gpu_model_runner: forward", 10_000, 100_000):
+            b.launch("gemm_a", cpu_start=20_000, gpu_start=30_000, gpu_dur=100_000)
+        b.launch("argmax", cpu_start=150_000, gpu_start=160_000, gpu_dur=10_000)
+    p = tmp_path / "scoped.json"
+    b.write(p)
+    sv = diagnose(ingest([p], quiet=True), cache=False).serving
+    assert sv["phases"]["decode"]["steps"] == 1 and sv["steps"][0]["gpu_ns"] == 140_000
+    assert sv["steps"][0]["decode_context_tokens"] == 40

@@ -66,6 +66,7 @@ ENGINE_FRAME_RE = {
     "tensorrt-llm": re.compile(r"tensorrt_llm"),
     "hf-transformers": re.compile(r"transformers/generation/"),
 }
+SCOPE_HOW = "vLLM gpu_model_runner scope"
 _SGL_PHASE = {"EXTEND": "prefill", "PREFILL": "prefill", "DECODE": "decode", "MIXED": "mixed"}
 
 
@@ -194,7 +195,7 @@ def parse_step_name(name: str) -> dict[str, Any] | None:
             "new_tokens": d if not p else None,  # prompt lengths are not in the name
         }
     if MODEL_RUNNER_ANN_RE.match(name):
-        return {"how": "vLLM gpu_model_runner scope", "phase": "unknown"}
+        return {"how": SCOPE_HOW, "phase": "unknown"}
     return None
 
 
@@ -223,11 +224,17 @@ def _merge(inner: EngineStep, outer: EngineStep) -> EngineStep:
 
 
 def _dedupe(steps: list[EngineStep]) -> list[EngineStep]:
-    """Overlapping windows on one rank are one step: the innermost kept, facts merged."""
+    """Overlapping windows on one rank are one step: of two step annotations the innermost is
+    kept with the facts of both; a ``gpu_model_runner`` scope never splits the step around it."""
     out: list[EngineStep] = []
     for s in sorted(steps, key=lambda s: (s.rank, s.start_ns, -(s.end_ns - s.start_ns))):
         prev = out[-1] if out else None
         if prev is not None and prev.rank == s.rank and s.start_ns < prev.end_ns:
+            if SCOPE_HOW in s.how or SCOPE_HOW in prev.how:
+                # a gpu_model_runner scope inside a step annotation: the step keeps its window
+                keep = prev if SCOPE_HOW in s.how else s
+                out[-1] = keep
+                continue
             inner, outer = (
                 (s, prev) if s.end_ns - s.start_ns <= prev.end_ns - prev.start_ns else (prev, s)
             )

@@ -294,10 +294,11 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         ms.set("serving_decode_gap_in_step_pct", None, why_missing="no decode steps with GPU work")
     tps = (phases.get("decode") or {}).get("tokens_per_s_per_gpu")
     ms.set("serving_decode_tokens_per_s_per_gpu", tps, why_missing="no decode token counts")
-    big = max(phases, key=lambda p: phases[p]["steps"])
-    ratio = phases[big].get("p99_over_p50") if phases[big]["steps"] >= 3 else None
+    big = max(phases, key=lambda p: phases[p]["steps"]) if phases else None
+    n_big = phases[big]["steps"] if big else 0
+    ratio = phases[big].get("p99_over_p50") if big and n_big >= 3 else None
     ms.set("serving_step_p99_over_p50_ratio", ratio, why_missing="fewer than 3 steps of one phase")
-    ms.set("serving_steps_in_phase", float(phases[big]["steps"]))
+    ms.set("serving_steps_in_phase", float(n_big))
     pre = [s for s in by["prefill"] if s.gpu_ns and s.prefill_tokens]
     ms.set(
         "serving_prefill_ns_per_token",
@@ -348,6 +349,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         "decode_roofline": roof,
         "prefill_mfu": mfu,
         "graph_launches": int(sum(s.graph_launches for s in steps)),
+        "unknown_phase_steps": sum(1 for s in steps if s.phase not in PHASES),
         "steps": [s.to_dict() for s in steps[:200]],
         "steps_total": len(steps),
         "time_basis": "GPU-side: first start to last end of the GPU work each step launched; "
