@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
 from traceinsight.util.safetext import for_terminal as safe
 
@@ -106,3 +107,31 @@ def roofline_lines(sv: dict[str, Any]) -> list[str]:
 
 def basis_note(sv: dict[str, Any]) -> str:
     return safe(str(sv.get("time_basis") or ""))
+
+
+def with_nav(nav: list[tuple[str, str]], r: DiagnosisResult) -> list[tuple[str, str]]:
+    """The HTML section list, with Serving after the findings on a serving trace."""
+    if not r.serving:
+        return nav
+    i = next((k + 1 for k, (sid, _) in enumerate(nav) if sid == "findings"), 0)
+    return [*nav[:i], ("serving", "Serving"), *nav[i:]]
+
+
+def html_view(r: DiagnosisResult) -> dict[str, Any] | None:
+    """The HTML Serving section: phase table and the decode roofline lines."""
+    from traceinsight.render.html.cells import table
+
+    sv = r.serving
+    if not sv:
+        return None
+    return {
+        "summary": summary_line(sv),
+        "phases": table(
+            "serving-phases",
+            [(h, "text") for h in PHASE_HEADERS],
+            phase_rows(sv),
+            sortable=False,
+        ),
+        "roofline": roofline_lines(sv),
+        "basis": basis_note(sv),
+    }

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from traceinsight.render import describe
+from traceinsight.render import serving as serving_view
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
 from traceinsight.render.html.charts.breakdown import SEGMENTS, class_chart, rank_chart
 from traceinsight.render.html.charts.ranks import ranks_view
@@ -114,7 +115,7 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "host": host,
         "subtitle": _subtitle(r),
         "kpis": _kpis(r),
-        "nav": _with_serving(
+        "nav": serving_view.with_nav(
             MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV, r
         ),
         "memory_only": bool(r.trace.get("memory_only")),
@@ -131,35 +132,7 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "memory": memory_view(r),
         "diagnostics": _diagnostics(r),
         "metadata": _metadata(r),
-        "serving": _serving(r),
-    }
-
-
-def _with_serving(nav: list[tuple[str, str]], r: DiagnosisResult) -> list[tuple[str, str]]:
-    """The section list, with Serving after the findings on a serving trace."""
-    if not r.serving:
-        return nav
-    i = next((k + 1 for k, (sid, _) in enumerate(nav) if sid == "findings"), 0)
-    return [*nav[:i], ("serving", "Serving"), *nav[i:]]
-
-
-def _serving(r: DiagnosisResult) -> dict[str, Any] | None:
-    """The Serving section: phase table, decode roofline lines (render/serving.py)."""
-    from traceinsight.render import serving
-
-    sv = r.serving
-    if not sv:
-        return None
-    return {
-        "summary": serving.summary_line(sv),
-        "phases": table(
-            "serving-phases",
-            [(h, "text") for h in serving.PHASE_HEADERS],
-            serving.phase_rows(sv),
-            sortable=False,
-        ),
-        "roofline": serving.roofline_lines(sv),
-        "basis": serving.basis_note(sv),
+        "serving": serving_view.html_view(r),
     }
 
 
