@@ -19,6 +19,7 @@ import yaml
 from conftest import REPO
 
 from tracegen import workloads
+from tracegen.serving import serving_builder
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis
 from traceinsight.engine.evaluate import evaluate, load_rules
@@ -90,9 +91,21 @@ CPU_RUNS = {
     "cpu_sync_some": {"sync_us": 80},
     "cpu_matmul_bound": {"mm_us": 500},
 }
+
+
+def _serving(**kw: Any):
+    return lambda: [serving_builder(**kw)[0]]
+
+
 BUILDERS = {
     "copy_heavy": copy_heavy,
     **{k: (lambda kw=kw: cpu_run(**kw)) for k, kw in CPU_RUNS.items()},
+    # LLM serving: decode at 85% of the H100 roof, prefill at ~75% MFU, 0.2 ms between steps
+    "serving_at_roof": _serving(decode_kernel_ns=25_000),
+    "serving_tight": _serving(decode_kernel_ns=25_000, gap_ns=20_000, prefill_kernel_ns=2_000_000),
+    "serving_latency": _serving(decode_kernel_ns=200_000),
+    "serving_jitter": _serving(decode_kernel_ns=25_000, slow_every=4, slow_factor=3),
+    "serving_gaps": _serving(decode_kernel_ns=50_000, gap_ns=1_500_000),
 }
 _MEASURED: dict[str, tuple[Analysis, Any]] = {}
 

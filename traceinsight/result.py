@@ -338,12 +338,16 @@ class DiagnosisResult:
     host: HostSection | None = None  #: the host view of a run without GPU kernels
     #: the rule id the headline leads with, ``healthy`` or ``not-representative`` (primary_of)
     primary: str = HEALTHY
+    #: LLM serving view (engine steps by phase, decode roofline); None when not a serving trace
+    serving: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": RESULT_SCHEMA, "version": self.version}
         body = asdict(self)
         body.pop("version")
         for k, v in body.items():
+            if k == "serving" and v is None:
+                continue  # only serving traces carry the block
             if k != "primary":
                 d[k] = v
             if k == "headline":
@@ -391,6 +395,7 @@ class DiagnosisResult:
             version=v,
             extra=d.get("extra", {}),
             host=d.get("host"),
+            serving=d.get("serving"),
         )
 
     @classmethod
@@ -430,6 +435,7 @@ _SHAPE: dict[str, tuple[type | None, ...]] = {
     "diagnostics": (list,),
     "extra": (dict,),
     "host": (dict, None),
+    "serving": (dict, None),
 }
 
 

@@ -324,6 +324,11 @@ def compare(
         "findings": _findings(before, after),
         "diagnostics": diags,
     }
+    from traceinsight.compare.serving import compare_serving
+
+    per_token = compare_serving(before, after)
+    if per_token is not None:  # only serving traces carry it
+        out["serving"] = per_token
     out["headline"] = compare_headline(out)
     return out
 

@@ -285,6 +285,7 @@ def _diagnose_plain(
             "open_in_viewer": open_in_viewer(store, timeline),
         },
         host=None if has_gpu or mem_only else (ms.evidence.get("host_view") or host_view(an)),
+        serving=ms.evidence.get("serving"),
     )
     result = DiagnosisResult(**parts)
     return DiagnosisResult.from_dict(clean(result.to_dict()))

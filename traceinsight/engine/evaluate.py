@@ -167,6 +167,11 @@ def _decide_by_variants(
     return RuleStatus(rule.id, "passed", "; ".join(passed)) if passed else None
 
 
+#: always-measured metrics that scope a rule to a kind of run: when one of a rule's applies_if
+#: conditions on them is false, the rule is not applicable even if other metrics are missing
+SCOPE_METRICS = frozenset({"is_serving"})
+
+
 def _decide(
     rule: Rule,
     v: Variant,
@@ -180,6 +185,15 @@ def _decide(
     from traceinsight.engine.evidence.core import build_evidence
 
     absent = [c.metric for c in v.applies_if + v.fires_if if values.get(c.metric) is None]
+    scoped = [c for c in v.applies_if if c.metric in SCOPE_METRICS]
+    if absent and scoped and not all(c.holds(values, th) for c in scoped):
+        # a rule scoped to a kind of run (a serving trace) does not apply to another kind,
+        # whatever it could not measure
+        return RuleStatus(
+            rule.id,
+            "not-applicable",
+            "; ".join(c.text(th) for c in scoped if not c.holds(values, th)) + " is false",
+        )
     if absent:
         m = absent[0]
         return RuleStatus(

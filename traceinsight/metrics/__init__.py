@@ -27,6 +27,7 @@ from traceinsight.metrics import (
     precision,
     ranks,
     roofline,
+    serving,
     snapshot,
     steps,
     timing,
@@ -66,6 +67,7 @@ GROUPS: list[MetricGroup] = [
     MetricGroup("cross-rank", ranks.compute, (ranks,)),
     MetricGroup("roofline", roofline.compute, (roofline,), options=True),
     MetricGroup("precision", precision.compute, (precision,), options=True),
+    MetricGroup("serving", serving.compute, (serving,)),
     MetricGroup("host", host.compute, (host,)),
 ]
 

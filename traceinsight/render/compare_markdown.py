@@ -38,6 +38,11 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         "",
     ]
     lines += _comparability(c.get("comparability"))
+    if c.get("serving"):
+        from traceinsight.render.serving import compare_lines
+
+        sl = compare_lines(c)
+        lines += [f"**{esc(sl[0])}**", *(f"- {esc(x.strip())}" for x in sl[1:]), ""]
 
     st = c.get("step_time") or {}
     sa, sb = st.get("before") or {}, st.get("after") or {}

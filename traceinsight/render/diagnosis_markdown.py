@@ -67,6 +67,7 @@ def render_markdown(result: DiagnosisResult) -> str:
 
     # a CPU-only run: its host view, not GPU tables at "idle 100%"
     lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]
+    lines += _serving(r)
     groups = describe.not_evaluated(r.rules or [])
     if groups:
         parts = [f"{', '.join(g['rules'])} ({g['hint'] or g['reason']})" for g in groups]
@@ -83,6 +84,22 @@ def render_markdown(result: DiagnosisResult) -> str:
             "",
         ]
     return for_terminal("\n".join(lines).rstrip() + "\n")
+
+
+def _serving(r: DiagnosisResult) -> list[str]:
+    from traceinsight.render import serving
+
+    sv = r.serving
+    if not sv:
+        return []
+    out = ["**Serving** (engine steps): " + esc(serving.summary_line(sv)), ""]
+    rows = serving.phase_rows(sv)
+    if rows:
+        out += md_table(serving.PHASE_HEADERS, [[esc(c) for c in row] for row in rows], "lrrrrrrrr")
+        out.append("")
+    out += [esc(x.strip()) + "  " for x in serving.roofline_lines(sv)]
+    out += [esc(serving.basis_note(sv)), ""]
+    return out
 
 
 def _host(r: DiagnosisResult) -> list[str]:

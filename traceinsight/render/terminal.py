@@ -145,6 +145,7 @@ def render(
         lines.append("")
     lines += describe.host_lines(result, width)
     lines += _breakdown_lines(result, width)
+    lines += _serving_lines(result, width, st)
     rules = result.rules
     skipped = [r for r in rules if r.get("status") == "not-evaluated"]
     passed = [r for r in rules if r.get("status") == "passed"]
@@ -177,6 +178,22 @@ def render(
         if len(warn) > 8:
             lines.append(f"  … {len(warn) - 8} more in the report")
     return for_terminal("\n".join(lines).rstrip() + "\n", keep_sgr=color)
+
+
+def _serving_lines(result: DiagnosisResult, width: int, st: Any) -> list[str]:
+    from traceinsight.render import serving
+
+    sv = result.serving
+    if not sv:
+        return []
+    out = [st("Serving (engine steps)", bold=True), _wrap(serving.summary_line(sv), "  ", width)]
+    rows = serving.phase_rows(sv)
+    if rows:
+        tbl = fmt.table(rows, serving.PHASE_HEADERS, align="lrrrrrrrr")
+        out += ["  " + x for x in tbl.splitlines()]
+    out += [_wrap(x, "  ", width) for x in serving.roofline_lines(sv)]
+    out += [_wrap(serving.basis_note(sv), "  ", width), ""]
+    return out
 
 
 def _main_table(f) -> dict | None:
@@ -307,6 +324,10 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
         )
     lines.append(fmt.table(rows, ["", "before", "after", "delta", "%"], align="lrrrr"))
     lines.append("")
+    from traceinsight.render.serving import compare_lines as serving_lines
+
+    if c.get("serving"):
+        lines += [*serving_lines(c), ""]
     lines.append(
         "Contributors to the change of mean step time "
         f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "

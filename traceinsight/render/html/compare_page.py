@@ -51,6 +51,13 @@ def render_compare_html(c: dict[str, Any]) -> str:
     return render_page("compare.html", view, payload)
 
 
+def _serving_lines(c: dict[str, Any]) -> list[str]:
+    """Serving traces compared per token (traceinsight.compare.serving); empty otherwise."""
+    from traceinsight.render.serving import compare_lines as serving_lines
+
+    return [x.strip() for x in serving_lines(c)]
+
+
 def build_compare_view(c: dict[str, Any]) -> dict[str, Any]:
     """Everything the compare template shows, as plain data."""
     c = dict(c or {})
@@ -112,6 +119,7 @@ def build_compare_view(c: dict[str, Any]) -> dict[str, Any]:
         ),
         "kernels": _new_gone(c),
         "findings": _compare_findings(c),
+        "serving": _serving_lines(c),
         "diagnostics": [
             {
                 "severity": str(d.get("severity") or "info"),

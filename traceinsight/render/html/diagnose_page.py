@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceinsight.render import describe
+from traceinsight.render.html import serving_view
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
 from traceinsight.render.html.charts import CHARTS
 from traceinsight.render.html.charts.breakdown import SEGMENTS
@@ -113,7 +114,9 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "host": host,
         "subtitle": _subtitle(r),
         "kpis": _kpis(r),
-        "nav": MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV,
+        "nav": serving_view.with_nav(
+            MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV, r
+        ),
         "memory_only": bool(r.trace.get("memory_only")),
         "findings": [_finding(f, i) for i, f in enumerate(findings)],
         "rules_fired": len(findings),
@@ -128,6 +131,7 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "memory": memory_view(r),
         "diagnostics": _diagnostics(r),
         "metadata": _metadata(r),
+        "serving": serving_view.html_view(r),
     }
 
 
