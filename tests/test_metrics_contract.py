@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tracegen.serving import build_serving
 from tracegen.snapshot import fragmented_oom, leaky_loop
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest
@@ -38,7 +39,14 @@ RUNS = {
     ),
     "snapshot_oom": (lambda d: [fragmented_oom().write(d / "oom.pickle")], None),
     "snapshot_leak": (lambda d: [leaky_loop().write(d / "leak.pickle")], None),
+    # an LLM serving trace (engine steps, prefill and decode): the serving group's metrics
+    "serving": (lambda d: [_serving(d / "serving.json")], None),
 }
+
+
+def _serving(path: Path) -> Path:
+    build_serving(path)
+    return path
 
 
 @pytest.fixture(scope="module")
