@@ -125,3 +125,124 @@ def test_corpus_sendrecv_kernels_count_as_what_launched_them(tmp_path: Path) -> 
     }
     assert all(r["kernel_kinds"] == {"sendrecv": r["total_ns"]} for r in rows.values())
     assert v["comm_all_reduce_pct"] == pytest.approx(100 * 152_102 / 775_252)
+
+
+# --- waiting apart from transfer -------------------------------------------------------------
+
+STEP = 10_000_000
+#: per rank: compute kernel length (all start 100 µs into the step) and when it reaches the
+#: all-reduce; rank 2 computes no longer than ranks 1 and 3 but its host stalls ~2.9 ms
+COMPUTE = {0: 4_500_000, 1: 4_000_000, 2: 4_000_000, 3: 4_000_000}
+ARRIVE = {0: 4_600_000, 1: 4_100_000, 2: 7_000_000, 3: 4_100_000}
+TRANSFER = 1_200_000
+SEND = "ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)"
+
+
+def skew_job(
+    arrive: dict[int, int] = ARRIVE, compute: dict[int, int] = COMPUTE
+) -> list[KinetoTraceBuilder]:
+    """4 ranks, 2 steps of 10 ms: a GEMM, then one all-reduce (c10d::allreduce_ launching a
+    SendRecv kernel, matched by process group and Seq) that ends on every rank when the last
+    arrives plus the transfer."""
+    out = []
+    end = max(arrive.values()) + TRANSFER
+    for r in range(4):
+        b = KinetoTraceBuilder(rank=r, world_size=4)
+        for k in range(2):
+            t = k * STEP
+            with b.step(10 + k, t, STEP, gpu=(t, STEP)):
+                with b.cpu_op("aten::mm", t + 20_000, 30_000):
+                    b.launch(
+                        "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64",
+                        cpu_start=t + 25_000,
+                        gpu_start=t + 100_000,
+                        gpu_dur=compute[r],
+                    )
+                cpu = t + arrive[r] - 100_000
+                with b.cpu_op("c10d::allreduce_", cpu, 40_000):
+                    with b.cpu_op(
+                        "record_param_comms",
+                        cpu + 5_000,
+                        30_000,
+                        **{
+                            "Collective name": "allreduce",
+                            "In msg nelems": 16 << 20,
+                            "dtype": "BFloat16",
+                            "Group size": 4,
+                        },
+                    ):
+                        b.launch(
+                            SEND,
+                            cpu_start=cpu + 10_000,
+                            gpu_start=t + arrive[r],
+                            gpu_dur=end - arrive[r],
+                            stream=20,
+                            **{"Process Group Name": "0", "Seq": k},
+                        )
+        out.append(b)
+    return out
+
+
+def diagnose_job(builders: list[KinetoTraceBuilder], tmp_path: Path):
+    from traceinsight.diagnose import diagnose
+
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    paths = [b.write(tmp_path / f"rank-{i}.json") for i, b in enumerate(builders)]
+    return diagnose(ingest(paths, tmp_path / "s.tistore", quiet=True), cache=False)
+
+
+def test_waiting_apart_from_transfer_and_the_last_arrival_is_the_straggler(
+    tmp_path: Path,
+) -> None:
+    r = diagnose_job(skew_job(), tmp_path)
+    cross = r.extra["cross_rank"]
+    assert cross["matching"]["by"] == {"process group and sequence number": 8}
+    for c in cross["collectives"]:  # waits 2.4 + 2.9 + 2.9 ms, the transfer 1.2 ms
+        assert (c["collective"], c["last_rank"], c["skew_ns"]) == ("all_reduce", 2, 2_900_000)
+        assert (c["transfer_ns"], c["wait_ns"]) == (TRANSFER, 8_200_000)
+    assert cross["wait_caused_ns"] == {"2": 16_400_000}
+    assert cross["waiting"] == {
+        "wait_ns": 16_400_000,
+        "transfer_ns": 8 * TRANSFER,
+        "wait_share_pct": pytest.approx(100 * 16.4 / 26.0),
+    }
+    v = r.metrics["values"]
+    # exposed comm: (3.6 + 4.1 + 1.2 + 4.1) ms per step over 4 x 10 ms; all waiting exposed
+    assert v["exposed_comm_pct"] == pytest.approx(32.5)
+    assert v["collective_wait_exposed_pct"] == pytest.approx(20.5)
+    assert v["exposed_comm_transfer_pct"] == pytest.approx(12.0)
+    # rank 0 computes most (12.5% over the median) but arrives before rank 2: rank 2 is named
+    assert v["straggler_rank"] == 2.0 and v["last_arrival_share_pct"] == 100.0
+    assert v["straggler_caused_wait_pct"] == 100.0
+    before = cross["straggler"]["before_arrival"]
+    assert before["parts_ns"]["compute"] == 0
+    assert before["parts_ns"]["host"] == 2 * 2_900_000  # its GPU idle, its host stalled
+    assert (before["collectives"], before["caused_wait_ns"]) == (2, 16_400_000)
+    assert v["straggler_before_host_pct"] == 100.0
+    f = {x.rule: x for x in r.findings}
+    s = f["straggler"]
+    assert s.title == "Ranks wait for the last one to arrive" and s.severity == "high"
+    assert s.impact_pct == pytest.approx(20.5)
+    assert "Rank 2 arrives last at 100.0%" in s.message
+    assert any("idles waiting for its CPU" in x for x in s.recommendations)
+    assert not any("computes longer" in x for x in s.recommendations)
+    # comm-bound keeps the transfer only (12% x 0.8), and says the rest is the straggler's
+    c = f["comm-bound"]
+    assert c.impact_pct == pytest.approx(9.6) and c.severity == "low"
+    assert "The rest, 20.5% of step time, is ranks waiting" in c.message
+
+
+def test_no_skew_leaves_all_exposed_communication_to_comm_bound(tmp_path: Path) -> None:
+    """The same job with every rank computing alike and arriving together: no waiting, no
+    straggler verdict; the exposed communication is all transfer."""
+    r = diagnose_job(
+        skew_job(dict.fromkeys(range(4), 4_100_000), dict.fromkeys(range(4), 4_000_000)),
+        tmp_path,
+    )
+    v = r.metrics["values"]
+    assert v["collective_wait_exposed_pct"] == 0.0 and v["collective_wait_share_pct"] == 0.0
+    assert v["exposed_comm_transfer_pct"] == v["exposed_comm_pct"] == pytest.approx(12.0)
+    assert r.extra["cross_rank"]["wait_caused_ns"] == {}
+    assert "straggler" not in {x.rule for x in r.findings}
+    c = next(x for x in r.findings if x.rule == "comm-bound")
+    assert c.impact_pct == pytest.approx(9.6) and "ranks waiting" not in c.message
