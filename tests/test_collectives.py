@@ -356,3 +356,37 @@ def test_corpus_rank_pair_impacts_and_straggler_is_the_last_arrival(tmp_path: Pa
     assert r.metrics["values"]["straggler_rank"] == 1.0
     assert cross["straggler"]["rank"] == 1
     assert sum(f.impact_pct or 0.0 for f in r.findings) <= 100.0
+
+
+# --- one rank: bus bandwidth against the fabric ------------------------------------------------
+
+
+def test_one_rank_far_below_the_fabric_reads_as_skew_or_transport(tmp_path: Path) -> None:
+    """Rank 0 of the skewed job alone: its all-reduce (32 MiB, 3.6 ms of which 2.4 ms waiting
+    for rank 2, 4 ranks) runs at 14.0 GB/s bus bandwidth, 3.1% of the H100's 450 GB/s NVLink:
+    the skew-or-transport reading comes before any volume advice."""
+    r = diagnose_job(skew_job()[:1], tmp_path)
+    v = r.metrics["values"]
+    assert v["device_fabric_gbs"] == 450.0
+    busbw = (16 << 20) * 2 / 3.6e-3 * 2 * 3 / 4 / 1e9
+    assert v["comm_busbw_gbs"] == pytest.approx(busbw)
+    assert v["comm_busbw_fabric_pct"] == pytest.approx(100 * busbw / 450)
+    c = next(x for x in r.findings if x.rule == "comm-bound")
+    assert c.recommendations[0].startswith("Read the bandwidth before the volume")
+    assert "Collect every rank's trace" in c.recommendations[0]
+
+
+def test_fabric_reading_withheld_near_the_fabric_rate(tmp_path: Path) -> None:
+    """One rank of the comm-bound sample: all-reduce at ~100 GB/s, 22% of NVLink: no
+    skew-or-transport reading; the volume / overlap advice leads."""
+    from conftest import SAMPLES
+
+    from traceinsight.diagnose import diagnose
+
+    p = SAMPLES / "synthetic_comm_bound_4rank" / "rank-0.json.gz"
+    r = diagnose(ingest([p], tmp_path / "s", quiet=True), cache=False)
+    v = r.metrics["values"]
+    assert v["comm_busbw_fabric_pct"] == pytest.approx(22.2, abs=0.1)
+    c = next(x for x in r.findings if x.rule == "comm-bound")
+    assert not any("before the volume" in x for x in c.recommendations)
+    assert c.recommendations[0].startswith("Overlap gradient reduction")

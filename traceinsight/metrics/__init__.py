@@ -65,6 +65,7 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         ("communication", lambda: comm.compute(an, ms)),
         ("cross-rank", lambda: ranks.compute(an, ms)),
         ("roofline", _roofline),
+        ("fabric", lambda: comm.fabric(an, ms, options)),
         ("precision", lambda: precision.compute(an, ms, options)),
     )
     errors = []

@@ -95,6 +95,29 @@ declare(
     needs="traces of 2 or more ranks with communication kernels",
 )
 
+declare(
+    "device_fabric_gbs",
+    "GB/s",
+    "the device's GPU-to-GPU fabric bandwidth (NVLink, xGMI) per GPU in one direction, from "
+    "the devices table",
+    needs="a known device with an NVLink / Infinity Fabric figure in the devices table",
+    hint="pass --device NAME (see `traceinsight devices`)",
+)
+declare(
+    "comm_busbw_gbs",
+    "GB/s",
+    "bus bandwidth (nccl-tests formulas) of the collective kind with the most kernel time, "
+    "median over its calls with a message size; kernel durations include any waiting for peers",
+    needs="communication kernels launched by record_param_comms with message sizes",
+)
+declare(
+    "comm_busbw_fabric_pct",
+    "%",
+    "comm_busbw_gbs against the device's fabric bandwidth: far below (< 10%) reads as ranks "
+    "waiting for each other or a slow transport, not data volume",
+    needs="collectives with message sizes on a device with a fabric figure",
+)
+
 UNATTRIBUTED = "unattributed"
 #: the split of communication time by collective kind (kinds from the launching op; kernels
 #: without a launch record in ``unattributed``): metric -> the kinds it sums
@@ -211,6 +234,31 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
         )
     out.sort(key=lambda x: -x["total_ns"])
     return out
+
+
+def fabric(an: Analysis, ms: MetricSet, opts: Any = None) -> None:
+    """The collectives' bus bandwidth against the device's fabric (one rank's reading of
+    whether communication moves data at the fabric's rate at all)."""
+    from traceinsight.metrics.options import RooflineOptions
+    from traceinsight.metrics.roofline import resolve_device
+
+    res, _ = resolve_device(an, opts or RooflineOptions())
+    spec = res.spec
+    peak = spec.fabric_bw if spec is not None else None
+    ms.set(
+        "device_fabric_gbs",
+        peak / 1e9 if peak else None,
+        why_missing="unknown device" if spec is None else f"no fabric figure for {spec.name}",
+    )
+    sized = [c for c in ms.evidence.get("collectives") or [] if c.get("busbw_bytes_per_s")]
+    top = max(sized, key=lambda c: c["total_ns"], default=None)
+    bw = top["busbw_bytes_per_s"] / 1e9 if top else None
+    ms.set("comm_busbw_gbs", bw, why_missing="no collective with a message size")
+    ms.set(
+        "comm_busbw_fabric_pct",
+        100.0 * bw / (peak / 1e9) if bw is not None and peak else None,
+        why_missing="needs the bus bandwidth and the device's fabric bandwidth",
+    )
 
 
 def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
