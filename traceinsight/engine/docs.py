@@ -80,7 +80,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         "Each rule is a YAML file: conditions over named metrics "
         "(`traceinsight rules --metrics`), "
         "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
-        "time the fix could recover), evidence tables and recommendations. Override a "
+        "time the fix could recover; with `less: [rules]` it counts only the time those "
+        "findings do not already explain, and all impacts add to at most 100%), evidence "
+        "tables and recommendations. Override a "
         "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
         "",
         'A recommendation, or a part of the message, is a string or `{text: "...", if: '

@@ -184,8 +184,9 @@ def _waits(
     wall = sum(b.wall_ns for b in an.breakdown.ranks.values())
     exp_pct = 100.0 * int(exposed.sum()) / wall if wall else None
     ms.set("collective_wait_exposed_pct", exp_pct, why_missing="no step time")
-    if exp_pct is not None and ms.values.get("exposed_comm_pct") is not None:
-        ms.set("exposed_comm_transfer_pct", max(0.0, ms.values["exposed_comm_pct"] - exp_pct))
+    exposed_comm = ms.values.get("exposed_comm_pct")
+    if exp_pct is not None and exposed_comm is not None:
+        ms.set("exposed_comm_transfer_pct", max(0.0, exposed_comm - exp_pct))
     caused = cross.get("wait_caused_ns") or {}
     if not caused or prof is None:
         for n in WAIT_NAMES[2:]:
