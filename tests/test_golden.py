@@ -127,6 +127,8 @@ def golden_path(path: Path) -> Path:
 @pytest.mark.parametrize("path", FILES, ids=[corpus_id(p) for p in FILES])
 def test_corpus_diagnosis_matches_golden(path: Path, request: pytest.FixtureRequest) -> None:
     result = diagnose(ingest([path], quiet=True))
+    # one story per cause: the impacts of a diagnosis never add up to more than the step
+    assert sum(f.impact_pct or 0.0 for f in result.findings) <= 100.0 + 1e-9
     got = normalize(json.loads(result.to_json()))
     target = golden_path(path)
     text = json.dumps(got, indent=1, sort_keys=True, ensure_ascii=False) + "\n"

@@ -298,6 +298,9 @@ class Finding:
     #: for a rule resting on modelled work: coverage metric, its value, the minimum for high and
     #: medium, and why the severity was capped (None when it was not)
     confidence: dict[str, Any] | None = None
+    #: how ``impact_pct`` was estimated: pct, ns (of the median step), method, basis, the
+    #: findings whose time it shares (engine/impacts.py); None when not estimated
+    impact: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
@@ -313,6 +316,7 @@ class Finding:
             value=d.get("value"),
             headline=d.get("headline"),
             confidence=d.get("confidence"),
+            impact=d.get("impact"),
         )
 
 

@@ -20,10 +20,13 @@ clock offset is the median difference of its collective ends from the others' (r
 times over all matched collectives), relative to the lowest rank. Offsets are reported; starts
 are aligned with them before skews are measured.
 
-**Straggler.** Per step, a rank's own time is its step time less its exposed communication
-(compute, GPU idle and copies: what the others wait for); a step's slowest rank is the one
-whose own time is largest and 2% over the step's median rank. The straggler is the rank most
-often the slowest (else the largest mean own time); it is slow "every step" when it is the
+**Straggler.** The rank the others wait for: each matched collective's waiting is charged to
+the rank that arrived last, and the straggler is the rank charged with the most (ties: the
+lower rank). Without any waiting measured, per step, a rank's own time is its step time less
+its exposed communication (compute, GPU idle and copies: what the others wait for); a step's
+slowest rank is the one whose own time is largest and 2% over the step's median rank, and the
+straggler is the rank most often the slowest (else the largest mean own time). Either way the
+profile says how often it is the slowest; it is slow "every step" when it is the
 slowest in at least 90% of the steps, else "sometimes". What it was doing, averaged over the
 steps it was slowest in: its excess over the other ranks' median in compute, in GPU idle time
 (host stalls: the GPU waits for the CPU), and in collective transfer time (slower collectives
@@ -36,6 +39,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from traceinsight.analysis.comm_kinds import bus_factor
 
 __all__ = ["cross_rank", "straggler_profile"]
 
@@ -62,7 +67,10 @@ def cross_rank(summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
     colls = _per_collective(matched, offsets, _group_sizes(summaries))
     steps, heat = _heatmaps(summaries)
     own = _own_frame(summaries)
-    slow = _slowest(own)
+    caused = _caused_waits(colls)
+    # the straggler is the rank the others waited for most (the last arrival), else the one
+    # with the most own work
+    slow = int(max(caused, key=lambda r: (caused[r], -r))) if caused else _slowest(own)
     last = (
         colls.loc[colls["last_rank"] >= 0, "last_rank"].value_counts().to_dict()
         if len(colls)
@@ -81,6 +89,8 @@ def cross_rank(summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
         "distributions": _distributions(table),
         **rank_tables(table),
         "last_arrivals": {str(int(k)): int(v) for k, v in sorted(last.items())},
+        "wait_caused_ns": {str(k): int(v) for k, v in sorted(caused.items())},
+        "waiting": _waiting(colls),
     }
     out["straggler"] = (
         straggler_profile(out, summaries, slow, own, colls) if slow is not None else None
@@ -159,6 +169,27 @@ def _match(recs: pd.DataFrame) -> pd.DataFrame:
     counts = df.groupby("key")["rank"].transform("nunique")
     df = df[counts >= 2]
     return df.drop_duplicates(["key", "rank"], keep="first")
+
+
+def _caused_waits(colls: pd.DataFrame) -> dict[int, int]:
+    """Per rank: the waiting (summed over the other ranks) at the collectives it reached last;
+    only ranks that caused some."""
+    if not len(colls):
+        return {}
+    late = colls[(colls["last_rank"] >= 0) & (colls["wait_ns"] > 0)]
+    got = late.groupby("last_rank")["wait_ns"].sum()
+    return {int(k): int(v) for k, v in got.items() if v > 0}
+
+
+def _waiting(colls: pd.DataFrame) -> dict[str, Any]:
+    """The matched collectives' rank-time split into waiting for the last rank and transfer."""
+    wait = int(colls["wait_ns"].sum()) if len(colls) else 0
+    transfer = int((colls["transfer_ns"] * colls["ranks"]).sum()) if len(colls) else 0
+    return {
+        "wait_ns": wait,
+        "transfer_ns": transfer,
+        "wait_share_pct": 100.0 * wait / (wait + transfer) if wait + transfer else None,
+    }
 
 
 def _matching_note(recs: pd.DataFrame, matched: pd.DataFrame) -> dict[str, Any]:
@@ -551,16 +582,3 @@ def _collective_excess(cross: dict[str, Any], rank: int, colls: pd.DataFrame | N
     steps = max(1, len(cross.get("steps") or []))
     extra = sum(float(per[k] - base[k]) * int((mine["kind"] == k).sum()) for k in common)
     return extra / steps
-
-
-def bus_factor(kind: str, n: int) -> float:
-    """The nccl-tests factor from algorithm to bus bandwidth of a collective ``kind`` over
-    ``n`` ranks (the one table of them: the metrics read it from here)."""
-    k = kind.lower().replace("_", "")
-    if n <= 1:
-        return 1.0
-    if "allreduce" in k:
-        return 2 * (n - 1) / n
-    if any(x in k for x in ("allgather", "reducescatter", "alltoall")):
-        return (n - 1) / n
-    return 1.0

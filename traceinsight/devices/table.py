@@ -94,6 +94,8 @@ _ENTRY_KEYS = {
     "tflops",
     "mem_bw_gbs",
     "mem_gib",
+    "fabric_gbs",
+    "fabric",
     "per_gcd",
     "source",
 }
@@ -127,6 +129,10 @@ class DeviceSpec:
     source: str
     per_gcd: bool = False
     match: tuple[str, ...] = field(default=(), repr=False)
+    #: GPU-to-GPU fabric (NVLink, xGMI) bandwidth per GPU in one direction, bytes/s, and its
+    #: name; None where the table does not state it (PCIe parts, user entries without it)
+    fabric_bw: float | None = None
+    fabric: str | None = None
 
     def __hash__(self) -> int:  # peak_flops is a dict; identity is the key
         return hash((self.key, self.name))
@@ -272,6 +278,10 @@ def _check_entry(e: Mapping[str, Any], label: str, path: Path, *, partial: bool)
         raise ConfigError(f"{label}: vendor must be one of {', '.join(_VENDORS)}", path=path)
     if "per_gcd" in e and not isinstance(e["per_gcd"], bool):
         raise ConfigError(f"{label}: per_gcd must be true or false", path=path)
+    if e.get("fabric_gbs") is not None and not _num(e["fabric_gbs"]):
+        raise ConfigError(
+            f"{label}: fabric_gbs must be a positive number, got {e['fabric_gbs']!r}", path=path
+        )
     for k in ("mem_bw_gbs", "mem_gib"):
         if k in e and not _num(e[k]):
             raise ConfigError(f"{label}: {k} must be a positive number, got {e[k]!r}", path=path)
@@ -334,6 +344,8 @@ def _build(e: Mapping[str, Any], path: Path) -> DeviceSpec:
         source=e.get("source") or f"user device file {path}",
         per_gcd=bool(e.get("per_gcd", False)),
         match=tuple(pats),
+        fabric_bw=float(e["fabric_gbs"]) * 1e9 if e.get("fabric_gbs") is not None else None,
+        fabric=str(e["fabric"]) if e.get("fabric") is not None else None,
     )
 
 

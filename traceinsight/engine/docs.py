@@ -37,6 +37,11 @@ def explain(rule: Rule) -> str:
         lines.append(
             f"Impact: {rule.impact['metric']} x {rule.impact.get('factor', 1)} "
             "(share of step time it could recover)"
+            + (
+                f", less the time of {', '.join(rule.impact['less'])} when they fire"
+                if rule.impact.get("less")
+                else ""
+            )
         )
     if rule.confidence:
         hi, med = rule.confidence.limits(th)
@@ -77,7 +82,9 @@ def rules_markdown(rules: list[Rule]) -> str:
         "Each rule is a YAML file: conditions over named metrics "
         "(`traceinsight rules --metrics`), "
         "thresholds with defaults, a severity ladder, an impact estimate (the share of step "
-        "time the fix could recover), evidence tables and recommendations. Override a "
+        "time the fix could recover; with `less: [rules]` it counts only the time those "
+        "findings do not already explain, and all impacts add to at most 100%), evidence "
+        "tables and recommendations. Override a "
         "threshold with `--set RULE.THRESHOLD=VALUE`; add or replace rules with `--rules DIR`.",
         "",
         'A recommendation, or a part of the message, is a string or `{text: "...", if: '
@@ -125,7 +132,17 @@ def rules_markdown(rules: list[Rule]) -> str:
         out.append("Fires when " + " and ".join(f"`{c.text(th)}`" for c in r.fires_if) + ".")
         out.append(_severity(r.severity, th))
         if r.impact:
-            out.append(f"Impact: `{r.impact['metric']}` x {r.impact.get('factor', 1)}.")
+            less = r.impact.get("less") or []
+            out.append(
+                f"Impact: `{r.impact['metric']}` x {r.impact.get('factor', 1)}"
+                + (
+                    f", less the time of {', '.join(f'`{x}`' for x in less)} when they "
+                    "fire (one story per cause)"
+                    if less
+                    else ""
+                )
+                + "."
+            )
         if r.confidence:
             hi, med = r.confidence.limits(th)
             out.append(

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceinsight.engine.docs import explain, rules_markdown  # noqa: F401 - the CLI and make docs use them
+from traceinsight.engine.impacts import share_impacts
 from traceinsight.engine.load import (  # noqa: F401 - the engine's public names
     CATEGORIES,
     OPS,
@@ -145,6 +146,7 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
                     "traceback": traceback.format_exc(limit=5),
                 }
             )
+    share_impacts(findings, rules, values)
     findings.sort(key=finding_sort_key)
     return Evaluation(findings, statuses, errors)
 

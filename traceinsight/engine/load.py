@@ -452,10 +452,13 @@ def parse_rule(data: Any, source: str) -> Rule:
     if impact is not None and (
         not isinstance(impact, dict)
         or impact.get("metric") not in REGISTRY
-        or set(impact) - {"metric", "factor", "max"}
+        or set(impact) - {"metric", "factor", "max", "less"}
+        or not all(isinstance(x, str) for x in impact.get("less") or [])
     ):
         raise ConfigError(
-            "impact is {metric: <declared metric>, factor: 0..1, max: pct}", path=source
+            "impact is {metric: <declared metric>, factor: 0..1, max: pct, "
+            "less: [ids of rules whose time it shares]}",
+            path=source,
         )
     value = data.get("value")
     if value is not None and value not in REGISTRY:

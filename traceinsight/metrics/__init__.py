@@ -66,6 +66,7 @@ GROUPS: list[MetricGroup] = [
     MetricGroup("communication", comm.compute, (comm,)),
     MetricGroup("cross-rank", ranks.compute, (ranks,)),
     MetricGroup("roofline", roofline.compute, (roofline,), options=True),
+    MetricGroup("fabric", comm.fabric, (comm,), options=True),
     MetricGroup("precision", precision.compute, (precision,), options=True),
     MetricGroup("serving", serving.compute, (serving,)),
     MetricGroup("host", host.compute, (host,)),

@@ -11,14 +11,20 @@ rank's, and by which rank arrives last at the collectives (n-th collective of ea
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from traceinsight.analysis import Analysis, by_rank
-from traceinsight.analysis.collectives import bus_factor
+from traceinsight.analysis.comm_kinds import (
+    ALL_TO_ALL,
+    BY_NONE,
+    DTYPE_BYTES,
+    bus_factor,
+    collective_kind,
+    launch_kinds,
+)
 from traceinsight.metrics.registry import MetricSet, declare
 
 declare(
@@ -38,6 +44,23 @@ declare(
     "reductions) share of communication kernel time",
     needs="communication kernels",
 )
+for _name, _what in (
+    ("comm_all_gather_pct", "all-gather (FSDP/ZeRO parameter gathering)"),
+    ("comm_reduce_scatter_pct", "reduce-scatter (FSDP/ZeRO gradient sharding)"),
+    ("comm_broadcast_pct", "broadcast and reduce"),
+    ("comm_other_kind_pct", "collectives of no known kind (barrier, custom)"),
+    (
+        "comm_unattributed_pct",
+        "communication kernels without a launch record (their collective unknown)",
+    ),
+):
+    declare(
+        _name,
+        "%",
+        f"{_what} share of communication kernel time; with the other comm_*_pct splits it "
+        "adds to 100% (kinds from the launching op)",
+        needs="communication kernels",
+    )
 declare(
     "straggler_excess_pct",
     "%",
@@ -72,52 +95,41 @@ declare(
     needs="traces of 2 or more ranks with communication kernels",
 )
 
-DTYPE_BYTES = {
-    "float": 4,
-    "float32": 4,
-    "bfloat16": 2,
-    "half": 2,
-    "float16": 2,
-    "double": 8,
-    "float64": 8,
-    "int": 4,
-    "int32": 4,
-    "long": 8,
-    "int64": 8,
-    "int8": 1,
-    "uint8": 1,
-    "char": 1,
-    "byte": 1,
-    "bool": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-}
-_COLL_RE = re.compile(
-    r"(all_?reduce|allreduce|cross_device_reduce|all_?gather|allgather|"
-    r"reduce_?scatter|reducescatter|all_?to_?all|alltoall|all2all|dispatch|"
-    r"combine|broadcast|sendrecv|send|recv|reduce)",
-    re.IGNORECASE,
+declare(
+    "device_fabric_gbs",
+    "GB/s",
+    "the device's GPU-to-GPU fabric bandwidth (NVLink, xGMI) per GPU in one direction, from "
+    "the devices table",
+    needs="a known device with an NVLink / Infinity Fabric figure in the devices table",
+    hint="pass --device NAME (see `traceinsight devices`)",
 )
-#: collective kinds of expert-parallel / embedding exchanges (all-to-all and its point-to-point
-#: form): their overlap levers differ from gradient all-reduce
-ALL_TO_ALL = ("all_to_all", "sendrecv", "send", "recv")
+declare(
+    "comm_busbw_gbs",
+    "GB/s",
+    "bus bandwidth (nccl-tests formulas) of the collective kind with the most kernel time, "
+    "median over its calls with a message size; kernel durations include any waiting for peers",
+    needs="communication kernels launched by record_param_comms with message sizes",
+)
+declare(
+    "comm_busbw_fabric_pct",
+    "%",
+    "comm_busbw_gbs against the device's fabric bandwidth: far below (< 10%) reads as ranks "
+    "waiting for each other or a slow transport, not data volume",
+    needs="collectives with message sizes on a device with a fabric figure",
+)
 
-
-def collective_kind(name: str) -> str:
-    m = _COLL_RE.search(name or "")
-    if not m:
-        return "other"
-    k = m.group(1).lower().replace("_", "")
-    return {
-        "allreduce": "all_reduce",
-        "crossdevicereduce": "all_reduce",
-        "allgather": "all_gather",
-        "reducescatter": "reduce_scatter",
-        "alltoall": "all_to_all",
-        "all2all": "all_to_all",
-        "dispatch": "all_to_all",
-        "combine": "all_to_all",
-    }.get(k, k)
+UNATTRIBUTED = "unattributed"
+#: the split of communication time by collective kind (kinds from the launching op; kernels
+#: without a launch record in ``unattributed``): metric -> the kinds it sums
+SPLIT = {
+    "comm_all_reduce_pct": ("all_reduce",),
+    "comm_all_gather_pct": ("all_gather",),
+    "comm_reduce_scatter_pct": ("reduce_scatter",),
+    "comm_all_to_all_pct": ALL_TO_ALL,
+    "comm_broadcast_pct": ("broadcast", "reduce"),
+    "comm_other_kind_pct": ("other",),
+    "comm_unattributed_pct": (UNATTRIBUTED,),
+}
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
@@ -131,21 +143,14 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     )
     ms.evidence["collectives"] = colls = _collectives(an, comm)
     tot = sum(c["total_ns"] for c in colls)
-    why = "no communication kernels"
-    ms.set(
-        "comm_all_to_all_pct",
-        100.0 * sum(c["total_ns"] for c in colls if c["collective"] in ALL_TO_ALL) / tot
-        if tot
-        else None,
-        why_missing=why,
-    )
-    ms.set(
-        "comm_all_reduce_pct",
-        100.0 * sum(c["total_ns"] for c in colls if c["collective"] == "all_reduce") / tot
-        if tot
-        else None,
-        why_missing=why,
-    )
+    for name, kinds in SPLIT.items():
+        ms.set(
+            name,
+            100.0 * sum(c["total_ns"] for c in colls if c["collective"] in kinds) / tot
+            if tot
+            else None,
+            why_missing="no communication kernels",
+        )
     if ms.get("comm_pct") == 0.0 and ms.get("comm_overlap_pct") is None:
         # the overlap is always stated: a run without communication hides none
         ms.set("comm_overlap_pct", 0.0)
@@ -153,6 +158,9 @@ def compute(an: Analysis, ms: MetricSet) -> None:
 
 
 def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
+    """Per collective kind (from the launching op; kernels without a launch record as
+    ``unattributed``): calls, time, share of communication time, message size, bus
+    bandwidth and which kernels ran it."""
     if not len(comm):
         return []
     ops = an.attribution.ops
@@ -171,7 +179,7 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
     gsz = ops_full["group_size"].to_numpy()
     dts = ops_full["dtype"].astype(object).to_numpy()
     cname = ops_full["collective_name"].astype(object).to_numpy()
-    coll = np.full(len(comm), None, dtype=object)
+    kinds, how = launch_kinds(an, comm)
     for _ in range(8):
         ok = (cur >= 0) & np.isnan(size_bytes)
         if not ok.any():
@@ -180,45 +188,77 @@ def _collectives(an: Analysis, comm: pd.DataFrame) -> list[dict]:
         has = ok & ~pd.isna(in_n[c])
         for i in np.flatnonzero(has):
             j = c[i]
-            kind = str(cname[j] or "")
+            kind = str(cname[j] or "") if not pd.isna(cname[j]) else ""
+            if not kind:
+                kind = str(kinds[i])
             n_el = out_n[j] if "gather" in kind.lower() and not pd.isna(out_n[j]) else in_n[j]
             bpe = DTYPE_BYTES.get(str(dts[j]).lower().replace("c10::", ""), np.nan)
             size_bytes[i] = float(n_el) * bpe
             group[i] = gsz[j]
-            coll[i] = kind or None
         cur = np.where(ok & ~has, parent[c], -1)
     names = comm["name"].astype(str).to_numpy()
-    kinds = np.array([collective_kind(c if c else n) for c, n in zip(coll, names)], dtype=object)
     ws = max([r.get("distributed", {}).get("world_size") or 0 for r in an.store.ranks] or [0])
     df = pd.DataFrame(
         {
-            "kind": kinds,
+            "kind": np.where(how == BY_NONE, UNATTRIBUTED, kinds),
+            "how": how,
+            "kernel_kind": [collective_kind(x) for x in names],
             "dur": comm["dur_ns"].to_numpy(np.int64),
             "bytes": size_bytes,
             "n": np.where(np.isnan(group), ws or 1, group),
         }
     )
+    total = int(df["dur"].sum())
     out: list[dict[str, Any]] = []
     for kind, d in df.groupby("kind"):
         sized = d[d["bytes"].notna() & (d["dur"] > 0)]
         busbw = None
-        if len(sized):
+        if len(sized) and kind != UNATTRIBUTED:
             alg = sized["bytes"] / (sized["dur"] / 1e9)
             fac = np.array([bus_factor(str(kind), int(n)) for n in sized["n"]])
             busbw = float(np.median(alg * fac))
+        by_kernel = d.groupby("kernel_kind")["dur"].sum().sort_values(ascending=False)
         out.append(
             {
                 "collective": str(kind),
                 "count": len(d),
                 "total_ns": int(d["dur"].sum()),
+                "share_pct": 100.0 * float(d["dur"].sum()) / total if total else None,
                 "mean_ns": float(d["dur"].mean()),
                 "max_ns": int(d["dur"].max()),
                 "median_bytes": float(sized["bytes"].median()) if len(sized) else None,
                 "busbw_bytes_per_s": busbw,
+                "kind_from": str(d["how"].mode().iloc[0]),
+                "kernel_kinds": {str(k): int(v) for k, v in by_kernel.items()},
             }
         )
     out.sort(key=lambda x: -x["total_ns"])
     return out
+
+
+def fabric(an: Analysis, ms: MetricSet, opts: Any = None) -> None:
+    """The collectives' bus bandwidth against the device's fabric (one rank's reading of
+    whether communication moves data at the fabric's rate at all)."""
+    from traceinsight.metrics.options import RooflineOptions
+    from traceinsight.metrics.roofline import resolve_device
+
+    res, _ = resolve_device(an, opts or RooflineOptions())
+    spec = res.spec
+    peak = spec.fabric_bw if spec is not None else None
+    ms.set(
+        "device_fabric_gbs",
+        peak / 1e9 if peak else None,
+        why_missing="unknown device" if spec is None else f"no fabric figure for {spec.name}",
+    )
+    sized = [c for c in ms.evidence.get("collectives") or [] if c.get("busbw_bytes_per_s")]
+    top = max(sized, key=lambda c: c["total_ns"], default=None)
+    bw = top["busbw_bytes_per_s"] / 1e9 if top else None
+    ms.set("comm_busbw_gbs", bw, why_missing="no collective with a message size")
+    ms.set(
+        "comm_busbw_fabric_pct",
+        100.0 * bw / (peak / 1e9) if bw is not None and peak else None,
+        why_missing="needs the bus bandwidth and the device's fabric bandwidth",
+    )
 
 
 def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:

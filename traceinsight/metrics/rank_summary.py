@@ -53,28 +53,7 @@ STEP_KEYS = (
 )
 #: the columns of a rank's collective records
 COLL_KEYS = ("kind", "pg", "seq", "stream", "step", "start_ns", "dur_ns", "bytes", "group_size")
-SUMMARY_VERSION = 1
-
-_DTYPE_BYTES = {
-    "float": 4,
-    "float32": 4,
-    "bfloat16": 2,
-    "half": 2,
-    "float16": 2,
-    "double": 8,
-    "float64": 8,
-    "int": 4,
-    "int32": 4,
-    "long": 8,
-    "int64": 8,
-    "int8": 1,
-    "uint8": 1,
-    "char": 1,
-    "byte": 1,
-    "bool": 1,
-    "float8_e4m3fn": 1,
-    "float8_e5m2": 1,
-}
+SUMMARY_VERSION = 2
 
 
 def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]:
@@ -241,7 +220,7 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
     """One record per communication kernel of ``rank``, columnar: its collective kind, process
     group and sequence number (from the ``record_param_comms`` op that launched it, or the
     kernel's own args), stream, step, start, duration and message size."""
-    from traceinsight.metrics.comm import collective_kind
+    from traceinsight.analysis.comm_kinds import DTYPE_BYTES, launch_kinds
 
     g = an.attribution.gpu
     comm = g[(g["rank"] == rank) & (g["kind"] == "kernel") & (g["cls"] == "communication")]
@@ -284,19 +263,17 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
         nxt = np.full(n, -1, dtype=np.int64)
         nxt[up] = parent[cur[up]]
         cur = nxt
-    kinds: list[str | None] = []
+    kinds, _how = launch_kinds(an, comm)
     pgs: list[str | None] = []
     seqs: list[int | None] = []
     sizes: list[int | None] = []
     groups: list[int | None] = []
-    names = comm["name"].astype(str).to_numpy()
     # the kernel's own args (newer PyTorch copies Process Group Name and Seq onto it)
     k_pg = comm["pg_name"].to_numpy() if "pg_name" in comm else np.full(n, None)
     k_seq = comm["seq"].to_numpy() if "seq" in comm else np.full(n, None)
     for i in range(n):
         j = found[i]
         if j < 0:
-            kinds.append(collective_kind(names[i]))
             has_seq = not (pd.isna(k_seq[i]) or pd.isna(k_pg[i]))
             pgs.append(str(k_pg[i]) if has_seq else None)
             seqs.append(int(k_seq[i]) if has_seq else None)
@@ -305,7 +282,7 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
             continue
         row = full.iloc[j]
         cname = str(row["collective_name"]) if not pd.isna(row["collective_name"]) else ""
-        kinds.append(collective_kind(cname or names[i]))
+        cname = cname or str(kinds[i])
         pg = row.get("pg_name")
         seq = row.get("seq") if "seq" in row else None
         if (seq is None or pd.isna(seq)) and not pd.isna(k_seq[i]):  # the kernel's own
@@ -317,12 +294,12 @@ def collective_records(an: Any, rank: int) -> dict[str, list[Any]]:
             if ("gather" in cname.lower() and not pd.isna(row["out_msg_nelems"]))
             else row["in_msg_nelems"]
         )
-        bpe = _DTYPE_BYTES.get(str(row["dtype"]).lower().replace("c10::", ""))
+        bpe = DTYPE_BYTES.get(str(row["dtype"]).lower().replace("c10::", ""))
         sizes.append(int(nel) * bpe if bpe is not None and not pd.isna(nel) else None)
         groups.append(None if pd.isna(row["group_size"]) else int(row["group_size"]))
     steps = [None if s is None or pd.isna(s) else int(s) for s in comm["step"].to_numpy()]
     return {
-        "kind": kinds,
+        "kind": [str(k) for k in kinds],
         "pg": pgs,
         "seq": seqs,
         "stream": [int(s) for s in comm["stream"].to_numpy()],

@@ -10,11 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.collective_waits import before_arrival, exposed_waits, matched_waits
 from traceinsight.analysis.collectives import cross_rank, straggler_profile
 from traceinsight.metrics.rank_summary import RankTask, summaries, summarize_partition
-from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.metrics.registry import MetricSet, declare, declare_fact
 from traceinsight.store import partitions
 from traceinsight.util.distributed import current
+from traceinsight.util.fmt import fmt_pct
 
 declare(
     "straggler_slow_steps_pct",
@@ -38,7 +40,66 @@ declare(
     needs="traces of 2 or more ranks with collectives",
 )
 
+declare(
+    "collective_wait_share_pct",
+    "%",
+    "share of the matched collectives' kernel time (all ranks) spent waiting for the last "
+    "rank to arrive; the rest is transfer",
+    needs="traces of 2 or more ranks with collectives matched across them",
+    hint="pass the folder with every rank's trace",
+)
+declare(
+    "collective_wait_exposed_pct",
+    "%",
+    "waiting for the last rank inside matched collectives while no compute kernel runs, % of "
+    "step time (all ranks): the arrival skew's cost",
+    needs="traces of 2 or more ranks with collectives matched across them",
+    hint="pass the folder with every rank's trace",
+)
+declare(
+    "exposed_comm_transfer_pct",
+    "%",
+    "exposed communication that is transfer: exposed_comm_pct less the exposed waiting for "
+    "late ranks (with one rank, where waiting cannot be told apart, exposed_comm_pct)",
+    needs="communication kernels",
+)
+declare(
+    "straggler_caused_wait_pct",
+    "%",
+    "share of all waiting in matched collectives that the straggler rank causes (it arrived last)",
+    needs="traces of 2 or more ranks with collectives matched across them",
+)
+for _part in ("compute", "host", "input"):
+    declare(
+        f"straggler_before_{_part}_pct",
+        "%",
+        f"share of the time the others waited for the straggler that it spent in {_part} "
+        "(compute kernels; host: its GPU idle waiting for the CPU; input: data loading)",
+        needs="traces of 2 or more ranks with collectives matched across them",
+    )
+declare_fact(
+    "straggler_before_arrival",
+    "what the straggler rank was doing while the others waited for it, largest part first",
+)
+
 NAMES = ("straggler_slow_steps_pct", "collective_wait_pct", "ranks_clock_offset_ns")
+WAIT_NAMES = (
+    "collective_wait_share_pct",
+    "collective_wait_exposed_pct",
+    "straggler_caused_wait_pct",
+    "straggler_before_compute_pct",
+    "straggler_before_host_pct",
+    "straggler_before_input_pct",
+)
+#: how the parts of what the straggler did read in the texts
+BEFORE_TEXT = {
+    "compute": "computing (GPU kernels)",
+    "host": "its GPU idle waiting for the CPU (host work, launches, syncs)",
+    "input": "loading input (its GPU idle in the data loader)",
+    "device wait": "GPU work queued behind other streams",
+    "other GPU work": "other GPU work (copies, other communication)",
+    "unknown": "GPU idle for no recorded reason",
+}
 
 
 def rank_summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]:
@@ -56,22 +117,30 @@ def rank_summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, 
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
+    ms.set(
+        "exposed_comm_transfer_pct",
+        ms.values.get("exposed_comm_pct"),
+        why_missing=ms.missing.get("exposed_comm_pct", "no GPU activity"),
+    )
     if len(an.store.ranks) < 2:
-        for n in NAMES:
+        for n in NAMES + WAIT_NAMES:
             ms.set(n, None, why_missing="needs traces of 2 or more ranks")
         return
     sums = rank_summaries(an, ms)
     cross = cross_rank(sums)
     ms.evidence["cross_rank"] = cross
     if cross is None:
-        for n in NAMES:
+        for n in NAMES + WAIT_NAMES:
             ms.set(n, None, why_missing="needs traces of 2 or more ranks")
         return
+    waited = bool(cross.get("wait_caused_ns"))
     named = ms.values.get("straggler_rank")
-    prof = (
-        straggler_profile(cross, sums, int(named)) if named is not None else cross.get("straggler")
-    )
+    if waited or named is None:  # the last arrival the others waited for
+        prof = cross.get("straggler")
+    else:
+        prof = straggler_profile(cross, sums, int(named))
     ms.evidence["straggler"] = prof
+    _waits(an, ms, sums, cross, prof)
     ms.set(
         "straggler_slow_steps_pct",
         100.0 * prof["slowest_steps"] / prof["steps"] if prof and prof["steps"] else None,
@@ -89,3 +158,60 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         float(cross["max_clock_offset_ns"]) if cross["matching"]["matched"] else None,
         why_missing="no collectives matched across ranks",
     )
+
+
+def _waits(
+    an: Analysis,
+    ms: MetricSet,
+    sums: list[dict[str, Any]],
+    cross: dict[str, Any],
+    prof: dict[str, Any] | None,
+) -> None:
+    """Waiting apart from transfer; with waiting, the straggler is the last arrival: its rank,
+    the share of the collectives it reached last, the waiting (exposed) it stands for and what
+    it was doing meanwhile."""
+    why = "no collectives matched across ranks"
+    waits = matched_waits(sums)
+    if not len(waits):
+        for n in WAIT_NAMES:
+            ms.set(n, None, why_missing=why)
+        return
+    total = int(waits["dur_ns"].sum())
+    ms.set(
+        "collective_wait_share_pct", 100.0 * int(waits["wait_ns"].sum()) / total if total else None
+    )
+    exposed = exposed_waits(an, waits)
+    wall = sum(b.wall_ns for b in an.breakdown.ranks.values())
+    exp_pct = 100.0 * int(exposed.sum()) / wall if wall else None
+    ms.set("collective_wait_exposed_pct", exp_pct, why_missing="no step time")
+    exposed_comm = ms.values.get("exposed_comm_pct")
+    if exp_pct is not None and exposed_comm is not None:
+        ms.set("exposed_comm_transfer_pct", max(0.0, exposed_comm - exp_pct))
+    caused = cross.get("wait_caused_ns") or {}
+    if not caused or prof is None:
+        for n in WAIT_NAMES[2:]:
+            ms.set(n, None, why_missing="no rank arrived last with others waiting")
+        return
+    rank = int(prof["rank"])
+    ms.set("straggler_rank", float(rank))
+    ms.set("straggler_wait_pct", exp_pct)  # the straggler verdict owns the waiting
+    with_last = int((waits.drop_duplicates("key")["last_rank"] >= 0).sum())
+    mine = int(cross.get("last_arrivals", {}).get(str(rank), 0))
+    ms.set("last_arrival_share_pct", 100.0 * mine / with_last if with_last else None)
+    ms.set("straggler_caused_wait_pct", 100.0 * caused.get(str(rank), 0) / sum(caused.values()))
+    before = before_arrival(an, waits, rank)
+    prof["before_arrival"] = before
+    parts = (before or {}).get("parts_ns") or {}
+    spent = sum(parts.values())
+    for part in ("compute", "host", "input"):
+        ms.set(
+            f"straggler_before_{part}_pct",
+            100.0 * parts.get(part, 0) / spent if spent else None,
+            why_missing="the straggler's timeline before it arrived is empty",
+        )
+    if spent:
+        shown = sorted((k for k in parts if parts[k] >= spent / 100), key=lambda k: -parts[k])[:3]
+        ms.set_fact(
+            "straggler_before_arrival",
+            "; ".join(f"{BEFORE_TEXT[k]} {fmt_pct(100.0 * parts[k] / spent, 0)}" for k in shown),
+        )

@@ -17,6 +17,16 @@ _CAUSES = {
 }
 
 
+_BEFORE = {
+    "compute": "compute (GPU kernels)",
+    "host": "GPU idle, waiting for the CPU (host work, launches, syncs)",
+    "input": "GPU idle, loading input",
+    "device wait": "GPU work queued behind other streams",
+    "other GPU work": "other GPU work (copies, other communication)",
+    "unknown": "GPU idle, no recorded reason",
+}
+
+
 @provider("straggler")
 def _straggler(ms: MetricSet, an: Any, p: dict) -> list[dict]:
     prof = ms.evidence.get("straggler")
@@ -38,11 +48,29 @@ def _straggler(ms: MetricSet, an: Any, p: dict) -> list[dict]:
         f"last to arrive at {prof['last_arrivals']} of {prof['matched_collectives']} "
         "matched collectives"
     )
-    return [
+    out = []
+    before = prof.get("before_arrival")
+    if before:
+        parts = [[_BEFORE.get(k, k), v] for k, v in before["parts_ns"].items() if v > 0]
+        parts.sort(key=lambda r: -r[1])
+        out.append(
+            table(
+                f"What rank {prof['rank']} was doing while the others waited for it",
+                [("part", "text"), ("time", "ns")],
+                parts,
+                note=(
+                    f"over the {before['collectives']} collectives it reached last: "
+                    f"{fmt_ns(before['skew_ns'])} between the first rank's arrival and its "
+                    f"own, {fmt_ns(before['caused_wait_ns'])} of waiting on the other ranks"
+                ),
+            )
+        )
+    out.append(
         table(
             f"What rank {prof['rank']} does more than the median rank, per step",
             [("part", "text"), ("excess per step", "ns")],
             rows,
             note=note,
         )
-    ]
+    )
+    return out
