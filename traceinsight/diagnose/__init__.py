@@ -183,6 +183,7 @@ def _diagnose_plain(
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import memory as memory_parts
     from traceinsight.diagnose import sections
+    from traceinsight.metrics.slices import slice_rates
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
@@ -262,6 +263,7 @@ def _diagnose_plain(
         rollups={
             **sections.rollups(an),
             "step_basis": sections.step_basis(an, ms),
+            "slice": slice_rates(an, sections.trace_format(store)),
             "module_types": an.rollup("module-type").to_dict("records"),
         },
         roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),

@@ -267,8 +267,9 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
     ]
     lines += _comparability_lines(c.get("comparability"), width)
     st = c["step_time"]
+    per = c.get("per") or "step"  # "second": a time slice on a side, every part per second
     rows = []
-    for q in ("p50", "p90", "max", "mean"):
+    for q in ("p50", "p90", "max", "mean") if per == "step" else ():
         va, vb = st["before"][q], st["after"][q]
         d = None if va is None or vb is None else vb - va
         rows.append(
@@ -280,7 +281,7 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
                 fmt.signed_pct(100 * d / va) if d is not None and va else "–",
             ]
         )
-    if c["throughput"]:
+    if c["throughput"] and per == "step":
         t = c["throughput"]
         rows.append(
             [
@@ -297,7 +298,7 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
         va, vb = r["before_ns"], r["after_ns"]
         rows.append(
             [
-                f"  {r['part']} / step",
+                f"  {r['part']} / {'s' if per == 'second' else 'step'}",
                 fmt.fmt_ns(va),
                 fmt.fmt_ns(vb),
                 fmt.signed_ns(r["delta_ns"]),
@@ -306,12 +307,18 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
         )
     lines.append(fmt.table(rows, ["", "before", "after", "delta", "%"], align="lrrrr"))
     lines.append("")
-    lines.append(
-        "Contributors to the change of mean step time "
-        f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
-        f"{fmt.signed_ns(c['total_delta_ns'])}), "
-        f"compute split by {c['explained_by']}:"
-    )
+    if per == "second":
+        lines.append(
+            "Contributors per second of capture (each side's parts sum to 1 s; no step "
+            f"markers, so no step time), compute split by {c['explained_by']}:"
+        )
+    else:
+        lines.append(
+            "Contributors to the change of mean step time over the representative steps "
+            f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
+            f"{fmt.signed_ns(c['total_delta_ns'])}), "
+            f"compute split by {c['explained_by']}:"
+        )
     if not (c.get("comparability") or {}).get("comparable", True):
         lines.append("  (not comparable: names pair only where identical on both sides; see above)")
     contrib = c["contributors"]
@@ -405,10 +412,20 @@ def _comparability_lines(comp: dict[str, Any] | None, width: int) -> list[str]:
         )
     n = comp.get("normalised")
     if n:
-        lines.append(
-            f"Normalised per {'modelled FLOP' if n['by'] == 'flop' else 'token'} "
-            f"({n['basis']}): {fmt.signed_pct(n['delta_pct'])}."
-        )
+        per = {"flop": "modelled FLOP", "token": "token"}.get(n["by"], n.get("unit") or n["by"])
+        if n.get("delta_pct") is None:
+            lines.append(
+                wrap(
+                    f"Rate: {per} ({n['basis']}): {fmt.fmt_ns(n['before'])} → "
+                    f"{fmt.fmt_ns(n['after'])}."
+                )
+            )
+        else:
+            lines.append(
+                wrap(f"Normalised per {per} ({n['basis']}): {fmt.signed_pct(n['delta_pct'])}.")
+                if n["by"] in ("flop", "token")
+                else wrap(f"Normalised: {per} ({n['basis']}): {fmt.signed_pct(n['delta_pct'])}.")
+            )
     p = comp.get("pairing")
     if p:
         names = [f"+{x}" for x in p["added"][:3]] + [f"−{x}" for x in p["removed"][:3]]

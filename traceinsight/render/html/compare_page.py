@@ -126,8 +126,10 @@ def build_compare_view(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ref(st: dict[str, Any]) -> str:
-    """The step-time statistic a compare leads with: p50, else the mean."""
-    return "p50" if st.get("p50_delta_pct") is not None else "mean"
+    """The step-time statistic a compare leads with (the headline's and the waterfall's)."""
+    if st.get("statistic") in ("mean", "p50"):
+        return str(st["statistic"])
+    return "p50" if st.get("p50_delta_pct") is not None else "mean"  # an older compare
 
 
 def _compare_verdict(c: dict[str, Any]) -> tuple[str, str]:
