@@ -8,7 +8,6 @@ name and ``--fail-if-slower`` refuses to pass a gate it cannot judge (exit 2 wit
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +73,7 @@ def test_a_slice_pair_is_compared_per_unit_of_work_never_per_step(tmp_path: Path
     assert c["per"] == "second"
     comp = c["comparability"]
     assert not comp["comparable"]
-    assert [d["what"] for d in comp["differences"]][0] == "step markers"
+    assert next(d["what"] for d in comp["differences"]) == "step markers"
     norm = comp["normalised"]
     assert norm["by"] == "unit" and norm["before"] == 1_000_000 and norm["after"] == 1_200_000
     assert norm["delta_pct"] == pytest.approx(20.0)
@@ -109,7 +108,7 @@ def test_the_gate_refuses_a_slice_and_judges_the_unit_when_allowed(tmp_path: Pat
 
 
 def test_the_advice_is_in_the_inputs_vocabulary() -> None:
-    from traceinsight.metrics.slices import mark_steps_hint
+    from traceinsight.util.vocab import mark_steps_hint
 
     assert "--capture-range=cudaProfilerApi" in mark_steps_hint("nsys")
     assert "torch.cuda.profiler.start()" in mark_steps_hint("nsys")

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from traceinsight.metrics.slices import mark_steps_hint
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
+from traceinsight.util.vocab import mark_steps_hint
 
 #: fewer representative steps than this on a side: the step time is not a stable measurement
 MIN_STEPS = 3

@@ -183,10 +183,10 @@ def _diagnose_plain(
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import memory as memory_parts
     from traceinsight.diagnose import sections
-    from traceinsight.metrics.slices import slice_rates
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
+    from traceinsight.metrics.slices import slice_rates
 
     compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
     an = Analysis(store)

@@ -19,28 +19,13 @@ import pandas as pd
 from traceinsight.analysis import Analysis
 from traceinsight.analysis import intervals as iv
 from traceinsight.util.safetext import for_terminal
+from traceinsight.util.vocab import mark_steps_hint
 
 MIN_INSTANCES = 2  #: a unit of work repeats at least this often on every rank
 MAX_UNITS = 5  #: units listed, by the time their instances span
 MAX_NAME = 80
 #: range kinds that are units of work, and how they are called
 UNIT_KINDS = {"nvtx": "NVTX range", "annotation": "annotation", "layer": "layer call"}
-
-HINT_NSYS = (
-    "mark the steps: push an NVTX range around each iteration (torch.cuda.nvtx.range_push("
-    "'step') / range_pop(), or nvtx.annotate), or record a fixed window of iterations with "
-    "nsys profile --capture-range=cudaProfilerApi and torch.cuda.profiler.start() / stop() "
-    "around them"
-)
-HINT_KINETO = (
-    "mark the steps: record with a torch.profiler.schedule(wait=..., warmup=..., active=...) "
-    "and call prof.step() once per iteration, so every iteration is a ProfilerStep#N"
-)
-
-
-def mark_steps_hint(fmt_name: str | None) -> str:
-    """How to mark steps in the vocabulary of the input's profiler (``trace.format``)."""
-    return HINT_NSYS if "nsys" in str(fmt_name or "").lower() else HINT_KINETO
 
 
 def _name(x: Any) -> str:
