@@ -124,6 +124,9 @@ def render(
                         for r in ev["rows"]
                     ]
                     lines.append(_wrap("evidence: " + "; ".join(parts), "       ", width))
+                    conf = describe.confidence_text(f.confidence)
+                    if conf:
+                        lines.append(_wrap(conf, "       ", width))
                 elif ev.get("kind") == "table" and (verbose or ev is _main_table(f)):
                     lines.append(
                         render_table(
@@ -208,8 +211,13 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     if srs:
         q = srs[0]["step_time_ns"]
         out.append(
-            f"  {describe.steps_text(result)} (rank {srs[0]['rank']}: p50 "
-            f"{fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
+            f"  {describe.steps_text(result)} (rank {srs[0]['rank']}"
+            + (
+                f", over its {srs[0]['steps_representative']} representative"
+                if srs[0].get("steps_representative", srs[0].get("steps")) != srs[0].get("steps")
+                else ""
+            )
+            + f": p50 {fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
             f"max {fmt.fmt_ns(q['max'])})"
         )
         left = [
@@ -217,8 +225,29 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         ]
         if left:
             out.append(f"  left out of the step statistics: {', '.join(left[:8])}")
+        kept = [f"step {x['step']} ({x['detail']})" for r in srs for x in r.get("steps_kept") or []]
+        if kept:
+            out.append(
+                _wrap("  kept in the step statistics: " + "; ".join(kept[:3]), "    ", width)
+            )
     else:
-        out.append("  steps: none marked (the whole GPU span is one window)")
+        sl = result.rollups.get("slice") or {}
+        if sl.get("span_ns"):
+            rate = sl.get("kernel_ns_per_s")
+            line = (
+                f"  steps: none marked — a {fmt.fmt_ns(sl['span_ns'])} time slice: kernel time "
+                f"{fmt.fmt_ns(rate)} per second"
+            )
+            for u in (sl.get("units") or [])[:2]:
+                line += (
+                    f"; {fmt.fmt_ns(u['kernel_ns_per_instance'])} per {u['unit']} "
+                    f"({u['instances']:,} instances)"
+                )
+            out.append(_wrap(line, "    ", width))
+            if sl.get("hint"):
+                out.append(_wrap(f"  for step statistics, {sl['hint']}", "    ", width))
+        else:
+            out.append("  steps: none marked (the whole GPU span is one window)")
     mv = result.metrics.get("values", {})
     extra = []
     if mv.get("mfu_pct") is not None:

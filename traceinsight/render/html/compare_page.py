@@ -191,8 +191,14 @@ def _comparability(c: dict[str, Any]) -> dict[str, Any]:
     n = comp.get("normalised")
     norm = ""
     if n:
-        unit = "modelled FLOP" if n.get("by") == "flop" else "token"
-        norm = f"Normalised per {unit} ({n.get('basis')}): {signed_pct(n.get('delta_pct'))}."
+        unit = {"flop": "modelled FLOP", "token": "token"}.get(str(n.get("by")))
+        change = (
+            signed_pct(n.get("delta_pct"))
+            if n.get("delta_pct") is not None
+            else f"{fmt.fmt_ns(n.get('before'))} → {fmt.fmt_ns(n.get('after'))}"
+        )
+        what = f"per {unit}" if unit else f"by {n.get('unit')}"
+        norm = f"Normalised {what} ({n.get('basis')}): {change}."
     p = comp.get("pairing")
     pairing = None
     if p:

@@ -268,6 +268,7 @@ def _finding(f: Finding, i: int) -> dict[str, Any]:
         "measurements": measurements,
         "tables": tables,
         "recommendations": [str(x) for x in f.recommendations],
+        "confidence": describe.confidence_text(f.confidence),
     }
 
 
