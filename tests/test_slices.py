@@ -19,6 +19,9 @@ from tracegen.synth import KinetoTraceBuilder
 from traceinsight.compare.explain import compare
 from traceinsight.diagnose import diagnose
 from traceinsight.ingest import ingest
+from traceinsight.render.html import render_compare_html
+from traceinsight.render.markdown import render_compare_markdown
+from traceinsight.render.terminal import render
 
 SLICE_NS = 12 * MS  #: both captures: a fixed-length slice of the run
 
@@ -86,6 +89,13 @@ def test_a_slice_pair_is_compared_per_unit_of_work_never_per_step(tmp_path: Path
     # every part is per second of the capture: each side's contributors sum to one second
     assert c["before_step_ns"] == c["after_step_ns"] == 1_000_000_000
     assert sum(x["delta_ns"] for x in c["contributors"]) == c["total_delta_ns"] == 0
+    md = render_compare_markdown(c)
+    assert "step time p50" not in md and "per second of capture" in md
+    assert "A time slice without step markers on a side" in render_compare_html(c)
+    # the diagnosis of a slice states its rates and how to mark steps
+    text = render(a, width=200)
+    assert "time slice: kernel time" in text and "per annotation iteration" in text
+    assert "prof.step()" in text
 
 
 def test_the_gate_refuses_a_slice_and_judges_the_unit_when_allowed(tmp_path: Path) -> None:
@@ -190,8 +200,12 @@ def check_one_definition(r) -> None:
         q = r.summary["ranks"][0]["step_time_ns"]
         assert q["p50"] == pytest.approx(v["step_time_p50_ns"])
         assert q["max"] == pytest.approx(v["step_time_max_ns"])
-    excluded = {s["wall_ns"] for s in steps if s.get("excluded")} - set(rep)
-    assert not any(x > v["step_time_max_ns"] for x in excluded if x in rep)
+    # the left-out steps are not in the statistics: the count says so, and every statistic is
+    # that of the representative windows alone (asserted above)
+    n_rep = sum(1 for s in steps if not s.get("excluded"))
+    if n_rep and len(r.summary["ranks"]) == 1:
+        assert v["steps_representative"] == n_rep
+        assert r.rollups["step_basis"]["windows"] == n_rep
 
 
 def test_one_definition_of_the_representative_steps(tmp_path: Path) -> None:

@@ -187,6 +187,7 @@ def _diagnose_plain(
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
     from traceinsight.metrics.slices import slice_rates
+    from traceinsight.util.vocab import mark_steps_hint
 
     compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
     an = Analysis(store)
@@ -203,6 +204,10 @@ def _diagnose_plain(
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
+    steps_hint = mark_steps_hint(sections.trace_format(store))
+    for d in diags:  # how to mark steps, in the input's own vocabulary (Nsight or Kineto)
+        if d.get("code") == "no-step-markers":
+            d["hint"] = steps_hint
     dev = ms.evidence.get("device") or {}
     mem_only = memory_parts.is_memory_only(store)  # a snapshot diagnosed without a trace
     mem = memory_parts.section(an, ms, sections.memory(ms))

@@ -302,6 +302,12 @@ def _compare_steps(c: dict[str, Any]) -> dict[str, Any]:
             "empty": "Neither side has GPU step windows: there are no step times to compare "
             "(see Data quality)."
         }
+    if c.get("per") == "second":
+        return {
+            "empty": "A time slice without step markers on a side: no step time to compare; "
+            "every part below is per second of capture (see the headline for the unit of "
+            "work both sides were normalised by)."
+        }
     rows = []
     for q, label in (
         ("p50", "step time p50"),
