@@ -103,12 +103,17 @@ def main() -> int:
     summary = {
         s: {
             "first_over_median_pct_runs": [r["first_over_median_pct"] for r in rs],
+            # the figure: over the runs, the median of (first recorded step / median step - 1)
+            "first_over_median_pct": statistics.median(r["first_over_median_pct"] for r in rs),
             "worst_pct": max(abs(r["first_over_median_pct"]) for r in rs),
         }
         for s, rs in runs.items()
     }
     for s, x in summary.items():
-        print(f"wait:warmup {s}: worst first step vs median {x['worst_pct']:.1f}%")
+        print(
+            f"wait:warmup {s}: first recorded step vs median {x['first_over_median_pct']:+.1f}% "
+            f"(median over {args.repeat} runs; worst run {x['worst_pct']:.1f}%)"
+        )
     record = {
         "active": args.active,
         "repeat": args.repeat,
