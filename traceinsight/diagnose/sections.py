@@ -137,8 +137,10 @@ def summary(an: Analysis, ms: MetricSet) -> dict[str, Any]:
                 "compute_ns": int(w.compute_ns) if w else None,
                 "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
                 "steps": len(steps),
-                # the statistics of the representative steps, as the step metrics count them
-                "step_time_ns": _q(
+                # every step window (the raw fact), and the statistics of the representative
+                # steps, as the step metrics, the reports and compare count them
+                "step_time_ns": _q([s.wall_ns for s in steps]),
+                "step_time_representative_ns": _q(
                     [s.wall_ns for s in representative(stats)]
                     if stats
                     else [s.wall_ns for s in steps]

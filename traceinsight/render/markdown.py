@@ -198,7 +198,7 @@ def _summary(r: DiagnosisResult) -> list[str]:
         win = s.get("window_ns")
         busy = 100.0 * s["gpu_busy_ns"] / win if win and s.get("gpu_busy_ns") is not None else None
         idle = 100.0 * s["gpu_idle_ns"] / win if win and s.get("gpu_idle_ns") is not None else None
-        q = s.get("step_time_ns") or {}
+        q = s.get("step_time_representative_ns") or s.get("step_time_ns") or {}
         peak = s.get("peak_reserved_bytes")
         rows.append(
             [

@@ -209,7 +209,7 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     out.append("  " + "  ".join(f"{n} {fmt.fmt_pct(p)}" for n, p in parts))
     srs = [r for r in result.summary.get("ranks", []) if r.get("step_time_ns")]
     if srs:
-        q = srs[0]["step_time_ns"]
+        q = srs[0].get("step_time_representative_ns") or srs[0]["step_time_ns"]
         out.append(
             f"  {describe.steps_text(result)} (rank {srs[0]['rank']}"
             + (

@@ -425,7 +425,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     for w in ranks[:MAX_RANK_ROWS]:
         s = summ.get(w.get("rank"), {})
         wall = w.get("wall_ns")
-        q = s.get("step_time_ns") or {}
+        q = s.get("step_time_representative_ns") or s.get("step_time_ns") or {}
         rows.append(
             [
                 w.get("rank"),
