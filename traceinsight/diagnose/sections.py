@@ -353,7 +353,7 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     }
 
 
-def _idle_split_of(an: Analysis, rep: set[tuple[int, int | None, int]]) -> dict[str, int]:
+def _idle_split_of(an: Analysis, rep: set[tuple[int, int, int]]) -> dict[str, int]:
     """The idle split by cause over the given step windows (rank, step, start) of every rank."""
     from traceinsight.analysis.idle import IdleSplit
 

@@ -36,7 +36,9 @@ def rests_on(metrics: list[str], values: dict[str, float | None]) -> dict[str, A
     ranks = values.get("ranks_analysed")
     if ranks:
         out["ranks"] = int(ranks)
-    covs = sorted({REGISTRY[m].coverage for m in metrics if m in REGISTRY and REGISTRY[m].coverage})
+    covs = sorted(
+        {str(REGISTRY[m].coverage) for m in metrics if m in REGISTRY and REGISTRY[m].coverage}
+    )
     for c in covs:
         v = values.get(c)
         if v is not None:
