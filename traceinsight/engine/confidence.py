@@ -25,6 +25,11 @@ MIN_STEPS_MEDIUM = 3
 MIN_MODELLED_HIGH = 80.0
 MIN_MODELLED_MEDIUM = 50.0
 LEVELS = ("high", "medium", "low")
+#: how a coverage metric's share reads in a sentence
+COVERAGE_WHAT = {
+    "flops_modelled_pct": "of kernel time modelled",
+    "matrix_dtype_known_pct": "of matrix-kernel time with a known dtype",
+}
 
 
 def rests_on(metrics: list[str], values: dict[str, float | None]) -> dict[str, Any]:
@@ -41,9 +46,10 @@ def rests_on(metrics: list[str], values: dict[str, float | None]) -> dict[str, A
     )
     for c in covs:
         v = values.get(c)
-        if v is not None:
-            out["modelled_pct"] = min(float(v), out.get("modelled_pct", 100.0))
+        if v is not None and float(v) <= out.get("modelled_pct", 100.0):
+            out["modelled_pct"] = float(v)
             out["modelled_metric"] = c
+            out["modelled_what"] = COVERAGE_WHAT.get(c, "of the work it rests on modelled")
     return out
 
 
@@ -61,16 +67,14 @@ def assess(
 
     steps = on.get("steps")
     if steps is not None and steps < MIN_STEPS_HIGH:
-        lower(
-            2 if steps < MIN_STEPS_MEDIUM else 1,
-            f"{steps} representative step{'s' if steps != 1 else ''} "
-            f"(fewer than {MIN_STEPS_HIGH} do not bound the noise)",
-        )
+        lim = MIN_STEPS_MEDIUM if steps < MIN_STEPS_MEDIUM else MIN_STEPS_HIGH
+        lower(2 if steps < MIN_STEPS_MEDIUM else 1, f"fewer than {lim} representative steps")
     cov = on.get("modelled_pct")
     if cov is not None and cov < MIN_MODELLED_HIGH:
+        lim = MIN_MODELLED_MEDIUM if cov < MIN_MODELLED_MEDIUM else MIN_MODELLED_HIGH
         lower(
             2 if cov < MIN_MODELLED_MEDIUM else 1,
-            f"{fmt.fmt_pct(cov, 0)} of kernel time modelled",
+            f"under {fmt.fmt_pct(lim, 0)} {on.get('modelled_what', 'modelled')}",
         )
     if capped:
         lower(2, "severity capped")

@@ -284,7 +284,8 @@ def confidence_text(conf: dict[str, Any] | None) -> str:
     if on.get("ranks"):
         parts.append(f"{on['ranks']} rank{'s' if on['ranks'] != 1 else ''}")
     if on.get("modelled_pct") is not None:
-        parts.append(f"{fmt.fmt_pct(on['modelled_pct'], 0)} of kernel time modelled")
+        what = on.get("modelled_what") or "of kernel time modelled"
+        parts.append(f"{fmt.fmt_pct(on['modelled_pct'], 0)} {what}")
     s = f"confidence {conf['level']}"
     if parts:
         s += ": rests on " + ", ".join(parts)
