@@ -71,10 +71,10 @@ def assess(
         lower(2 if steps < MIN_STEPS_MEDIUM else 1, f"fewer than {lim} representative steps")
     cov = on.get("modelled_pct")
     if cov is not None and cov < MIN_MODELLED_HIGH:
-        lim = MIN_MODELLED_MEDIUM if cov < MIN_MODELLED_MEDIUM else MIN_MODELLED_HIGH
+        need = MIN_MODELLED_MEDIUM if cov < MIN_MODELLED_MEDIUM else MIN_MODELLED_HIGH
         lower(
             2 if cov < MIN_MODELLED_MEDIUM else 1,
-            f"under {fmt.fmt_pct(lim, 0)} {on.get('modelled_what', 'modelled')}",
+            f"under {fmt.fmt_pct(need, 0)} {on.get('modelled_what', 'modelled')}",
         )
     if capped:
         lower(2, "severity capped")
