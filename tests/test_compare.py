@@ -46,7 +46,7 @@ def layered(
     shapes = shapes or {}
     vendor = "amd" if device.startswith("MI") else "nvidia"
     b = KinetoTraceBuilder(rank=0, world_size=world_size, device=device, vendor=vendor)
-    gpu_t = 100 * US
+    gpu_t = 6 * US  # right after the first launch: no idle lead-in in the first window
     host_t = 0
     for step in range(steps):
         host_len = 10 * US * (len(durations) + 2)

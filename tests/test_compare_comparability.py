@@ -97,7 +97,7 @@ def test_a_run_against_itself_is_comparable(tmp_path: Path) -> None:
     assert comp["comparable"] is True and comp["differences"] == []
     assert comp["normalised_by"] is None and "pairing" not in comp
     assert comp["before"] == comp["after"]
-    assert c["headline"].startswith("Step time is unchanged (p50 1.00 ms → 1.00 ms, +0.0%)")
+    assert c["headline"].startswith("Step time is unchanged (mean 1.00 ms → 1.00 ms, +0.0%)")
     assert "Comparable: same device" in render_compare(c, width=120)
     assert "**Comparable**" in render_compare_markdown(c)
     html = render_compare_html(c)
@@ -115,7 +115,7 @@ def test_different_devices_call_for_caution(tmp_path: Path) -> None:
     assert d["invalidates"].startswith("absolute step time compares the systems, not the code")
     assert c["headline"].startswith(
         f"Caution: different GPUs ({H100} → {MI300X}). After is "
-        "30.0% slower per step (p50 1.00 ms → 1.30 ms); largest "
+        "30.0% slower per step (mean 1.00 ms → 1.30 ms); largest "
         "changes per step: Model_0/Block2_0 +300 µs"
     )
     html = render_compare_html(c)
@@ -202,7 +202,7 @@ def test_different_module_trees_are_not_comparable(tmp_path: Path) -> None:
     # the headline says so first, keeps the measurement, and names no contributor
     assert c["headline"] == (
         "Not comparable: different module trees (4 module paths each, not "
-        "the same). Measured anyway, after is 15.0% slower per step (p50 "
+        "the same). Measured anyway, after is 15.0% slower per step (mean "
         "1.00 ms → 1.15 ms)."
     )
     html = render_compare_html(c)
@@ -295,19 +295,25 @@ def test_shapes_differ_normalise_per_modelled_flop(tmp_path: Path) -> None:
     assert comp["comparable"] is False and diffs(c) == [("op shapes", "blocking")]
     assert comp["normalised_by"] == "flop"
     n = comp["normalised"]
-    assert n["before"] == pytest.approx(1.0e6 / flops_per_step(512), rel=1e-9)
-    assert n["after"] == pytest.approx(2.2e6 / flops_per_step(1024), rel=1e-9)
-    assert n["delta_pct"] == pytest.approx(10.0, abs=1e-6)
-    assert "per modelled FLOP it is 10.0% slower" in c["headline"]
+    # the mean of the representative steps (the headline's statistic) over the modelled FLOPs;
+    # the first window holds the 6 µs before the first kernel starts
+    st = c["step_time"]
+    assert st["statistic"] == "mean"
+    assert n["before"] == pytest.approx(st["before"]["mean"] / flops_per_step(512), rel=1e-9)
+    assert n["after"] == pytest.approx(st["after"]["mean"] / flops_per_step(1024), rel=1e-9)
+    assert n["before"] == pytest.approx(1.0e6 / flops_per_step(512), rel=2e-3)
+    assert n["after"] == pytest.approx(2.2e6 / flops_per_step(1024), rel=2e-3)
+    assert n["delta_pct"] == pytest.approx(10.0, abs=0.1)
+    assert f"per modelled FLOP it is {n['delta_pct']:.1f}% slower" in c["headline"]
     assert c["headline"].startswith(
         "Not comparable: different op input shapes (1 (op, input "
         "shape) pairs each, not the same). Measured anyway, after is "
-        "120.0% slower per step (p50 1.00 ms → 2.20 ms)"
+        f"{st['mean_delta_pct']:.1f}% slower per step (mean 1.00 ms → 2.20 ms)"
     )
     invoke(
         ["compare", a, b, "--fail-if-slower", "5", "--allow-incomparable"],
         exit_code=1,
-        stderr_contains="step time per flop regressed by 10.0% (> 5%)",
+        stderr_contains=f"step time per flop regressed by {n['delta_pct']:.1f}% (> 5%)",
     )
     invoke(["compare", a, b, "--fail-if-slower", "15", "--allow-incomparable"])
 
@@ -318,9 +324,20 @@ def test_tokens_per_step_normalise_per_token(tmp_path: Path) -> None:
     c = compare(result(a, tmp_path), result(b, tmp_path), tokens=(512.0, 1024.0))
     n = c["comparability"]["normalised"]
     assert c["comparability"]["normalised_by"] == "token"
-    assert (n["before"], n["after"]) == (pytest.approx(1.0e6 / 512), pytest.approx(1.8e6 / 1024))
-    assert n["delta_pct"] == pytest.approx(-10.0)
-    assert "per token it is 10.0% faster (1.95 µs → 1.76 µs per token)" in c["headline"]
+    st = c["step_time"]
+    assert (n["before"], n["after"]) == (
+        pytest.approx(st["before"]["mean"] / 512),
+        pytest.approx(st["after"]["mean"] / 1024),
+    )
+    assert (n["before"], n["after"]) == (
+        pytest.approx(1.0e6 / 512, rel=2e-3),
+        pytest.approx(1.8e6 / 1024, rel=2e-3),
+    )
+    assert n["delta_pct"] == pytest.approx(-10.0, abs=0.1)
+    assert (
+        f"per token it is {abs(n['delta_pct']):.1f}% faster (1.96 µs → 1.76 µs per token)"
+        in c["headline"]
+    )
     out = invoke(["compare", a, b, "--tokens-per-step", "512", "1024", "--json", "-"]).stdout
     assert json.loads(out)["comparability"]["normalised_by"] == "token"
     # the same shapes: nothing to normalise, the step time is the comparison
@@ -414,7 +431,7 @@ def test_real_qwen_h100_vs_mi300x_is_comparable_with_caution(qwen) -> None:
     assert c["headline"].startswith(
         f"Caution: different GPUs ({H100} → {MI300X}); too few "
         "steps (1 and 1 per rank, fewer than 3). After is 5.0% "
-        "faster per step (p50 49.4 ms → 46.9 ms)"
+        "faster per step (mean 49.4 ms → 46.9 ms)"
     )
     # against itself only the step count calls for caution
     assert diffs(compare(a, a)) == [("steps", "caution")]

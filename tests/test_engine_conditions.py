@@ -221,7 +221,9 @@ def test_a_lower_bound_mfu_cannot_make_a_finding_high(
         assert "Severity capped at medium (would be high): mfu_pct rests on" in f.message
         assert f.confidence["capped"]
     else:
-        assert f.confidence is None and "capped" not in f.message
+        # every finding carries its confidence; this one is neither capped nor lowered
+        assert f.confidence["capped"] is None and "capped" not in f.message
+        assert f.confidence["level"] == "high" and f.confidence["rests_on"]["modelled_pct"] == 80.0
 
 
 def test_memory_bound_resting_on_37_pct_modelled_is_demoted_and_says_why() -> None:

@@ -53,7 +53,7 @@ dist.init_process_group("gloo")
 torch.manual_seed(dist.get_rank())
 model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(64, 64))
 opt = torch.optim.SGD(model.parameters(), lr=0.01)
-for _ in range(6):
+for _ in range(11):
     model(torch.randn(8, 64)).pow(2).mean().backward()
     opt.step()
     opt.zero_grad()
@@ -143,19 +143,21 @@ def test_help_says_how_and_has_examples() -> None:
 def test_a_training_script_is_recorded_unchanged(tmp_path: Path, capfd) -> None:
     script = _script(tmp_path, TRAIN)
     out = tmp_path / "run"
-    res = invoke(["profile", "-o", out, "--", sys.executable, script, "7", "--quiet"])
+    res = invoke(["profile", "-o", out, "--", sys.executable, script, "11", "--quiet"])
     # the script got its own arguments (--quiet is not taken for traceinsight's)
-    assert "trained; args ['7', '--quiet']" in capfd.readouterr().out
+    assert "trained; args ['11', '--quiet']" in capfd.readouterr().out
     trace = out / "rank-0.pt.trace.json.gz"
     assert trace.is_file()
     assert f"next: traceinsight diagnose {out} --html report.html" in res.stdout
-    assert "ProfilerStep#1..#3" in res.stdout  # steps 2-4: the profiler starts after step 1
-    # what the next command sees: three step windows and the capture flags
+    # the defaults: 2 steps waited (the profiler starts after the first), 2 warmed up on, 6
+    # recorded: optimizer steps 5-10
+    assert "ProfilerStep#3..#8" in res.stdout
+    # what the next command sees: six step windows and the capture flags
     from traceinsight.diagnose import diagnose
     from traceinsight.ingest import load
 
     r = diagnose(load([out], quiet=True))
-    assert r.trace["has_step_markers"] and r.summary["ranks"][0]["steps"] == 3
+    assert r.trace["has_step_markers"] and r.summary["ranks"][0]["steps"] == 6
     assert r.trace["capture_flags"].get("record_shapes") and r.host  # a CPU run: host view
     assert any(m["type"] == "Linear" for m in r.host["modules"])  # stacks with module frames
 

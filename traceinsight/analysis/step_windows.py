@@ -73,8 +73,9 @@ def step_windows(
         w = StepWindow(rank, None, lo, hi, lo, hi)
         diags.add(
             "no-step-markers",
-            "no ProfilerStep markers: the whole trace is analysed as one "
-            "window (step-time metrics need prof.step() in the training loop)",
+            "no step markers (no ProfilerStep, no NVTX step ranges): the trace is a time "
+            "slice, analysed as one window and as rates per second and per unit of work "
+            "(step-time metrics need marked steps)",
             severity="info",
             source=f"rank {rank}",
             hint="record with a torch.profiler schedule and call prof.step() every iteration",

@@ -134,9 +134,9 @@ class _Recorder:
             # the first optimizer step is the first waited step: the profiler starts after it
             self.session = profile(
                 self.out,
-                wait=max(0, int(self.cfg.get("wait", 1)) - 1),
-                warmup=int(self.cfg.get("warmup", 1)),
-                active=int(self.cfg.get("active", 3)),
+                wait=max(0, int(self.cfg.get("wait", 2)) - 1),
+                warmup=int(self.cfg.get("warmup", 2)),
+                active=int(self.cfg.get("active", 6)),
                 repeat=1,
                 **flags,
             )

@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traceinsight.capture import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP
 from traceinsight.capture.profile_child import ENV
 from traceinsight.errors import InputError
 
@@ -33,9 +34,9 @@ class Settings:
     """What the recording processes need (sent to them as JSON in ``TRACEINSIGHT_PROFILE``)."""
 
     out: str
-    wait: int = 1
-    warmup: int = 1
-    active: int = 3
+    wait: int = DEFAULT_WAIT
+    warmup: int = DEFAULT_WARMUP
+    active: int = DEFAULT_ACTIVE
     step_on: str = "optimizer"  #: optimizer | none
     with_stack: bool = True
     profile_memory: bool = True

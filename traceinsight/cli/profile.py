@@ -27,7 +27,7 @@ import click
 )
 @click.option(
     "--wait",
-    default=1,
+    default=2,
     show_default=True,
     type=click.IntRange(1),
     help="Optimizer steps skipped first (start-up; at least the first, after which "
@@ -35,13 +35,13 @@ import click
 )
 @click.option(
     "--warmup",
-    default=1,
+    default=2,
     show_default=True,
     type=click.IntRange(0),
     help="Steps the profiler warms up on (not kept).",
 )
 @click.option(
-    "--active", default=3, show_default=True, type=click.IntRange(1), help="Steps recorded."
+    "--active", default=6, show_default=True, type=click.IntRange(1), help="Steps recorded."
 )
 @click.option(
     "--step-on",

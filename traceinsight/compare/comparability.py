@@ -22,9 +22,12 @@ from typing import Any
 
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
+from traceinsight.util.vocab import mark_steps_hint
 
 #: fewer representative steps than this on a side: the step time is not a stable measurement
 MIN_STEPS = 3
+#: per-modelled-FLOP statements need this share of kernel time modelled on both sides
+MIN_MODELLED_PCT = 50.0
 #: names listed as added / removed when module trees differ
 MAX_PAIRING_NAMES = 50
 
@@ -46,6 +49,13 @@ CHECKS: tuple[Check, ...] = (
         "blocking",
         "no step time on a side",
         "everything: a side has no GPU work in step windows, there is nothing to compare",
+    ),
+    Check(
+        "step markers",
+        "blocking",
+        "a time slice without step markers",
+        "step time and every per-step part: a slice's length is set by the capture, not by "
+        "the run; the sides are compared per unit of work both name, else per second",
     ),
     Check(
         "world size",
@@ -133,6 +143,10 @@ def signature(r: DiagnosisResult, tokens_per_step: float | None = None) -> dict[
         "dtypes": t.get("dtypes") or None,
         "compiled": t.get("compiled"),
         "recorded": "module_signature" in t,
+        "has_step_markers": t.get("has_step_markers"),
+        "format": t.get("format"),
+        "slice": (r.rollups or {}).get("slice"),
+        "hint": mark_steps_hint(t.get("format")) if t.get("has_step_markers") is False else None,
     }
 
 
@@ -194,6 +208,28 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict], list[
                 shown["before"],
                 shown["after"],
                 "; ".join(f"{why} on {side}" for side, why in why_empty.items()),
+            )
+        )
+    slices = [
+        side
+        for side, s in (("before", a), ("after", b))
+        if s["has_step_markers"] is False and side not in why_empty
+    ]
+    if slices:
+        shown = {
+            side: (
+                f"a {fmt.fmt_ns((s['slice'] or {}).get('span_ns'))} slice"
+                if side in slices
+                else f"{representative_steps(s)} steps"
+            )
+            for side, s in (("before", a), ("after", b))
+        }
+        out.append(
+            _diff(
+                "step markers",
+                shown["before"],
+                shown["after"],
+                f"{shown['before']} → {shown['after']}",
             )
         )
     if a["world_size"] and b["world_size"] and a["world_size"] != b["world_size"]:
@@ -282,7 +318,7 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict], list[
             None if ca is not None else ("no GPU kernels or ops" if a["recorded"] else old),
             None if cb is not None else ("no GPU kernels or ops" if b["recorded"] else old),
         )
-    if not why_empty and min(na, nb) < MIN_STEPS:
+    if not why_empty and not slices and min(na, nb) < MIN_STEPS:
         out.append(_diff("steps", na, nb, f"{na} and {nb} per rank, fewer than {MIN_STEPS}"))
     order = {c.what: i for i, c in enumerate(CHECKS)}
     out.sort(key=lambda d: order[d["what"]])
@@ -299,6 +335,8 @@ def normalise(
 ) -> dict[str, Any] | None:
     """Step time per token (tokens known on both sides) or per modelled FLOP, where the work per
     step differs; None where it does not or neither basis is known on both sides."""
+    if any(d["what"] == "step markers" for d in diffs):
+        return per_unit(a, b)
     if not ref_a or not ref_b or not any(d["what"] in WORK_CHECKS for d in diffs):
         return None
     ka, kb = a["tokens_per_step"], b["tokens_per_step"]
@@ -313,9 +351,10 @@ def normalise(
             "basis": f"{ref} step time / tokens per step ({_num(ka)} → {_num(kb)})",
         }
     fa, fb = a["flops_per_step"], b["flops_per_step"]
-    if fa and fb:
+    ma, mb = a["flops_modelled_pct"], b["flops_modelled_pct"]
+    # per modelled FLOP only where the FLOPs stand for most of the work on both sides
+    if fa and fb and min(ma or 0.0, mb or 0.0) >= MIN_MODELLED_PCT:
         pa, pb = ref_a / float(fa), ref_b / float(fb)
-        ma, mb = a["flops_modelled_pct"], b["flops_modelled_pct"]
         note = (
             f"; kernel time modelled {fmt.fmt_pct(ma, 0)} → {fmt.fmt_pct(mb, 0)}"
             if ma is not None and mb is not None
@@ -332,6 +371,44 @@ def normalise(
             "basis": f"{ref} step time / modelled FLOPs per step ({_num(fa)} → {_num(fb)}){note}",
         }
     return None
+
+
+def per_unit(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any] | None:
+    """Two sides of which one at least is a time slice: GPU kernel time per instance of a unit
+    of work both name (an NVTX range, an annotation, a layer call), else kernel time per second
+    of the capture (a rate, which says how busy the GPU was, not how fast the code is: nothing
+    to gate on). None where a side has no slice rates."""
+    sa, sb = a.get("slice"), b.get("slice")
+    if not sa or not sb:
+        return None
+    ub = {u["unit"]: u for u in sb.get("units") or []}
+    for u in sa.get("units") or []:
+        v = ub.get(u["unit"])
+        if v and u["kernel_ns_per_instance"] and v["kernel_ns_per_instance"]:
+            pa, pb = float(u["kernel_ns_per_instance"]), float(v["kernel_ns_per_instance"])
+            return {
+                "by": "unit",
+                "unit": f"GPU kernel time per {u['unit']}",
+                "before": pa,
+                "after": pb,
+                "delta_pct": 100.0 * (pb / pa - 1.0),
+                "basis": (
+                    f"kernel time launched inside each {u['unit']} "
+                    f"({u['instances']:,} → {v['instances']:,} instances)"
+                ),
+            }
+    ka, kb = sa.get("kernel_ns_per_s"), sb.get("kernel_ns_per_s")
+    if not ka or not kb:
+        return None
+    return {
+        "by": "second",
+        "unit": "GPU kernel time per second of the capture",
+        "before": float(ka),
+        "after": float(kb),
+        "delta_pct": None,  # a rate of busy time: neither slower nor faster
+        "rate_delta_pct": 100.0 * (float(kb) / float(ka) - 1.0),
+        "basis": "kernel time / capture length (no unit of work named on both sides)",
+    }
 
 
 def pairing(before: dict[str, int], after: dict[str, int], skip: str) -> dict[str, Any]:
@@ -429,6 +506,32 @@ def gate(
     diffs = comp.get("differences") or []
     pct, what = gate_change(c)
     none = [d for d in diffs if d.get("what") == "step time"]
+    sliced = [d for d in diffs if d.get("what") == "step markers"]
+    if sliced and not none:
+        hints = [
+            str(s["hint"])
+            for s in (comp.get("before") or {}, comp.get("after") or {})
+            if s.get("hint")
+        ]
+        hint = f" (hint: {hints[0]})" if hints else ""
+        norm = comp.get("normalised") or {}
+        if not allow_incomparable:
+            return 2, (
+                f"traceinsight: error: {pair}: {phrase(sliced[0])}: a time slice has no step "
+                "time, so --fail-if-slower has no change of step time to judge; "
+                "--allow-incomparable gates on the kernel time per unit of work both sides "
+                f"name, where there is one{hint}"
+            )
+        if norm.get("by") != "unit" or norm.get("delta_pct") is None:
+            return 2, (
+                f"traceinsight: error: {pair}: {phrase(sliced[0])}: no unit of work (NVTX "
+                "range, annotation, layer call) on both sides to normalise by, and a rate per "
+                f"second says how busy the GPU was, not how fast the code is{hint}"
+            )
+        pct, what = float(norm["delta_pct"]), str(norm["unit"])
+        if pct > threshold:
+            return 1, f"traceinsight: {what} regressed by {pct:.1f}% (> {threshold:g}%)"
+        return 0, None
     if none or pct is None:
         why = phrase(none[0]) if none else "no step time on a side"
         return 2, (

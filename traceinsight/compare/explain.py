@@ -77,8 +77,11 @@ def choose_structure(before: DiagnosisResult, after: DiagnosisResult, by: str = 
     return "class"
 
 
-def decompose(r: DiagnosisResult, kind: str) -> tuple[dict[tuple[str, str], int], int]:
-    """Per-step contributors of one side and its mean step time (integer ns)."""
+def decompose(
+    r: DiagnosisResult, kind: str, per_second: bool = False
+) -> tuple[dict[tuple[str, str], int], int]:
+    """Per-step contributors of one side and its mean step time (integer ns); with
+    ``per_second`` (a time slice), per second of the capture instead (they sum to 1 s)."""
     b = r.rollups.get("step_basis")
     if not b:
         return {}, 0
@@ -94,6 +97,11 @@ def decompose(r: DiagnosisResult, kind: str) -> tuple[dict[tuple[str, str], int]
         parts[("idle", f"GPU idle: {k.replace('_', ' ')}")] = int(v)
     total = int(b["wall_ns"])
     assert sum(parts.values()) == total, "step basis does not add up"
+    if per_second:
+        if not total:
+            return {k: 0 for k in parts}, 0
+        per = _per_step({k: v * 10**9 for k, v in parts.items()}, total, total * 10**9)
+        return per, sum(per.values())
     per = _per_step(parts, int(b["windows"]), total)
     return per, sum(per.values())
 
@@ -113,10 +121,14 @@ def _side(r: DiagnosisResult, label: str) -> dict[str, Any]:
 
 
 def _step_stats(r: DiagnosisResult) -> dict[str, float | None]:
+    """One side's step statistics, all over the same steps: the representative step windows
+    (the diagnosis' p50 / p90 / p99 / max and the step basis' mean, which the contributors
+    decompose), so the mean is never above the max."""
     v = r.metrics.get("values", {})
     b = r.rollups.get("step_basis") or {}
     mean = b["wall_ns"] / b["windows"] if b.get("windows") else None
     return {
+        "steps_representative": v.get("steps_representative"),
         "p50": v.get("step_time_p50_ns"),
         "p90": v.get("step_time_p90_ns"),
         "p99": v.get("step_time_p99_ns"),
@@ -232,8 +244,10 @@ def compare(
                     "its 'step' is the whole GPU span of the trace",
                 }
             )
-    pa, ta = decompose(before, kind)
-    pb, tb = decompose(after, kind)
+    # a time slice on a side: every part per second of the capture, never per "step"
+    slices = any(r.trace.get("has_step_markers") is False for r in (before, after))
+    pa, ta = decompose(before, kind, per_second=slices)
+    pb, tb = decompose(after, kind, per_second=slices)
     contributors: list[dict[str, Any]] = []
     for key in sorted(set(pa) | set(pb)):
         a, b = pa.get(key, 0), pb.get(key, 0)
@@ -257,8 +271,8 @@ def compare(
     p50 = _delta(sa["p50"], sb["p50"])
     mean = _delta(sa["mean"], sb["mean"])
     thr = None
-    ref_a = sa["p50"] or sa["mean"]
-    ref_b = sb["p50"] or sb["mean"]
+    ref_a = sa["mean"] or sa["p50"]
+    ref_b = sb["mean"] or sb["p50"]
     if ref_a and ref_b:
         thr = {
             "before_steps_per_s": 1e9 / ref_a,
@@ -266,7 +280,8 @@ def compare(
             "ratio": ref_a / ref_b,
             "delta_pct": 100.0 * (ref_a / ref_b - 1.0),
         }
-    ref = "p50" if sa["p50"] and sb["p50"] else "mean"
+    # the statistic the headline leads with: the mean the contributors decompose
+    ref = "mean" if sa["mean"] and sb["mean"] else "p50"
     comp = comparability.assess(before, after, ref_a=sa[ref], ref_b=sb[ref], ref=ref, tokens=tokens)
     if any(d["what"] == "module tree" for d in comp["differences"]):
         comp["pairing"] = comparability.pairing(
@@ -276,8 +291,8 @@ def compare(
     for part in ("compute", "comm exposed", "memcpy exposed", "memset exposed", "idle"):
         col = part.replace(" ", "_") + "_ns"
         col = "comm_exposed_ns" if part == "comm exposed" else col
-        va = _basis_per_step(before, col)
-        vb = _basis_per_step(after, col)
+        va = _basis_per_step(before, col, slices)
+        vb = _basis_per_step(after, col, slices)
         bd.append(
             {
                 "part": part,
@@ -298,6 +313,7 @@ def compare(
         "after": _side(after, labels[1]),
         "comparability": comp,
         "explained_by": kind,
+        "per": "second" if slices else "step",
         "step_time": {
             "before": sa,
             "after": sb,
@@ -305,6 +321,7 @@ def compare(
             "p50_delta_pct": p50["delta_pct"],
             "mean_delta_ns": mean["delta"],
             "mean_delta_pct": mean["delta_pct"],
+            "statistic": ref,
         },
         "throughput": thr,
         "total_delta_ns": total,
@@ -333,11 +350,51 @@ def compare(
     return out
 
 
-def _basis_per_step(r: DiagnosisResult, key: str) -> float | None:
+def _basis_per_step(r: DiagnosisResult, key: str, per_second: bool = False) -> float | None:
     b = r.rollups.get("step_basis")
     if not b or not b.get("windows"):
         return None
+    if per_second:
+        return 1e9 * b[key] / b["wall_ns"] if b.get("wall_ns") else None
     return b[key] / b["windows"]
+
+
+def _slice_lead(c: dict[str, Any]) -> str:
+    """The headline of a compare with a time slice: the rate both sides support, never a
+    change of step time, and how to mark steps."""
+    norm = (c.get("comparability") or {}).get("normalised") or {}
+    if norm.get("by") == "unit" and norm.get("delta_pct") is not None:
+        pct = norm["delta_pct"]
+        word = "unchanged" if abs(pct) < 1.0 else f"{abs(pct):.1f}% {'more' if pct > 0 else 'less'}"
+        lead = (
+            f"Compared per unit of work, not per step: {norm['unit']} is {word} "
+            f"({fmt.fmt_ns(norm['before'])} → {fmt.fmt_ns(norm['after'])})"
+        )
+    elif norm.get("by") == "second":
+        lead = (
+            "Compared per second of capture, not per step: GPU kernel time "
+            f"{fmt.fmt_ns(norm['before'])} → {fmt.fmt_ns(norm['after'])} per second (how busy "
+            "the GPU was, not how fast the code is)"
+        )
+    else:
+        lead = "No step time to compare on a time slice"
+    hint = next(
+        (
+            s.get("hint")
+            for s in ((c.get("comparability") or {}).get(k) or {} for k in ("before", "after"))
+            if s.get("has_step_markers") is False and s.get("hint")
+        ),
+        None,
+    )
+    return lead + (f"; to compare step times, {hint}" if hint else "")
+
+
+def headline_statistic(st: dict[str, Any]) -> str:
+    """The step-time statistic a compare leads with: the mean of the representative steps
+    (the one the contributors decompose), else the p50 (a result without a step basis)."""
+    if st.get("statistic") in ("mean", "p50"):
+        return str(st["statistic"])
+    return "mean" if st.get("mean_delta_pct") is not None else "p50"
 
 
 def compare_headline(c: dict[str, Any]) -> str:
@@ -347,8 +404,10 @@ def compare_headline(c: dict[str, Any]) -> str:
     comp = c.get("comparability")
     prefix = comparability.headline_prefix(comp)
     valid = bool(comp is None or comp.get("comparable"))
+    if c.get("per") == "second":
+        return prefix + _slice_lead(c) + "."
     st = c["step_time"]
-    ref = "p50" if st["p50_delta_pct"] is not None else "mean"
+    ref = headline_statistic(st)
     pct = st["p50_delta_pct"] if ref == "p50" else st["mean_delta_pct"]
     a = st["before"][ref]
     b = st["after"][ref]

@@ -190,6 +190,8 @@ def _diagnose_plain(
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
+    from traceinsight.metrics.slices import slice_rates
+    from traceinsight.util.vocab import mark_steps_hint
 
     compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
     an = Analysis(store)
@@ -206,6 +208,10 @@ def _diagnose_plain(
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
+    steps_hint = mark_steps_hint(sections.trace_format(store))
+    for d in diags:  # how to mark steps, in the input's own vocabulary (Nsight or Kineto)
+        if d.get("code") == "no-step-markers":
+            d["hint"] = steps_hint
     dev = ms.evidence.get("device") or {}
     mem_only = memory_parts.is_memory_only(store)  # a snapshot diagnosed without a trace
     mem = memory_parts.section(an, ms, sections.memory(ms))
@@ -267,6 +273,7 @@ def _diagnose_plain(
         rollups={
             **sections.rollups(an),
             "step_basis": sections.step_basis(an, ms),
+            "slice": slice_rates(an, sections.trace_format(store)),
             "module_types": an.rollup("module-type").to_dict("records"),
         },
         roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis
+from traceinsight.analysis import Analysis, by_rank
 from traceinsight.diagnose.signature import signature_fields
 from traceinsight.metrics import MetricSet
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.rank_summary import rank_rows
-from traceinsight.metrics.steps import step_stats
+from traceinsight.metrics.steps import representative, step_stats
 from traceinsight.metrics.timing import idle_split
 from traceinsight.store.core import TraceStore
 from traceinsight.util.vocab import NO_MODULE
@@ -39,6 +39,11 @@ def missing_ranks(store: TraceStore) -> str:
 
 
 # --- result sections ------------------------------------------------------------------------
+
+
+def trace_format(store: TraceStore) -> str | None:
+    """The input formats of the store's ranks (``kineto``, ``nsys``, ...), comma-joined."""
+    return ", ".join(sorted({str(r["format"]) for r in store.ranks if r.get("format")})) or None
 
 
 def trace_info(
@@ -65,7 +70,7 @@ def trace_info(
             {"name": s["name"], "sha256": s["sha256"], "rank": s["rank"]}
             for s in store.meta.get("sources", [])
         ],
-        "format": ", ".join(sorted({str(r["format"]) for r in ranks if r.get("format")})) or None,
+        "format": trace_format(store),
         "ranks": [r["rank"] for r in ranks],
         "world_size": max([d.get("world_size") or 0 for d in dist] or [0]) or len(ranks),
         "backend": next((d.get("backend") for d in dist if d.get("backend")), None),
@@ -205,18 +210,25 @@ def rollups(an: Analysis) -> dict[str, Any]:
 
 
 def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
-    """Sums over all step windows of all ranks that decompose the step time exactly:
+    """Sums over the representative step windows of all ranks (the steps the step statistics
+    use, :func:`traceinsight.metrics.steps.representative`; every window of a trace without
+    step markers) that decompose the step time exactly:
 
     wall = compute + comm_exposed + memcpy_exposed + memset_exposed + idle, where compute (a
     union) = compute kernel time (a sum, split by layer / op / class) - concurrency, and idle =
     the sum over its causes (launch, input, sync, copy, host, alloc, device wait, start-up,
-    capture, compile, unknown). ``compare`` divides by ``windows``.
+    capture, compile, unknown). ``compare`` divides by ``windows``: its mean step is the mean
+    of the same steps whose p50, p90 and max the diagnosis reports.
     """
     bd = an.breakdown
     if not bd.steps:
         return None
+    stats = step_stats(an)
+    rep = {(s.rank, s.step, s.start_ns) for s in representative(stats)} if stats else None
+    partial = rep is not None and len(rep) < len(stats)
+    wins = [w for w in bd.steps if rep is None or (w.rank, w.step, w.start_ns) in rep]
     tot = {
-        k: int(sum(getattr(w, k) for w in bd.steps))
+        k: int(sum(getattr(w, k) for w in wins))
         for k in (
             "wall_ns",
             "compute_ns",
@@ -228,6 +240,12 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     }
     g = an.attribution.gpu
     in_win = g[g["step"].notna()] if any(w.step is not None for w in bd.steps) else g
+    if partial and rep is not None:
+        keys = pd.MultiIndex.from_tuples(sorted({(r, st) for r, st, _ in rep}))
+        at = pd.MultiIndex.from_arrays(
+            [in_win["rank"].to_numpy(np.int64), in_win["step"].astype(np.int64).to_numpy()]
+        )
+        in_win = in_win[at.isin(keys)]
     comp = in_win[(in_win["kind"] == "kernel") & (in_win["cls"] != "communication")]
     mods = comp["module"].where(comp["module"].notna(), NO_MODULE)
     by_layer = comp.groupby(mods.to_numpy())["dur_ns"].sum()
@@ -235,10 +253,14 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     by_class = comp.groupby(comp["cls"].astype(str).to_numpy())["dur_ns"].sum()
     # the idle split by cause (metrics.idle), exact integers; "dependency" keeps its old name
     split = ms.evidence.get("idle_split_ns") or {}
+    if partial and rep is not None:  # the split of the representative windows only
+        split = _idle_split_of(an, rep)
     ints = {("device_wait" if k == "dependency" else k): int(x) for k, x in split.items()}
     ints["device_wait"] = ints.get("device_wait", 0) + tot["idle_ns"] - sum(ints.values())
     return {
-        "windows": len(bd.steps),
+        "windows": len(wins),
+        "windows_all": len(bd.steps),
+        "statistic": "representative steps" if stats else "whole trace",
         "ranks": len(bd.ranks),
         **tot,
         "compute_kernel_sum_ns": int(comp["dur_ns"].sum()),
@@ -247,6 +269,21 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
         "by_op_ns": {str(k): int(x) for k, x in by_op.items()},
         "by_class_ns": {str(k): int(x) for k, x in by_class.items()},
     }
+
+
+def _idle_split_of(an: Analysis, rep: set[tuple[int, int, int]]) -> dict[str, int]:
+    """The idle split by cause over the given step windows (rank, step, start) of every rank."""
+    from traceinsight.analysis.idle import IdleSplit
+
+    total = IdleSplit()
+    by: dict[int, list] = {}
+    for w in an.attribution.steps:
+        if (w.rank, w.step, w.start_ns) in rep:
+            by.setdefault(w.rank, []).append(w)
+    for r, ws in sorted(by.items()):
+        s, _ = idle_split(an, r, by_rank.rows(an.attribution.gpu, r), ws, top=None)
+        total.add(s)
+    return dict(total.ns)
 
 
 def roofline_why(ms: MetricSet) -> dict[str, Any]:

@@ -273,7 +273,7 @@ def _decide(
         headline=text(v.headline) if v.headline else None,
         evidence=evidence,
         recommendations=[text(r.text) for r in v.recommendations if r.applies(values, th)],
-        confidence=_confidence_of(rule, values, th, capped),
+        confidence=_confidence_of(rule, values, th, capped, [c.metric for c in v.fires_if + step]),
     )
 
 
@@ -309,10 +309,18 @@ def _coverage_of(metric: str, values: dict[str, float | None]) -> dict[str, Any]
 
 
 def _confidence_of(
-    rule: Rule, values: dict[str, float | None], th: dict[str, float], capped: str | None
-) -> dict[str, Any] | None:
+    rule: Rule,
+    values: dict[str, float | None],
+    th: dict[str, float],
+    capped: str | None,
+    metrics: list[str] | None = None,
+) -> dict[str, Any]:
+    """Every finding's confidence (:mod:`.confidence`), with the rule's stated one."""
+    from traceinsight.engine.confidence import assess
+
+    conf = assess(list(metrics or []), values, capped)
     if rule.confidence is None:
-        return {"capped": capped} if capped else None
+        return {**conf, "capped": capped}
     hi, med = rule.confidence.limits(th)
     return {
         "metric": rule.confidence.metric,
@@ -320,6 +328,7 @@ def _confidence_of(
         "min_for_high": hi,
         "min_for_medium": med,
         "capped": capped,
+        **conf,
     }
 
 

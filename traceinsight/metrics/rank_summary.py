@@ -82,13 +82,17 @@ def _q(values: list[float]) -> dict[str, float] | None:
         "p90": float(np.percentile(a, 90)),
         "p99": float(np.percentile(a, 99)),
         "max": float(a.max()),
+        "mean": float(a.mean()),
     }
 
 
 def rank_rows(an: Analysis, ms: MetricSet) -> list[dict[str, Any]]:
     """One row of totals per rank of the store ``an`` analyses: the per-rank rows of the
     result's summary, and the totals of a rank's summary (the same code for both)."""
-    from traceinsight.metrics.steps import step_stats  # imported here: the groups declare
+    from traceinsight.metrics.steps import (  # imported here: the groups declare
+        representative,
+        step_stats,
+    )
     # their metrics in the order metrics/__init__ imports them
 
     g = an.attribution.gpu
@@ -128,13 +132,21 @@ def rank_rows(an: Analysis, ms: MetricSet) -> list[dict[str, Any]]:
                 "compute_ns": int(w.compute_ns) if w else None,
                 "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
                 "steps": len(steps),
+                # every step window (the raw fact), and the statistics of the representative
+                # steps, as the step metrics, the reports and compare count them
                 "step_time_ns": _q([s.wall_ns for s in steps]),
+                "step_time_representative_ns": _q(
+                    [s.wall_ns for s in representative(stats)]
+                    if stats
+                    else [s.wall_ns for s in steps]
+                ),
                 "steps_representative": sum(1 for s in stats if s.excluded is None),
                 "steps_excluded": [
                     {"step": s.step, "reason": s.excluded, "detail": s.why}
                     for s in stats
                     if s.excluded
                 ],
+                "steps_kept": [{"step": s.step, "detail": s.kept} for s in stats if s.kept],
                 "peak_allocated_bytes": _int(pr.get("peak_allocated_bytes")),
                 "peak_reserved_bytes": _int(pr.get("peak_reserved_bytes")),
                 "attributed_pct": cov["coverage_pct"],

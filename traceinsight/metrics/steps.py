@@ -18,6 +18,10 @@ reason, when it is
   with a stretch (``TAIL_MIN_PCT`` of a median step and ``TAIL_MIN_NS`` or more) in which
   neither the GPU nor any recorded host event runs.
 
+A step is left out only when the steps that remain hold the run's work: when the median
+kernel time of its own work over the remaining steps is under ``WORK_KEPT_MIN_PCT`` of the
+left-out step's own kernel time (a tiny capture whose only working step runs pre-trace work,
+followed by an empty step), the step stays in the statistics and ``kept`` says why.
 When every step of the trace would be left out the statistics use all steps and
 ``steps_representative`` is 0. Each step also carries the GPU time of its own work: the span
 from the first start to the last end of the GPU activity launched inside its CPU window,
@@ -62,6 +66,7 @@ BASELINE_STEPS = 8  #: the edge step is compared with up to this many neighbouri
 SLOW_FACTOR = 1.25  #: a step slower than this times the median is slow
 MAX_SLOW_ROWS = 10
 MAX_DETAIL = 5  #: steps named in a text fact
+WORK_KEPT_MIN_PCT = 50.0  #: the remaining steps' median own kernel time, % of a left-out step's
 
 REASONS = ("warm-up", "pre-trace work", "truncated")
 
@@ -167,6 +172,7 @@ class StepStat:
     parts: dict[str, int] = field(default_factory=dict)  #: the window split (sums to wall_ns)
     excluded: str | None = None  #: one of REASONS, None for a representative step
     why: str | None = None  #: the evidence for the exclusion
+    kept: str | None = None  #: why a step that looked unrepresentative stays in the statistics
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -295,8 +301,28 @@ def _mark(
         if first.wall_ns and 100.0 * pre / first.wall_ns >= PRE_TRACE_MIN_PCT:
             first.excluded, first.why = "pre-trace work", why
     last = stats[-1]
-    if last.excluded is not None:
-        return
+    if last.excluded is None:
+        _truncated(rk, wins, stats)
+    _keep_the_work(stats)
+
+
+def _keep_the_work(stats: list[StepStat]) -> None:
+    """Put back every left-out step whose own work the remaining steps do not hold: the
+    statistics of a capture must never be those of its empty steps."""
+    for s in [x for x in stats if x.excluded]:
+        rest = [x.kernel_ns for x in stats if x.excluded is None]
+        have = float(np.median(rest)) if rest else 0.0
+        if s.kernel_ns and have < WORK_KEPT_MIN_PCT / 100.0 * s.kernel_ns:
+            s.kept = (
+                f"kept although it looks {s.excluded} ({s.why}): it runs "
+                f"{fmt.fmt_ns(s.kernel_ns)} of its own kernel time and the other steps a median "
+                f"of {fmt.fmt_ns(have)}, so without it the statistics would miss the run's work"
+            )
+            s.excluded = s.why = None
+
+
+def _truncated(rk: _RankEvents, wins: list[StepWindow], stats: list[StepStat]) -> None:
+    last = stats[-1]
     others = stats[:-1]
     med_k = float(np.median([s.kernels for s in others]))
     if med_k >= TRUNCATED_MIN_KERNELS and last.kernels < TRUNCATED_KERNEL_RATIO * med_k:

@@ -47,7 +47,8 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     st = c.get("step_time") or {}
     sa, sb = st.get("before") or {}, st.get("after") or {}
     rows = []
-    for q in ("p50", "p90", "max", "mean"):
+    per_s = c.get("per") == "second"  # a time slice on a side: no step time, rates per second
+    for q in ("p50", "p90", "max", "mean") if not per_s else ():
         va, vb = sa.get(q), sb.get(q)
         if va is None and vb is None:
             continue
@@ -62,7 +63,7 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
             ]
         )
     t = c.get("throughput")
-    if t:
+    if t and not per_s:
         rows.append(
             [
                 "steps / s",
@@ -74,6 +75,8 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
         )
     if rows:
         lines += [*md_table(["", "before", "after", "delta", "%"], rows, "lrrrr"), ""]
+    elif per_s:
+        lines += ["A time slice on a side: no step time; every part is per second of capture.", ""]
     else:
         lines += ["No GPU step windows on one side: step times cannot be compared.", ""]
 
@@ -81,9 +84,12 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
     if contrib:
         total = c.get("total_delta_ns") or 0
         lines += [
-            f"**Top contributors** to the change of the mean step "
-            f"({fmt.fmt_ns(c.get('before_step_ns'))} → {fmt.fmt_ns(c.get('after_step_ns'))}, "
-            f"{fmt.signed_ns(total)}; they add up exactly), per step:",
+            "**Top contributors** per second of capture (each side's parts sum to 1 s):"
+            if per_s
+            else f"**Top contributors** to the change of the mean step of the representative "
+            f"steps ({fmt.fmt_ns(c.get('before_step_ns'))} → "
+            f"{fmt.fmt_ns(c.get('after_step_ns'))}, {fmt.signed_ns(total)}; they add up "
+            "exactly), per step:",
             "",
         ]
         top, rest = contrib[:COMPARE_TOP_N], contrib[COMPARE_TOP_N:]
@@ -193,10 +199,14 @@ def _comparability(comp: dict[str, Any] | None) -> list[str]:
     n = comp.get("normalised")
     extra = []
     if n:
-        unit = "modelled FLOP" if n.get("by") == "flop" else "token"
-        extra.append(
-            f"Normalised per {unit} ({esc(n.get('basis'))}): {fmt.signed_pct(n.get('delta_pct'))}."
+        unit = {"flop": "modelled FLOP", "token": "token"}.get(str(n.get("by")))
+        change = (
+            fmt.signed_pct(n.get("delta_pct"))
+            if n.get("delta_pct") is not None
+            else f"{fmt.fmt_ns(n.get('before'))} → {fmt.fmt_ns(n.get('after'))}"
         )
+        what = f"per {unit}" if unit else f"by {esc(n.get('unit'))}"
+        extra.append(f"Normalised {what} ({esc(n.get('basis'))}): {change}.")
     p = comp.get("pairing")
     if p:
         extra.append(

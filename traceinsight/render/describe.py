@@ -265,3 +265,25 @@ def _wrap(text: str, width: int, indent: str = "  ") -> str:
             break_on_hyphens=False,
         )
     )
+
+
+def confidence_text(conf: dict[str, Any] | None) -> str:
+    """``confidence medium: rests on 4 steps × 2 ranks, 62% modelled (4 representative ...)``
+    for a renderer (empty for a finding written before this existed)."""
+    if not conf or not conf.get("level"):
+        return ""
+    on = conf.get("rests_on") or {}
+    parts = []
+    if on.get("steps") is not None:
+        parts.append(f"{on['steps']} step{'s' if on['steps'] != 1 else ''}")
+    if on.get("ranks"):
+        parts.append(f"{on['ranks']} rank{'s' if on['ranks'] != 1 else ''}")
+    if on.get("modelled_pct") is not None:
+        what = on.get("modelled_what") or "of kernel time modelled"
+        parts.append(f"{fmt.fmt_pct(on['modelled_pct'], 0)} {what}")
+    s = f"confidence {conf['level']}"
+    if parts:
+        s += ": rests on " + ", ".join(parts)
+    if conf.get("reasons") and conf["level"] != "high":
+        s += f" ({'; '.join(conf['reasons'])})"
+    return s

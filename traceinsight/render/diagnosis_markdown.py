@@ -59,6 +59,9 @@ def render_markdown(result: DiagnosisResult) -> str:
                 f"{code(f.rule)} {esc(f.title)}{imp}"
             )
             lines.append(f"   {esc(f.message)}")
+            conf = describe.confidence_text(f.confidence)
+            if conf:
+                lines.append(f"   _{esc(conf)}_")
             if f.recommendations:
                 lines.append(f"   Fix: {esc(f.recommendations[0])}")
         lines.append("")
@@ -181,7 +184,7 @@ def _summary(r: DiagnosisResult) -> list[str]:
         win = s.get("window_ns")
         busy = 100.0 * s["gpu_busy_ns"] / win if win and s.get("gpu_busy_ns") is not None else None
         idle = 100.0 * s["gpu_idle_ns"] / win if win and s.get("gpu_idle_ns") is not None else None
-        q = s.get("step_time_ns") or {}
+        q = s.get("step_time_representative_ns") or s.get("step_time_ns") or {}
         peak = s.get("peak_reserved_bytes")
         rows.append(
             [

@@ -125,6 +125,9 @@ def render(
                         for r in ev["rows"]
                     ]
                     lines.append(_wrap("evidence: " + "; ".join(parts), "       ", width))
+                    conf = describe.confidence_text(f.confidence)
+                    if conf:
+                        lines.append(_wrap(conf, "       ", width))
                 elif ev.get("kind") == "table" and (verbose or ev is _main_table(f)):
                     lines.append(
                         render_table(
@@ -224,10 +227,17 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     out.append("  " + "  ".join(f"{n} {fmt.fmt_pct(p)}" for n, p in parts))
     srs = [r for r in result.summary.get("ranks", []) if r.get("step_time_ns")]
     if srs:
-        q: Mapping[str, Any] = srs[0]["step_time_ns"] or {}  # srs: those with step times
+        q: Mapping[str, Any] = (
+            srs[0].get("step_time_representative_ns") or srs[0]["step_time_ns"] or {}
+        )
         out.append(
-            f"  {describe.steps_text(result)} (rank {srs[0]['rank']}: p50 "
-            f"{fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
+            f"  {describe.steps_text(result)} (rank {srs[0]['rank']}"
+            + (
+                f", over its {srs[0]['steps_representative']} representative"
+                if srs[0].get("steps_representative", srs[0].get("steps")) != srs[0].get("steps")
+                else ""
+            )
+            + f": p50 {fmt.fmt_ns(q['p50'])}, p90 {fmt.fmt_ns(q['p90'])}, "
             f"max {fmt.fmt_ns(q['max'])})"
         )
         left = [
@@ -235,8 +245,29 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         ]
         if left:
             out.append(f"  left out of the step statistics: {', '.join(left[:8])}")
+        kept = [f"step {x['step']} ({x['detail']})" for r in srs for x in r.get("steps_kept") or []]
+        if kept:
+            out.append(
+                _wrap("  kept in the step statistics: " + "; ".join(kept[:3]), "    ", width)
+            )
     else:
-        out.append("  steps: none marked (the whole GPU span is one window)")
+        sl = result.rollups.get("slice") or {}
+        if sl.get("span_ns"):
+            rate = sl.get("kernel_ns_per_s")
+            line = (
+                f"  steps: none marked — a {fmt.fmt_ns(sl['span_ns'])} time slice: kernel time "
+                f"{fmt.fmt_ns(rate)} per second"
+            )
+            for u in (sl.get("units") or [])[:2]:
+                line += (
+                    f"; {fmt.fmt_ns(u['kernel_ns_per_instance'])} per {u['unit']} "
+                    f"({u['instances']:,} instances)"
+                )
+            out.append(_wrap(line, "    ", width))
+            if sl.get("hint"):
+                out.append(_wrap(f"  for step statistics, {sl['hint']}", "    ", width))
+        else:
+            out.append("  steps: none marked (the whole GPU span is one window)")
     mv = result.metrics.get("values", {})
     extra = []
     if mv.get("mfu_pct") is not None:
@@ -285,8 +316,9 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
     ]
     lines += _comparability_lines(c.get("comparability"), width)
     st = c["step_time"]
+    per = c.get("per") or "step"  # "second": a time slice on a side, every part per second
     rows = []
-    for q in ("p50", "p90", "max", "mean"):
+    for q in ("p50", "p90", "max", "mean") if per == "step" else ():
         va, vb = st["before"][q], st["after"][q]
         d = None if va is None or vb is None else vb - va
         rows.append(
@@ -298,7 +330,7 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
                 fmt.signed_pct(100 * d / va) if d is not None and va else "–",
             ]
         )
-    if c["throughput"]:
+    if c["throughput"] and per == "step":
         t = c["throughput"]
         rows.append(
             [
@@ -315,7 +347,7 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
         va, vb = r["before_ns"], r["after_ns"]
         rows.append(
             [
-                f"  {r['part']} / step",
+                f"  {r['part']} / {'s' if per == 'second' else 'step'}",
                 fmt.fmt_ns(va),
                 fmt.fmt_ns(vb),
                 fmt.signed_ns(r["delta_ns"]),
@@ -328,12 +360,18 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
 
     if c.get("serving"):
         lines += [*serving_lines(c), ""]
-    lines.append(
-        "Contributors to the change of mean step time "
-        f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
-        f"{fmt.signed_ns(c['total_delta_ns'])}), "
-        f"compute split by {c['explained_by']}:"
-    )
+    if per == "second":
+        lines.append(
+            "Contributors per second of capture (each side's parts sum to 1 s; no step "
+            f"markers, so no step time), compute split by {c['explained_by']}:"
+        )
+    else:
+        lines.append(
+            "Contributors to the change of mean step time over the representative steps "
+            f"({fmt.fmt_ns(c['before_step_ns'])} → {fmt.fmt_ns(c['after_step_ns'])}, "
+            f"{fmt.signed_ns(c['total_delta_ns'])}), "
+            f"compute split by {c['explained_by']}:"
+        )
     if not (c.get("comparability") or {}).get("comparable", True):
         lines.append("  (not comparable: names pair only where identical on both sides; see above)")
     contrib = c["contributors"]
@@ -427,10 +465,20 @@ def _comparability_lines(comp: dict[str, Any] | None, width: int) -> list[str]:
         )
     n = comp.get("normalised")
     if n:
-        lines.append(
-            f"Normalised per {'modelled FLOP' if n['by'] == 'flop' else 'token'} "
-            f"({n['basis']}): {fmt.signed_pct(n['delta_pct'])}."
-        )
+        per = {"flop": "modelled FLOP", "token": "token"}.get(n["by"], n.get("unit") or n["by"])
+        if n.get("delta_pct") is None:
+            lines.append(
+                wrap(
+                    f"Rate: {per} ({n['basis']}): {fmt.fmt_ns(n['before'])} → "
+                    f"{fmt.fmt_ns(n['after'])}."
+                )
+            )
+        else:
+            lines.append(
+                wrap(f"Normalised per {per} ({n['basis']}): {fmt.signed_pct(n['delta_pct'])}.")
+                if n["by"] in ("flop", "token")
+                else wrap(f"Normalised: {per} ({n['basis']}): {fmt.signed_pct(n['delta_pct'])}.")
+            )
     p = comp.get("pairing")
     if p:
         names = [f"+{x}" for x in p["added"][:3]] + [f"−{x}" for x in p["removed"][:3]]

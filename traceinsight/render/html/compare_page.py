@@ -135,8 +135,10 @@ def build_compare_view(c: dict[str, Any]) -> dict[str, Any]:
 
 
 def _ref(st: dict[str, Any]) -> str:
-    """The step-time statistic a compare leads with: p50, else the mean."""
-    return "p50" if st.get("p50_delta_pct") is not None else "mean"
+    """The step-time statistic a compare leads with (the headline's and the waterfall's)."""
+    if st.get("statistic") in ("mean", "p50"):
+        return str(st["statistic"])
+    return "p50" if st.get("p50_delta_pct") is not None else "mean"  # an older compare
 
 
 def _compare_verdict(c: dict[str, Any]) -> tuple[str, str]:
@@ -198,8 +200,14 @@ def _comparability(c: dict[str, Any]) -> dict[str, Any]:
     n = comp.get("normalised")
     norm = ""
     if n:
-        unit = "modelled FLOP" if n.get("by") == "flop" else "token"
-        norm = f"Normalised per {unit} ({n.get('basis')}): {signed_pct(n.get('delta_pct'))}."
+        unit = {"flop": "modelled FLOP", "token": "token"}.get(str(n.get("by")))
+        change = (
+            signed_pct(n.get("delta_pct"))
+            if n.get("delta_pct") is not None
+            else f"{fmt.fmt_ns(n.get('before'))} → {fmt.fmt_ns(n.get('after'))}"
+        )
+        what = f"per {unit}" if unit else f"by {n.get('unit')}"
+        norm = f"Normalised {what} ({n.get('basis')}): {change}."
     p = comp.get("pairing")
     pairing = None
     if p:
@@ -302,6 +310,12 @@ def _compare_steps(c: dict[str, Any]) -> dict[str, Any]:
         return {
             "empty": "Neither side has GPU step windows: there are no step times to compare "
             "(see Data quality)."
+        }
+    if c.get("per") == "second":
+        return {
+            "empty": "A time slice without step markers on a side: no step time to compare; "
+            "every part below is per second of capture (see the headline for the unit of "
+            "work both sides were normalised by)."
         }
     rows = []
     for q, label in (

@@ -271,6 +271,7 @@ def _finding(f: Finding, i: int) -> dict[str, Any]:
         "measurements": measurements,
         "tables": tables,
         "recommendations": [str(x) for x in f.recommendations],
+        "confidence": describe.confidence_text(f.confidence),
     }
 
 
@@ -427,7 +428,7 @@ def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     for w in ranks[:MAX_RANK_ROWS]:
         s: Mapping[str, Any] = summ.get(w.get("rank"), {})
         wall = w.get("wall_ns")
-        q = s.get("step_time_ns") or {}
+        q = s.get("step_time_representative_ns") or s.get("step_time_ns") or {}
         rows.append(
             [
                 w.get("rank"),
