@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 from traceinsight.analysis import Analysis, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.attribution import name_matches, thread_keys
+from traceinsight.analysis.completeness import unrecorded_overlap
 from traceinsight.util import fmt
 
 #: the causes, in the order the host side of a gap is painted (dependency is decided first;
@@ -57,6 +58,7 @@ CAUSES = (
     "host",
     "launch",
     "unknown",
+    "unrecorded",
 )
 #: causes that say the window is not a steady state
 NONSTEADY = ("startup", "capture", "compile")
@@ -519,6 +521,7 @@ def idle_split(
     for c in ("copy", "sync"):
         per_gap["unknown"] += np.where(lead, per_gap[c], 0)
         per_gap[c] = np.where(lead, 0, per_gap[c])
+    _unrecorded(per_gap, unrecorded_overlap(an, rank, cs, ce))
     for c in CAUSES:
         out.ns[c] = int(per_gap[c].sum())
 
@@ -550,6 +553,23 @@ def idle_split(
     gaps.sort(key=lambda x: -x["dur_ns"])
     out.gaps = gaps
     return out, gaps if top is None else gaps[:top]
+
+
+#: the causes idle inside an incompletely recorded replay is taken from, first to last
+_UNRECORDED_FROM = ("dependency", "unknown", "launch", *CAUSES[1:9])
+
+
+def _unrecorded(per_gap: dict[str, np.ndarray], inside: np.ndarray) -> None:
+    """Idle inside an incompletely recorded graph replay is ``unrecorded``: the nodes between
+    the recorded ones ran then, for all the trace says (:mod:`.completeness`)."""
+    left = inside.astype(np.int64).copy()
+    for c in _UNRECORDED_FROM:
+        if not left.any():
+            break
+        take = np.minimum(per_gap[c], left)
+        per_gap[c] = per_gap[c] - take
+        per_gap["unrecorded"] = per_gap["unrecorded"] + take
+        left -= take
 
 
 def _owed_to_drains(
@@ -615,6 +635,7 @@ _LABEL = {
     "host": "host stall",
     "launch": "launch",
     "unknown": "unknown",
+    "unrecorded": "unrecorded",
 }
 
 

@@ -3,7 +3,8 @@ share of the window that is not steady state (start-up, graph capture, compilati
 wait), and the evidence and text facts the rules quote (the calls behind each cause).
 
 Every idle nanosecond has one cause, so ``idle_input + idle_sync + idle_host + idle_launch +
-idle_device_wait + idle_startup + idle_capture + idle_compile + idle_unknown = gpu_idle``
+idle_device_wait + idle_startup + idle_capture + idle_compile + idle_unknown + idle_unrecorded =
+gpu_idle``
 (``idle_copy`` is part of ``idle_sync``, ``idle_alloc`` and ``idle_host_busy`` of
 ``idle_host``).
 """
@@ -90,6 +91,17 @@ for _n, _d in (
         "or before work without a launch record), % of window",
     ),
     (
+        "idle_unrecorded_pct",
+        "GPU idle inside CUDA/HIP graph replays whose nodes are only partly recorded "
+        "(holes between recorded nodes, memsets without their kernels, fewer kernels "
+        "than other replays of the graph): unrecorded work, not idle, % of window",
+    ),
+    (
+        "idle_recorded_pct",
+        "share of the GPU idle time that is not unrecorded (100 when every graph "
+        "replay is completely recorded), % of GPU idle",
+    ),
+    (
         "longest_wait_pct",
         "the longest single dependency wait (work queued, GPU idle), % of its rank's windows",
     ),
@@ -146,9 +158,11 @@ METRIC_CAUSES = {
     "idle_capture_pct": ("capture",),
     "idle_compile_pct": ("compile",),
     "idle_unknown_pct": ("unknown",),
+    "idle_unrecorded_pct": ("unrecorded",),
 }
 METRICS = (
     *METRIC_CAUSES,
+    "idle_recorded_pct",
     "longest_wait_pct",
     "nonsteady_pct",
     "steady_state",
@@ -204,6 +218,8 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     wall = sum(bd.ranks[r].wall_ns for r in ranks)
     for m, causes in METRIC_CAUSES.items():
         ms.set(m, _pct(sum(total.ns[c] for c in causes), wall))
+    idle_ns = total.total_ns
+    ms.set("idle_recorded_pct", 100.0 - (_pct(total.ns["unrecorded"], idle_ns) or 0.0))
     wait_share, wait = max(waits, key=lambda x: x[0]) if waits else (0.0, None)
     ms.set("longest_wait_pct", 100.0 * wait_share)
     nonsteady = _pct(nonsteady_ns, wall)
