@@ -10,7 +10,7 @@ incompletely recorded graph replay ``unrecorded`` instead of giving it a host-si
   more between its first and last node, when a memset is followed by such a hole or ends the
   replay (the kernel it zeroes a buffer for, e.g. a split-K GEMM, was not recorded), or when it
   holds under ``SHORT_RATIO`` of the kernels of the largest replay of the same graph (same
-  stream and launching op: the replays of one graph run the same nodes).
+  stream, launching op and first node: the replays of one graph run the same nodes).
 - **kernels without a launch record**: GPU kernels whose correlation id names no runtime call
   (outside a graph replay): their op is unknown and the idle before them has no host side.
 - **truncated tail**: kernel and graph launches after the launch of the last recorded GPU
@@ -94,12 +94,16 @@ def _replays(rep: pd.DataFrame, out: RankCompleteness) -> None:
             "corr": rep["correlation"].astype(np.int64).to_numpy(),
             "key": rep["stream"].astype(str).to_numpy() + "|" + rep["op"].astype(str).to_numpy(),
             "kind": rep["kind"].astype(str).to_numpy(),
+            "name": rep["name"].astype(str).to_numpy(),
             "s": rep["start_ns"].to_numpy(np.int64),
             "e": rep["end_ns"].to_numpy(np.int64),
         }
     ).sort_values(["corr", "s", "e"], kind="stable")
     kernels = df[df["kind"] == "kernel"].groupby("corr").size()
-    key = df.groupby("corr")["key"].first()
+    # one graph: the same stream, launching op and first node (pieces of a piecewise-captured
+    # model differ in their first node)
+    first = df.groupby("corr")["name"].first()
+    key = df.groupby("corr")["key"].first() + "|" + first
     n_k = kernels.reindex(key.index).fillna(0).astype(np.int64)
     most = n_k.groupby(key).transform("max")
     members = key.groupby(key).transform("size")
