@@ -30,7 +30,7 @@ idle by cause (:mod:`.idle`); the part that grew the most over the median step i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -62,6 +62,9 @@ BASELINE_STEPS = 8  #: the edge step is compared with up to this many neighbouri
 SLOW_FACTOR = 1.25  #: a step slower than this times the median is slow
 MAX_SLOW_ROWS = 10
 MAX_DETAIL = 5  #: steps named in a text fact
+LAG_MIN_PCT = 5.0  #: a GPU lag under this share of the median step is no lag
+LAG_MIN_NS = 1_000_000
+LAG_SPREAD_PCT = 10.0  #: a lag varying by more than this share of the median step is not steady
 
 REASONS = ("warm-up", "pre-trace work", "truncated")
 
@@ -95,6 +98,13 @@ for _n, _u, _d in (
         "representative steps, worst rank",
     ),
     ("step_time_max_over_p50_ratio", "ratio", "slowest representative step over the median step"),
+    (
+        "gpu_lag_ns",
+        "ns",
+        "how far the GPU runs behind the host, when constant (a queue of launched work, "
+        "healthy): the median of step window end minus host step end over the steps after the "
+        "first; 0 when there is no steady lag (largest over ranks)",
+    ),
     ("slow_steps", "count", f"representative steps slower than {SLOW_FACTOR}x the median step"),
     (
         "jitter_loss_pct",
@@ -463,9 +473,28 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     ms.set("step_time_max_ns", float(times.max()))
     ms.set("step_time_mean_ns", float(times.mean()))
     ms.set("step_time_max_over_p50_ratio", float(times.max() / p50) if p50 else None)
+    host_end = {(w.rank, w.step): w.host_end_ns for w in attr.steps if w.step is not None}
+    lags = {r: gpu_lag(by_rank[r], host_end) for r in ranks}
+    ms.set("gpu_lag_ns", float(max(lags.values(), default=0)))
+    for r, lag in lags.items():
+        if lag:
+            med = float(np.median([s.wall_ns for s in by_rank[r][1:]]))
+            attr.diagnostics.add(
+                "gpu-lag",
+                f"the GPU runs a steady {fmt.fmt_ns(lag)} behind the host ({lag / med:.1f} "
+                "steps of launched work queued): a queue depth, which is healthy, not jitter; "
+                "the first step window carries it, and the step-to-step variation is measured "
+                "without it",
+                severity="info",
+                source=f"rank {r}",
+            )
+    # jitter: the step times without the lag the first window carries (its window starts at
+    # its host start, the others at the previous step's GPU end)
+    jit = [_without_lag(s, by_rank[s.rank], lags[s.rank]) for s in basis]
+    jtimes = np.array([s.wall_ns for s in jit], dtype=np.float64)
     cvs = []
     for r in ranks:
-        t = np.array([s.wall_ns for s in basis if s.rank == r], dtype=np.float64)
+        t = np.array([s.wall_ns for s in jit if s.rank == r], dtype=np.float64)
         if len(t) >= 3 and t.mean() > 0:
             cvs.append(100.0 * t.std() / t.mean())
             ms.rank_set(r, "step_time_cv_pct", cvs[-1])
@@ -474,16 +503,45 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
         max(cvs) if cvs else None,
         why_missing=None if cvs else "needs at least 3 representative ProfilerSteps per rank",
     )
-    slow = slow_steps(basis, p50)
-    ms.set("slow_steps", float(sum(1 for s in basis if s.wall_ns > SLOW_FACTOR * p50)))
-    loss = float(np.clip(times - p50, 0, None).sum())
-    ms.set("jitter_loss_pct", 100.0 * loss / times.sum() if times.sum() else None)
+    slow = slow_steps(jit, p50)
+    ms.set("slow_steps", float(sum(1 for s in jit if s.wall_ns > SLOW_FACTOR * p50)))
+    loss = float(np.clip(jtimes - p50, 0, None).sum())
+    ms.set("jitter_loss_pct", 100.0 * loss / jtimes.sum() if jtimes.sum() else None)
     ms.evidence["slow_steps"] = slow
     ms.evidence["steps"] = [s.to_dict() for s in stats]
     _texts(
-        ms, excluded, slow, slow[:1] or slow_steps(basis, p50, factor=1.0)[:1], multi=len(ranks) > 1
+        ms, excluded, slow, slow[:1] or slow_steps(jit, p50, factor=1.0)[:1], multi=len(ranks) > 1
     )
     return True
+
+
+def gpu_lag(stats: list[StepStat], host_end: dict[tuple[int, int | None], int]) -> int:
+    """How far one rank's GPU runs behind its host when that lag is steady: the median over
+    the steps after the first of (window end − host end), when it is ``LAG_MIN_PCT`` of the
+    median step and 1 ms or more, varies by at most ``LAG_SPREAD_PCT`` of the median step, and
+    the first window carries it (its window minus its host time is at least half of it); else
+    0. A steady lag is a queue depth (the host is ahead), not step-to-step variation."""
+    later = [s for s in stats[1:] if s.gpu_ns is not None]
+    if len(stats) < 3 or len(later) < 2:
+        return 0
+    lag = np.array([s.start_ns + s.wall_ns - host_end[(s.rank, s.step)] for s in later])
+    med_lag, med_wall = float(np.median(lag)), float(np.median([s.wall_ns for s in later]))
+    first = stats[0]
+    if (
+        med_lag < max(LAG_MIN_NS, LAG_MIN_PCT / 100.0 * med_wall)
+        or float(lag.max() - lag.min()) > LAG_SPREAD_PCT / 100.0 * med_wall
+        or first.wall_ns - first.host_ns < med_lag / 2
+    ):
+        return 0
+    return int(med_lag)
+
+
+def _without_lag(s: StepStat, rank_stats: list[StepStat], lag: int) -> StepStat:
+    """The rank's first step with the steady lag taken out of its window (never below its
+    host time); any other step as it is."""
+    if not lag or s is not rank_stats[0]:
+        return s
+    return replace(s, wall_ns=max(s.host_ns, s.wall_ns - lag))
 
 
 def slow_steps(basis: list[StepStat], p50: float, *, factor: float = SLOW_FACTOR) -> list[dict]:
