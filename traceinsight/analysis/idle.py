@@ -85,7 +85,24 @@ ONE_OFF_CALL_RE = re.compile(
     r"DeviceGetStreamPriorityRange|GetDeviceCount|SetDevice|Init|DevicePrimaryCtx\w*|"
     r"CtxCreate\w*|ModuleLoad\w*|ModuleGetFunction|FuncGetAttributes|FuncSetAttribute|"
     r"DeviceGetAttribute|DeviceSetLimit|GetDevice|DriverGetVersion|RuntimeGetVersion|"
-    r"LibraryLoad\w*|KernelGetFunction|ChooseDevice)(?:_v\d+)?$"
+    r"LibraryLoad\w*|KernelGetFunction|ChooseDevice|ModuleUnload|LibraryUnload|DeviceReset|"
+    r"CtxDestroy\w*)(?:_v\d+)?$|^nvrtc\w+$"
+)
+#: runtime calls that load GPU code: the CPU op around one is a first call (cubin loading,
+#: first-call GEMM heuristics inside aten::addmm / aten::mm, lazy module loading)
+CODE_LOAD_CALL_RE = re.compile(
+    r"^(?:cuda|hip|cu)(?:ModuleLoad\w*|LibraryLoad\w*|ModuleGetFunction|LibraryGetKernel)"
+    r"(?:_v\d+)?$|^nvrtc\w+$"
+)
+#: ranges / ops / python frames of one-off start-up beyond PyTorch's: library handles and
+#: first-call heuristics (cuBLAS, cuBLASLt, cuDNN, hipBLASLt, rocBLAS, MIOpen), cubin loading
+#: (Triton, flashinfer), NCCL communicator set-up and teardown
+STARTUP_RANGE_RE = re.compile(
+    r"\b(?:cublas(?:Lt)?Create\w*|cublasLtMatmulAlgoGetHeuristic|cudnnCreate\w*|cudnnFind\w*"
+    r"|cudnnGet\w*Algorithm\w*|hipblasLt(?:Create|MatmulAlgoGetHeuristic)\w*"
+    r"|rocblas_create_handle|miopenFind\w*|load_cubin|cuModuleLoad\w*|cuLibraryLoad\w*"
+    r"|ncclCommInit\w*|ncclCommSplit|ncclCommDestroy|ncclCommAbort|ncclCommFinalize"
+    r"|init_process_group|destroy_process_group)\b"
 )
 BEGIN_CAPTURE_RE = re.compile(r"StreamBeginCapture")
 END_CAPTURE_RE = re.compile(r"StreamEndCapture")
@@ -103,6 +120,14 @@ COMPILE_RANGE_RE = re.compile(
     r"_compile\.compile_inner|\bcompile_fx(?:_inner)?\b|call_user_compiler|inductor_compile"
     r"|create_aot_dispatcher_function|fx_codegen_and_compile|TritonCompile|async_compile\.wait"
     r"|convert_frame\.py\(\d+\): _compile\b|triton/compiler/compiler\.py\(\d+\): compile\b"
+    # beyond torch.compile: nvFuser and Thunder, NVRTC, Triton autotuning, flashinfer's JIT
+    r"|compileFusion|FusionExecutor::compile|KernelExecutor::compile|FusionKernelRuntime::compile"
+    r"|GpuLower::lower|executor_utils::NVRTC|Nvrtc::CompileProgram|\bnvrtc\w*|nvfuser\S*compile"
+    r"|thunder\S*\b(?:jit|compile|get_computation_and_inputs|transform_for_execution)\b"
+    r"|triton/runtime/autotuner\.py\(\d+\)|\bAutotuner\b|benchmark_all_configs|\bautotune"
+    r"|triton/runtime/jit\.py\(\d+\): (?:_do_compile|compile)\b"
+    r"|flashinfer\S*(?:jit|build_and_load|gen_\w+_module)",
+    re.IGNORECASE,
 )
 DATALOADER_RE = re.compile(
     r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"
@@ -342,6 +367,10 @@ class _RankHost:
         for c in ("startup", "copy", "sync", "alloc"):
             m = on & (self.cause == c)
             sets[c] = iv.union(s[m], e[m])
+        sets["startup"] = iv.union(
+            np.concatenate((sets["startup"][0], self.ranges["startup"][0])),
+            np.concatenate((sets["startup"][1], self.ranges["startup"][1])),
+        )
         sets["compile"] = self.ranges["compile"]
         sets["input"] = self.ranges["input"]
         sets["host"] = self.quiet
@@ -352,6 +381,23 @@ class _RankHost:
             acc = iv.union(np.concatenate((acc[0], u[0])), np.concatenate((acc[1], u[1])))
         self.painted[t] = out
         return out
+
+
+def _first_calls(an: Analysis, rt: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """The CPU ops holding a runtime call that loads GPU code (a module, library or NVRTC
+    call): first calls, whose whole span is start-up work (cubin loading, first-call GEMM
+    heuristics)."""
+    empty = (np.empty(0, np.int64), np.empty(0, np.int64))
+    if not len(rt) or "op_idx" not in rt.columns:
+        return empty
+    hit = name_matches(rt["name"].astype(str).to_numpy(), CODE_LOAD_CALL_RE)
+    idx = np.unique(rt["op_idx"].to_numpy(np.int64)[hit])
+    idx = idx[idx >= 0]
+    if not len(idx):
+        return empty
+    ops = an.attribution.ops
+    s = ops["start_ns"].to_numpy(np.int64)[idx]
+    return s, s + ops["dur_ns"].to_numpy(np.int64)[idx]
 
 
 def _rank_host(an: Analysis, rank: int) -> _RankHost:
@@ -374,6 +420,8 @@ def _rank_host_uncached(an: Analysis, rank: int) -> _RankHost:
     dl_s, dl_e, _ = rank_ranges(an, rank, DATALOADER_RE)
     cap_s, cap_e, _ = rank_ranges(an, rank, CAPTURE_RANGE_RE, frames=True)
     com_s, com_e, _ = rank_ranges(an, rank, COMPILE_RANGE_RE, frames=True)
+    st_s, st_e, _ = rank_ranges(an, rank, STARTUP_RANGE_RE, frames=True)
+    fc_s, fc_e = _first_calls(an, rt)
     quiet, stall_events = _host_stalls(an, rank, rt)
     host = _RankHost(
         rt,
@@ -385,6 +433,7 @@ def _rank_host_uncached(an: Analysis, rank: int) -> _RankHost:
             "input": iv.union(dl_s, dl_e),
             "capture": iv.union(cap_s, cap_e),
             "compile": iv.union(com_s, com_e),
+            "startup": iv.union(np.concatenate((st_s, fc_s)), np.concatenate((st_e, fc_e))),
         },
         quiet,
     )

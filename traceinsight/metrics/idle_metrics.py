@@ -19,11 +19,14 @@ from traceinsight.analysis import Analysis, by_rank
 from traceinsight.analysis.idle import (
     BLOCKING_MIN_NS,
     CAUSES,
+    COMPILE_RANGE_RE,
     NONSTEADY,
     NONSTEADY_MIN_PCT,
     STALL_MIN_NS,
+    STARTUP_RANGE_RE,
     IdleSplit,
     idle_split,
+    rank_ranges,
 )
 from traceinsight.metrics.registry import MetricSet, declare, declare_fact
 from traceinsight.util import fmt
@@ -126,6 +129,30 @@ declare(
     hint=HINT,
 )
 declare(
+    "gpu_idle_steady_pct",
+    "%",
+    "GPU idle outside one-off start-up, compilation and graph capture (gpu_idle_pct minus "
+    "idle_startup_pct, idle_compile_pct and idle_capture_pct), % of window",
+    needs=NEEDS,
+    hint=HINT,
+)
+declare(
+    "idle_oneoff_pct",
+    "%",
+    "GPU idle in one-off start-up, compilation and graph capture (idle_startup_pct + "
+    "idle_compile_pct + idle_capture_pct), % of window",
+    needs=NEEDS,
+    hint=HINT,
+)
+declare(
+    "input_nsys",
+    "bool",
+    "1 when every input is an Nsight Systems report: advice on what to record names nsys "
+    "options instead of torch.profiler's",
+    needs=NEEDS,
+    hint=HINT,
+)
+declare(
     "alloc_calls",
     "count",
     "allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree, host allocations) in the windows",
@@ -139,6 +166,7 @@ for _n, _d in (
         "compilation, a one-off wait)",
     ),
     ("nonsteady_detail", "the calls or the wait that make the window not steady state"),
+    ("steady_capture_advice", "how to record steady state, in the input's vocabulary"),
     ("host_stall_detail", "the allocator calls and host events behind idle_host_pct"),
     ("sync_detail", "the blocking calls behind idle_sync_pct"),
 ):
@@ -163,6 +191,9 @@ METRIC_CAUSES = {
 METRICS = (
     *METRIC_CAUSES,
     "idle_recorded_pct",
+    "idle_oneoff_pct",
+    "gpu_idle_steady_pct",
+    "input_nsys",
     "longest_wait_pct",
     "nonsteady_pct",
     "steady_state",
@@ -219,6 +250,18 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     for m, causes in METRIC_CAUSES.items():
         ms.set(m, _pct(sum(total.ns[c] for c in causes), wall))
     idle_ns = total.total_ns
+    oneoff = sum(total.ns[c] for c in NONSTEADY)
+    ms.set("idle_oneoff_pct", _pct(oneoff, wall))
+    ms.set("gpu_idle_steady_pct", _pct(idle_ns - oneoff, wall))
+    fmts = {str(r.get("format")) for r in an.store.ranks}
+    ms.set("input_nsys", float(fmts == {"nsys"}))
+    ms.set_fact(
+        "steady_capture_advice",
+        "record warm iterations only (`nsys profile --capture-range=cudaProfilerApi` with "
+        "torch.cuda.profiler.start/stop around them)"
+        if fmts == {"nsys"}
+        else "profile steady-state steps (e.g. `schedule(wait=1, warmup=1, active=3)`)",
+    )
     ms.set("idle_recorded_pct", 100.0 - (_pct(total.ns["unrecorded"], idle_ns) or 0.0))
     wait_share, wait = max(waits, key=lambda x: x[0]) if waits else (0.0, None)
     ms.set("longest_wait_pct", 100.0 * wait_share)
@@ -241,8 +284,12 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     ms.evidence["idle_calls"] = call_rows
     ms.evidence["host_stalls"] = stall_rows
     ms.evidence["nonsteady"] = _nonsteady_rows(total, wait, wall)
+    names = {
+        c: _range_names(an, ranks, rx) if total.ns[c] else ""
+        for c, rx in (("compile", COMPILE_RANGE_RE), ("startup", STARTUP_RANGE_RE))
+    }
     kind, detail = _nonsteady_text(
-        total, wait, wall, call_rows, call_df[call_df["cause"] == "capture"]
+        total, wait, wall, call_rows, call_df[call_df["cause"] == "capture"], names
     )
     ms.set_fact("nonsteady_kind", kind)
     ms.set_fact("nonsteady_detail", detail)
@@ -359,8 +406,27 @@ def _stall_text(rows: list[dict], wall: int) -> str:
     return "; ".join(parts) or "no host event was recorded in those stretches"
 
 
+def _range_names(an: Analysis, ranks: list[int], rx: Any, n: int = 3) -> str:
+    """The host ranges, ops and frames matching ``rx`` with the most time (one-off work
+    named by what ran: nvFuser's compileFusion, NVRTC, autotuning, cuBLAS heuristics)."""
+    tot: dict[str, int] = {}
+    for r in ranks:
+        sel = rank_ranges(an, r, rx, frames=True)[2].drop_duplicates(["name", "start_ns"])
+        for name, d in zip(sel["name"].astype(str), sel["dur_ns"].to_numpy()):
+            path, sep, rest = name.partition(".py(")
+            key = ("/".join(path.replace("\\", "/").split("/")[-2:]) + sep + rest)[:80]
+            tot[key] = tot.get(key, 0) + int(d)
+    top = sorted(tot.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"`{k}` {fmt.fmt_ns(v)}" for k, v in top)
+
+
 def _nonsteady_text(
-    total: IdleSplit, wait: dict | None, wall: int, call_rows: list[dict], calls: pd.DataFrame
+    total: IdleSplit,
+    wait: dict | None,
+    wall: int,
+    call_rows: list[dict],
+    calls: pd.DataFrame,
+    names: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """What the window is (short) and what shows it (the calls, or the wait)."""
     parts = {c: total.ns[c] for c in NONSTEADY}
@@ -381,11 +447,12 @@ def _nonsteady_text(
         )
     if kind == "startup":
         rows = _calls_text([r for r in call_rows if r["cause"] == "start-up"], wall)
+        more = (names or {}).get("startup")
         return (
             "start-up / a cold first iteration",
             f"the GPU idles for {share} of the window while the host is inside one-off "
             f"runtime calls (context, module, stream and event creation, first kernel "
-            f"launches): {rows}",
+            f"launches) or first calls: " + "; ".join(x for x in (rows, more) if x),
         )
     if kind == "capture":
         names = calls["name"].astype(str) if len(calls) else pd.Series([], dtype=str)
@@ -402,9 +469,11 @@ def _nonsteady_text(
             f"the host records kernels into CUDA/HIP graphs{what} instead of running them; "
             f"the GPU idles for {share} of the window",
         )
+    more = (names or {}).get("compile")
     return (
         "compilation / warm-up",
-        f"torch.compile or Triton compiles while the GPU idles, {share} of the window",
+        f"the host compiles (torch.compile, nvFuser, NVRTC, Triton, flashinfer JIT) while the "
+        f"GPU idles, {share} of the window" + (f": {more}" if more else ""),
     )
 
 
