@@ -151,7 +151,7 @@ def _tail(an: Analysis, rank: int, g: pd.DataFrame, lt: np.ndarray, out: RankCom
     s = rt["start_ns"].to_numpy(np.int64)
     e = s + rt["dur_ns"].to_numpy(np.int64)
     last = int(lt.max())
-    cand = launch & has_corr & (s > last)
+    cand = launch & has_corr & (s > last) & ~_in_capture(names, s, e)
     if not cand.any():
         return
     idx = np.flatnonzero(cand)
@@ -161,6 +161,22 @@ def _tail(an: Analysis, rank: int, g: pd.DataFrame, lt: np.ndarray, out: RankCom
         return
     out.tail_launches = len(idx)
     out.tail_ns = int(e[idx].max() - s[idx].min())
+
+
+def _in_capture(names: np.ndarray, s: np.ndarray, e: np.ndarray) -> np.ndarray:
+    """Calls made while a stream capture is open (Begin..EndCapture): a launch captured into a
+    graph runs nothing, so it has no GPU record by nature."""
+    from traceinsight.analysis.idle import BEGIN_CAPTURE_RE, END_CAPTURE_RE
+
+    b = np.sort(s[name_matches(names, BEGIN_CAPTURE_RE)])
+    if not len(b):
+        return np.zeros(len(s), dtype=bool)
+    ends = np.sort(e[name_matches(names, END_CAPTURE_RE)])
+    j = np.searchsorted(ends, b, side="left")
+    be = np.where(j < len(ends), ends[np.clip(j, 0, max(len(ends) - 1, 0))] if len(ends) else 0, 0)
+    be = np.where(j < len(ends), be, np.iinfo(np.int64).max)
+    k = np.searchsorted(b, s, side="right") - 1
+    return (k >= 0) & (s < be[np.clip(k, 0, None)])
 
 
 def unrecorded_overlap(an: Analysis, rank: int, cs: np.ndarray, ce: np.ndarray) -> np.ndarray:

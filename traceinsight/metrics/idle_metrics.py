@@ -455,9 +455,9 @@ def _nonsteady_text(
             f"launches) or first calls: " + "; ".join(x for x in (rows, more) if x),
         )
     if kind == "capture":
-        names = calls["name"].astype(str) if len(calls) else pd.Series([], dtype=str)
-        n_cap = int(names.str.contains("BeginCapture").sum())
-        n_inst = int(names.str.contains("GraphInstantiate").sum())
+        cnames = calls["name"].astype(str) if len(calls) else pd.Series([], dtype=str)
+        n_cap = int(cnames.str.contains("BeginCapture").sum())
+        n_inst = int(cnames.str.contains("GraphInstantiate").sum())
         what = (
             f" ({n_cap:,} stream capture{'s' if n_cap != 1 else ''}, {n_inst:,} graph"
             f"{'s' if n_inst != 1 else ''} instantiated)"

@@ -473,7 +473,9 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     ms.set("step_time_max_ns", float(times.max()))
     ms.set("step_time_mean_ns", float(times.mean()))
     ms.set("step_time_max_over_p50_ratio", float(times.max() / p50) if p50 else None)
-    host_end = {(w.rank, w.step): w.host_end_ns for w in attr.steps if w.step is not None}
+    host_end: dict[tuple[int, int | None], int] = {
+        (w.rank, w.step): w.host_end_ns for w in attr.steps if w.step is not None
+    }
     lags = {r: gpu_lag(by_rank[r], host_end) for r in ranks}
     ms.set("gpu_lag_ns", float(max(lags.values(), default=0)))
     for r, lag in lags.items():
