@@ -84,3 +84,34 @@ def test_a_step_whose_host_time_varies_is_still_jitter(tmp_path: Path) -> None:
     f = next(f for f in ev.findings if f.rule == "jitter")
     assert f.severity == "high" and ms.values["slow_steps"] == 2
     assert "step 3" in f.message and "step 6" in f.message and "step 1 " not in f.message
+
+
+def test_a_first_window_holding_only_its_own_work_keeps_it(tmp_path: Path) -> None:
+    """The host runs ahead of the GPU until the queue fills (host steps 35, 72, then 96 ms);
+    every step runs the same 96 ms of GPU work back to back from the start: the first window
+    is its own work, not a lag, and is not shortened."""
+    b = KinetoTraceBuilder()
+    host = [35, 72, 96, 96, 96, 96]
+    t0, g = 0, 20_000
+    for i, h in enumerate(host):
+        with b.step(i + 1, t0, h * MS):
+            for k in range(4):
+                b.launch(
+                    "ampere_bf16_s16816gemm",
+                    cpu_start=t0 + (1 + k) * MS,
+                    gpu_start=g,
+                    gpu_dur=24 * MS,
+                )
+                g += 24 * MS
+        t0 += h * MS
+    an, ms, _ev = _run(b, tmp_path)
+    walls = [w.dur_ns for w in an.attribution.steps if w.step is not None]
+    assert walls[0] == 96 * MS + 20_000  # its own work, from its host start
+    v = ms.values
+    assert v["gpu_lag_ns"] > 0  # the host is ahead: a queue
+    t = walls
+    mean = sum(t) / len(t)
+    cv = 100.0 * (sum((x - mean) ** 2 for x in t) / len(t)) ** 0.5 / mean
+    assert v["step_time_cv_pct"] == pytest.approx(cv)  # nothing taken out
+    d = [x for x in an.attribution.diagnostics.to_list() if x["code"] == "gpu-lag"]
+    assert d and "first step window carries it" not in d[0]["message"]
