@@ -126,6 +126,14 @@ def test_an_nsight_capture_of_nccl_start_up_one_step_and_teardown(tmp_path: Path
                 gpu_start=301 * MS + k * 4900 * US,
                 gpu_dur=4800 * US,
             )
+        b.launch(
+            100,
+            100,
+            "flash_bwd_dq_dk_dv_loop_kernel",
+            cpu_start=302 * MS,
+            gpu_start=350 * MS - 200 * US,
+            gpu_dur=100 * US,
+        )
     b.nvtx(100, 100, "ncclCommDestroy", 350 * MS, 550 * MS)
     b.runtime(100, 100, "cuModuleUnload", 360 * MS, 150 * MS)
     b.launch(
@@ -134,6 +142,7 @@ def test_an_nsight_capture_of_nccl_start_up_one_step_and_teardown(tmp_path: Path
     ms, ev = _run(b.write(tmp_path / "run.sqlite"), tmp_path)
     v = ms.values
     assert v["input_nsys"] == 1
+    assert v["is_training"] == 1  # its step has a backward pass (no framework op recorded)
     assert v["idle_startup_pct"] >= 50 and v["steady_state"] == 0
     f = _finding(ev, "not-representative")
     assert f is not None and f.severity == "high"
