@@ -142,5 +142,7 @@ def test_kernels_without_launch_truncated_tail_and_dropped_records(tmp_path: Pat
     dropped = _diag(diags, "records-dropped")
     assert dropped and dropped["count"] == 1234 and "reads as idle" in dropped["message"]
     assert "W1201" not in dropped["message"]  # the log line itself is not echoed
+    assert "capped at medium" in dropped["message"]
+    assert ms.values["idle_recorded_pct"] == 85.0  # no high finding rests on this idle
     assert ms.values["kernels_without_launch"] == 2
     assert ms.values["tail_launches_unrecorded"] == 3

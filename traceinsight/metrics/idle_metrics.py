@@ -32,6 +32,8 @@ from traceinsight.metrics.registry import MetricSet, declare, declare_fact
 from traceinsight.util import fmt
 
 NEEDS = "GPU kernels"
+#: idle_recorded_pct when the profiler dropped records: no high finding rests on such idle
+DROPPED_RECORDED_PCT = 85.0
 HINT = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"
 
 for _n, _d in (
@@ -102,7 +104,8 @@ for _n, _d in (
     (
         "idle_recorded_pct",
         "share of the GPU idle time that is not unrecorded (100 when every graph "
-        "replay is completely recorded), % of GPU idle",
+        "replay is completely recorded; at most 85 when the profiler "
+        "reports dropped activity records: its idle may hold unrecorded work), % of GPU idle",
     ),
     (
         "longest_wait_pct",
@@ -262,7 +265,10 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
         if fmts == {"nsys"}
         else "profile steady-state steps (e.g. `schedule(wait=1, warmup=1, active=3)`)",
     )
-    ms.set("idle_recorded_pct", 100.0 - (_pct(total.ns["unrecorded"], idle_ns) or 0.0))
+    recorded = 100.0 - (_pct(total.ns["unrecorded"], idle_ns) or 0.0)
+    if any(d.get("code") == "records-dropped" for d in an.store.meta.get("diagnostics", [])):
+        recorded = min(recorded, DROPPED_RECORDED_PCT)
+    ms.set("idle_recorded_pct", recorded)
     wait_share, wait = max(waits, key=lambda x: x[0]) if waits else (0.0, None)
     ms.set("longest_wait_pct", 100.0 * wait_share)
     nonsteady = _pct(nonsteady_ns, wall)

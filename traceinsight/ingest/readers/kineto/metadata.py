@@ -222,7 +222,8 @@ def _dropped_records(header: dict[str, Any], diags: DiagnosticLog, source: str) 
     diags.add(
         "records-dropped",
         f"{what}: GPU work missing from the trace reads as idle, so GPU busy, the idle causes "
-        "and the step figures rest on an incomplete record",
+        "and the step figures rest on an incomplete record; the findings resting on GPU idle "
+        "are capped at medium",
         severity="warning",
         source=source,
         count=dropped or None,
