@@ -440,7 +440,7 @@ def fragmented_history() -> SnapshotBuilder:
 
     Segment A (4 GiB) is filled with eight 512 MiB blocks; segment B (1 GiB) gets one 1 GiB
     block that is freed (B wholly free). Every other block of A is freed: 2 GiB free in
-    512 MiB pieces. A request of 1.5 GiB then fails (OOM, 256 MiB free on the device) although
+    512 MiB pieces. A request of 1.5 GiB then fails (OOM, 768 MiB free on the device) although
     2 GiB + 1 GiB sit free in the cache, none of it in a block over 1 GiB; ``empty_cache()``
     returns B (a flush of 1 GiB) and the retry reserves a new 1.5 GiB segment C while A's
     2 GiB sit free, and succeeds. At the end A's last blocks are freed too: the snapshot shows
@@ -453,7 +453,7 @@ def fragmented_history() -> SnapshotBuilder:
     b.free(b.alloc(GiB, segment=seg_b, frames=MLP))
     for x in blocks[1::2]:
         b.free(x)
-    b.oom(3 * GiB // 2, device_free=256 * MiB, frames=LOGITS)
+    b.oom(3 * GiB // 2, device_free=768 * MiB, frames=LOGITS)
     b.empty_cache()
     c = b.segment(3 * GiB // 2, frames=LOGITS)
     b.alloc(3 * GiB // 2, segment=c, frames=LOGITS)
