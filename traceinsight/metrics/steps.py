@@ -30,7 +30,7 @@ idle by cause (:mod:`.idle`); the part that grew the most over the median step i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,6 +47,7 @@ from traceinsight.analysis.idle import (
     idle_split,
 )
 from traceinsight.metrics.registry import MetricSet, declare, declare_fact
+from traceinsight.metrics.step_lag import edge_lag, gpu_lag, without_lag
 from traceinsight.util import fmt
 
 NEEDS_STEPS = "ProfilerStep markers"
@@ -62,9 +63,6 @@ BASELINE_STEPS = 8  #: the edge step is compared with up to this many neighbouri
 SLOW_FACTOR = 1.25  #: a step slower than this times the median is slow
 MAX_SLOW_ROWS = 10
 MAX_DETAIL = 5  #: steps named in a text fact
-LAG_MIN_PCT = 5.0  #: a GPU lag under this share of the median step is no lag
-LAG_MIN_NS = 1_000_000
-LAG_SPREAD_PCT = 10.0  #: a lag varying by more than this share of the median step is not steady
 
 REASONS = ("warm-up", "pre-trace work", "truncated")
 
@@ -497,7 +495,7 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     # jitter: the step times without the lag the first window carries (its window starts at
     # its host start, the others at the previous step's GPU end)
     edge = {r: edge_lag(by_rank[r], lags[r]) for r in ranks}
-    jit = [_without_lag(s, by_rank[s.rank], edge[s.rank]) for s in basis]
+    jit = [without_lag(s, by_rank[s.rank], edge[s.rank]) for s in basis]
     jtimes = np.array([s.wall_ns for s in jit], dtype=np.float64)
     cvs = []
     for r in ranks:
@@ -520,51 +518,6 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
         ms, excluded, slow, slow[:1] or slow_steps(jit, p50, factor=1.0)[:1], multi=len(ranks) > 1
     )
     return True
-
-
-def gpu_lag(stats: list[StepStat], host_end: dict[tuple[int, int | None], int]) -> int:
-    """How far one rank's GPU runs behind its host when that lag is steady: the median over
-    the steps after the first of (window end − host end), when it is ``LAG_MIN_PCT`` of the
-    median step and 1 ms or more and varies by at most ``LAG_SPREAD_PCT`` of the median step;
-    else 0. A steady lag is a queue depth (the host is ahead), not step-to-step variation."""
-    later = [s for s in stats[1:] if s.gpu_ns is not None]
-    if len(stats) < 3 or len(later) < 2:
-        return 0
-    lag = np.array([s.start_ns + s.wall_ns - host_end[(s.rank, s.step)] for s in later])
-    med_lag, med_wall = float(np.median(lag)), float(np.median([s.wall_ns for s in later]))
-    if (
-        med_lag < max(LAG_MIN_NS, LAG_MIN_PCT / 100.0 * med_wall)
-        or float(lag.max() - lag.min()) > LAG_SPREAD_PCT / 100.0 * med_wall
-    ):
-        return 0
-    return int(med_lag)
-
-
-def edge_lag(stats: list[StepStat], lag: int) -> int:
-    """The lag the rank's first window carries: its excess over the median later step, when
-    that excess is the steady lag (within ``LAG_SPREAD_PCT`` of a step, or 1 ms) and the step
-    ran the same work (its kernel time within ``LAG_SPREAD_PCT`` of the median). A first
-    window that only holds its own longer work (a host that ran ahead before the queue
-    filled) carries no lag."""
-    if not lag or len(stats) < 3:
-        return 0
-    first, later = stats[0], stats[1:]
-    med_wall = float(np.median([s.wall_ns for s in later]))
-    med_k = float(np.median([s.kernel_ns for s in later]))
-    tol = max(LAG_MIN_NS, LAG_SPREAD_PCT / 100.0 * med_wall)
-    if abs(first.wall_ns - med_wall - lag) > tol:
-        return 0
-    if med_k <= 0 or abs(first.kernel_ns - med_k) > LAG_SPREAD_PCT / 100.0 * med_k:
-        return 0
-    return lag
-
-
-def _without_lag(s: StepStat, rank_stats: list[StepStat], lag: int) -> StepStat:
-    """The rank's first step with the lag its window carries taken out (never below its host
-    time); any other step as it is."""
-    if not lag or s is not rank_stats[0]:
-        return s
-    return replace(s, wall_ns=max(s.host_ns, s.wall_ns - lag))
 
 
 def slow_steps(basis: list[StepStat], p50: float, *, factor: float = SLOW_FACTOR) -> list[dict]:
