@@ -433,3 +433,61 @@ def leaky_loop(iterations: int = 6, leak: int = 320 * MiB) -> SnapshotBuilder:
             b.free(addr)
         b.wait(1000)
     return b
+
+
+def fragmented_history() -> SnapshotBuilder:
+    """A run whose end state looks like plain cache but whose history shows fragmentation.
+
+    Segment A (4 GiB) is filled with eight 512 MiB blocks; segment B (1 GiB) gets one 1 GiB
+    block that is freed (B wholly free). Every other block of A is freed: 2 GiB free in
+    512 MiB pieces. A request of 1.5 GiB then fails (OOM, 768 MiB free on the device) although
+    2 GiB + 1 GiB sit free in the cache, none of it in a block over 1 GiB; ``empty_cache()``
+    returns B (a flush of 1 GiB) and the retry reserves a new 1.5 GiB segment C while A's
+    2 GiB sit free, and succeeds. At the end A's last blocks are freed too: the snapshot shows
+    4 GiB of wholly free cache and 1.5 GiB live. The figures are in
+    :data:`FRAGMENTED_HISTORY`."""
+    b = SnapshotBuilder(allocator_settings={"expandable_segments": False})
+    a = b.segment(4 * GiB, frames=ATTN)
+    blocks = [b.alloc(512 * MiB, segment=a, frames=ATTN) for _ in range(8)]
+    seg_b = b.segment(GiB, frames=MLP)
+    b.free(b.alloc(GiB, segment=seg_b, frames=MLP))
+    for x in blocks[1::2]:
+        b.free(x)
+    b.oom(3 * GiB // 2, device_free=768 * MiB, frames=LOGITS)
+    b.empty_cache()
+    c = b.segment(3 * GiB // 2, frames=LOGITS)
+    b.alloc(3 * GiB // 2, segment=c, frames=LOGITS)
+    for x in blocks[0::2]:
+        b.free(x)
+    return b
+
+
+#: what :func:`fragmented_history` holds, computed by hand
+FRAGMENTED_HISTORY = {
+    "oom_request": 3 * GiB // 2,
+    "oom_free_cached": 3 * GiB,  # A's four holes and B, before the flush
+    "oom_largest_free": GiB,  # B
+    "flushed": GiB,
+    "segment_despite_free": 3 * GiB // 2,
+    "free_at_segment": 2 * GiB,  # A's four holes
+    "peak_reserved": 5 * GiB,  # A full and B's block: the history's peak
+    "peak_allocated": 5 * GiB,
+    "later_request_max": 3 * GiB // 2,
+    "reserved": 4 * GiB + 3 * GiB // 2,
+    "releasable": 4 * GiB,
+}
+
+
+def cache_after_peak() -> SnapshotBuilder:
+    """A training step: one 4 GiB segment holds weights (1 GiB), activations (2.5 GiB) and an
+    output (256 MiB) at its peak (reserved only 1.07x allocated); the activations are freed
+    at the end, leaving 2.75 GiB free between the weights and the output: the peak's cache,
+    not fragmentation."""
+    b = SnapshotBuilder(allocator_settings={"expandable_segments": False})
+    s = b.segment(4 * GiB, frames=EMBED)
+    b.alloc(GiB, segment=s, frames=EMBED)
+    acts = [b.alloc(640 * MiB, segment=s, frames=ATTN) for _ in range(4)]
+    b.alloc(256 * MiB, segment=s, frames=LOGITS)
+    for x in acts:
+        b.free(x)
+    return b

@@ -425,14 +425,16 @@ class KinetoTraceBuilder:
 
     def graph_launch(
         self,
-        kernels: list[tuple[str, int, int]],
+        kernels: list[tuple[str, int, int]] | list[tuple[str, int, int, str]],
         *,
         cpu_start: int,
         cpu_dur: int = 8_000,
         stream: int | None = None,
         device: int = 0,
     ) -> int:
-        """``cudaGraphLaunch``: one correlation id for every kernel of the replay."""
+        """``cudaGraphLaunch``: one correlation id for every node of the replay; a node is
+        ``(name, start, dur)`` (a kernel) or ``(name, start, dur, kind)`` with kind kernel,
+        memset or memcpy."""
         stream = self.default_stream if stream is None else stream
         corr = self._next_corr()
         ext = self._enclosing_ext(cpu_start, self.tid)
@@ -441,9 +443,11 @@ class KinetoTraceBuilder:
         if ext is not None:
             rargs["External id"] = ext
         self._x("cuda_runtime", api, cpu_start, cpu_dur, self.pid, self.tid, rargs)
-        for name, start, dur in kernels:
+        for node in kernels:
+            name, start, dur = node[0], node[1], node[2]
+            kind = node[3] if len(node) > 3 else "kernel"  # type: ignore[misc]
             self._x(
-                "kernel",
+                {"kernel": "kernel", "memcpy": "gpu_memcpy", "memset": "gpu_memset"}[kind],
                 name,
                 start,
                 dur,

@@ -126,8 +126,11 @@ class RankSummary(TypedDict, total=False):
     comm_exposed_ns: int
     steps: int
     step_time_ns: dict[str, float | None] | None
+    #: the statistics of the representative steps (what the reports and compare show)
+    step_time_representative_ns: dict[str, float | None] | None
     steps_representative: int
     steps_excluded: list[Row]
+    steps_kept: list[Row]  #: steps kept although excluded would leave the capture no work
     peak_allocated_bytes: int | None
     peak_reserved_bytes: int | None
     attributed_pct: float | None
@@ -169,6 +172,8 @@ class Rollups(TypedDict, total=False):
     has_modules: bool
     step_basis: dict[str, Any]
     module_types: list[Row]
+    #: a capture without step markers: kernel time per second and per repeated unit
+    slice: dict[str, Any]
 
 
 class Roofline(TypedDict, total=False):

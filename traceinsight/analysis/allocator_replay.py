@@ -225,3 +225,49 @@ def iterations(levels: np.ndarray, min_swing: float = 0.25) -> dict[str, Any] | 
         "growth_bytes_per_iteration": slope,
         "grew_pct": 100.0 * float((np.diff(vals) > 0).mean()),
     }
+
+
+FLUSH = ("segment_free", "segment_unmap")
+
+
+def history(rp: Replay, peak: dict[str, Any], ooms: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the allocator's trace shows beyond its end state: the state at the history's peak
+    (reserved against allocated, the largest free block against the largest request that
+    followed), cache flushes (runs of ``segment_free`` / ``segment_unmap``: ``empty_cache()``
+    or the allocator's own free-and-retry after a failed ``cudaMalloc``), allocations retried
+    after an OOM (a later ``alloc`` at least as large as the failed request), and segments
+    reserved while the cache already held at least their size free (reserved − allocated
+    just before the ``segment_alloc``; the largest such is named)."""
+    kinds = rp.actions["action"].astype(str).to_numpy()
+    sizes = rp.actions["size_bytes"].to_numpy(np.int64)
+    n = len(kinds)
+    k = peak["index"]
+    later = sizes[k + 1 :][np.isin(kinds[k + 1 :], ("alloc", "oom"))] if n else sizes[:0]
+    flush = np.isin(kinds, FLUSH)
+    starts = flush & ~np.concatenate(([False], flush[:-1]))
+    oom_idx = np.flatnonzero(kinds == "oom")
+    retried = 0
+    for j, i in enumerate(oom_idx):
+        stop = oom_idx[j + 1] if j + 1 < len(oom_idx) else n
+        seg = slice(i + 1, stop)
+        retried += int(((kinds[seg] == "alloc") & (sizes[seg] >= sizes[i])).any())
+    prev_free = np.concatenate(([0], (rp.reserved - rp.allocated)[:-1])) if n else sizes[:0]
+    despite = np.flatnonzero(
+        np.isin(kinds, ("segment_alloc", "segment_map")) & (prev_free >= sizes) & (sizes > 0)
+    )
+    big = int(despite[np.argmax(sizes[despite])]) if len(despite) else None
+    return {
+        "peak_reserved": peak["reserved"],
+        "peak_allocated": peak["allocated"],
+        "peak_ratio": peak["reserved"] / peak["allocated"] if peak["allocated"] else None,
+        "peak_largest_free": peak["map_totals"]["largest_free"],
+        "later_request_max": int(later.max()) if len(later) else 0,
+        "flushes": int(starts.sum()),
+        "flushed_bytes": int(sizes[flush].sum()),
+        "oom_retries": retried,
+        "segments_despite_free": len(despite),
+        "segment_despite_free_bytes": int(sizes[big]) if big is not None else 0,
+        "free_at_that_segment": int(prev_free[big]) if big is not None else 0,
+        "ooms": len(oom_idx),
+        "oom_failed_cached": sum(bool(o["cached_enough"]) for o in ooms),
+    }

@@ -41,6 +41,14 @@ import pyarrow.compute as pc
 from traceinsight.analysis import Analysis, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.attribution import name_matches, thread_keys
+from traceinsight.analysis.completeness import unrecorded_overlap
+from traceinsight.analysis.oneoff import (
+    CAPTURE_RANGE_RE,
+    COMPILE_RANGE_RE,
+    ONE_OFF_CALL_RE,
+    STARTUP_RANGE_RE,
+    first_calls,
+)
 from traceinsight.util import fmt
 
 #: the causes, in the order the host side of a gap is painted (dependency is decided first;
@@ -57,6 +65,7 @@ CAUSES = (
     "host",
     "launch",
     "unknown",
+    "unrecorded",
 )
 #: causes that say the window is not a steady state
 NONSTEADY = ("startup", "capture", "compile")
@@ -78,30 +87,10 @@ LAUNCH_CALL_RE = re.compile(
     r"(?:LaunchKernel|LaunchCooperativeKernel|ModuleLaunchKernel)"
     r"(?:ExC|Ex)?(?:_v\d+|_ptsz)?$|^cuLaunch(?!HostFunc)"
 )
-ONE_OFF_CALL_RE = re.compile(
-    r"^(?:cuda|hip|cu)(?:StreamCreate\w*|EventCreate\w*|GetDeviceProperties\w*|"
-    r"DeviceGetStreamPriorityRange|GetDeviceCount|SetDevice|Init|DevicePrimaryCtx\w*|"
-    r"CtxCreate\w*|ModuleLoad\w*|ModuleGetFunction|FuncGetAttributes|FuncSetAttribute|"
-    r"DeviceGetAttribute|DeviceSetLimit|GetDevice|DriverGetVersion|RuntimeGetVersion|"
-    r"LibraryLoad\w*|KernelGetFunction|ChooseDevice)(?:_v\d+)?$"
-)
 BEGIN_CAPTURE_RE = re.compile(r"StreamBeginCapture")
 END_CAPTURE_RE = re.compile(r"StreamEndCapture")
 INSTANTIATE_RE = re.compile(r"GraphInstantiate|GraphUpload|GraphExecUpdate")
 WAIT_CALL_RE = re.compile(r"StreamWaitEvent|StreamWaitValue")
-#: ranges / ops / python frames during which the host records a CUDA/HIP graph
-CAPTURE_RANGE_RE = re.compile(
-    r"CUDAGraphNode\.record|cudagraph_trees\.py\(\d+\): (?:record_function|_record)\b"
-    r"|_capture_cudagraphs|\bcapture_model\b|\bgraph[_ ]capture\b|^capture_\d+(?:_\w+)?$"
-    r"|CUDAGraph\.capture|cuda_graph\w*\.py\(\d+\): capture\b",
-    re.IGNORECASE,
-)
-#: ranges / ops / python frames in which torch.compile or Triton compiles
-COMPILE_RANGE_RE = re.compile(
-    r"_compile\.compile_inner|\bcompile_fx(?:_inner)?\b|call_user_compiler|inductor_compile"
-    r"|create_aot_dispatcher_function|fx_codegen_and_compile|TritonCompile|async_compile\.wait"
-    r"|convert_frame\.py\(\d+\): _compile\b|triton/compiler/compiler\.py\(\d+\): compile\b"
-)
 DATALOADER_RE = re.compile(
     r"enumerate\(DataLoader\)|DataLoader.*__next__|enumerate\(DataPipe\)|"
     r"\[pl\]\[profile\].*(?:next|train_dataloader)|_next_data|get_batch",
@@ -340,6 +329,10 @@ class _RankHost:
         for c in ("startup", "copy", "sync", "alloc"):
             m = on & (self.cause == c)
             sets[c] = iv.union(s[m], e[m])
+        sets["startup"] = iv.union(
+            np.concatenate((sets["startup"][0], self.ranges["startup"][0])),
+            np.concatenate((sets["startup"][1], self.ranges["startup"][1])),
+        )
         sets["compile"] = self.ranges["compile"]
         sets["input"] = self.ranges["input"]
         sets["host"] = self.quiet
@@ -372,6 +365,8 @@ def _rank_host_uncached(an: Analysis, rank: int) -> _RankHost:
     dl_s, dl_e, _ = rank_ranges(an, rank, DATALOADER_RE)
     cap_s, cap_e, _ = rank_ranges(an, rank, CAPTURE_RANGE_RE, frames=True)
     com_s, com_e, _ = rank_ranges(an, rank, COMPILE_RANGE_RE, frames=True)
+    st_s, st_e, _ = rank_ranges(an, rank, STARTUP_RANGE_RE, frames=True)
+    fc_s, fc_e = first_calls(an, rt)
     quiet, stall_events = _host_stalls(an, rank, rt)
     host = _RankHost(
         rt,
@@ -383,6 +378,7 @@ def _rank_host_uncached(an: Analysis, rank: int) -> _RankHost:
             "input": iv.union(dl_s, dl_e),
             "capture": iv.union(cap_s, cap_e),
             "compile": iv.union(com_s, com_e),
+            "startup": iv.union(np.concatenate((st_s, fc_s)), np.concatenate((st_e, fc_e))),
         },
         quiet,
     )
@@ -519,6 +515,7 @@ def idle_split(
     for c in ("copy", "sync"):
         per_gap["unknown"] += np.where(lead, per_gap[c], 0)
         per_gap[c] = np.where(lead, 0, per_gap[c])
+    _unrecorded(per_gap, unrecorded_overlap(an, rank, cs, ce))
     for c in CAUSES:
         out.ns[c] = int(per_gap[c].sum())
 
@@ -550,6 +547,23 @@ def idle_split(
     gaps.sort(key=lambda x: -x["dur_ns"])
     out.gaps = gaps
     return out, gaps if top is None else gaps[:top]
+
+
+#: the causes idle inside an incompletely recorded replay is taken from, first to last
+_UNRECORDED_FROM = ("dependency", "unknown", "launch", *CAUSES[1:9])
+
+
+def _unrecorded(per_gap: dict[str, np.ndarray], inside: np.ndarray) -> None:
+    """Idle inside an incompletely recorded graph replay is ``unrecorded``: the nodes between
+    the recorded ones ran then, for all the trace says (:mod:`.completeness`)."""
+    left = inside.astype(np.int64).copy()
+    for c in _UNRECORDED_FROM:
+        if not left.any():
+            break
+        take = np.minimum(per_gap[c], left)
+        per_gap[c] = per_gap[c] - take
+        per_gap["unrecorded"] = per_gap["unrecorded"] + take
+        left -= take
 
 
 def _owed_to_drains(
@@ -615,6 +629,7 @@ _LABEL = {
     "host": "host stall",
     "launch": "launch",
     "unknown": "unknown",
+    "unrecorded": "unrecorded",
 }
 
 

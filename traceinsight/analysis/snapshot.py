@@ -172,6 +172,7 @@ def device_view(
         "live": live_sites(st),
         "top_allocations": top_allocations(st),
     }
+    view["history"] = ar.history(rp, view["peak"], view["ooms"]) if n else None
     view["segment_map"] = _cap_map(smap)
     view["segment_map_snapshot"] = (
         None if k == n - 1 else _cap_map(ar.segment_map(ar.state_at(rp, n - 1, blocks, segs)))

@@ -42,6 +42,7 @@ IDLE_CAUSES = (
     ("idle_capture_pct", "graph capture"),
     ("idle_compile_pct", "compilation"),
     ("idle_unknown_pct", "unrecorded host time"),
+    ("idle_unrecorded_pct", "unrecorded work inside partly recorded graph replays"),
 )
 CLASS_LABEL = {"gemm": "GEMM", "other": "unclassified"}
 

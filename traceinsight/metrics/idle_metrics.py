@@ -3,7 +3,8 @@ share of the window that is not steady state (start-up, graph capture, compilati
 wait), and the evidence and text facts the rules quote (the calls behind each cause).
 
 Every idle nanosecond has one cause, so ``idle_input + idle_sync + idle_host + idle_launch +
-idle_device_wait + idle_startup + idle_capture + idle_compile + idle_unknown = gpu_idle``
+idle_device_wait + idle_startup + idle_capture + idle_compile + idle_unknown + idle_unrecorded =
+gpu_idle``
 (``idle_copy`` is part of ``idle_sync``, ``idle_alloc`` and ``idle_host_busy`` of
 ``idle_host``).
 """
@@ -18,16 +19,21 @@ from traceinsight.analysis import Analysis, by_rank
 from traceinsight.analysis.idle import (
     BLOCKING_MIN_NS,
     CAUSES,
+    COMPILE_RANGE_RE,
     NONSTEADY,
     NONSTEADY_MIN_PCT,
     STALL_MIN_NS,
+    STARTUP_RANGE_RE,
     IdleSplit,
     idle_split,
+    rank_ranges,
 )
 from traceinsight.metrics.registry import MetricSet, declare, declare_fact
 from traceinsight.util import fmt
 
 NEEDS = "GPU kernels"
+#: idle_recorded_pct when the profiler dropped records: no high finding rests on such idle
+DROPPED_RECORDED_PCT = 85.0
 HINT = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"
 
 for _n, _d in (
@@ -90,6 +96,18 @@ for _n, _d in (
         "or before work without a launch record), % of window",
     ),
     (
+        "idle_unrecorded_pct",
+        "GPU idle inside CUDA/HIP graph replays whose nodes are only partly recorded "
+        "(holes between recorded nodes, memsets without their kernels, fewer kernels "
+        "than other replays of the graph): unrecorded work, not idle, % of window",
+    ),
+    (
+        "idle_recorded_pct",
+        "share of the GPU idle time that is not unrecorded (100 when every graph "
+        "replay is completely recorded; at most 85 when the profiler "
+        "reports dropped activity records: its idle may hold unrecorded work), % of GPU idle",
+    ),
+    (
         "longest_wait_pct",
         "the longest single dependency wait (work queued, GPU idle), % of its rank's windows",
     ),
@@ -114,6 +132,30 @@ declare(
     hint=HINT,
 )
 declare(
+    "gpu_idle_steady_pct",
+    "%",
+    "GPU idle outside one-off start-up, compilation and graph capture (gpu_idle_pct minus "
+    "idle_startup_pct, idle_compile_pct and idle_capture_pct), % of window",
+    needs=NEEDS,
+    hint=HINT,
+)
+declare(
+    "idle_oneoff_pct",
+    "%",
+    "GPU idle in one-off start-up, compilation and graph capture (idle_startup_pct + "
+    "idle_compile_pct + idle_capture_pct), % of window",
+    needs=NEEDS,
+    hint=HINT,
+)
+declare(
+    "input_nsys",
+    "bool",
+    "1 when every input is an Nsight Systems report: advice on what to record names nsys "
+    "options instead of torch.profiler's",
+    needs=NEEDS,
+    hint=HINT,
+)
+declare(
     "alloc_calls",
     "count",
     "allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree, host allocations) in the windows",
@@ -127,6 +169,7 @@ for _n, _d in (
         "compilation, a one-off wait)",
     ),
     ("nonsteady_detail", "the calls or the wait that make the window not steady state"),
+    ("steady_capture_advice", "how to record steady state, in the input's vocabulary"),
     ("host_stall_detail", "the allocator calls and host events behind idle_host_pct"),
     ("sync_detail", "the blocking calls behind idle_sync_pct"),
 ):
@@ -146,9 +189,14 @@ METRIC_CAUSES = {
     "idle_capture_pct": ("capture",),
     "idle_compile_pct": ("compile",),
     "idle_unknown_pct": ("unknown",),
+    "idle_unrecorded_pct": ("unrecorded",),
 }
 METRICS = (
     *METRIC_CAUSES,
+    "idle_recorded_pct",
+    "idle_oneoff_pct",
+    "gpu_idle_steady_pct",
+    "input_nsys",
     "longest_wait_pct",
     "nonsteady_pct",
     "steady_state",
@@ -204,6 +252,23 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     wall = sum(bd.ranks[r].wall_ns for r in ranks)
     for m, causes in METRIC_CAUSES.items():
         ms.set(m, _pct(sum(total.ns[c] for c in causes), wall))
+    idle_ns = total.total_ns
+    oneoff = sum(total.ns[c] for c in NONSTEADY)
+    ms.set("idle_oneoff_pct", _pct(oneoff, wall))
+    ms.set("gpu_idle_steady_pct", _pct(idle_ns - oneoff, wall))
+    fmts = {str(r.get("format")) for r in an.store.ranks}
+    ms.set("input_nsys", float(fmts == {"nsys"}))
+    ms.set_fact(
+        "steady_capture_advice",
+        "record warm iterations only (`nsys profile --capture-range=cudaProfilerApi` with "
+        "torch.cuda.profiler.start/stop around them)"
+        if fmts == {"nsys"}
+        else "profile steady-state steps (e.g. `schedule(wait=1, warmup=1, active=3)`)",
+    )
+    recorded = 100.0 - (_pct(total.ns["unrecorded"], idle_ns) or 0.0)
+    if any(d.get("code") == "records-dropped" for d in an.store.meta.get("diagnostics", [])):
+        recorded = min(recorded, DROPPED_RECORDED_PCT)
+    ms.set("idle_recorded_pct", recorded)
     wait_share, wait = max(waits, key=lambda x: x[0]) if waits else (0.0, None)
     ms.set("longest_wait_pct", 100.0 * wait_share)
     nonsteady = _pct(nonsteady_ns, wall)
@@ -225,8 +290,12 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     ms.evidence["idle_calls"] = call_rows
     ms.evidence["host_stalls"] = stall_rows
     ms.evidence["nonsteady"] = _nonsteady_rows(total, wait, wall)
+    names = {
+        c: _range_names(an, ranks, rx) if total.ns[c] else ""
+        for c, rx in (("compile", COMPILE_RANGE_RE), ("startup", STARTUP_RANGE_RE))
+    }
     kind, detail = _nonsteady_text(
-        total, wait, wall, call_rows, call_df[call_df["cause"] == "capture"]
+        total, wait, wall, call_rows, call_df[call_df["cause"] == "capture"], names
     )
     ms.set_fact("nonsteady_kind", kind)
     ms.set_fact("nonsteady_detail", detail)
@@ -343,8 +412,27 @@ def _stall_text(rows: list[dict], wall: int) -> str:
     return "; ".join(parts) or "no host event was recorded in those stretches"
 
 
+def _range_names(an: Analysis, ranks: list[int], rx: Any, n: int = 3) -> str:
+    """The host ranges, ops and frames matching ``rx`` with the most time (one-off work
+    named by what ran: nvFuser's compileFusion, NVRTC, autotuning, cuBLAS heuristics)."""
+    tot: dict[str, int] = {}
+    for r in ranks:
+        sel = rank_ranges(an, r, rx, frames=True)[2].drop_duplicates(["name", "start_ns"])
+        for name, d in zip(sel["name"].astype(str), sel["dur_ns"].to_numpy()):
+            path, sep, rest = name.partition(".py(")
+            key = ("/".join(path.replace("\\", "/").split("/")[-2:]) + sep + rest)[:80]
+            tot[key] = tot.get(key, 0) + int(d)
+    top = sorted(tot.items(), key=lambda kv: -kv[1])[:n]
+    return ", ".join(f"`{k}` {fmt.fmt_ns(v)}" for k, v in top)
+
+
 def _nonsteady_text(
-    total: IdleSplit, wait: dict | None, wall: int, call_rows: list[dict], calls: pd.DataFrame
+    total: IdleSplit,
+    wait: dict | None,
+    wall: int,
+    call_rows: list[dict],
+    calls: pd.DataFrame,
+    names: dict[str, str] | None = None,
 ) -> tuple[str, str]:
     """What the window is (short) and what shows it (the calls, or the wait)."""
     parts = {c: total.ns[c] for c in NONSTEADY}
@@ -365,16 +453,17 @@ def _nonsteady_text(
         )
     if kind == "startup":
         rows = _calls_text([r for r in call_rows if r["cause"] == "start-up"], wall)
+        more = (names or {}).get("startup")
         return (
             "start-up / a cold first iteration",
             f"the GPU idles for {share} of the window while the host is inside one-off "
             f"runtime calls (context, module, stream and event creation, first kernel "
-            f"launches): {rows}",
+            f"launches) or first calls: " + "; ".join(x for x in (rows, more) if x),
         )
     if kind == "capture":
-        names = calls["name"].astype(str) if len(calls) else pd.Series([], dtype=str)
-        n_cap = int(names.str.contains("BeginCapture").sum())
-        n_inst = int(names.str.contains("GraphInstantiate").sum())
+        cnames = calls["name"].astype(str) if len(calls) else pd.Series([], dtype=str)
+        n_cap = int(cnames.str.contains("BeginCapture").sum())
+        n_inst = int(cnames.str.contains("GraphInstantiate").sum())
         what = (
             f" ({n_cap:,} stream capture{'s' if n_cap != 1 else ''}, {n_inst:,} graph"
             f"{'s' if n_inst != 1 else ''} instantiated)"
@@ -386,9 +475,11 @@ def _nonsteady_text(
             f"the host records kernels into CUDA/HIP graphs{what} instead of running them; "
             f"the GPU idles for {share} of the window",
         )
+    more = (names or {}).get("compile")
     return (
         "compilation / warm-up",
-        f"torch.compile or Triton compiles while the GPU idles, {share} of the window",
+        f"the host compiles (torch.compile, nvFuser, NVRTC, Triton, flashinfer JIT) while the "
+        f"GPU idles, {share} of the window" + (f": {more}" if more else ""),
     )
 
 

@@ -9,7 +9,10 @@ Evidence of training, in any CPU op or annotation of any rank:
 * autograd backward work: ops named ``*Backward*`` (``MmBackward0``, legacy ``AddmmBackward``),
   ``autograd::engine::evaluate_function: ...``, ``torch::autograd::AccumulateGrad``;
 * optimizer work: ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` ranges (and the
-  lower-case ``optimizer.step`` ranges some frameworks record).
+  lower-case ``optimizer.step`` ranges some frameworks record);
+* a range (NVTX or record_function) of a backward pass (``backward``, autograd's names), and,
+  where no framework op is recorded at all (an Nsight capture without emit_nvtx), kernels only
+  a backward pass runs (``*_bwd_*``, ``*backward*``, ``dgrad`` / ``wgrad``).
 
 ``aten::_foreach_*`` alone is not evidence: inference code uses it too; after a backward pass it
 is already counted as training by the backward ops. A trace without CPU ops (a GPU-only
@@ -29,6 +32,13 @@ from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import MetricSet, declare
 
 BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function|AccumulateGrad")
+#: ranges (NVTX, record_function) of a backward pass: autograd's own, or a range named so
+BACKWARD_RANGE_RE = re.compile(
+    r"Backward|^autograd::engine::evaluate_function|AccumulateGrad|\bbackward\b", re.IGNORECASE
+)
+#: kernels only a backward pass runs (weight/data gradients, *_bwd_* attention kernels), the
+#: evidence where no framework op is recorded
+BACKWARD_KERNEL_RE = re.compile(r"_bwd_|_bwd\b|backward|\bdgrad|\bwgrad|_dgrad_|_wgrad_", re.I)
 OPTIMIZER_RE = re.compile(r"^(?:Optimizer|optimizer)\.(?:step|zero_grad)")
 MODES = {1.0: "training", 0.0: "inference"}
 
@@ -55,8 +65,12 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
         ms.set("is_training", None, why_missing="no CPU ops recorded (a GPU-only capture)")
         ms.evidence["run_mode"] = {"mode": "unknown", "how": "no CPU ops recorded"}
         return
-    bwd = _count(names, BACKWARD_RE)
+    bwd = _count(names, BACKWARD_RE) + _count(rnames, BACKWARD_RANGE_RE)
     opt = _count(names, OPTIMIZER_RE) + _count(rnames, OPTIMIZER_RE)
+    if not bwd and not opt and not any(str(n).startswith("aten::") for n in names):
+        # no framework ops recorded (an Nsight capture without emit_nvtx): backward kernels
+        g = an.attribution.gpu
+        bwd = _count(_names(g["name"]) if len(g) else np.array([]), BACKWARD_KERNEL_RE)
     flag = 1.0 if bwd or opt else 0.0
     ms.set("is_training", flag)
     ms.evidence["run_mode"] = {

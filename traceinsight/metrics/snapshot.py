@@ -82,6 +82,64 @@ for _n, _u, _d in (
 ):
     declare(_n, _u, _d, needs=NEEDS, hint=HINT)
 
+HISTORY_NEEDS = "a memory snapshot with its allocator history"
+HISTORY_HINT = (
+    "call torch.cuda.memory._record_memory_history(max_entries=100000) before the run, "
+    "then _dump_snapshot: the history is what the allocator did, not only its end state"
+)
+#: metric -> (unit, meaning, key of the view's history)
+HISTORY_METRICS = {
+    "snapshot_history_peak_ratio": (
+        "ratio",
+        "reserved / allocated at the history's peak of allocated memory",
+        "peak_ratio",
+    ),
+    "snapshot_history_peak_reserved_bytes": (
+        "bytes",
+        "reserved bytes at the history's peak of allocated memory",
+        "peak_reserved",
+    ),
+    "snapshot_peak_largest_free_block_bytes": (
+        "bytes",
+        "the largest free block at the history's peak",
+        "peak_largest_free",
+    ),
+    "snapshot_later_request_max_bytes": (
+        "bytes",
+        "the largest request (allocation or failed allocation) after the history's peak",
+        "later_request_max",
+    ),
+    "snapshot_cache_flushes": (
+        "count",
+        "cache flushes in the history: runs of segment_free/segment_unmap (empty_cache(), or "
+        "the allocator freeing its cache to retry a failed cudaMalloc)",
+        "flushes",
+    ),
+    "snapshot_cache_flushed_bytes": ("bytes", "bytes the cache flushes returned", "flushed_bytes"),
+    "snapshot_oom_retries": (
+        "count",
+        "failed allocations followed by an allocation at least as large (a retry)",
+        "oom_retries",
+    ),
+    "snapshot_segments_despite_free": (
+        "count",
+        "segments reserved while the cache already held at least their size free",
+        "segments_despite_free",
+    ),
+    "snapshot_segment_despite_free_bytes": (
+        "bytes",
+        "the largest segment reserved while at least its size sat free in the cache",
+        "segment_despite_free_bytes",
+    ),
+    "snapshot_free_at_segment_bytes": (
+        "bytes",
+        "free cached bytes when that segment was reserved",
+        "free_at_that_segment",
+    ),
+}
+for _n, (_u, _d, _k) in HISTORY_METRICS.items():
+    declare(_n, _u, _d, needs=HISTORY_NEEDS, hint=HISTORY_HINT)
+
 for _n, _d in (
     ("snapshot_hole_site", "the call site whose freed blocks left the most stranded bytes"),
     ("snapshot_churn_site", "the call site allocating the most different sizes"),
@@ -157,6 +215,13 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         sum(s["bytes"] for s in it["survivors"]) if it else None,
         why_missing=why_it,
     )
+    hist = view.get("history")
+    for name, (_u, _d, key) in HISTORY_METRICS.items():
+        ms.set(
+            name,
+            hist[key] if hist else None,
+            why_missing="the snapshot holds no allocator history (device_traces)",
+        )
     for v in views:
         ms.rank_set(v["rank"], "snapshot_reserved_bytes", v["totals"]["reserved"])
         ms.rank_set(v["rank"], "snapshot_stranded_bytes", v["totals"]["stranded"])

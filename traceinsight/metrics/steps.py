@@ -51,6 +51,7 @@ from traceinsight.analysis.idle import (
     idle_split,
 )
 from traceinsight.metrics.registry import MetricSet, declare, declare_fact
+from traceinsight.metrics.step_lag import edge_lag, gpu_lag, without_lag
 from traceinsight.util import fmt
 
 NEEDS_STEPS = "ProfilerStep markers"
@@ -100,6 +101,13 @@ for _n, _u, _d in (
         "representative steps, worst rank",
     ),
     ("step_time_max_over_p50_ratio", "ratio", "slowest representative step over the median step"),
+    (
+        "gpu_lag_ns",
+        "ns",
+        "how far the GPU runs behind the host, when constant (a queue of launched work, "
+        "healthy): the median of step window end minus host step end over the steps after the "
+        "first; 0 when there is no steady lag (largest over ranks)",
+    ),
     ("slow_steps", "count", f"representative steps slower than {SLOW_FACTOR}x the median step"),
     (
         "jitter_loss_pct",
@@ -489,9 +497,35 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     ms.set("step_time_max_ns", float(times.max()))
     ms.set("step_time_mean_ns", float(times.mean()))
     ms.set("step_time_max_over_p50_ratio", float(times.max() / p50) if p50 else None)
+    host_end: dict[tuple[int, int | None], int] = {
+        (w.rank, w.step): w.host_end_ns for w in attr.steps if w.step is not None
+    }
+    lags = {r: gpu_lag(by_rank[r], host_end) for r in ranks}
+    ms.set("gpu_lag_ns", float(max(lags.values(), default=0)))
+    for r, lag in lags.items():
+        if lag:
+            med = float(np.median([s.wall_ns for s in by_rank[r][1:]]))
+            attr.diagnostics.add(
+                "gpu-lag",
+                f"the GPU runs a steady {fmt.fmt_ns(lag)} behind the host ({lag / med:.1f} "
+                "steps of launched work queued): a queue depth, which is healthy, not jitter"
+                + (
+                    "; the first step window carries it, and the step-to-step variation is "
+                    "measured without it"
+                    if edge_lag(by_rank[r], lag)
+                    else ""
+                ),
+                severity="info",
+                source=f"rank {r}",
+            )
+    # jitter: the step times without the lag the first window carries (its window starts at
+    # its host start, the others at the previous step's GPU end)
+    edge = {r: edge_lag(by_rank[r], lags[r]) for r in ranks}
+    jit = [without_lag(s, by_rank[s.rank], edge[s.rank]) for s in basis]
+    jtimes = np.array([s.wall_ns for s in jit], dtype=np.float64)
     cvs = []
     for r in ranks:
-        t = np.array([s.wall_ns for s in basis if s.rank == r], dtype=np.float64)
+        t = np.array([s.wall_ns for s in jit if s.rank == r], dtype=np.float64)
         if len(t) >= 3 and t.mean() > 0:
             cvs.append(100.0 * t.std() / t.mean())
             ms.rank_set(r, "step_time_cv_pct", cvs[-1])
@@ -500,14 +534,14 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
         max(cvs) if cvs else None,
         why_missing=None if cvs else "needs at least 3 representative ProfilerSteps per rank",
     )
-    slow = slow_steps(basis, p50)
-    ms.set("slow_steps", float(sum(1 for s in basis if s.wall_ns > SLOW_FACTOR * p50)))
-    loss = float(np.clip(times - p50, 0, None).sum())
-    ms.set("jitter_loss_pct", 100.0 * loss / times.sum() if times.sum() else None)
+    slow = slow_steps(jit, p50)
+    ms.set("slow_steps", float(sum(1 for s in jit if s.wall_ns > SLOW_FACTOR * p50)))
+    loss = float(np.clip(jtimes - p50, 0, None).sum())
+    ms.set("jitter_loss_pct", 100.0 * loss / jtimes.sum() if jtimes.sum() else None)
     ms.evidence["slow_steps"] = slow
     ms.evidence["steps"] = [s.to_dict() for s in stats]
     _texts(
-        ms, excluded, slow, slow[:1] or slow_steps(basis, p50, factor=1.0)[:1], multi=len(ranks) > 1
+        ms, excluded, slow, slow[:1] or slow_steps(jit, p50, factor=1.0)[:1], multi=len(ranks) > 1
     )
     return True
 

@@ -13,7 +13,7 @@ import pandas as pd
 from traceinsight.analysis import Analysis, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
-from traceinsight.metrics import idle_metrics, steps
+from traceinsight.metrics import completeness, idle_metrics, steps
 from traceinsight.metrics.registry import MetricSet, declare
 
 NEEDS_STEPS = "ProfilerStep markers"
@@ -154,6 +154,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             ms.rank_set(r, "wall_ns", float(b.wall_ns))
             ms.rank_set(r, "compute_ns", float(b.compute_ns))
         idle_metrics.compute(an, ms, ranks)
+        completeness.compute(an, ms, ranks)
         kern = g_all[g_all["kind"] == "kernel"]
         n_windows = max(1, len([w for w in attr.steps]))
         ms.set("kernels_per_step", float(len(kern)) / n_windows if len(kern) else 0.0)

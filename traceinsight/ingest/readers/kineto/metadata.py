@@ -56,6 +56,11 @@ PG_KEYS = ("pg_name", "pg_desc", "backend_config", "pg_size", "ranks")
 
 _RECORD_COUNTS_RE = re.compile(r"Record counts:(.*)")
 _COUNT_PAIR_RE = re.compile(r"([A-Za-z][A-Za-z -]{0,40}?)\s*=\s*(\d{1,18})")
+#: the profiler's own count of activity records it lost (a full CUPTI buffer)
+_DROPPED_RE = re.compile(
+    r"[Dd]ropped\s+(\d{1,18})\s+(?:activity\s+)?records?|(\d{1,18})\s+(?:activity\s+)?"
+    r"records?\s+(?:were\s+)?dropped|CUPTI stopped early\?\s*=\s*([1-9]\d{0,17})"
+)
 _LOG_SOURCE_RE = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]{0,40}\.(?:cpp|cc|c|h|hpp|py)):(\d{1,6})\]")
 #: distributedInfo fields that are counts (a rank must be a number in this range)
 MAX_RANK = 2**31 - 1
@@ -215,6 +220,41 @@ def _flag(v: Any) -> bool:
     return bool(_num(v))
 
 
+def _dropped_records(header: dict[str, Any], diags: DiagnosticLog, source: str) -> None:
+    """A ``records-dropped`` diagnostic when the profiler's log says its activity buffer
+    overflowed: records dropped (their count) or CUPTI stopping early."""
+    dropped, early = 0, False
+    for level in ("ERROR", "WARNING", "INFO"):
+        lines = header.get(level)
+        lines = [lines] if isinstance(lines, str) else lines
+        if not isinstance(lines, list):
+            continue
+        for line in lines[:200]:
+            for m in _DROPPED_RE.finditer(str(line)):
+                if m.group(3):
+                    early = True
+                else:
+                    dropped += int(m.group(1) or m.group(2))
+    if not dropped and not early:
+        return
+    what = (
+        f"the profiler dropped {dropped:,} activity records (its buffer overflowed)"
+        if dropped
+        else "CUPTI stopped recording early (its activity buffer filled)"
+    )
+    diags.add(
+        "records-dropped",
+        f"{what}: GPU work missing from the trace reads as idle, so GPU busy, the idle causes "
+        "and the step figures rest on an incomplete record; the findings resting on GPU idle "
+        "are capped at medium",
+        severity="warning",
+        source=source,
+        count=dropped or None,
+        hint="record fewer steps (a shorter active phase) or enlarge Kineto's GPU buffer "
+        "(ACTIVITIES_MAX_GPU_BUFFER_SIZE_MB in its config)",
+    )
+
+
 def _log_lines(header: dict[str, Any], diags: DiagnosticLog, source: str) -> None:
     """Kineto's ERROR / WARNING / INFO header lines, summarised: how many and from which
     source locations (the text may quote the recording machine); of INFO only the activity
@@ -224,6 +264,7 @@ def _log_lines(header: dict[str, Any], diags: DiagnosticLog, source: str) -> Non
         ("WARNING", "warning"),
         ("INFO", "info"),
     )
+    _dropped_records(header, diags, source)
     for level, sev in levels:
         lines = header.get(level)
         if isinstance(lines, str):
