@@ -382,3 +382,33 @@ def test_two_trace_event_lists_are_refused(tmp_path: Path, big: bool) -> None:
     p = tmp_path / "t.json"
     p.write_text(text)
     error(cli(["ingest", p, "-o", tmp_path / "s"], tmp_path), "t.json", "two 'traceEvents' lists")
+
+
+def test_a_non_ascii_file_name_under_a_c_locale(tmp_path: Path) -> None:
+    p = write(tmp_path / "trace_é中.json", trace(events(2)))
+    env = {"PYTHONUTF8": "0", "LC_ALL": "C", "LANG": "C"}
+    md = tmp_path / "r.md"
+    ok(cli(["diagnose", p, "--markdown", md, "--html", tmp_path / "r.html"], tmp_path, env=env))
+    assert "trace_é中.json" in md.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize(
+    "where, fragment",
+    [
+        ("missing.json", "does not exist"),
+        ("sched.json", "cannot use the Dask scheduler file"),
+        ("tcp://no-port", "cannot use the Dask scheduler address"),
+    ],
+)
+def test_bad_scheduler_values_are_one_line_errors(
+    tmp_path: Path, where: str, fragment: str
+) -> None:
+    (tmp_path / "sched.json").write_text("{}")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for r in range(2):
+        write(
+            folder / f"rank{r}.json", trace(events(2), distributedInfo={"rank": r, "world_size": 2})
+        )
+    arg = str(tmp_path / where) if where.endswith(".json") else where
+    error(cli(["diagnose", folder, "--scheduler", arg], tmp_path, timeout=120), fragment)

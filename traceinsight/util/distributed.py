@@ -147,6 +147,13 @@ class Runner:
                 hint="pip install 'traceinsight-doctor[dask]'",
             ) from None
         where = str(self.scheduler)
+        hint = (
+            "pass local, a scheduler address (tcp://HOST:8786) or a scheduler file written by "
+            "`dask scheduler --scheduler-file FILE`"
+        )
+        looks_like_path = ("/" in where and "://" not in where) or where.endswith(".json")
+        if looks_like_path and not Path(where).is_file():
+            raise ConfigError(f"the Dask scheduler file {where} does not exist", hint=hint)
         try:
             if where == "local":
                 self._cluster = LocalCluster(
@@ -161,12 +168,12 @@ class Runner:
             else:
                 self._client = Client(where, timeout=self.timeout)
         except (OSError, TimeoutError) as e:
-            raise ConfigError(
-                f"cannot reach the Dask scheduler {where}: {e}",
-                hint="pass local, a scheduler address (tcp://HOST:8786) or a "
-                "scheduler file written by `dask scheduler "
-                "--scheduler-file FILE`",
-            ) from None
+            raise ConfigError(f"cannot reach the Dask scheduler {where}: {e}", hint=hint) from None
+        except (ValueError, KeyError, TypeError, AssertionError) as e:
+            # a malformed address, or a scheduler file that is not one dask wrote
+            what = "scheduler file" if Path(where).is_file() else "scheduler address"
+            reason = " ".join(str(e).split())[:200] or type(e).__name__
+            raise ConfigError(f"cannot use the Dask {what} {where} ({reason})", hint=hint) from None
         return self._client
 
     def close(self) -> None:

@@ -272,7 +272,9 @@ def write_files(files: Mapping[_PathT, str | bytes]) -> None:
     try:
         for raw, text in files.items():
             path = Path(raw)
-            data = text.encode("utf-8") if isinstance(text, str) else text
+            # surrogateescape: a file name read under a non-UTF-8 locale (PYTHONUTF8=0, LANG=C)
+            # keeps its own bytes, which are UTF-8 on every file system the inputs came from
+            data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
             if _special(path):
                 special.append((path, data))
                 continue
