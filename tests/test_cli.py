@@ -38,7 +38,8 @@ EXPECTED = {
         ("INFO", "compute-bound"),
     ],
     "synthetic_h100_healthy.json.gz": [("LOW", "compute-bound")],
-    "cpu_transformer_train.pt.trace.json.gz": [],
+    # a CPU-only run: the cpu-* rules (LOW; no GPU rule is evaluated)
+    "cpu_transformer_train.pt.trace.json.gz": [("LOW", "cpu-python-overhead")],
 }
 LABEL = {"high": "HIGH", "medium": "MED", "low": "LOW", "info": "INFO"}
 FINDING_LINE = re.compile(r"^\[(HIGH|MED |LOW |INFO)\] (\S+) — (.+?)\s+impact")
@@ -96,8 +97,9 @@ def test_terminal_view_lists_every_finding_with_its_severity(sample: str) -> Non
         (HEALTHY, [], "high", 0),
         (HEALTHY, [], "medium", 0),
         (HEALTHY, [], "low", 1),
-        # no finding at all
-        (CPU_ONLY, [], "info", 0),
+        # a CPU-only run: its only finding is the LOW cpu-python-overhead
+        (CPU_ONLY, [], "medium", 0),
+        (CPU_ONLY, [], "low", 1),
     ],
     ids=lambda v: v.name if isinstance(v, Path) else ("only-medium" if v == ONLY_MEDIUM else None),
 )
