@@ -63,6 +63,10 @@ class Finding:
     #: for a rule resting on modelled work: coverage metric, its value, the minimum for high and
     #: medium, and why the severity was capped (None when it was not)
     confidence: dict[str, Any] | None = None
+    #: recommendations not given because the run facts contradict them: {text, reason}
+    withheld: list[dict[str, Any]] = field(default_factory=list)
+    #: the culprit the evidence names and its class, when the first recommendation is its fix
+    cause: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
@@ -78,6 +82,8 @@ class Finding:
             value=d.get("value"),
             headline=d.get("headline"),
             confidence=d.get("confidence"),
+            withheld=list(d.get("withheld") or []),
+            cause=d.get("cause"),
         )
 
 
@@ -103,6 +109,9 @@ class DiagnosisResult:
     host: dict[str, Any] | None = None  #: the host view of a run without GPU kernels
     #: the rule id the headline leads with, ``healthy`` or ``not-representative`` (primary_of)
     primary: str = HEALTHY
+    #: what the run already does (traceinsight.analysis.run_facts): fact -> {value, evidence,
+    #: confidence}; empty for results written before the field existed
+    run: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": RESULT_SCHEMA, "version": self.version}
@@ -156,6 +165,7 @@ class DiagnosisResult:
             version=v,
             extra=d.get("extra", {}),
             host=d.get("host"),
+            run=d.get("run") or {},
         )
 
     @classmethod
@@ -195,6 +205,7 @@ _SHAPE: dict[str, tuple[type | None, ...]] = {
     "diagnostics": (list,),
     "extra": (dict,),
     "host": (dict, None),
+    "run": (dict,),
 }
 
 

@@ -280,5 +280,6 @@ def _diagnose_plain(
             "open_in_viewer": open_in_viewer(store, timeline),
         },
         host=None if has_gpu or mem_only else host_view(an),
+        run=ms.evidence.get("run") or {},
     )
     return DiagnosisResult.from_dict(clean(result.to_dict()))

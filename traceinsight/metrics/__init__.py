@@ -66,6 +66,7 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
         ("cross-rank", lambda: ranks.compute(an, ms)),
         ("roofline", _roofline),
         ("precision", lambda: precision.compute(an, ms, options)),
+        ("run facts", lambda: mode.compute_facts(an, ms, options)),
     )
     errors = []
     for name, fn in groups:
