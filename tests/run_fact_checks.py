@@ -113,7 +113,7 @@ def _dataloader(want: str, got: dict[str, Any]) -> str | None:
     h2d = "both" if "both" in want else "pageable" if "pageable" in want else "pinned"
     if v.get("h2d") != h2d:
         return f"host copies {v.get('h2d')} != {h2d}"
-    workers = "0" if "num_workers 0" in want else ">0" if "num_workers >" in want else None
+    workers = "0" if "num_workers 0" in want else "multi" if "num_workers >" in want else None
     if workers and v.get("workers") != workers:
         return f"DataLoader workers {v.get('workers')} != {workers}"
     return None

@@ -131,16 +131,16 @@ def test_bad_conditional_recommendations_are_refused(bad: dict[str, Any], match:
 
 def test_shipped_rules_give_no_training_advice_to_an_inference_run() -> None:
     """Every shipped recommendation, of a rule or of one of its variants, that matches the
-    training-only advice pattern is conditional on is_training == 1 (so it is never given to a
-    forward-only run)."""
+    training-only advice pattern requires the run fact ``mode: training`` (so it is never given
+    to a forward-only run, a benchmark or a run whose mode is unknown)."""
     offenders = []
     for rule in load_rules():
         for v in [rule.base(), *rule.variants]:  # the variants' advice too
             for rec in v.recommendations:
-                if TRAINING_ADVICE.search(rec.text):
-                    conds = {(c.metric, c.op, c.value) for c in rec.when}
-                    if ("is_training", "==", 1.0) not in conds:
-                        offenders.append(f"{rule.id} {v.name}: {rec.text[:60]}")
+                if TRAINING_ADVICE.search(rec.text) and not any(
+                    c.fact == "mode" and c.words == ("training",) for c in rec.facts_when
+                ):
+                    offenders.append(f"{rule.id} {v.name}: {rec.text[:60]}")
     assert not offenders, offenders
 
 
