@@ -69,6 +69,9 @@ def render_markdown(result: DiagnosisResult) -> str:
     facts.append(f"primary: {code(r.primary)}")
     facts.append(f"traceinsight {esc(r.tool.get('version', '?'))}")
     lines += [" · ".join(facts), ""]
+    run = describe.run_summary(r)
+    if run:
+        lines += [f"Run: {esc(run)}", ""]
     left = [
         f"{'rank ' + str(s['rank']) + ' ' if n > 1 else ''}step {x['step']} "
         f"({esc(str(x['reason']))})"
@@ -90,10 +93,16 @@ def render_markdown(result: DiagnosisResult) -> str:
             lines.append(f"   {esc(f.message)}")
             if f.recommendations:
                 lines.append(f"   Fix: {esc(f.recommendations[0])}")
+            if f.withheld:
+                lines.append(
+                    f"   Not advised here ({len(f.withheld)}): "
+                    + "; ".join(esc(str(w.get("reason", ""))) for w in f.withheld[:3])
+                )
         lines.append("")
     else:
         lines += ["**No findings**: no rule fired.", ""]
 
+    lines += _run(r)
     # a CPU-only run: its host view, not GPU tables at "idle 100%"
     lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]
     groups = describe.not_evaluated(r.rules or [])
@@ -184,6 +193,18 @@ def _top(r: DiagnosisResult) -> list[str]:
                 "",
             ]
     return []
+
+
+def _run(r: DiagnosisResult) -> list[str]:
+    """The run facts: what the trace shows the run already does, with the evidence."""
+    rows = [
+        [esc(label), esc(value), esc(ev if len(ev) <= 100 else ev[:97] + "..."), esc(conf)]
+        for label, value, ev, conf in describe.run_rows(r)
+    ]
+    if not rows:
+        return []
+    head = "**Run**: what the trace shows the run already does (advice is conditioned on it):"
+    return [head, "", *_table(["fact", "value", "evidence", "confidence"], rows, "llll"), ""]
 
 
 def _summary(r: DiagnosisResult) -> list[str]:
