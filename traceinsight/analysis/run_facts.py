@@ -285,7 +285,7 @@ def flat_values(facts: dict[str, Fact]) -> dict[str, Any]:
                 UNKNOWN,
             ):
                 out[f"matrix_dtypes.{d}_share"] = float(shares.get(d, 0.0))
-            low = sum(
+            low = 0.0 + sum(
                 float(shares.get(d, 0.0)) for d in shares if d not in ("fp32", "fp64", UNKNOWN)
             )
             out["matrix_dtypes.low_precision_share"] = low

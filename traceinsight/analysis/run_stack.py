@@ -263,7 +263,7 @@ GRAPH_CALL = re.compile(
 
 def compiled_fact(n: Names, engine: str) -> Fact:
     out, ev = [], []
-    comp = n.any(COMPILED, "ops", "ranges", "frames")
+    comp = n.any(COMPILED, "ops", "ranges") or n.any(COMPILED, "frames")
     ind = n.any(INDUCTOR_KERNEL, "kernels")
     if comp or ind:
         out.append("torch_compile")

@@ -133,8 +133,8 @@ def withheld_reason(
 
 def _is(c: FactCond, run: dict[str, Any]) -> str:
     v = run.get(c.fact)
-    if isinstance(v, float):
-        return f"{c.fact} is {v:.0f}%"
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and c.fact.endswith("_share"):
+        return f"{c.fact} is {float(v):.0f}%"
     if isinstance(v, list):
         return f"{c.fact} is {', '.join(_word(x) for x in v) or 'none'}"
     return f"{c.fact} is {_word(v)}"

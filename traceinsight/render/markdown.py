@@ -96,7 +96,8 @@ def render_markdown(result: DiagnosisResult) -> str:
             if f.withheld:
                 lines.append(
                     f"   Not advised here ({len(f.withheld)}): "
-                    + "; ".join(esc(str(w.get("reason", ""))) for w in f.withheld[:3])
+                    + "; ".join(esc(_reason(w)) for w in f.withheld[:2])
+                    + ("; ..." if len(f.withheld) > 2 else "")
                 )
         lines.append("")
     else:
@@ -193,6 +194,12 @@ def _top(r: DiagnosisResult) -> list[str]:
                 "",
             ]
     return []
+
+
+def _reason(w: dict) -> str:
+    """A withheld recommendation's reason, short: what the run does, without the evidence."""
+    text = str(w.get("reason", "")).removeprefix("not advised: ")
+    return re.sub(r" \(.*$", "", text)[:100]
 
 
 def _run(r: DiagnosisResult) -> list[str]:
