@@ -395,6 +395,19 @@ def test_the_cause_named_by_the_evidence_comes_first() -> None:
     assert f.cause is None and f.recommendations[0].startswith("Between requests")
 
 
+def test_a_start_up_window_names_what_it_loads_first() -> None:
+    rule = RULES["not-representative"]
+    from traceinsight.engine.advice import culprits, first_cause
+
+    names = ["start-up (one-off runtime calls)", "hipLaunchKernel", "hipModuleLoadData"]
+    c, name = first_cause(rule.causes, names, {})
+    assert (c.name, name) == ("kernel module loading", "hipModuleLoadData")
+    c, name = first_cause(rule.causes, ["cudaFree", "cudaLaunchKernel"], {})
+    assert c.name == "context creation and first allocation"
+    assert first_cause(rule.causes, ["cudaLaunchKernel"], {}) is None
+    assert culprits([{"kind": "table", "rows": [["a", 1], [2, "b"]]}]) == ["a"]
+
+
 def test_a_culprit_name_is_quoted_without_control_characters() -> None:
     ms = _ms({"mode": "training"}, steady_state=1.0, idle_host_pct=30.0, idle_host_busy_pct=30.0)
     ms.evidence["host_stalls"] = [
