@@ -85,8 +85,8 @@ def matrix_fact(by_dtype_ns: dict[str, float] | None, an: Analysis | None = None
     for d, ns in by_dtype_ns.items():
         w = MATRIX_WORDS.get(d, d)
         shares[w] = shares.get(w, 0.0) + float(ns)
-    total = sum(shares.values()) or 1.0
-    pct = {k: round(100.0 * v / total, 1) for k, v in sorted(shares.items(), key=lambda x: -x[1])}
+    all_ns = sum(shares.values()) or 1.0
+    pct = {k: round(100.0 * v / all_ns, 1) for k, v in sorted(shares.items(), key=lambda x: -x[1])}
     known = {k: v for k, v in pct.items() if k != UNKNOWN}
     dominant = next(iter(known), UNKNOWN)
     conf = "high" if pct.get(UNKNOWN, 0.0) < 20 else "medium"

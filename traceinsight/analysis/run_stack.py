@@ -215,7 +215,8 @@ def parallelism_fact(n: Names, ranks: list[dict[str, Any]], pg_names: list[str])
             if re.search(rf"(?:^|[_:\-]){tag}(?:$|[_:\-\d])", low) and tag not in found:
                 found.append(tag)
                 ev.append(f"process group {pg}")
-    world = max((_world(r) for r in ranks if _world(r)), default=None)
+    worlds = [w for w in (_world(r) for r in ranks) if w]
+    world = max(worlds) if worlds else None
     if world == 1:  # wrappers of a degree-1 group (vLLM's tensor_model_parallel_* at tp=1)
         keep = [(f, e) for f, e in zip(found, ev) if f not in ("tp", "pp", "cp", "ep")]
         found, ev = [f for f, _ in keep], [e for _, e in keep]
