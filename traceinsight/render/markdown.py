@@ -205,7 +205,7 @@ def _reason(w: dict) -> str:
 def _run(r: DiagnosisResult) -> list[str]:
     """The run facts: what the trace shows the run already does, with the evidence."""
     rows = [
-        [esc(label), esc(value), esc(ev if len(ev) <= 100 else ev[:97] + "..."), esc(conf)]
+        [esc(label), esc(value), code(ev, 100) if ev else "–", esc(conf)]
         for label, value, ev, conf in describe.run_rows(r)
     ]
     if not rows:
