@@ -306,6 +306,10 @@ class Finding:
     #: how ``impact_pct`` was estimated: pct, ns (of the median step), method, basis, the
     #: findings whose time it shares (engine/impacts.py); None when not estimated
     impact: dict[str, Any] | None = None
+    #: recommendations not given because the run facts contradict them: {text, reason}
+    withheld: list[dict[str, Any]] = field(default_factory=list)
+    #: the culprit the evidence names and its class, when the first recommendation is its fix
+    cause: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
@@ -322,6 +326,8 @@ class Finding:
             headline=d.get("headline"),
             confidence=d.get("confidence"),
             impact=d.get("impact"),
+            withheld=list(d.get("withheld") or []),
+            cause=d.get("cause"),
         )
 
 
@@ -349,6 +355,9 @@ class DiagnosisResult:
     primary: str = HEALTHY
     #: LLM serving view (engine steps by phase, decode roofline); None when not a serving trace
     serving: dict[str, Any] | None = None
+    #: what the run already does (traceinsight.analysis.run_facts): fact -> {value, evidence,
+    #: confidence}; empty for results written before the field existed
+    run: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": RESULT_SCHEMA, "version": self.version}
@@ -405,6 +414,7 @@ class DiagnosisResult:
             extra=d.get("extra", {}),
             host=d.get("host"),
             serving=d.get("serving"),
+            run=d.get("run") or {},
         )
 
     @classmethod
@@ -445,6 +455,7 @@ _SHAPE: dict[str, tuple[type | None, ...]] = {
     "extra": (dict,),
     "host": (dict, None),
     "serving": (dict, None),
+    "run": (dict,),
 }
 
 

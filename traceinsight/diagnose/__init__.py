@@ -293,6 +293,7 @@ def _diagnose_plain(
         },
         host=None if has_gpu or mem_only else (ms.evidence.get("host_view") or host_view(an)),
         serving=ms.evidence.get("serving"),
+        run=ms.evidence.get("run") or {},
     )
     result = DiagnosisResult(**parts)
     return DiagnosisResult.from_dict(clean(result.to_dict()))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from traceinsight.analysis.run_facts import FLAT_NAMES
 from traceinsight.metrics import REGISTRY
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -70,6 +71,8 @@ def explain(rule: Rule) -> str:
     lines.append("Recommendations:")
     for r in rule.recommendations:
         lines.append(f"  - {r.describe(th)}")
+    for c in rule.causes:
+        lines.append(f"  * cause {c.name} ({c.match.pattern}): {c.text}")
     return "\n".join(lines)
 
 
@@ -104,6 +107,20 @@ def rules_markdown(rules: list[Rule]) -> str:
         "whichever decided. A rule with a `scope` is about one kind of run (`cpu_only == 1`: "
         "a run without GPU kernels, where the GPU rules cannot run): on other runs it is "
         "neither evaluated nor listed.",
+        "",
+        "Advice also states the runs it fits, on the run facts (`run` in the result, "
+        "docs/RESULT.md): `when: {FACT: VALUE}` gives a recommendation only when every fact "
+        "holds (an unknown fact does not), `unless: {FACT: VALUE}` withholds it when one does; "
+        "a value is a word, a list of words (any of them) or a comparison on a share "
+        '(`matrix_dtypes.fp32_share: ">= 10"`). A withheld recommendation is listed in the '
+        "finding's `withheld` with the reason. A rule's `causes` map event names in its evidence "
+        "(frames, ops, runtime calls) to the fix for that kind of cause; the first match leads "
+        "the recommendations, naming the event. Gains are stated as typical ranges with their "
+        "basis, never as a peak ratio.",
+        "",
+        "Run facts a condition may name:",
+        "",
+        *[f"- `{k}`: {v}" for k, v in FLAT_NAMES.items()],
         "",
         "| rule | category | what it finds |",
         "|---|---|---|",
@@ -152,7 +169,7 @@ def rules_markdown(rules: list[Rule]) -> str:
         out += ["", "| threshold | default | meaning |", "|---|---|---|"]
         for t in r.thresholds.values():
             out.append(f"| `{t.name}` | {t.default:g} {t.unit} | {t.help} |")
-        out += ["", "Recommendations:", "", *_recs(r.recommendations, th), ""]
+        out += ["", "Recommendations:", "", *_recs(r.recommendations, th), *_causes(r), ""]
         for v in r.variants:
             out += [f"**Variant `{v.name}`** ({v.when}; tried before the conditions above)."]
             if v.applies_if:
@@ -173,6 +190,27 @@ def _conds(conds: list[Condition], th: dict[str, float]) -> str:
 
 
 def _recs(recs: list[Text], th: dict[str, float]) -> list[str]:
-    return [
-        f"- {x.text}" + (f" *(when {_conds(list(x.when), th)})*" if x.when else "") for x in recs
+    out = []
+    for x in recs:
+        when = [f"`{c.text(th)}`" for c in x.when] + [f"`{c.text()}`" for c in x.facts_when]
+        line = f"- {x.text}" + (f" *(when {' and '.join(when)})*" if when else "")
+        if x.facts_unless:
+            line += " *(not when " + " or ".join(f"`{c.text()}`" for c in x.facts_unless) + ")*"
+        out.append(line)
+    return out
+
+
+def _causes(rule: Rule) -> list[str]:
+    if not rule.causes:
+        return []
+    out = [
+        "",
+        "Causes named by the evidence (the first event of its tables that matches gives the "
+        "first recommendation, naming it):",
+        "",
     ]
+    for c in rule.causes:
+        extra = [f"`{x.text()}`" for x in c.when]
+        cond = f" *(when {' and '.join(extra)})*" if extra else ""
+        out.append(f"- **{c.name}** (`{c.match.pattern}`): {c.text}{cond}")
+    return out

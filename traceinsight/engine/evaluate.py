@@ -35,6 +35,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
+from traceinsight.engine.advice import culprits, first_cause, quote, withheld_reason
 from traceinsight.engine.docs import explain, rules_markdown  # noqa: F401 - the CLI and make docs use them
 from traceinsight.engine.impacts import share_impacts
 from traceinsight.engine.load import (  # noqa: F401 - the engine's public names
@@ -262,6 +263,7 @@ def _decide(
     message = " ".join(text(t.text) for t in v.message if t.applies(values, th))
     if capped:
         message += " " + capped
+    recommendations, withheld, cause = _advice(rule, v, values, th, ms, evidence, text)
     return Finding(
         rule=rule.id,
         severity=level,
@@ -272,9 +274,42 @@ def _decide(
         value=values.get(v.value) if v.value else None,
         headline=text(v.headline) if v.headline else None,
         evidence=evidence,
-        recommendations=[text(r.text) for r in v.recommendations if r.applies(values, th)],
+        recommendations=recommendations,
         confidence=_confidence_of(rule, values, th, capped, [c.metric for c in v.fires_if + step]),
+        withheld=withheld,
+        cause=cause,
     )
+
+
+def _advice(
+    rule: Rule,
+    v: Variant,
+    values: dict[str, float | None],
+    th: dict[str, float],
+    ms: MetricSet,
+    evidence: list[dict[str, Any]],
+    text: Any,
+) -> tuple[list[str], list[dict[str, str]], dict[str, str] | None]:
+    """The recommendations given (the named cause's fix first), those withheld by the run
+    facts with the reason, and the cause (class and culprit) when the evidence names one."""
+    run = ms.evidence.get("run_values") or {}
+    facts = ms.evidence.get("run") or {}
+    given: list[str] = []
+    withheld: list[dict[str, str]] = []
+    for r in v.recommendations:
+        if not r.applies(values, th):
+            continue
+        why = withheld_reason(r.facts_when, r.facts_unless, run, facts)
+        if why:
+            withheld.append({"text": text(r.text), "reason": why})
+        else:
+            given.append(text(r.text))
+    found = first_cause(rule.causes, culprits(evidence), run)
+    if found is None:
+        return given, withheld, None
+    c, name = found
+    first = text(c.text.replace("{culprit}", "{{culprit}}")).replace("{culprit}", quote(name))
+    return [first, *given], withheld, {"cause": c.name, "culprit": quote(name).strip("`")}
 
 
 def _modelled_cap(conds: list[Condition], values: dict[str, float | None]) -> str | None:

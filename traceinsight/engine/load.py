@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from traceinsight.engine.advice import Cause, FactCond, parse_causes, parse_facts
 from traceinsight.errors import ConfigError
 from traceinsight.metrics import REGISTRY
 from traceinsight.metrics.registry import FACTS
@@ -55,6 +56,7 @@ RULE_KEYS = {
     "confidence",
     "doc",
     "variants",
+    "causes",
 }
 VARIANT_KEYS = {
     "name",
@@ -114,14 +116,19 @@ class Text:
 
     text: str
     when: tuple[Condition, ...] = ()
+    #: run-fact conditions (:mod:`.advice`): all must hold / none may hold
+    facts_when: tuple[FactCond, ...] = ()
+    facts_unless: tuple[FactCond, ...] = ()
 
     def applies(self, values: dict[str, float | None], thresholds: dict[str, float]) -> bool:
         return all(c.holds(values, thresholds) for c in self.when)
 
     def describe(self, thresholds: dict[str, float]) -> str:
-        if not self.when:
-            return self.text
-        return self.text + " (when " + " and ".join(c.text(thresholds) for c in self.when) + ")"
+        parts = [c.text(thresholds) for c in self.when] + [c.text() for c in self.facts_when]
+        out = self.text + (" (when " + " and ".join(parts) + ")" if parts else "")
+        if self.facts_unless:
+            out += " (not when " + " or ".join(c.text() for c in self.facts_unless) + ")"
+        return out
 
 
 @dataclass(frozen=True)
@@ -228,6 +235,9 @@ class Rule:
         th = self.threshold_values()
         return all(values.get(c.metric) is not None and c.holds(values, th) for c in self.scope)
 
+    #: culprit classes named by evidence, each with its fix (:mod:`.advice`)
+    causes: list[Cause] = field(default_factory=list)
+
     def threshold_values(self) -> dict[str, float]:
         return {k: self.overrides.get(k, t.default) for k, t in self.thresholds.items()}
 
@@ -296,17 +306,23 @@ def _texts(raw: Any, what: str, source: str, thresholds: dict[str, Any]) -> list
             continue
         if (
             not isinstance(item, dict)
-            or set(item) - {"text", "if"}
+            or set(item) - {"text", "if", "when", "unless"}
             or not isinstance(item.get("text"), str)
-            or not isinstance(item.get("if"), list)
-            or not item["if"]
+            or ("if" in item and (not isinstance(item["if"], list) or not item["if"]))
+            or not set(item) & {"if", "when", "unless"}
         ):
             raise ConfigError(
-                f'{what}: an entry is a string or {{text: "...", if: [conditions]}}, got {item!r}',
+                f'{what}: an entry is a string or {{text: "...", if: [conditions], '
+                f"when: {{FACT: VALUE}}, unless: {{FACT: VALUE}}}}, got {item!r}",
                 path=source,
             )
         out.append(
-            Text(item["text"], tuple(_cond(c, f"{source}: {what}", thresholds) for c in item["if"]))
+            Text(
+                item["text"],
+                tuple(_cond(c, f"{source}: {what}", thresholds) for c in item.get("if") or []),
+                parse_facts(item.get("when"), f"{what} when", source),
+                parse_facts(item.get("unless"), f"{what} unless", source),
+            )
         )
     return out
 
@@ -483,6 +499,7 @@ def parse_rule(data: Any, source: str) -> Rule:
         confidence=_confidence(data.get("confidence"), source, th_all),
         variants=[_variant(raw, where, th_all, source) for raw in variants_raw],
         scope=[_cond(c, where, th_raw) for c in data.get("scope") or []],
+        causes=parse_causes(data.get("causes"), source),
     )
     for k in ("symptom", "why", "fix"):
         if not rule.doc.get(k):
@@ -498,6 +515,7 @@ def _check_texts_and_evidence(rule: Rule, thresholds: dict[str, Threshold], sour
 
     for v in [rule.base(), *rule.variants]:
         texts = [t.text for t in v.message + v.recommendations]
+        texts += [c.text.replace("{culprit}", "") for c in rule.causes]
         for text in [v.headline or "", *texts]:
             for _, fname, spec, _ in string.Formatter().parse(text):
                 safeyaml.check_format_spec(spec, fname or "", source)

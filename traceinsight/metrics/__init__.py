@@ -70,6 +70,7 @@ GROUPS: list[MetricGroup] = [
     MetricGroup("precision", precision.compute, (precision,), options=True),
     MetricGroup("serving", serving.compute, (serving,)),
     MetricGroup("host", host.compute, (host,)),
+    MetricGroup("run facts", mode.compute_facts, (mode,), options=True),
 ]
 
 

@@ -1,52 +1,34 @@
-"""Run mode: training (backward or optimizer work recorded) or inference (forward only).
+"""Run mode: whether the window runs forward+backward work, and the ``run`` facts.
 
-Training-only advice (optimizers, GradScaler, gradient synchronisation and accumulation,
-FSDP/ZeRO, activation checkpointing) is conditional on ``is_training == 1`` in the rules, so a
-forward-only run never receives it.
+``is_training`` is 1 when the trace shows a backward pass or an optimizer: backward ops
+(``*Backward*``, ``autograd::engine::evaluate_function: ...``, ``AccumulateGrad``), optimizer
+ranges (``Optimizer.step#...``), or the markers of sharded training whose forward half runs
+no backward op yet (``FSDP::pre_forward``, ``RegisterPostBackwardFunction``, DeepSpeed and
+Megatron training frames); in a GPU-only capture (no CPU ops), backward kernels
+(``*_backward*``, ``wgrad``/``dgrad``, ``bn_bw``). It decides the MFU formula (6·N·tokens for
+forward+backward, 2·N·tokens for forward only), so a forward+backward benchmark counts as 1.
 
-Evidence of training, in any CPU op or annotation of any rank:
-
-* autograd backward work: ops named ``*Backward*`` (``MmBackward0``, legacy ``AddmmBackward``),
-  ``autograd::engine::evaluate_function: ...``, ``torch::autograd::AccumulateGrad``;
-* optimizer work: ``Optimizer.step#...`` / ``Optimizer.zero_grad#...`` ranges (and the
-  lower-case ``optimizer.step`` ranges some frameworks record);
-* a range (NVTX or record_function) of a backward pass (``backward``, autograd's names), and,
-  where no framework op is recorded at all (an Nsight capture without emit_nvtx), kernels only
-  a backward pass runs (``*_bwd_*``, ``*backward*``, ``dgrad`` / ``wgrad``).
-
-``aten::_foreach_*`` alone is not evidence: inference code uses it too; after a backward pass it
-is already counted as training by the backward ops. A trace without CPU ops (a GPU-only
-capture) has no mode: ``is_training`` is missing, so training-only advice is not given either.
-``--mode train|infer`` overrides the detection.
+The run's *mode* (training / inference / benchmark) is a run fact
+(:mod:`traceinsight.analysis.run_facts`): a forward+backward measurement without an optimizer
+step, or a benchmark harness, is ``benchmark``, not training; training-only advice is
+conditional on ``mode: training`` in the rules. ``aten::_foreach_*`` alone is no evidence
+(inference code uses it too). ``--mode train|infer`` overrides both.
 """
 
 from __future__ import annotations
 
-import re
-
-import numpy as np
-import pandas as pd
-
-from traceinsight.analysis import Analysis
+from traceinsight.analysis import Analysis, run_facts
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import MetricSet, declare
 
-BACKWARD_RE = re.compile(r"Backward|^autograd::engine::evaluate_function|AccumulateGrad")
-#: ranges (NVTX, record_function) of a backward pass: autograd's own, or a range named so
-BACKWARD_RANGE_RE = re.compile(
-    r"Backward|^autograd::engine::evaluate_function|AccumulateGrad|\bbackward\b", re.IGNORECASE
-)
-#: kernels only a backward pass runs (weight/data gradients, *_bwd_* attention kernels), the
-#: evidence where no framework op is recorded
-BACKWARD_KERNEL_RE = re.compile(r"_bwd_|_bwd\b|backward|\bdgrad|\bwgrad|_dgrad_|_wgrad_", re.I)
-OPTIMIZER_RE = re.compile(r"^(?:Optimizer|optimizer)\.(?:step|zero_grad)")
 MODES = {1.0: "training", 0.0: "inference"}
 
 declare(
     "is_training",
     "bool",
-    "1 when backward (autograd) or optimizer work is recorded, 0 for a forward-only run",
-    needs="CPU ops in the trace",
+    "1 when backward (autograd), optimizer or sharded-training work is recorded (the MFU "
+    "formula counts forward+backward), 0 for a forward-only run",
+    needs="CPU ops in the trace, or backward kernels in a GPU-only capture",
     hint="record with ProfilerActivity.CPU, or pass --mode",
 )
 
@@ -57,38 +39,33 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
         ms.set("is_training", flag)
         ms.evidence["run_mode"] = {"mode": MODES[flag], "how": f"--mode {opts.mode}"}
         return
-    ops = an.attribution.ops
-    names = _names(ops["name"] if len(ops) else pd.Series([], dtype=object))
-    rng = an.store.table("ranges", ["name"]).to_pandas()
-    rnames = _names(rng["name"])
-    if not len(names) and not len(rnames):
+    names = run_facts.read_names(an)
+    fact = run_facts.mode_fact(names)
+    if fact.value == run_facts.UNKNOWN:
         ms.set("is_training", None, why_missing="no CPU ops recorded (a GPU-only capture)")
-        ms.evidence["run_mode"] = {"mode": "unknown", "how": "no CPU ops recorded"}
+        ms.evidence["run_mode"] = {"mode": "unknown", "how": fact.evidence}
         return
-    bwd = _count(names, BACKWARD_RE) + _count(rnames, BACKWARD_RANGE_RE)
-    opt = _count(names, OPTIMIZER_RE) + _count(rnames, OPTIMIZER_RE)
-    if not bwd and not opt and not any(str(n).startswith("aten::") for n in names):
-        # no framework ops recorded (an Nsight capture without emit_nvtx): backward kernels
-        g = an.attribution.gpu
-        bwd = _count(_names(g["name"]) if len(g) else np.array([]), BACKWARD_KERNEL_RE)
-    flag = 1.0 if bwd or opt else 0.0
+    flag = 1.0 if run_facts.runs_backward(names) else 0.0
     ms.set("is_training", flag)
     ms.evidence["run_mode"] = {
         "mode": MODES[flag],
-        "backward_op_names": bwd,
-        "optimizer_range_names": opt,
-        "how": "backward or optimizer ops recorded"
-        if flag
-        else "no backward or optimizer ops in the trace (forward only)",
+        "how": fact.evidence,
     }
 
 
-def _names(s: pd.Series) -> np.ndarray:
-    return s.dropna().astype(str).unique()
-
-
-def _count(names: np.ndarray, rx: re.Pattern[str]) -> int:
-    return int(sum(1 for n in names if rx.search(n)))
+def compute_facts(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) -> None:
+    """The run facts (after the precision group: they read its dtype split) into
+    ``ms.evidence["run"]`` (each fact as a dict) and ``ms.evidence["run_values"]`` (the dotted
+    names the rule conditions read)."""
+    dev = ms.evidence.get("device") or {}
+    facts = run_facts.compute(
+        an, ms.evidence.get("matrix_dtypes"), dev.get("resolved") or dev.get("name")
+    )
+    if opts is not None and opts.mode in ("train", "infer"):
+        word = "training" if opts.mode == "train" else "inference"
+        facts["mode"] = run_facts.Fact(word, f"--mode {opts.mode}")
+    ms.evidence["run"] = {k: f.to_dict() for k, f in facts.items()}
+    ms.evidence["run_values"] = run_facts.flat_values(facts)
 
 
 def mode_of(values: dict[str, float | None]) -> str | None:

@@ -24,6 +24,8 @@ precision recommendation of the low-precision rule is conditional on them.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pandas as pd
 
@@ -34,7 +36,19 @@ from traceinsight.metrics.registry import MetricSet, declare
 
 MIN_KNOWN_PCT = 50.0  #: below this share of known matrix time the fp32 share is not measured
 FP32_PATHS = ("fp32", "fp32_matrix")
-LOW_PRECISION = ("tf32", "bf16", "fp16", "fp8", "fp4", "int8", "tensor")
+LOW_PRECISION = (
+    "tf32",
+    "bf16",
+    "fp16",
+    "fp8",
+    "fp4",
+    "mxfp4",
+    "mxfp8",
+    "mxfp6",
+    "nvfp4",
+    "int8",
+    "tensor",
+)
 NEEDS_KERNELS = "GEMM/convolution kernels whose dtype the names or input types show"
 HINT_SHAPES = "record with record_shapes=True (input dtypes) when kernel names do not show them"
 NEEDS_DEVICE = "a known device"
@@ -199,7 +213,7 @@ def _matrix_kernels(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     names = mat["name"].astype(object).to_numpy()
     codes, uniq = pd.factorize(pd.Series(names, dtype=object))
     helper = np.array([is_matrix_helper(str(u)) for u in uniq], dtype=bool)
-    by_name = np.array([kernel_dtype(str(u)) for u in uniq], dtype=object)
+    by_name = np.array([_mx(str(u)) or kernel_dtype(str(u)) for u in uniq], dtype=object)
     keep = ~helper[codes] if len(uniq) else np.zeros(len(mat), dtype=bool)
     mat = mat[keep]
     dt = by_name[codes[keep]] if len(uniq) else np.empty(0, dtype=object)
@@ -220,6 +234,15 @@ def _matrix_kernels(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     mat["dtype"] = dt
     mat["how"] = how
     return mat
+
+
+_MX = re.compile(r"(mxfp4|mxfp8|nvfp4|mxfp6)", re.IGNORECASE)
+
+
+def _mx(name: str) -> str | None:
+    """The block-scaled microscaling formats (mxfp4, mxfp8, nvfp4) named by a kernel."""
+    m = _MX.search(name)
+    return m.group(1).lower() if m else None
 
 
 def _op_dtypes(an: Analysis, op_idx: np.ndarray) -> np.ndarray:

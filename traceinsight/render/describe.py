@@ -91,8 +91,87 @@ RUN_MODES = {"train": "training", "infer": "inference"}
 
 
 def run_mode(r: DiagnosisResult) -> str | None:
-    """``training`` or ``inference`` (the result's ``trace.mode``), None when unknown."""
+    """``training``, ``inference`` or ``benchmark`` (the run fact; for results without one,
+    the result's ``trace.mode``), None when unknown."""
+    fact = (r.run or {}).get("mode") or {}
+    if fact.get("value") in ("training", "inference", "benchmark"):
+        return str(fact["value"])
     return RUN_MODES.get(str(r.trace.get("mode")))
+
+
+#: run fact -> its label in the reports, in the order shown
+RUN_LABELS = {
+    "mode": "Mode",
+    "engine": "Framework / engine",
+    "matrix_dtypes": "Matrix dtypes (time share)",
+    "optimizer": "Optimizer",
+    "parallelism": "Parallelism",
+    "compiled": "Compile state",
+    "attention": "Attention",
+    "comm_dtype": "Collective dtypes",
+    "dataloader": "Data loading",
+    "vendor": "GPU vendor",
+    "interconnect": "Interconnect class",
+}
+
+
+def fact_text(name: str, value: Any) -> str:
+    """A run fact's value as the reports show it."""
+    if name == "matrix_dtypes" and isinstance(value, dict):
+        shares = value.get("shares") or {}
+        if not shares:
+            return "none (no GEMM/convolution kernels)"
+        return ", ".join(f"{k} {float(v):.0f}%" for k, v in shares.items())
+    if name == "optimizer" and isinstance(value, dict):
+        out = f"{value.get('class', 'unknown')} ({value.get('impl', 'unknown')})"
+        return out + (f"; sparse: {value['sparse']}" if value.get("sparse") else "")
+    if name == "dataloader" and isinstance(value, dict):
+        w = {"0": "no workers", "multi": "worker processes"}.get(str(value.get("workers")), "")
+        h = value.get("h2d")
+        return ", ".join(x for x in (w, f"{h} host-to-device copies" if h else "") if x)
+    if isinstance(value, list):
+        return ", ".join(str(x) for x in value) or "none"
+    return str(value)
+
+
+def run_rows(r: DiagnosisResult) -> list[tuple[str, str, str, str]]:
+    """(label, value, evidence, confidence) of each run fact, for the Run sections."""
+    out = []
+    for k, label in RUN_LABELS.items():
+        f = (r.run or {}).get(k)
+        if not isinstance(f, dict):
+            continue
+        out.append(
+            (
+                label,
+                fact_text(k, f.get("value")),
+                str(f.get("evidence") or ""),
+                str(f.get("confidence") or ""),
+            )
+        )
+    return out
+
+
+def run_summary(r: DiagnosisResult) -> str:
+    """One line of the facts a reader checks first (engine, dtypes, optimizer, compile
+    state, parallelism), the known ones only."""
+    parts = []
+    for k in ("engine", "matrix_dtypes", "optimizer", "compiled", "parallelism", "attention"):
+        f = (r.run or {}).get(k) or {}
+        v = f.get("value")
+        if v in (None, "unknown") or (k == "attention" and v == "none"):
+            continue
+        text = fact_text(k, v)
+        if k == "matrix_dtypes":
+            text = "matmuls " + text
+        elif k == "parallelism":
+            text = "no parallelism" if v == ["none"] else text
+        elif k == "optimizer":
+            text = "optimizer " + text
+        elif k == "attention":
+            text = "attention " + text
+        parts.append(text)
+    return " · ".join(parts)
 
 
 def steps_text(r: DiagnosisResult) -> str:

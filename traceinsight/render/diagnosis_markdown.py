@@ -8,6 +8,8 @@ no Markdown renderer turns a kernel or op name into markup.
 
 from __future__ import annotations
 
+import re
+
 from traceinsight.render import describe
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
 from traceinsight.result import DiagnosisResult, finding_sort_key
@@ -40,6 +42,9 @@ def render_markdown(result: DiagnosisResult) -> str:
     facts.append(f"primary: {code(r.primary)}")
     facts.append(f"traceinsight {esc(r.tool.get('version', '?'))}")
     lines += [" · ".join(facts), ""]
+    run = describe.run_summary(r)
+    if run:
+        lines += [f"Run: {esc(run)}", ""]
     left = [
         f"{'rank ' + str(s['rank']) + ' ' if n > 1 else ''}step {x['step']} "
         f"({esc(str(x['reason']))})"
@@ -64,10 +69,17 @@ def render_markdown(result: DiagnosisResult) -> str:
                 lines.append(f"   _{esc(conf)}_")
             if f.recommendations:
                 lines.append(f"   Fix: {esc(f.recommendations[0])}")
+            if f.withheld:
+                lines.append(
+                    f"   Not advised here ({len(f.withheld)}): "
+                    + "; ".join(esc(_reason(w)) for w in f.withheld[:2])
+                    + ("; ..." if len(f.withheld) > 2 else "")
+                )
         lines.append("")
     else:
         lines += ["**No findings**: no rule fired.", ""]
 
+    lines += _run(r)
     # a CPU-only run: its host view, not GPU tables at "idle 100%"
     lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]
     lines += _serving(r)
@@ -87,6 +99,24 @@ def render_markdown(result: DiagnosisResult) -> str:
             "",
         ]
     return for_terminal("\n".join(lines).rstrip() + "\n")
+
+
+def _reason(w: dict) -> str:
+    """A withheld recommendation's reason, short: what the run does, without the evidence."""
+    text = str(w.get("reason", "")).removeprefix("not advised: ")
+    return re.sub(r" \(.*$", "", text)[:100]
+
+
+def _run(r: DiagnosisResult) -> list[str]:
+    """The run facts: what the trace shows the run already does, with the evidence."""
+    rows = [
+        [esc(label), esc(value), code(ev, 100) if ev else "–", esc(conf)]
+        for label, value, ev, conf in describe.run_rows(r)
+    ]
+    if not rows:
+        return []
+    head = "**Run**: what the trace shows the run already does (advice is conditioned on it):"
+    return [head, "", *md_table(["fact", "value", "evidence", "confidence"], rows, "llll"), ""]
 
 
 def _serving(r: DiagnosisResult) -> list[str]:

@@ -88,8 +88,11 @@ def render(
     lines = [
         st(f"traceinsight diagnose — {srcs}", bold=True),
         _wrap(f"{n} rank{'s' if n != 1 else ''} · {devs} · {mode} run", "", width),
-        "",
     ]
+    run = describe.run_summary(result)
+    if run:
+        lines.append(_wrap("run: " + run, "     ", width))
+    lines.append("")
     host = result.host or {}
     if host.get("headline"):  # a CPU-only run: the host view's verdict, then why no GPU rules
         lines.append(_wrap(st(host["headline"], bold=True), "", width))
@@ -142,6 +145,9 @@ def render(
                     f"       (+{len(f.recommendations) - 2} more recommendations: "
                     "--verbose or the report)"
                 )
+            if verbose:
+                for w in f.withheld:
+                    lines.append(_wrap(f"✗ {w.get('reason')}: {w.get('text')}", "       ", width))
             lines.append("")
     else:
         lines.append("No findings.")

@@ -272,6 +272,11 @@ def _finding(f: Finding, i: int) -> dict[str, Any]:
         "tables": tables,
         "recommendations": [str(x) for x in f.recommendations],
         "confidence": describe.confidence_text(f.confidence),
+        "withheld": [
+            {"text": str(w.get("text", "")), "reason": str(w.get("reason", ""))}
+            for w in f.withheld or []
+            if isinstance(w, dict)
+        ],
     }
 
 
@@ -871,6 +876,7 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
     ]
     return {
         "rows": rows,
+        "facts": describe.run_rows(r),
         "flags": flag_rows,
         "versions": versions,
         "sources": sources,
