@@ -42,6 +42,7 @@ BASE_RUN: dict[str, Any] = {
 }
 #: metric values under which every metric condition of the base case holds
 BASE_VALUES: dict[str, float] = {
+    "is_serving": 0.0,
     "comm_all_to_all_pct": 10.0,
     "comm_all_reduce_pct": 90.0,
     "device_bf16_tflops": 312.0,
@@ -83,6 +84,151 @@ PRE = {"memory_preallocated": 1.0}
 #: (rule, variant, unique text substring) -> (overrides where given, overrides where withheld)
 CASES: dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any]]] = {
     ("comm-bound", "", "Overlap gradient reduction"): ({}, {"parallelism": ["all_to_all"]}),
+    # the skew-or-transport reading: one rank, bus bandwidth far below the fabric
+    ("comm-bound", "", "Read the bandwidth before the volume"): (
+        {"comm_busbw_fabric_pct": 3.0, "ranks_analysed": 1.0},
+        {"comm_busbw_fabric_pct": 3.0, "ranks_analysed": 8.0},
+    ),
+    # CPU-only runs
+    ("cpu-input-bound", "", "Load in background"): ({}, {"dataloader.workers": "multi"}),
+    ("cpu-input-bound", "", "already uses worker processes"): ({"dataloader.workers": "multi"}, {}),
+    ("cpu-matmul-bound", "", "and torch.compile."): ({}, {"compiled": ["torch_compile"]}),
+    ("cpu-matmul-bound", "", "the model is already compiled"): (
+        {"compiled": ["torch_compile"]},
+        {},
+    ),
+    ("cpu-python-overhead", "", "torch.compile removes interpreter"): (
+        {},
+        {"compiled": ["torch_compile"]},
+    ),
+    ("cpu-python-overhead", "", "look for graph breaks"): ({"compiled": ["torch_compile"]}, {}),
+    ("cpu-sync", "", "Read scalars back less often"): ({}, {"mode": "inference"}),
+    ("cpu-sync", "", "Read results back less often"): ({"mode": "inference"}, {}),
+    # fragmentation from the allocator's history (PyTorch's allocator, not an engine's)
+    ("fragmentation", "history-cache", "Nothing to fix for fragmentation"): ({}, VLLM),
+    ("fragmentation", "history-failed-request", "segments grow in place, so the free pieces"): (
+        {},
+        VLLM,
+    ),
+    ("fragmentation", "history-failed-request", "Allocate the largest buffers first"): ({}, VLLM),
+    ("fragmentation", "history-failed-request", "max_split_size_mb"): ({}, VLLM),
+    ("fragmentation", "history-segments-despite-free", "instead of new ones being reserved"): (
+        {},
+        VLLM,
+    ),
+    ("fragmentation", "history-segments-despite-free", "Avoid size churn at"): ({}, VLLM),
+    # Nsight inputs get nsys flags
+    ("not-representative", "", "Record steady-state iterations with Nsight"): (
+        {"input_nsys": 1.0},
+        {"input_nsys": 0.0},
+    ),
+    # serving: each engine's own settings
+    ("serving-decode-bandwidth-bound", "", 'vLLM `quantization="fp8"`, or AWQ'): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-decode-bandwidth-bound", "", "SGLang `--quantization fp8` (or an AWQ"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-decode-bandwidth-bound", "", "int8/fp8 (or int4) weight quantisation"): (
+        {"serving_engine_vllm": 0.0, "serving_engine_sglang": 0.0},
+        {"serving_engine_vllm": 1.0, "serving_engine_sglang": 0.0},
+    ),
+    ("serving-decode-bandwidth-bound", "", "vLLM `kv_cache_dtype"): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-decode-bandwidth-bound", "", "SGLang `--kv-cache-dtype"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-decode-bandwidth-bound", "", "raise vLLM `max_num_seqs`"): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-decode-bandwidth-bound", "", "raise SGLang `--max-running-requests`"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-decode-latency-bound", "", "vLLM: drop `enforce_eager"): (
+        {"serving_engine_vllm": 1.0, "serving_graph_launches": 0.0},
+        {"serving_engine_vllm": 1.0, "serving_graph_launches": 12.0},
+    ),
+    ("serving-decode-latency-bound", "", "SGLang: drop `--disable-cuda-graph`"): (
+        {"serving_engine_sglang": 1.0, "serving_graph_launches": 0.0},
+        {"serving_engine_sglang": 1.0, "serving_graph_launches": 12.0},
+    ),
+    ("serving-decode-latency-bound", "", "vLLM: the batch sizes that run"): (
+        {"serving_engine_vllm": 1.0, "serving_graph_launches": 12.0},
+        {"serving_engine_vllm": 1.0, "serving_graph_launches": 0.0},
+    ),
+    ("serving-decode-latency-bound", "", "SGLang: the batch sizes that run"): (
+        {"serving_engine_sglang": 1.0, "serving_graph_launches": 12.0},
+        {"serving_engine_sglang": 1.0, "serving_graph_launches": 0.0},
+    ),
+    ("serving-decode-latency-bound", "", "vLLM/SGLang pick them per backend"): (VLLM, {}),
+    ("serving-decode-latency-bound", "", "CUDA graphs of the decode step"): ({}, VLLM),
+    ("serving-decode-latency-bound", "", "raise vLLM `max_nu"): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-decode-latency-bound", "", "raise SGLang `--ma"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-jitter", "", "vLLM: long prompts batched"): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-jitter", "", "SGLang: a smaller `--chunked-prefill-size`"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-jitter", "", "Batch sizes outside the captured"): (
+        {"compiled": ["cuda_graphs"]},
+        {"compiled": ["eager"]},
+    ),
+    ("serving-prefill-compute-bound", "", 'vLLM `quantization="fp8"` on a GPU'): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-prefill-compute-bound", "", "SGLang `--quantization fp8` on a GPU"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-prefill-compute-bound", "", "vLLM `enable_chunked"): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-prefill-compute-bound", "", "SGLang `--chunked-pr"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-scheduler-gaps", "", "vLLM: overlap scheduling"): (
+        {"serving_engine_vllm": 1.0},
+        {"serving_engine_vllm": 0.0},
+    ),
+    ("serving-scheduler-gaps", "", "SGLang: keep the overlap scheduler"): (
+        {"serving_engine_sglang": 1.0},
+        {"serving_engine_sglang": 0.0},
+    ),
+    ("serving-scheduler-gaps", "", "Larger batches amortise"): (INFER, {}),
+    # arrival skew: what the last rank did before it arrived
+    ("straggler", "arrival-skew", "computes longer before it arrives"): (
+        {"straggler_before_compute_pct": 80.0},
+        {"straggler_before_compute_pct": 10.0},
+    ),
+    ("straggler", "arrival-skew", "idles waiting for its CPU"): (
+        {"straggler_before_host_pct": 60.0},
+        {"straggler_before_host_pct": 5.0},
+    ),
+    ("straggler", "arrival-skew", "waits for input before it arrives"): (
+        {"straggler_before_input_pct": 60.0},
+        {"straggler_before_input_pct": 5.0},
+    ),
+    ("straggler", "arrival-skew", "faster links, gradient compression"): ({}, INFER),
+    ("straggler", "arrival-skew", "check that every rank gets the same batch"): (INFER, {}),
     ("comm-bound", "", "Communicate less often"): ({}, INFER),
     ("comm-bound", "", "communicate them in bf16"): ({}, {"comm_dtype": ["bf16"]}),
     ("comm-bound", "", "Hide the all-to-all"): ({"comm_all_to_all_pct": 60.0}, {}),
@@ -182,6 +328,7 @@ CASES: dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any]]] = {
     ("memory-bound", "", "Halve the bytes"): ({}, BF16),
     ("memory-bound", "", "Raise arithmetic intensity"): ({}, VLLM),
     ("memory-bound", "", "Use flash attention"): ({}, {"attention": "flash"}),
+    ("memory-bound", "", "LLM decode reads every weight"): ({"is_serving": 1.0}, {}),
     ("memory-leak", "", "hold their autograd graph"): ({}, INFER),
     ("memory-leak", "", "A forward-only loop that grows"): (INFER, {}),
     ("memory-leak", "", "Compare two memory snapshots"): ({}, VLLM),
@@ -199,7 +346,7 @@ CASES: dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any]]] = {
     ("memory-pressure", "snapshot-capacity", "Shrink the weights"): (INFER, {}),
     ("memory-pressure", "snapshot-capacity", "Nothing to fix"): (PRE, {}),
     ("memory-pressure", "snapshot-capacity", "are stranded between"): ({}, VLLM),
-    ("not-representative", "", "Profile steady-state steps"): ({}, VLLM),
+    ("not-representative", "", "Profile steady-state steps"): ({"input_nsys": 0.0}, VLLM),
     ("not-representative", "", "records CUDA/HIP graph capture"): ({}, {"idle_capture_pct": 0.0}),
     ("not-representative", "", "Compilation dominates"): ({}, {"idle_compile_pct": 0.0}),
     ("not-representative", "", "behind a dependency"): ({}, {"longest_wait_pct": 0.0}),

@@ -417,6 +417,21 @@ def _state_for(
 _EVENTS_KEY_RE = re.compile(rb'"traceEvents"\s*:')
 
 
+def _repeated_events_key(data: bytes) -> bool:
+    """Whether one JSON object holds two ``traceEvents`` keys (inside a string value the quotes
+    would be escaped, so only a key matches); a second document appended after the first one
+    (trailing data, reported as such) is not a repeated key."""
+    keys = list(_EVENTS_KEY_RE.finditer(data))
+    if len(keys) < 2:
+        return False
+    end = data.rfind(b"}", 0, keys[1].start())
+    try:
+        msgspec.json.decode(data[: end + 1])
+    except (msgspec.DecodeError, RecursionError):
+        return True  # the first document is still open where the second key starts
+    return False
+
+
 def read(
     data: bytes,
     source: str,
@@ -432,7 +447,7 @@ def read(
     """Parse one file (raises :class:`~..timeconv.NeedExactText` for a re-read as text)."""
     if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark (Windows editors write one)
         data = data[3:]
-    if len(_EVENTS_KEY_RE.findall(data, 0, len(data))) > 1:  # only a key is "…": unescaped
+    if _repeated_events_key(data):
         from traceinsight.ingest.readers.kineto.stream import duplicate_events_error
 
         raise duplicate_events_error(source)
