@@ -147,14 +147,19 @@ def changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 def unique_labels(paths: Sequence[str]) -> list[str]:
     """Short names for the runs: the file name, with as many parent folders as it takes to tell
-    two runs apart; ``#N`` appended where the same path is given twice."""
+    it from another run of the same name; ``#N`` appended where the same path is given twice."""
     parts = [p.replace("\\", "/").split("/") for p in paths]
-    depth = 1
+    depth = [1] * len(parts)
     while True:
-        labels = ["/".join(p[-depth:]) for p in parts]
-        if len(set(labels)) == len(labels) or depth >= max(len(p) for p in parts):
+        labels = ["/".join(p[-d:]) for p, d in zip(parts, depth, strict=True)]
+        count: dict[str, int] = {}
+        for lab in labels:
+            count[lab] = count.get(lab, 0) + 1
+        grow = [i for i, lab in enumerate(labels) if count[lab] > 1 and depth[i] < len(parts[i])]
+        if not grow:
             break
-        depth += 1
+        for i in grow:
+            depth[i] += 1
     seen: dict[str, int] = {}
     out = []
     for lab in labels:
