@@ -120,7 +120,7 @@ def _figure_value(r: DiagnosisResult, name: str) -> float | None:
 def configuration(r: DiagnosisResult) -> dict[str, str]:
     """What a run ran on and with, as short texts: device, world size, matrix dtypes, the
     tool's version and the runtime/driver versions the trace records."""
-    t = dict(r.trace or {})
+    t: dict[str, Any] = dict(r.trace or {})
     devices = t.get("device") or ", ".join(sorted(set(t.get("devices") or []))) or "unknown"
     cfg = {
         "device": str(devices),
