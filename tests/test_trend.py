@@ -210,3 +210,31 @@ def test_readme_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
         invoke(args)
     assert (tmp_path / "trend.html").read_text().count('<figure class="trend-chart"') == 5
     invoke(commands[-1], exit_code=1, stderr_contains="regressed: step time 138 ms")
+
+
+def test_many_figures_split_into_tables_that_fit(three_runs: list[Path]) -> None:
+    names = ["step_time", "mfu", "peak_memory", "exposed_comm", "gpu_idle", "kernels_per_step"]
+    names += ["gemm_time_pct", "median_kernel_ns", "small_kernel_pct"]
+    res = invoke(["trend", *three_runs, *(a for n in names for a in ("-m", n))])
+    lines = res.stdout.splitlines()
+    assert max(len(ln) for ln in lines) <= 100
+    headers = [ln for ln in lines if ln.startswith("#  run")]
+    assert len(headers) >= 2  # the nine figures do not fit one table
+    assert sum(len(re.split(r"\s{2,}", h.strip())) - 3 for h in headers) == len(
+        names
+    )  # each figure once
+    assert "1.30 ms" in res.stdout and "100.0%" in res.stdout  # gemm_time_pct
+
+
+def test_trace_metadata_is_filtered(three_runs: list[Path], tmp_path: Path) -> None:
+    d = json.loads(three_runs[2].read_text())
+    d["trace"]["device"] = "A100\x1b[2J\u202eevil<script>"
+    d["trace"]["versions"] = {"driver\x07": "535\r\n.1"}
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(d))
+    html = tmp_path / "t.html"
+    res = invoke(["trend", three_runs[0], bad, "--html", html])
+    for text in (res.stdout, html.read_text()):
+        assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", text)
+    assert "<script>" not in html.read_text().split("<script", 1)[0]
+    assert "evil&lt;script&gt;" in html.read_text()

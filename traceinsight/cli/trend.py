@@ -22,6 +22,7 @@ from traceinsight.cli.options import CONTEXT
     help="Write the trend as JSON to FILE ('-' prints it instead).",
 )
 @click.option(
+    "-m",
     "--metric",
     "metrics",
     multiple=True,

@@ -28,11 +28,7 @@ def figure_text(v: float | None, unit: str) -> str:
     return fmt.fmt_num(v)
 
 
-def render_trend(trend: dict[str, Any], gate_line: str | None = None) -> str:
-    """The table of runs, the configuration changes between consecutive runs and the gate's
-    line when one was asked for."""
-    figures = trend.get("figures") or []
-    runs = trend.get("runs") or []
+def _table(runs: list[dict[str, Any]], figures: list[dict[str, Any]]) -> str:
     headers = ["#", "run", *(fmt.shorten(f["label"], HEADER_MAX) for f in figures), "cfg"]
     rows = [
         [
@@ -43,14 +39,35 @@ def render_trend(trend: dict[str, Any], gate_line: str | None = None) -> str:
         ]
         for r in runs
     ]
+    align = "rl" + "r" * len(figures) + "l"
+    return fmt.table(rows, headers, align=align, max_width=WIDTH, flex=1)
+
+
+def _tables(runs: list[dict[str, Any]], figures: list[dict[str, Any]]) -> list[str]:
+    """As many tables as it takes to fit WIDTH: the figures in groups, each table with the run
+    column (a single figure per table is the least; its label column shrinks to fit)."""
+    out, rest = [], list(figures)
+    while rest:
+        k = len(rest)
+        while k > 1 and max(len(ln) for ln in _table(runs, rest[:k]).splitlines()) > WIDTH:
+            k -= 1
+        out.append(_table(runs, rest[:k]))
+        rest = rest[k:]
+    return out or [_table(runs, [])]
+
+
+def render_trend(trend: dict[str, Any], gate_line: str | None = None) -> str:
+    """The table of runs (split in two or more when the figures would not fit 100 columns),
+    the configuration changes between consecutive runs and the gate's line when one was asked
+    for."""
+    figures = trend.get("figures") or []
+    runs = trend.get("runs") or []
     first = runs[0]["config"] if runs else {}
     setup = [f"{k} {v}" for k, v in first.items() if k in ("device", "world size", "dtypes")]
-    lines = [
-        f"{len(runs)} run{'s' if len(runs) != 1 else ''} in the order given; first: "
-        + ", ".join(setup),
-        "",
-        fmt.table(rows, headers, align="rl" + "r" * len(figures) + "l", max_width=WIDTH, flex=1),
-    ]
+    head = f"{len(runs)} run{'s' if len(runs) != 1 else ''} in the order given; first: "
+    lines = [fmt.shorten(head + ", ".join(setup), WIDTH)]
+    for table in _tables(runs, figures):
+        lines += ["", table]
     changed = [r for r in runs if r.get("changes")]
     if changed:
         lines += ["", "* configuration changed from the run before:"]
@@ -58,5 +75,5 @@ def render_trend(trend: dict[str, Any], gate_line: str | None = None) -> str:
             lines.append(f"  {r['index']} {fmt.shorten(r['label'], 40)}:")
             lines += [f"      {fmt.shorten(c, WIDTH - 6)}" for c in r["changes"]]
     if gate_line:
-        lines += ["", gate_line]
+        lines += ["", fmt.shorten(gate_line, WIDTH)]
     return for_terminal("\n".join(lines)) + "\n"
