@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,43 @@ def test_trace_metadata_is_filtered(three_runs: list[Path], tmp_path: Path) -> N
         assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f\u202e]", text)
     assert "<script>" not in html.read_text().split("<script", 1)[0]
     assert "evil&lt;script&gt;" in html.read_text()
+
+
+@pytest.mark.browser
+def test_page_in_chromium_draws_every_chart_and_fits(
+    three_runs: list[Path], tmp_path: Path
+) -> None:
+    """Headless Chromium: no console error (a blocked inline script would log a CSP error), no
+    request leaves the file, each chart has one point per run, nothing wider than its box."""
+    pw = pytest.importorskip("playwright.sync_api")
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).is_file():
+        pytest.skip("no Chromium found (apt-get install chromium)")
+    html = tmp_path / "trend.html"
+    invoke(["trend", *three_runs, "--html", html])
+    with pw.sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=chromium, args=["--no-sandbox", "--disable-gpu"], headless=True
+        )
+        page = b.new_page(viewport={"width": 1000, "height": 900})
+        console: list[tuple[str, str]] = []
+        requests: list[str] = []
+        page.on("console", lambda m: console.append((m.type, m.text)))
+        page.on("request", lambda r: requests.append(r.url))
+        page.goto(html.as_uri(), wait_until="load", timeout=15_000)
+        points = page.eval_on_selector_all(
+            "figure.trend-chart", "els => els.map(e => e.querySelectorAll('circle').length)"
+        )
+        overflow = page.evaluate(
+            """() => [...document.querySelectorAll('figure.trend-chart, table.trend-runs')]
+                .filter(e => e.getBoundingClientRect().right
+                             > e.closest('section').getBoundingClientRect().right + 0.5)
+                .map(e => e.id || e.className)"""
+        )
+        b.close()
+    assert [m for m in console if m[0] in ("error", "warning")] == []
+    assert [u for u in requests if not u.startswith("file:")] == []
+    # the synthetic traces record no memory events: that chart says so and draws no point
+    assert points == [3, 3, 0, 3, 3]
+    assert "not recorded in these runs" in html.read_text().split('id="chart-peak_memory"')[1]
+    assert overflow == []

@@ -61,6 +61,8 @@ def figure_chart(fig: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, A
         if v is not None:
             y = T + ph - ph * float(v) / vmax
             svg.circle(x_of(i), y, 3.5, "trend-pt", title=f"{r['label']}: {figure_text(v, unit)}")
+    if not have:
+        svg.text(L + pw / 2, T + ph / 2, "not recorded in these runs", "axis-title", "middle")
     svg.text(L + pw / 2, H - 4, "run", "axis-title", "middle")
     return svg.to_dict()
 
