@@ -53,7 +53,7 @@ def test_installed_wheel_ships_rules_and_templates(tmp_path: Path) -> None:
     assert len(rules) == len(list((REPO / "rules").glob("*.yaml")))
     assert {
         f"traceinsight/_data/templates/{t}"
-        for t in ("report.html", "compare.html", "base.html", "_macros.html")
+        for t in ("report.html", "compare.html", "trend.html", "base.html", "_macros.html")
     } <= templates
     assert "traceinsight/devices/devices.yaml" in names
     assert "traceinsight/py.typed" in names  # PEP 561: users' type checkers read our hints

@@ -17,9 +17,10 @@ from traceinsight.cli.report import report
 from traceinsight.cli.rules import rules
 from traceinsight.cli.summary import summary
 from traceinsight.cli.top import top
+from traceinsight.cli.trend import trend
 
 #: every command of the group, one module each (``traceinsight/cli/NAME.py``)
-COMMANDS = [ingest, summary, top, diagnose, report, compare, rules, devices, profile]
+COMMANDS = [ingest, summary, top, diagnose, report, compare, rules, devices, profile, trend]
 for _command in COMMANDS:
     main.add_command(_command)
 
