@@ -84,6 +84,8 @@ class Trace:
     def table(self, name: str) -> pd.DataFrame:
         """The store table ``name`` as a DataFrame (read once, then kept)."""
         if name not in self._frames:
+            if name not in self.tables:
+                raise KeyError(f"no table {name!r} in a store: one of {', '.join(self.tables)}")
             self._frames[name] = self.store.df(name)
         return self._frames[name]
 
