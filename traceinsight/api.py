@@ -238,9 +238,9 @@ class Diagnosis:
     def step_stats(self) -> dict[str, float | None]:
         """Step time over the representative steps: p50, p90, p99, max, mean (ns), the step
         counts and the coefficient of variation, as compare uses them."""
-        from traceinsight.compare.explain import _step_stats
+        from traceinsight.compare.explain import step_stats
 
-        return _step_stats(self.result)
+        return step_stats(self.result)
 
     def to_dict(self) -> dict[str, Any]:
         return self.result.to_dict()
@@ -377,7 +377,7 @@ def _ns(v: float | None) -> str:
 def diagnosis_html(r: DiagnosisResult, name: str = "") -> str:
     """The inline summary of a diagnosis: headline, findings (severity, impact, first
     recommendation), step statistics and the trace's source."""
-    from traceinsight.compare.explain import _step_stats
+    from traceinsight.compare.explain import step_stats
 
     parts = [f'<div class="traceinsight-diagnosis" style="{_STYLE}">']
     title = f"traceinsight diagnosis: {name}" if name else "traceinsight diagnosis"
@@ -397,7 +397,7 @@ def diagnosis_html(r: DiagnosisResult, name: str = "") -> str:
             parts.append(f"<p>… and {more} more finding(s): see <code>.findings</code>.</p>")
     else:
         parts.append("<p>No findings.</p>")
-    st = _step_stats(r)
+    st = step_stats(r)
     if st.get("p50") is not None:
         steps = st.get("steps_representative") or st.get("steps")
         head = ["steps", "p50", "p90", "p99", "max", "mean", "CV"]
