@@ -77,6 +77,13 @@ def test_tables_equal_the_store(healthy: Trace) -> None:
         healthy.table("no_such_table")
 
 
+def test_repr_html_of_a_trace(healthy: Trace) -> None:
+    h = healthy._repr_html_()
+    assert "synthetic_h100_healthy.json.gz" in h and "1 rank(s), kineto, NVIDIA H100 80GB HBM3" in h
+    assert ">gpu_activities</td>" in h and ">704</td>" in h and ">1756</td>" in h
+    assert "<script" not in h.lower() and not CONTROL.search(h)
+
+
 def test_collectives_of_a_multi_rank_run() -> None:
     t = ti.open(COMM)
     g = t.gpu_activities

@@ -59,6 +59,24 @@ class Trace:
             f"{counts.get('gpu_activities', 0)} GPU activities, {counts.get('cpu_ops', 0)} CPU ops>"
         )
 
+    def _repr_html_(self) -> str:
+        """The input, its ranks and devices, and each table's row count (nothing is read)."""
+        devices = sorted(
+            {str(d.get("name") or "") for r in self.ranks for d in r.get("devices") or []} - {""}
+        )
+        formats = sorted({str(r.get("format") or "") for r in self.ranks} - {""})
+        about = ", ".join([f"{len(self.ranks)} rank(s)", *formats, *devices])
+        rows = [[_t(k), _t(v)] for k, v in self.row_counts.items() if v]
+        title = f"traceinsight trace: {self.name}"
+        parts = [
+            f'<div class="traceinsight-trace" style="{_STYLE}">',
+            f'<div style="font-weight:600;font-size:15px">{_t(title)}</div>',
+            f"<p>{_t(about)}</p>",
+            _table(["table", "rows"], rows),
+            "</div>",
+        ]
+        return "".join(parts)
+
     @property
     def name(self) -> str:
         """The input's name (the first path given, else the store's folder)."""
