@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SAMPLES, invoke
+from conftest import REPO, SAMPLES, TRACES, invoke, requires_corpus
 from hostile import events, trace, write
 
 import traceinsight as ti
@@ -189,6 +189,26 @@ def test_control_characters_in_names_stay_out_of_the_compare_summary(tmp_path: P
     h = c._repr_html_()
     assert not CONTROL.search(h) and "<script" not in h.lower()
     assert not CONTROL.search(c.before._repr_html_())
+
+
+@requires_corpus
+def test_nsight_and_memory_inputs_open_the_same_way(tmp_path: Path) -> None:
+    """An Nsight Systems export and a memory-timeline export: the same tables, the same
+    diagnosis as the CLI."""
+    nsys = TRACES / "nsys" / "GindaChen+nsys-ai" / "synthetic" / "healthy_1pct.sqlite"
+    t = ti.open(nsys)
+    assert len(t.kernels) == t.row_counts["gpu_activities"] == 400
+    assert len(t.runtime) == t.row_counts["runtime_calls"] == 399
+    assert t.ops.empty and t.steps.empty  # Nsight records no CPU ops; no NVTX steps here
+    out = tmp_path / "n.json"
+    invoke(["diagnose", nsys, "--json", out])
+    assert t.diagnose().headline == json.loads(out.read_text())["headline"]
+    mem = ti.open(TRACES / "memory" / "hta" / "memory_analysis" / "memory_timeline.raw.gz")
+    assert len(mem.memory_timeline) == mem.row_counts["memory_categories"] == 16845
+    assert mem.kernels.empty
+    d = mem.diagnose()
+    assert d.headline.startswith("Memory timeline: memory peaks at 2.87 GiB")
+    assert "<script" not in d._repr_html_().lower()
 
 
 def _python_blocks(text: str) -> list[str]:

@@ -43,7 +43,8 @@ PathLike = str | Path
 class Trace:
     """One run's trace store. Every table of the store is a pandas DataFrame, read on first
     access and kept: :attr:`kernels`, :attr:`gpu_activities`, :attr:`ops`, :attr:`runtime`,
-    :attr:`steps`, :attr:`ranges`, :attr:`memory`, :attr:`collectives`, or any store table by
+    :attr:`steps`, :attr:`ranges`, :attr:`memory`, :attr:`memory_timeline`, :attr:`collectives`,
+    :attr:`memcpy`, or any store table by
     name with :meth:`table` (:attr:`tables` lists them). Times are int64 nanoseconds
     (``start_ns``, ``dur_ns``), as the store keeps them."""
 
@@ -159,6 +160,13 @@ class Trace:
     def memory(self) -> pd.DataFrame:
         """Allocator events (``[memory]``: allocations and frees, bytes, totals)."""
         return self.table("memory_events")
+
+    @property
+    def memory_timeline(self) -> pd.DataFrame:
+        """Memory by category over time (an ``export_memory_timeline`` export): each row adds
+        or removes bytes of one category. A memory snapshot's segments, blocks and allocator
+        actions are the tables ``memory_segments``, ``memory_blocks``, ``memory_actions``."""
+        return self.table("memory_categories")
 
     def diagnose(
         self,
