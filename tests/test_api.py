@@ -108,6 +108,18 @@ def test_headline_and_findings_equal_the_cli_json(
     assert d.step_stats["p50"] == cli["metrics"]["values"]["step_time_p50_ns"]
 
 
+def test_stray_entries_of_a_folder_are_noted_as_the_cli_notes_them(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "rank-0.json.gz").write_bytes(HEALTHY.read_bytes())
+    (run / "notes.txt").write_text("not a trace")
+    d = ti.open(run).diagnose()
+    skipped = [x for x in d.result.diagnostics if x.get("code") == "file-skipped"]
+    assert [x.get("source") for x in skipped] == ["notes.txt"]
+    cli = json.loads(invoke(["diagnose", run, "--json", "-"]).stdout)
+    assert [x for x in cli["diagnostics"] if x.get("code") == "file-skipped"] == skipped
+
+
 def test_diagnose_options_reach_the_analysis(healthy: Trace) -> None:
     """A rule threshold set from Python changes the result as `--set` does (86% of modelled
     time is compute-bound here: a 95% minimum keeps the rule from firing)."""

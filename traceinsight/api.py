@@ -17,11 +17,12 @@ scripts, every trace-provided name escaped and its control characters made visib
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from traceinsight.util import fmt
 from traceinsight.util.safetext import for_terminal
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # pandas and the analysis load on first use: `import traceins
     import pandas as pd
 
     from traceinsight.result import DiagnosisResult, Finding
+    from traceinsight.result import Diagnostic as ResultDiagnostic
     from traceinsight.store.core import TraceStore
 
 __all__ = ["Compare", "Diagnosis", "Trace", "compare", "open"]
@@ -206,6 +208,12 @@ class Trace:
             cache=not recompute,
             max_memory_mb=max_memory_mb,
         )
+        from traceinsight.ingest.inputs import skipped_entries
+
+        extra = skipped_entries(self.paths, self.store)  # as the CLI: a note per stray entry
+        if extra:
+            notes = cast("list[ResultDiagnostic]", extra)
+            result = dataclasses.replace(result, diagnostics=[*result.diagnostics, *notes])
         return Diagnosis(result, name=self.name)
 
 
