@@ -43,7 +43,7 @@ def test_import_stays_cheap() -> None:
         "import sys, traceinsight as ti; "
         "heavy = {'pandas', 'numpy', 'pyarrow', 'traceinsight.api'} & set(sys.modules); "
         "assert not heavy, heavy; assert callable(ti.open) and callable(ti.compare); "
-        "assert 'traceinsight.api' in sys.modules"
+        "assert 'traceinsight.api' in sys.modules; assert {'open', 'compare', 'Trace'} <= set(dir(ti))"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 

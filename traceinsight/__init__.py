@@ -30,3 +30,7 @@ def __getattr__(name: str) -> Any:
     if name in _API:
         return getattr(importlib.import_module("traceinsight.api"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_API})
