@@ -139,6 +139,10 @@ def _step_stats(r: DiagnosisResult) -> dict[str, float | None]:
     }
 
 
+#: one run's step statistics (the Python API shows them for a single diagnosis too)
+step_stats = _step_stats
+
+
 def _delta(a: float | None, b: float | None) -> dict[str, float | None]:
     if a is None or b is None:
         return {"delta": None, "delta_pct": None}
