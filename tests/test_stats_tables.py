@@ -196,3 +196,13 @@ def test_csv_cells_are_safe() -> None:
 
     text = to_csv([{"name": "=HYPERLINK(1)\x1b[2J", "n": 3, "x": None, "f": 2.0}])
     assert text == "name,n,x,f\n'=HYPERLINK(1)\\x1b[2J,3,,2\n"
+
+
+@requires_corpus
+def test_two_formats_at_once_are_a_usage_error() -> None:
+    trace = TRACES / NSYS["v2024.6_nvfuser_report3"]
+    invoke(["top", trace, "--json", "--format", "csv"], exit_code=2, stderr_contains="pick one")
+    invoke(["summary", trace, "--json", "--format", "csv"], exit_code=2)
+    # --json stays a flag that means --format json
+    a = invoke(["top", trace, "--by", "api", "--json"]).stdout
+    assert a == invoke(["top", trace, "--by", "api", "--format", "json"]).stdout

@@ -109,6 +109,8 @@ def compare(
     from traceinsight.render.terminal import render_compare
     from traceinsight.util.outputs import check_files
 
+    if out_format is not None and json_out is not None and str(json_out) == "-":
+        raise click.UsageError(f"--json - and --format {out_format} both print: pick one")
     check_files([json_out, md_out, html_out], [before, after])
     opts = RooflineOptions(device=device)
     a = result_of(ctx, before, rules_dirs, overrides, opts)

@@ -12,7 +12,14 @@ from traceinsight.cli.checks import COUNT
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, format_options, strict, write_output
+from traceinsight.cli.options import (
+    CONTEXT,
+    INPUTS,
+    format_options,
+    resolve_format,
+    strict,
+    write_output,
+)
 
 
 @click.command(context_settings=CONTEXT)
@@ -48,7 +55,7 @@ def summary(
 
     store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     s = summarize(store, top_n=top_n)
-    fmt_ = "json" if as_json else (out_format or "text")
+    fmt_ = resolve_format(as_json, out_format)
     if fmt_ == "json":
         text = json.dumps(s, indent=2)
     elif fmt_ == "csv":

@@ -13,7 +13,14 @@ from traceinsight.cli.checks import COUNT
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, format_options, strict, write_output
+from traceinsight.cli.options import (
+    CONTEXT,
+    INPUTS,
+    format_options,
+    resolve_format,
+    strict,
+    write_output,
+)
 
 
 @click.command(context_settings=CONTEXT)
@@ -45,7 +52,8 @@ def top(
     out_format: str | None,
     output: Path | None,
 ) -> None:
-    """Where the GPU time went: the top kernels, operators, layers, annotations or steps.
+    """Where the time went: the top kernels, operators, layers, annotations, steps, API calls
+    or memory copies.
 
     \b
     --by kernel      GPU kernels (and copies) by total time, with their launching op
@@ -92,7 +100,7 @@ def top(
         cov = an.attribution.coverage(rank)
     finally:
         prog.done()
-    fmt_ = "json" if as_json else (out_format or "text")
+    fmt_ = resolve_format(as_json, out_format)
     if fmt_ == "json":
         text = json.dumps(
             {"by": by, "rank": rank, "coverage": cov, "rows": rows}, indent=2, default=str
