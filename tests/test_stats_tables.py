@@ -206,3 +206,53 @@ def test_two_formats_at_once_are_a_usage_error() -> None:
     # --json stays a flag that means --format json
     a = invoke(["top", trace, "--by", "api", "--json"]).stdout
     assert a == invoke(["top", trace, "--by", "api", "--format", "json"]).stdout
+
+
+@requires_corpus
+def test_terminal_tables_of_api_memcpy_and_kernel_statistics() -> None:
+    trace = TRACES / NSYS["v2026.2_nsysai_h100_2gpu_1s"]
+    api = invoke(["top", trace, "--by", "api", "-n", "3"]).stdout
+    # the header's count is the sum of all rows (nsys: 5,796 calls over the 10 names)
+    assert api.startswith("CUDA/HIP API time 1.80 s in 5,796 calls (host side) (all 2 ranks)")
+    assert "cudaStreamSynchronize" in api and "… 7 more (use -n)" in api
+    mem = invoke(["top", trace, "--by", "memcpy"]).stdout
+    assert "in 926 operations" in mem
+    line = next(x for x in mem.splitlines() if x.startswith("memcpy HtoD"))
+    assert line.split()[2:4] == ["450", "1.84"] and "47.45 GiB" in line
+    kern = invoke(["top", trace, "-n", "3"]).stdout
+    assert all(h in kern for h in ("median", "min", "max", "stddev"))
+
+
+def test_memcpy_rollup_sizes_unknown_not_zero() -> None:
+    import pandas as pd
+
+    from traceinsight.analysis.rollups import by_api, by_memcpy
+
+    gpu = pd.DataFrame(
+        {
+            "rank": [0, 0, 0, 1, 0],
+            "kind": ["memcpy", "memcpy", "memset", "memcpy", "kernel"],
+            "dur_ns": [100, 300, 50, 7, 1000],
+            "bytes": [None, None, 64, 8, None],
+            "copy_kind": ["HtoD", "HtoD", None, "DtoH", None],
+        }
+    )
+    out = by_memcpy(gpu, rank=0).set_index("operation")
+    assert list(out.index) == ["[memcpy Host-to-Device]", "[memset]"]
+    h = out.loc["[memcpy Host-to-Device]"]
+    assert (h["count"], h["total_ns"], h["median_ns"], h["min_ns"], h["max_ns"]) == (
+        2,
+        400,
+        200.0,
+        100,
+        300,
+    )
+    assert math.isclose(h["stddev_ns"], 141.4213562373095) and math.isnan(h["total_bytes"])
+    assert out.loc["[memset]", "total_bytes"] == 64 and out.loc["[memset]", "stddev_ns"] == 0
+    assert math.isclose(h["share_pct"], 100 * 400 / 450)
+    rt = pd.DataFrame(
+        {"rank": [0, 0, 0], "kind": ["runtime"] * 3, "name": ["a", "a", "b"], "dur_ns": [1, 3, 4]}
+    )
+    a = by_api(rt).set_index("name")
+    assert a.loc["a", "calls"] == 2 and a.loc["a", "share_pct"] == 50.0
+    assert by_api(rt.iloc[:0]).empty and by_memcpy(gpu[gpu["kind"] == "kernel"]).empty

@@ -36,11 +36,19 @@ def render_top(
         f" (rank {rank})" if rank is not None else (f" (all {ranks} ranks)" if ranks > 1 else "")
     )
     if by == "api":
-        head = f"CUDA/HIP API time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
-        head += f"{sum(r['calls'] for r in records):,} calls (host side)"
+        head = (
+            f"CUDA/HIP API time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
+            f"{sum(r['calls'] for r in records):,} calls (host side)"
+            if records
+            else "No CUDA/HIP runtime or driver calls in this trace."
+        )
     elif by == "memcpy":
-        head = f"Memory copy and set time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
-        head += f"{sum(r['count'] for r in records):,} operations"
+        head = (
+            f"Memory copy and set time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
+            f"{sum(r['count'] for r in records):,} operations"
+            if records
+            else "No memory copies or memsets in this trace."
+        )
     lines = [head + rank_txt, ""]
     if not records:
         lines.append(f"Nothing to list by {by}.")
