@@ -111,7 +111,7 @@ def compare(
 
     if out_format is not None and json_out is not None and str(json_out) == "-":
         raise click.UsageError(f"--json - and --format {out_format} both print: pick one")
-    check_files([json_out, md_out, html_out], [before, after])
+    check_files([json_out, md_out, html_out, output], [before, after])
     opts = RooflineOptions(device=device)
     a = result_of(ctx, before, rules_dirs, overrides, opts)
     b = result_of(ctx, after, rules_dirs, overrides, opts)
