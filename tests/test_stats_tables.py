@@ -256,3 +256,36 @@ def test_memcpy_rollup_sizes_unknown_not_zero() -> None:
     a = by_api(rt).set_index("name")
     assert a.loc["a", "calls"] == 2 and a.loc["a", "share_pct"] == 50.0
     assert by_api(rt.iloc[:0]).empty and by_memcpy(gpu[gpu["kind"] == "kernel"]).empty
+
+
+@requires_corpus
+def test_readme_csv_examples_run(tmp_path) -> None:
+    """The README's block of nsys-stats-like and CSV examples, each run on corpus traces."""
+    import shlex
+
+    from conftest import REPO
+
+    text = (REPO / "README.md").read_text()
+    block = text.split("`nsys stats`-like tables and CSV", 1)[1].split("```", 2)[1]
+    kineto = KINETO / "hta/trace_compare"
+    stand_in = {
+        "report.sqlite": TRACES / NSYS["v2024.6_nvfuser_report3"],
+        "trace.json.gz": kineto / "base/base.json.gz",
+        "traces/": kineto / "base/base.json.gz",
+        "base/": kineto / "base/base.json.gz",
+        "new/": kineto / "test/test.json.gz",
+    }
+    lines = [x.split("#")[0].split(">")[0].strip() for x in block.splitlines()]
+    cmds = [shlex.split(x)[1:] for x in lines if x.startswith("traceinsight ")]
+    assert len(cmds) == 4
+    for args in cmds:
+        args = [str(stand_in.get(a, a)) for a in args]
+        if "-o" in args:
+            args[args.index("-o") + 1] = str(tmp_path / "out.csv")
+        res = invoke([*args, "-q"])
+        text = (tmp_path / "out.csv").read_text() if "-o" in args else res.stdout
+        if "csv" in args:
+            rows = list(csv.DictReader(io.StringIO(text)))
+            assert rows and all(len(r) == len(rows[0]) for r in rows), args
+        else:
+            assert "median" in text and "stddev" in text, args
