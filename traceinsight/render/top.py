@@ -38,14 +38,14 @@ def render_top(
     if by == "api":
         head = (
             f"CUDA/HIP API time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
-            f"{sum(r['calls'] for r in records):,} calls (host side)"
+            f"{_count(sum(r['calls'] for r in records), 'call')} (host side)"
             if records
             else "No CUDA/HIP runtime or driver calls in this trace."
         )
     elif by == "memcpy":
         head = (
             f"Memory copy and set time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
-            f"{sum(r['count'] for r in records):,} operations"
+            f"{_count(sum(r['count'] for r in records), 'operation')}"
             if records
             else "No memory copies or memsets in this trace."
         )
@@ -206,6 +206,10 @@ def render_top(
     if total_rows > n:
         lines.append(f"… {total_rows - n:,} more (use -n)")
     return for_terminal("\n".join(lines))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
 
 
 def _bytes(v: float | None) -> str:
