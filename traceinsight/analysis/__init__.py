@@ -25,7 +25,7 @@ __all__ = [
     "WindowBreakdown",
 ]
 
-ROLLUPS = ("kernel", "op", "layer", "module-type", "annotation", "step")
+ROLLUPS = ("kernel", "op", "layer", "module-type", "annotation", "step", "api", "memcpy")
 
 
 @contextlib.contextmanager
@@ -89,4 +89,11 @@ class Analysis:
             return rollups.by_annotation(self.attribution, rank)
         if by == "step":
             return rollups.by_step(self.breakdown, rank)
+        if by == "api":
+            return rollups.by_api(
+                self.store.df("runtime_calls", ["rank", "kind", "name", "dur_ns"]), rank
+            )
+        if by == "memcpy":
+            cols = ["rank", "kind", "dur_ns", "bytes", "copy_kind"]
+            return rollups.by_memcpy(self.store.df("gpu_activities", cols), rank)
         raise ValueError(f"unknown rollup {by!r}; one of {', '.join(ROLLUPS)}")

@@ -25,7 +25,15 @@ def _share(df: pd.DataFrame, col: str, total: float) -> pd.Series:
     return df[col] / total * 100.0 if total else df[col] * 0.0
 
 
+def _stddev(s: pd.Series) -> float:
+    """The sample standard deviation (n - 1), 0 for a single value: what ``nsys stats`` shows."""
+    return float(s.std(ddof=1)) if len(s) > 1 else 0.0
+
+
 def by_kernel(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
+    """Per kernel (and copy) name: calls, total, mean, median, min, max and sample standard
+    deviation of the duration (the columns of ``nsys stats --report cuda_gpu_kern_sum``), its
+    share of the GPU time and the op that launched most of its time."""
     g = _sel(attr, rank)
     if not len(g):
         return pd.DataFrame(
@@ -36,8 +44,10 @@ def by_kernel(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
                 "calls",
                 "total_ns",
                 "mean_ns",
+                "median_ns",
                 "min_ns",
                 "max_ns",
+                "stddev_ns",
                 "share_pct",
                 "top_op",
             ]
@@ -49,8 +59,10 @@ def by_kernel(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
             calls=("dur_ns", "size"),
             total_ns=("dur_ns", "sum"),
             mean_ns=("dur_ns", "mean"),
+            median_ns=("dur_ns", "median"),
             min_ns=("dur_ns", "min"),
             max_ns=("dur_ns", "max"),
+            stddev_ns=("dur_ns", _stddev),
         )
         .reset_index()
     )
@@ -304,3 +316,112 @@ def records(df: pd.DataFrame) -> list[dict[str, Any]]:
     """All rows of a rollup table as JSON-ready dicts (NaN as None, numpy scalars as Python):
     what ``top --json`` prints and the terminal table renders."""
     return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+#: the statistics of one duration column, named as in ``nsys stats``
+_DUR_STATS = {
+    "total_ns": "sum",
+    "mean_ns": "mean",
+    "median_ns": "median",
+    "min_ns": "min",
+    "max_ns": "max",
+    "stddev_ns": _stddev,
+}
+
+API_COLUMNS = ["name", "kind", "calls", *_DUR_STATS, "share_pct"]
+
+
+def by_api(runtime: pd.DataFrame, rank: int | None = None) -> pd.DataFrame:
+    """Per CUDA/HIP runtime or driver API name (``runtime_calls``): calls, total, mean, median,
+    min, max and sample standard deviation of the host-side duration, and the share of all API
+    time: ``nsys stats --report cuda_api_sum``. Names are as stored (one ``_vNNNN`` suffix
+    dropped), so versions of one call form one row."""
+    r = runtime if rank is None else runtime[runtime["rank"] == rank]
+    if not len(r):
+        return pd.DataFrame(columns=API_COLUMNS)
+    g = r.assign(kind=r["kind"].astype(str), name=r["name"].astype(str)).groupby(
+        ["name", "kind"], sort=False
+    )["dur_ns"]
+    out = g.agg(["size", *_DUR_STATS.values()]).reset_index()
+    out.columns = ["name", "kind", "calls", *_DUR_STATS]
+    out["share_pct"] = _share(out, "total_ns", float(r["dur_ns"].sum()))
+    out = out.sort_values(["total_ns", "name"], ascending=[False, True])
+    return out[API_COLUMNS].reset_index(drop=True)
+
+
+#: ``copy_kind`` as ``nsys stats`` names the operation
+COPY_KINDS = {
+    "HtoD": "Host-to-Device",
+    "DtoH": "Device-to-Host",
+    "DtoD": "Device-to-Device",
+    "HtoH": "Host-to-Host",
+    "PtoP": "Peer-to-Peer",
+}
+
+MEMCPY_COLUMNS = [
+    "operation",
+    "kind",
+    "copy_kind",
+    "count",
+    *_DUR_STATS,
+    "share_pct",
+    "total_bytes",
+    "mean_bytes",
+    "median_bytes",
+    "min_bytes",
+    "max_bytes",
+    "stddev_bytes",
+]
+
+
+def by_memcpy(gpu: pd.DataFrame, rank: int | None = None) -> pd.DataFrame:
+    """Memory copies by direction and memsets (``gpu_activities`` of kind memcpy / memset):
+    count, the duration statistics with the share of all copy and set time
+    (``nsys stats --report cuda_gpu_mem_time_sum``) and the byte statistics
+    (``cuda_gpu_mem_size_sum``; a row without a recorded size counts as unknown, not 0)."""
+    g = gpu if rank is None else gpu[gpu["rank"] == rank]
+    g = g[g["kind"].astype(str).isin(["memcpy", "memset"])]
+    if not len(g):
+        return pd.DataFrame(columns=MEMCPY_COLUMNS)
+    kind = g["kind"].astype(str).to_numpy()
+    ck = g["copy_kind"].astype(object).where(g["copy_kind"].notna(), None).to_numpy()
+    ck = np.where(kind == "memset", None, ck)
+    ck = np.array([c if c is None else str(c) for c in ck], dtype=object)
+    op = [
+        "[memset]" if k == "memset" else f"[memcpy {COPY_KINDS.get(c, c or 'unknown')}]"
+        for k, c in zip(kind, ck, strict=True)
+    ]
+    df = pd.DataFrame(
+        {
+            "operation": op,
+            "kind": kind,
+            "copy_kind": ck,
+            "dur_ns": g["dur_ns"].to_numpy(np.int64),
+            "bytes": g["bytes"].to_numpy(),
+        }
+    )
+    keys = ["operation", "kind"]
+    dur = df.groupby(keys, sort=False)["dur_ns"].agg(["size", *_DUR_STATS.values()])
+    dur.columns = ["count", *_DUR_STATS]
+    byt = df.groupby(keys, sort=False)["bytes"].agg(
+        ["sum", "mean", "median", "min", "max", _stddev, "count"]
+    )
+    byt.columns = [
+        "total_bytes",
+        "mean_bytes",
+        "median_bytes",
+        "min_bytes",
+        "max_bytes",
+        "stddev_bytes",
+        "sized",
+    ]
+    out = dur.join(byt).reset_index()
+    unsized = out["sized"] == 0
+    for c in ("total_bytes", "mean_bytes", "median_bytes", "min_bytes", "max_bytes"):
+        out[c] = out[c].astype(float).where(~unsized)
+    out["stddev_bytes"] = out["stddev_bytes"].where(~unsized)
+    ck_of = df.drop_duplicates("operation").set_index("operation")["copy_kind"]
+    out["copy_kind"] = out["operation"].map(ck_of)
+    out["share_pct"] = _share(out, "total_ns", float(df["dur_ns"].sum()))
+    out = out.sort_values(["total_ns", "operation"], ascending=[False, True])
+    return out[MEMCPY_COLUMNS].reset_index(drop=True)

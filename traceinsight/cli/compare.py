@@ -13,7 +13,7 @@ from traceinsight.cli.checks import COUNT, FINITE, POSITIVE, device_key
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, rule_options, strict
+from traceinsight.cli.options import CONTEXT, format_options, rule_options, strict, write_output
 from traceinsight.cli.report import result_of
 
 
@@ -61,6 +61,7 @@ from traceinsight.cli.report import result_of
 @click.option(
     "-n", "top_n", default=12, show_default=True, type=COUNT, help="Contributors to list."
 )
+@format_options
 @rule_options
 @click.option(
     "--device", callback=device_key, help="Device for both sides' roofline (traces only)."
@@ -79,6 +80,8 @@ def compare(
     allow_incomparable: bool,
     tokens: tuple[float, float] | None,
     top_n: int,
+    out_format: str | None,
+    output: Path | None,
     rules_dirs: tuple[Path, ...],
     overrides: tuple[str, ...],
     device: str | None,
@@ -98,6 +101,7 @@ def compare(
       traceinsight compare before.json.gz after.json.gz
       traceinsight compare base/ new/ --json delta.json --fail-if-slower 5
       traceinsight compare h100.json.gz mi300x.json.gz --html compare.html --markdown compare.md
+      traceinsight compare base/ new/ --format csv -o contributors.csv   (one row per contributor)
     """
     from traceinsight.compare.comparability import gate
     from traceinsight.compare.explain import compare as run_compare
@@ -105,7 +109,9 @@ def compare(
     from traceinsight.render.terminal import render_compare
     from traceinsight.util.outputs import check_files
 
-    check_files([json_out, md_out, html_out], [before, after])
+    if out_format is not None and json_out is not None and str(json_out) == "-":
+        raise click.UsageError(f"--json - and --format {out_format} both print: pick one")
+    check_files([json_out, md_out, html_out, output], [before, after])
     opts = RooflineOptions(device=device)
     a = result_of(ctx, before, rules_dirs, overrides, opts)
     b = result_of(ctx, after, rules_dirs, overrides, opts)
@@ -127,15 +133,34 @@ def compare(
 
         return render_compare_html(c)
 
-    emit(
-        json_out,
-        md_out,
-        html_out,
-        as_json=lambda: json.dumps(c, indent=2, default=str),
-        as_md=md,
-        as_html=html,
-        as_text=lambda: render_compare(c, n=top_n),
-    )
+    if out_format is not None or output is not None:
+        from traceinsight.render.csvout import compare_csv
+
+        if json_out is not None or md_out is not None or html_out is not None:
+            emit(
+                json_out,
+                md_out,
+                html_out,
+                as_json=lambda: json.dumps(c, indent=2, default=str),
+                as_md=md,
+                as_html=html,
+                as_text=lambda: "",
+            )
+        text = {
+            "csv": lambda: compare_csv(c),
+            "json": lambda: json.dumps(c, indent=2, default=str),
+        }.get(out_format or "text", lambda: render_compare(c, n=top_n))()
+        write_output(text, output, (before, after))
+    else:
+        emit(
+            json_out,
+            md_out,
+            html_out,
+            as_json=lambda: json.dumps(c, indent=2, default=str),
+            as_md=md,
+            as_html=html,
+            as_text=lambda: render_compare(c, n=top_n),
+        )
     if fail_if_slower is not None:
         code, line = gate(
             c,

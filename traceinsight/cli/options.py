@@ -55,3 +55,48 @@ def rule_options(f):
         "--set comm-bound.min_exposed_comm_pct=20. Repeatable.",
     )(f)
     return f
+
+
+FORMATS = ["text", "json", "csv"]
+
+
+def format_options(f):
+    """``--format text|json|csv`` and ``-o/--output FILE``: the one way ``top``, ``summary``
+    and ``compare`` choose how their table is printed (``--json`` stays as the JSON shortcut)."""
+    f = click.option(
+        "-o",
+        "--output",
+        "output",
+        type=click.Path(path_type=Path, allow_dash=True),
+        help="Write the --format output to FILE instead of printing it ('-' prints it).",
+    )(f)
+    f = click.option(
+        "--format",
+        "out_format",
+        type=click.Choice(FORMATS),
+        default=None,
+        help="text (the terminal table, default), json, or csv (one table: a header row, "
+        "times in ns, sizes in bytes, shares in percent) for spreadsheets.",
+    )(f)
+    return f
+
+
+def write_output(text: str, output: Path | None, inputs: tuple[Path, ...] = ()) -> None:
+    """Print ``text``, or write it atomically to ``output`` (refused when it is an input) and
+    name the file on stderr."""
+    if output is None or str(output) == "-":
+        click.echo(text, nl=not text.endswith("\n"))
+        return
+    from traceinsight.util.outputs import check_files, write_text
+
+    check_files([output], list(inputs))
+    write_text(output, text)
+    click.echo(f"wrote {output}", err=True)
+
+
+def resolve_format(as_json: bool, out_format: str | None) -> str:
+    """The output format of ``--json`` (the shortcut) and ``--format``; both naming different
+    formats is a usage error (exit 2)."""
+    if as_json and out_format not in (None, "json"):
+        raise click.UsageError(f"--json and --format {out_format} ask for two formats: pick one")
+    return "json" if as_json else (out_format or "text")

@@ -1,4 +1,5 @@
-"""``traceinsight top``: the top kernels, ops, layers, module types or annotations by GPU time."""
+"""``traceinsight top``: the top kernels, ops, layers, module types, annotations or steps by GPU
+time, and the ``nsys stats``-like API and memory-copy summaries."""
 
 from __future__ import annotations
 
@@ -12,23 +13,33 @@ from traceinsight.cli.checks import COUNT
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, strict
+from traceinsight.cli.options import (
+    CONTEXT,
+    INPUTS,
+    format_options,
+    resolve_format,
+    strict,
+    write_output,
+)
 
 
 @click.command(context_settings=CONTEXT)
 @INPUTS
 @click.option(
     "--by",
-    type=click.Choice(["kernel", "op", "layer", "module-type", "annotation", "step"]),
+    type=click.Choice(
+        ["kernel", "op", "layer", "module-type", "annotation", "step", "api", "memcpy"]
+    ),
     default="kernel",
     show_default=True,
-    help="What to group GPU time by.",
+    help="What to group time by.",
 )
 @click.option("-n", "top_n", default=20, show_default=True, type=COUNT, help="Rows to show.")
 @click.option(
     "--rank", type=int, default=None, help="Only this rank (default: all ranks together)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON (--format json).")
+@format_options
 @strict
 @click.pass_context
 def top(
@@ -38,8 +49,11 @@ def top(
     top_n: int,
     rank: int | None,
     as_json: bool,
+    out_format: str | None,
+    output: Path | None,
 ) -> None:
-    """Where the GPU time went: the top kernels, operators, layers, annotations or steps.
+    """Where the time went: the top kernels, operators, layers, annotations, steps, API calls
+    or memory copies.
 
     \b
     --by kernel      GPU kernels (and copies) by total time, with their launching op
@@ -50,6 +64,14 @@ def top(
                      their sub-modules
     --by annotation  record_function / user annotations
     --by step        per ProfilerStep: wall time, GPU busy, compute, exposed comm, idle
+    --by api         CUDA/HIP runtime and driver calls (host side): calls, total, mean,
+                     median, min, max, stddev, share (like nsys stats cuda_api_sum)
+    --by memcpy      memory copies by direction and memsets: count, time statistics, bytes
+                     (like nsys stats cuda_gpu_mem_time_sum / cuda_gpu_mem_size_sum)
+
+    --by kernel also gives the median, min, max and sample stddev per kernel (nsys stats
+    cuda_gpu_kern_sum). --format csv prints every row (not just -n) as CSV with times in
+    integer ns, sizes in bytes; -o FILE writes it to a file.
 
     Kernels that cannot be linked to a CPU op are listed as [unattributed]: rows always add
     up to the total GPU time.
@@ -60,6 +82,8 @@ def top(
       traceinsight top traces/ --by op -n 30
       traceinsight top trace.json.gz --by module-type
       traceinsight top traces/ --by step --rank 2 --json
+      traceinsight top report.sqlite --by api
+      traceinsight top trace.json.gz --by memcpy --format csv -o memcpy.csv
     """
     from traceinsight.analysis import Analysis
     from traceinsight.analysis.rollups import records
@@ -76,13 +100,15 @@ def top(
         cov = an.attribution.coverage(rank)
     finally:
         prog.done()
-    if as_json:
-        click.echo(
-            json.dumps(
-                {"by": by, "rank": rank, "coverage": cov, "rows": rows},
-                indent=2,
-                default=str,
-            )
+    fmt_ = resolve_format(as_json, out_format)
+    if fmt_ == "json":
+        text = json.dumps(
+            {"by": by, "rank": rank, "coverage": cov, "rows": rows}, indent=2, default=str
         )
+    elif fmt_ == "csv":
+        from traceinsight.render.csvout import to_csv
+
+        text = to_csv(rows, list(an.rollup(by, rank).columns) if not rows else None)
     else:
-        click.echo(render_top(rows, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank))
+        text = render_top(rows, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank)
+    write_output(text, output, inputs)

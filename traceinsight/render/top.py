@@ -35,6 +35,20 @@ def render_top(
     rank_txt = (
         f" (rank {rank})" if rank is not None else (f" (all {ranks} ranks)" if ranks > 1 else "")
     )
+    if by == "api":
+        head = (
+            f"CUDA/HIP API time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
+            f"{_count(sum(r['calls'] for r in records), 'call')} (host side)"
+            if records
+            else "No CUDA/HIP runtime or driver calls in this trace."
+        )
+    elif by == "memcpy":
+        head = (
+            f"Memory copy and set time {fmt.fmt_ns(sum(r['total_ns'] for r in records))} in "
+            f"{_count(sum(r['count'] for r in records), 'operation')}"
+            if records
+            else "No memory copies or memsets in this trace."
+        )
     lines = [head + rank_txt, ""]
     if not records:
         lines.append(f"Nothing to list by {by}.")
@@ -49,7 +63,10 @@ def render_top(
                 f"{r.calls:,}",
                 fmt.fmt_ns(r.total_ns),
                 fmt.fmt_ns(r.mean_ns),
+                fmt.fmt_ns(r.median_ns),
+                fmt.fmt_ns(r.min_ns),
                 fmt.fmt_ns(r.max_ns),
+                fmt.fmt_ns(r.stddev_ns),
                 fmt.fmt_pct(r.share_pct),
                 r.top_op,
             ]
@@ -57,10 +74,24 @@ def render_top(
         ]
         table = fmt.table(
             rows,
-            ["kernel", "class", "calls", "total", "mean", "max", "share", "launched by"],
-            align="llrrrrrl",
+            [
+                "kernel",
+                "class",
+                "calls",
+                "total",
+                "mean",
+                "median",
+                "min",
+                "max",
+                "stddev",
+                "share",
+                "launched by",
+            ],
+            align="llrrrrrrrrl",
             flex=0,
         )
+    elif by in ("api", "memcpy"):
+        table = _stats_table(df, by)
     elif by == "op":
         rows = [
             [
@@ -175,3 +206,39 @@ def render_top(
     if total_rows > n:
         lines.append(f"… {total_rows - n:,} more (use -n)")
     return for_terminal("\n".join(lines))
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}" + ("" if n == 1 else "s")
+
+
+def _bytes(v: float | None) -> str:
+    return "unknown" if v is None else fmt.fmt_bytes(v)
+
+
+def _stats_table(df: Sequence[SimpleNamespace], by: str) -> str:
+    """``top --by api`` (``nsys stats`` cuda_api_sum) and ``--by memcpy`` (cuda_gpu_mem_time_sum
+    with the sizes of cuda_gpu_mem_size_sum)."""
+    stats = ("total_ns", "mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns")
+    heads = ["total", "mean", "median", "min", "max", "stddev", "share"]
+    if by == "api":
+        rows = [
+            [r.name, r.kind, f"{r.calls:,}"]
+            + [fmt.fmt_ns(getattr(r, c)) for c in stats]
+            + [fmt.fmt_pct(r.share_pct)]
+            for r in df
+        ]
+        return fmt.table(rows, ["API", "kind", "calls", *heads], align="llrrrrrrrr", flex=0)
+    rows = [
+        ["memset" if r.kind == "memset" else f"memcpy {r.copy_kind or 'unknown'}", f"{r.count:,}"]
+        + [fmt.fmt_ns(getattr(r, c)) for c in stats]
+        + [fmt.fmt_pct(r.share_pct), _bytes(r.total_bytes), _bytes(r.median_bytes)]
+        + [_bytes(r.max_bytes)]
+        for r in df
+    ]
+    return fmt.table(
+        rows,
+        ["operation", "count", *heads, "bytes", "median size", "max size"],
+        align="lrrrrrrrrrrr",
+        flex=0,
+    )
