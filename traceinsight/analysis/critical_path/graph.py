@@ -1,0 +1,453 @@
+"""The dependency graph of one rank's step window, as flat numpy arrays.
+
+Two kinds of node: **host items** (the top-level runtime/driver calls of each host thread, in
+time order) and **GPU items** (the kernels, copies and memsets of the step, in stream order).
+Edges, all derived without a per-event Python loop:
+
+- thread order: a host item starts after the previous item of its thread ends plus the CPU
+  time between them (the *gap*, kept as recorded and categorised by the CPU ops that cover it:
+  host and Python, input loading, start-up and compile);
+- launch: a GPU item is ready one launch latency after the runtime call that launched it
+  (matched by correlation id; a ``cudaGraphLaunch`` launches every kernel of its graph);
+- stream order: a GPU item starts after the previous item of its stream ends;
+- synchronisation: device, stream and event syncs and blocking copies end only after the GPU
+  work they wait for (device: all work launched before; stream: that stream's work; event:
+  the work launched before the matching ``cudaEventRecord``; a blocking copy: its own copy);
+- ``cudaStreamWaitEvent``: the next GPU item launched after it waits for the work recorded by
+  the matching ``cudaEventRecord`` (the latest record of the same thread before the wait).
+
+Times are int64 ns relative to the window's origin (the host step start), so the arrays stay
+exact and small.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from traceinsight.analysis.host import DATALOADER_RE
+
+#: path and replay categories, in the order they are reported
+CATEGORIES = (
+    "compute",
+    "communication",
+    "copies",
+    "host",
+    "launch",
+    "input",
+    "sync",
+    "startup",
+    "unrecorded",
+)
+CAT = {c: i for i, c in enumerate(CATEGORIES)}
+#: what each category means, for the docs and the renderers
+CATEGORY_LABELS = {
+    "compute": "compute",
+    "communication": "communication",
+    "copies": "copies",
+    "host": "host and Python",
+    "launch": "launch overhead",
+    "input": "input",
+    "sync": "synchronisation",
+    "startup": "start-up and compile",
+    "unrecorded": "unrecorded",
+}
+
+DEVICE_SYNC_RE = re.compile(r"^(?:cuda|hip)DeviceSynchronize|^cuCtxSynchronize", re.I)
+STREAM_SYNC_RE = re.compile(r"^(?:cuda|hip)StreamSynchronize|^cuStreamSynchronize", re.I)
+EVENT_SYNC_RE = re.compile(r"^(?:cuda|hip)EventSynchronize|^cuEventSynchronize", re.I)
+WAIT_EVENT_RE = re.compile(r"^(?:cuda|hip)StreamWaitEvent|^cuStreamWaitEvent", re.I)
+RECORD_RE = re.compile(r"^(?:cuda|hip)EventRecord|^cuEventRecord", re.I)
+BLOCKING_COPY_RE = re.compile(r"^(?:cuda|hip)Memcpy(?:2D|3D)?(?:_v2)?$|^cuMemcpy[DH]to[DH]", re.I)
+STARTUP_RE = re.compile(
+    r"TorchDynamo|Torch-Compiled Region|torch\._dynamo|_inductor|compile_fx|autotun|"
+    r"^cuModuleLoad|^cudaGetFuncBySymbol|^cuLibraryLoad|^hipModuleLoad",
+    re.I,
+)
+#: kind of a host item
+H_CALL, H_SYNC, H_COPY_SYNC, H_WAIT, H_RECORD = 0, 1, 2, 3, 4
+#: a queued kernel (stream busy) starts within this of its predecessor's end
+QUEUED_NS = 2_000
+#: a launch latency above this many times the rank's median (and above LATENCY_MIN_CAP_NS) is
+#: not launch latency but a dependency the trace does not record
+LATENCY_CAP_FACTOR = 4
+LATENCY_MIN_CAP_NS = 50_000
+NEG = -(1 << 40)  #: "no constraint" in the int64 recurrences
+
+
+@dataclass
+class StepGraph:
+    rank: int
+    step: int | None
+    origin_ns: int  #: absolute time of relative 0 (the host step start, or the window start)
+    ws: int  #: window start, relative
+    we: int  #: window end, relative
+    he: int  #: host step end, relative
+    main_thread: int  #: thread code of the step's host range (-1: none)
+    # host items (sorted by thread code, then start)
+    h_start: np.ndarray
+    h_dur: np.ndarray
+    h_thread: np.ndarray
+    h_kind: np.ndarray
+    h_dep: np.ndarray  #: GPU item a sync waits for (-1)
+    h_gap: np.ndarray  #: CPU time before the item since the previous one of its thread ends
+    h_gap_cat: np.ndarray  #: category of that gap
+    h_cat: np.ndarray  #: category of the call itself
+    h_name: np.ndarray
+    # GPU items (sorted by stream, then start)
+    g_start: np.ndarray
+    g_dur: np.ndarray
+    g_stream: np.ndarray
+    g_launch: np.ndarray  #: host item that launched it (-1)
+    g_wait: np.ndarray  #: GPU item a cudaStreamWaitEvent makes it wait for (-1)
+    g_floor: np.ndarray  #: end of earlier work on its stream outside the window (NEG: none)
+    g_cat: np.ndarray
+    g_name: np.ndarray
+    g_op: np.ndarray  #: launching CPU op
+    g_cls: np.ndarray
+    g_fp32_gemm: np.ndarray
+    latency_ns: int  #: the rank's median launch latency (launch to start of an idle stream)
+    latency_cap_ns: int
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def n(self) -> int:
+        return len(self.h_start) + len(self.g_start)
+
+    @property
+    def measured_ns(self) -> int:
+        return int(self.we - self.ws)
+
+    def g_prev(self) -> np.ndarray:
+        """Previous GPU item on the same stream (-1 for the first of each stream)."""
+        p = np.arange(len(self.g_start)) - 1
+        if len(p):
+            first = np.r_[True, self.g_stream[1:] != self.g_stream[:-1]]
+            p[first] = -1
+        return p
+
+    def h_prev(self) -> np.ndarray:
+        p = np.arange(len(self.h_start)) - 1
+        if len(p):
+            first = np.r_[True, self.h_thread[1:] != self.h_thread[:-1]]
+            p[first] = -1
+        return p
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """Whether each time ``t`` lies inside the union of intervals [starts, ends)."""
+    if not len(starts) or not len(t):
+        return np.zeros(len(t), dtype=bool)
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], np.maximum.accumulate(ends[o])
+    k = np.searchsorted(s, t, side="right") - 1
+    return (k >= 0) & (t < e[np.clip(k, 0, None)])
+
+
+def _prefix_argmax(values: np.ndarray) -> np.ndarray:
+    """Index of the running maximum of ``values`` (the latest index that set it)."""
+    if not len(values):
+        return np.empty(0, np.int64)
+    run = np.maximum.accumulate(values)
+    idx = np.where(values == run, np.arange(len(values)), -1)
+    return np.maximum.accumulate(idx)
+
+
+def thread_codes(proc: np.ndarray, thr: np.ndarray, table: dict) -> np.ndarray:
+    keys = (
+        pd.Series(proc, dtype=object).astype(str)
+        + "\x1f"
+        + pd.Series(thr, dtype=object).astype(str)
+    )
+    return np.array([table.setdefault(k, len(table)) for k in keys], dtype=np.int64)
+
+
+def build(
+    rank: int,
+    window,  # StepWindow
+    gpu: pd.DataFrame,  #: the rank's attributed GPU activities (Attribution.gpu rows)
+    rt: pd.DataFrame,  #: the rank's runtime calls
+    ops: pd.DataFrame,  #: the rank's CPU ops
+    syncs: pd.DataFrame,  #: the rank's device-side sync rows (stream of a stream sync)
+    main_thread: tuple[str, str] | None,
+    latency_ns: int,
+) -> StepGraph:
+    hs, he = int(window.host_start_ns), int(window.host_end_ns)
+    ws_abs, we_abs = int(window.start_ns), int(window.end_ns)
+    origin = min(hs, ws_abs)
+    table: dict = {}
+    main = -1
+    if main_thread is not None:
+        main = thread_codes(np.array([main_thread[0]]), np.array([main_thread[1]]), table)[0]
+
+    # --- host items: top-level runtime calls launched in the host step ---------------------
+    r_start = rt["start_ns"].to_numpy(np.int64)
+    hsel = (r_start >= hs) & (r_start < max(he, hs + 1))
+    r = rt[hsel]
+    h_thread = thread_codes(r["process"].to_numpy(), r["thread"].to_numpy(), table)
+    h_start = r["start_ns"].to_numpy(np.int64) - origin
+    h_dur = r["dur_ns"].to_numpy(np.int64)
+    o = np.lexsort((h_start, h_thread))
+    h_thread, h_start, h_dur = h_thread[o], h_start[o], h_dur[o]
+    h_name = r["name"].to_numpy(dtype=object)[o]
+    h_corr = r["correlation"].to_numpy(dtype=np.float64)[o]
+    # nested calls (a driver call inside its runtime call) are not separate host items
+    if len(h_start):
+        first = np.r_[True, h_thread[1:] != h_thread[:-1]]
+        h_end = h_start + h_dur
+        grp = np.cumsum(first) - 1
+        big = np.int64(1 << 42)
+        prev_max = np.maximum.accumulate(h_end + grp * big) - grp * big
+        prev_max = np.r_[NEG, prev_max[:-1]]
+        keep = first | (h_start >= prev_max)
+        h_thread, h_start, h_dur, h_name, h_corr = (
+            a[keep] for a in (h_thread, h_start, h_dur, h_name, h_corr)
+        )
+    nh = len(h_start)
+    h_end = h_start + h_dur
+    h_prev = np.arange(nh) - 1
+    if nh:
+        h_prev[np.r_[True, h_thread[1:] != h_thread[:-1]]] = -1
+    prev_end = np.where(h_prev >= 0, h_end[np.clip(h_prev, 0, None)], 0)
+    h_gap = np.maximum(h_start - prev_end, 0)
+
+    names = pd.Series(h_name, dtype=object).astype(str)
+    uniq = names.unique()
+    kind_of = {}
+    for nm in uniq:
+        kind_of[nm] = (
+            H_SYNC
+            if DEVICE_SYNC_RE.search(nm) or STREAM_SYNC_RE.search(nm) or EVENT_SYNC_RE.search(nm)
+            else H_COPY_SYNC
+            if BLOCKING_COPY_RE.search(nm)
+            else H_WAIT
+            if WAIT_EVENT_RE.search(nm)
+            else H_RECORD
+            if RECORD_RE.search(nm)
+            else H_CALL
+        )
+    h_kind = np.array(names.map(kind_of).to_numpy(np.int64)) if nh else np.empty(0, np.int64)
+    h_cat = np.full(nh, CAT["launch"], np.int64)
+    h_cat[(h_kind == H_SYNC) | (h_kind == H_COPY_SYNC)] = CAT["sync"]
+    startup_names = {nm for nm in uniq if STARTUP_RE.search(nm)}
+    if startup_names:
+        h_cat[names.isin(startup_names).to_numpy()] = CAT["startup"]
+
+    # gap categories: the CPU ops covering the gap's middle on the same thread
+    h_gap_cat = np.full(nh, CAT["host"], np.int64)
+    if nh and len(ops):
+        mid = h_start - h_gap // 2 + origin
+        o_thread = thread_codes(ops["process"].to_numpy(), ops["thread"].to_numpy(), table)
+        o_s = ops["start_ns"].to_numpy(np.int64)
+        o_e = o_s + ops["dur_ns"].to_numpy(np.int64)
+        o_names = ops["name"].astype(str)
+        is_dl = o_names.str.contains(DATALOADER_RE).to_numpy()
+        is_st = o_names.str.contains(STARTUP_RE).to_numpy()
+        for th in np.unique(h_thread):
+            hm = h_thread == th
+            om = o_thread == th
+            if not om.any():
+                continue
+            for flag, cat in ((is_st, "startup"), (is_dl, "input")):
+                sel = om & flag
+                if sel.any():
+                    cov = _covered(o_s[sel], o_e[sel], mid[hm])
+                    idx = np.flatnonzero(hm)[cov]
+                    h_gap_cat[idx] = CAT[cat]
+    # a thread other than the step's own: time before its first call is not on its account
+    if nh and main >= 0:
+        firsts = h_prev < 0
+        h_gap_cat[firsts & (h_thread != main)] = CAT["unrecorded"]
+
+    # --- GPU items: the step's activities ---------------------------------------------------
+    step_col = gpu["step"]
+    if window.step is None:
+        gsel = np.ones(len(gpu), dtype=bool)
+    else:
+        gsel = (step_col == window.step).to_numpy()
+    g = gpu[gsel]
+    g_stream = g["stream"].fillna(-1).to_numpy(np.int64)
+    g_start = g["start_ns"].to_numpy(np.int64) - origin
+    o = np.lexsort((g_start, g_stream))
+    g = g.iloc[o]
+    g_stream, g_start = g_stream[o], g_start[o]
+    g_dur = g["dur_ns"].to_numpy(np.int64)
+    g_end = g_start + g_dur
+    cls = g["cls"].astype(object).to_numpy()
+    kind = g["kind"].astype(object).to_numpy()
+    g_cat = np.full(len(g), CAT["compute"], np.int64)
+    g_cat[(kind == "memcpy") | (kind == "memset")] = CAT["copies"]
+    g_cat[cls == "communication"] = CAT["communication"]
+    g_name = g["name"].to_numpy(dtype=object)
+    from traceinsight.analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
+
+    un = pd.Series(g_name, dtype=object).astype(str)
+    gm = (cls == "gemm") | (cls == "convolution")
+    g_fp32 = np.zeros(len(g), dtype=bool)
+    if gm.any():
+        nm = un[gm]
+        g_fp32[gm] = (nm.str.contains(FP32_GEMM_RE) & ~nm.str.contains(TENSOR_CORE_RE)).to_numpy()
+    # launch: correlation -> host item
+    g_launch = np.full(len(g), -1, np.int64)
+    ok = ~np.isnan(h_corr)
+    if ok.any() and len(g):
+        idx = pd.Index(h_corr[ok].astype(np.int64))
+        if not idx.is_unique:
+            idx = idx.drop_duplicates()
+            pos_of = np.flatnonzero(ok)[pd.Index(h_corr[ok].astype(np.int64)).get_indexer(idx)]
+        else:
+            pos_of = np.flatnonzero(ok)
+        gc = g["correlation"].to_numpy(dtype=np.float64)
+        gok = ~np.isnan(gc)
+        found = np.full(len(g), -1, np.int64)
+        found[gok] = idx.get_indexer(gc[gok].astype(np.int64))
+        g_launch = np.where(found >= 0, pos_of[np.clip(found, 0, None)], -1)
+    # earlier work on the stream outside the window (previous steps still running)
+    g_floor = np.full(len(g), NEG, np.int64)
+    if len(g):
+        first = np.r_[True, g_stream[1:] != g_stream[:-1]]
+        others = gpu[~gsel]
+        if len(others):
+            os_ = others["stream"].fillna(-1).to_numpy(np.int64)
+            oe = others["end_ns"].to_numpy(np.int64) - origin
+            ost = others["start_ns"].to_numpy(np.int64) - origin
+            for k in np.flatnonzero(first):
+                m = (os_ == g_stream[k]) & (ost < g_start[k])
+                if m.any():
+                    g_floor[k] = int(oe[m].max())
+
+    # --- synchronisation edges -------------------------------------------------------------
+    h_dep = np.full(nh, -1, np.int64)
+    g_wait = np.full(len(g), -1, np.int64)
+    if nh and len(g):
+        has_l = g_launch >= 0
+        lg = np.flatnonzero(has_l)
+        l_t = h_start[g_launch[lg]]  # launch time of each launched GPU item
+        lo = np.argsort(l_t, kind="stable")
+        lg, l_t = lg[lo], l_t[lo]
+        # device sync: the GPU item with the latest end among all launched before it
+        am = _prefix_argmax(g_end[lg])
+        sy = np.flatnonzero(h_kind == H_SYNC)
+        if len(sy):
+            nms = names.to_numpy()[sy]
+            is_stream = np.array([bool(STREAM_SYNC_RE.search(x)) for x in nms])
+            is_event = np.array([bool(EVENT_SYNC_RE.search(x)) for x in nms])
+            k = np.searchsorted(l_t, h_start[sy], side="left") - 1
+            dev = ~is_stream & ~is_event & (k >= 0)
+            h_dep[sy[dev]] = lg[am[k[dev]]]
+            # stream sync: the stream named by the device-side sync row (else device-wide)
+            st_of = {}
+            if len(syncs):
+                sc = syncs["correlation"].to_numpy(dtype=np.float64)
+                ss = syncs["stream"].fillna(-1).to_numpy(np.int64)
+                st_of = {int(c): int(s) for c, s in zip(sc, ss, strict=False) if c == c}
+            for i in np.flatnonzero(is_stream):
+                hi = sy[i]
+                c = h_corr[hi]
+                s = st_of.get(int(c), -1) if c == c else -1
+                m = l_t < h_start[hi]
+                if s >= 0:
+                    m = m & (g_stream[lg] == s)
+                if m.any():
+                    cand = lg[m]
+                    h_dep[hi] = cand[np.argmax(g_end[cand])]
+        # event sync / stream wait: the work launched before the latest record of the thread
+        rec = np.flatnonzero(h_kind == H_RECORD)
+        ev = np.flatnonzero((h_kind == H_WAIT) | ((h_kind == H_SYNC) & (h_dep < 0)))
+        if len(rec) and len(ev):
+            ev = ev[[bool(EVENT_SYNC_RE.search(names.iloc[i])) or h_kind[i] == H_WAIT for i in ev]]
+        if len(rec) and len(ev):
+            # per thread, the previous record before each event item (same thread)
+            key_r = h_thread[rec] * (1 << 42) + h_start[rec]
+            key_e = h_thread[ev] * (1 << 42) + h_start[ev]
+            kr = np.searchsorted(key_r, key_e, side="right") - 1
+            okr = (kr >= 0) & (h_thread[rec[np.clip(kr, 0, None)]] == h_thread[ev])
+            # the last GPU item launched from the record's thread before the record
+            for j in np.flatnonzero(okr):
+                ri = rec[kr[j]]
+                m = (l_t < h_start[ri]) & (h_thread[g_launch[lg]] == h_thread[ri])
+                if not m.any():
+                    continue
+                dep = lg[np.flatnonzero(m)[-1]]
+                ei = ev[j]
+                if h_kind[ei] == H_WAIT:
+                    # the next GPU item launched from the wait's thread after it
+                    n_ = np.flatnonzero(
+                        (l_t > h_start[ei]) & (h_thread[g_launch[lg]] == h_thread[ei])
+                    )
+                    if len(n_) and g_stream[lg[n_[0]]] != g_stream[dep]:
+                        g_wait[lg[n_[0]]] = dep
+                else:
+                    h_dep[ei] = dep
+        # blocking copies: the host call returns when its copy is done
+        cp = np.flatnonzero(h_kind == H_COPY_SYNC)
+        pageable = np.array(["Pageable" in str(x) for x in g_name]) & has_l
+        if pageable.any():
+            cp = np.union1d(cp, g_launch[pageable])
+            h_kind[cp] = H_COPY_SYNC
+            h_cat[cp] = CAT["sync"]
+        if len(cp):
+            lp = np.flatnonzero(has_l)
+            ci = pd.Index(g_launch[lp]).get_indexer(cp) if len(lp) else np.full(len(cp), -1)
+            okc = ci >= 0
+            h_dep[cp[okc]] = lp[ci[okc]]
+    # a dependency that ended after the sync returned is not what it waited for
+    bad = h_dep >= 0
+    if bad.any():
+        de = np.where(bad, g_end[np.clip(h_dep, 0, None)], NEG)
+        h_dep[bad & (de > h_end)] = -1
+
+    main_rel = main if main >= 0 and (h_thread == main).any() else -1
+    return StepGraph(
+        rank=rank,
+        step=window.step,
+        origin_ns=origin,
+        ws=ws_abs - origin,
+        we=we_abs - origin,
+        he=he - origin,
+        main_thread=int(main_rel),
+        h_start=h_start,
+        h_dur=h_dur,
+        h_thread=h_thread,
+        h_kind=h_kind,
+        h_dep=h_dep,
+        h_gap=h_gap,
+        h_gap_cat=h_gap_cat,
+        h_cat=h_cat,
+        h_name=h_name,
+        g_start=g_start,
+        g_dur=g_dur,
+        g_stream=g_stream,
+        g_launch=g_launch,
+        g_wait=g_wait,
+        g_floor=g_floor,
+        g_cat=g_cat,
+        g_name=g_name,
+        g_op=g["op"].to_numpy(dtype=object) if "op" in g else np.full(len(g), None),
+        g_cls=cls,
+        g_fp32_gemm=g_fp32,
+        latency_ns=int(latency_ns),
+        latency_cap_ns=int(max(LATENCY_CAP_FACTOR * latency_ns, LATENCY_MIN_CAP_NS)),
+    )
+
+
+def rank_latency(gpu: pd.DataFrame) -> int:
+    """The median launch latency of a rank: launch call start to kernel start, over kernels
+    that found their stream idle (more than QUEUED_NS after the previous item ended)."""
+    if not len(gpu):
+        return 0
+    ls = gpu["launch_start_ns"].to_numpy(np.int64)
+    st = gpu["start_ns"].to_numpy(np.int64)
+    en = gpu["end_ns"].to_numpy(np.int64)
+    s = gpu["stream"].fillna(-1).to_numpy(np.int64)
+    o = np.lexsort((st, s))
+    ls, st, en, s = ls[o], st[o], en[o], s[o]
+    prev_end = np.r_[NEG, en[:-1]]
+    prev_end[np.r_[True, s[1:] != s[:-1]]] = NEG
+    idle = (ls > 0) & (st - prev_end > QUEUED_NS) & (st >= ls)
+    if not idle.any():
+        return 5_000
+    return int(np.median(st[idle] - ls[idle]))
