@@ -46,10 +46,15 @@ def _main_threads(store) -> dict[int, tuple[str, str]]:
     return out
 
 
-def step_models(
-    an, ranks: Iterable[int] | None = None, step: int | None = None
-) -> Iterator[StepModel]:
+def step_models(an, ranks: Iterable[int] | None = None, step: int | None = None) -> list[StepModel]:
     """Every step window's model, rank by rank (``step``: that step only)."""
+    from traceinsight.analysis import plain_strings
+
+    with plain_strings():
+        return list(_models(an, ranks, step))
+
+
+def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepModel]:
     at = an.attribution
     mains = _main_threads(an.store)
     ranks = sorted({w.rank for w in at.steps}) if ranks is None else list(ranks)
@@ -62,10 +67,11 @@ def step_models(
         ops = by_rank.rows(at.ops, rank)
         sy = by_rank.rows(at.syncs, rank) if len(at.syncs) else at.syncs
         lat = gr.rank_latency(g)
+        pre = gr.prep(rt, ops)
         for w in wins:
             if w.dur_ns <= 0:
                 continue
-            G = gr.build(rank, w, g, rt, ops, sy, mains.get(rank), lat)
+            G = gr.build(rank, w, g, rt, ops, sy, mains.get(rank), lat, pre)
             cp = walk(G)
             rp = replay(G, inputs(G))
             yield StepModel(G, cp, int(rp.end - G.ws))
@@ -137,7 +143,7 @@ def analyse(
     """The ``critical_path`` result section: per rank and step, the measured and replayed
     step, the path by category and its top items; the what-if of each fired rule that has one
     (marginal, in the order of their standalone gain, so they add up to ``whatif.all``)."""
-    models = list(step_models(an)) if models is None else models
+    models = step_models(an) if models is None else models
     if not models:
         return {}
     ctx: dict[str, Any] = {"tensor_speedup": tensor_speedup, **_straggler_ctx(models)}

@@ -75,6 +75,8 @@ QUEUED_NS = 2_000
 #: not launch latency but a dependency the trace does not record
 LATENCY_CAP_FACTOR = 4
 LATENCY_MIN_CAP_NS = 50_000
+#: a launch latency is never more than this: longer, the stream waited for something else
+MAX_LATENCY_NS = 20_000
 NEG = -(1 << 40)  #: "no constraint" in the int64 recurrences
 
 
@@ -157,12 +159,45 @@ def _prefix_argmax(values: np.ndarray) -> np.ndarray:
 
 
 def thread_codes(proc: np.ndarray, thr: np.ndarray, table: dict) -> np.ndarray:
-    keys = (
-        pd.Series(proc, dtype=object).astype(str)
-        + "\x1f"
-        + pd.Series(thr, dtype=object).astype(str)
+    """Integer ids of (process, thread) pairs as strings, shared through ``table``."""
+    from traceinsight.analysis.attribution import thread_keys
+
+    p = pd.Series(proc, dtype=object).astype(str).to_numpy(dtype=object)
+    t = pd.Series(thr, dtype=object).astype(str).to_numpy(dtype=object)
+    return thread_keys(p, t, table)
+
+
+@dataclass
+class RankPrep:
+    """What every step of a rank shares: thread ids and name flags, computed once."""
+
+    table: dict
+    rt_thread: np.ndarray
+    ops_thread: np.ndarray
+    ops_start: np.ndarray
+    ops_end: np.ndarray
+    ops_input: np.ndarray
+    ops_startup: np.ndarray
+
+
+def prep(rt: pd.DataFrame, ops: pd.DataFrame) -> RankPrep:
+    table: dict = {}
+    rt_thread = thread_codes(rt["process"].to_numpy(), rt["thread"].to_numpy(), table)
+    ops_thread = thread_codes(ops["process"].to_numpy(), ops["thread"].to_numpy(), table)
+    names = pd.Series(ops["name"].to_numpy(dtype=object), dtype=object).astype(str)
+    uniq = names.unique()
+    dl = {x: bool(DATALOADER_RE.search(x)) for x in uniq}
+    st = {x: bool(STARTUP_RE.search(x)) for x in uniq}
+    s = ops["start_ns"].to_numpy(np.int64)
+    return RankPrep(
+        table,
+        rt_thread,
+        ops_thread,
+        s,
+        s + ops["dur_ns"].to_numpy(np.int64),
+        names.map(dl).to_numpy(bool) if len(names) else np.zeros(0, bool),
+        names.map(st).to_numpy(bool) if len(names) else np.zeros(0, bool),
     )
-    return np.array([table.setdefault(k, len(table)) for k in keys], dtype=np.int64)
 
 
 def build(
@@ -174,11 +209,13 @@ def build(
     syncs: pd.DataFrame,  #: the rank's device-side sync rows (stream of a stream sync)
     main_thread: tuple[str, str] | None,
     latency_ns: int,
+    rp: RankPrep | None = None,
 ) -> StepGraph:
     hs, he = int(window.host_start_ns), int(window.host_end_ns)
     ws_abs, we_abs = int(window.start_ns), int(window.end_ns)
     origin = min(hs, ws_abs)
-    table: dict = {}
+    rp = prep(rt, ops) if rp is None else rp
+    table = rp.table
     main = -1
     if main_thread is not None:
         main = thread_codes(np.array([main_thread[0]]), np.array([main_thread[1]]), table)[0]
@@ -187,7 +224,7 @@ def build(
     r_start = rt["start_ns"].to_numpy(np.int64)
     hsel = (r_start >= hs) & (r_start < max(he, hs + 1))
     r = rt[hsel]
-    h_thread = thread_codes(r["process"].to_numpy(), r["thread"].to_numpy(), table)
+    h_thread = rp.rt_thread[hsel]
     h_start = r["start_ns"].to_numpy(np.int64) - origin
     h_dur = r["dur_ns"].to_numpy(np.int64)
     o = np.lexsort((h_start, h_thread))
@@ -240,23 +277,16 @@ def build(
     h_gap_cat = np.full(nh, CAT["host"], np.int64)
     if nh and len(ops):
         mid = h_start - h_gap // 2 + origin
-        o_thread = thread_codes(ops["process"].to_numpy(), ops["thread"].to_numpy(), table)
-        o_s = ops["start_ns"].to_numpy(np.int64)
-        o_e = o_s + ops["dur_ns"].to_numpy(np.int64)
-        o_names = ops["name"].astype(str)
-        is_dl = o_names.str.contains(DATALOADER_RE).to_numpy()
-        is_st = o_names.str.contains(STARTUP_RE).to_numpy()
-        for th in np.unique(h_thread):
-            hm = h_thread == th
-            om = o_thread == th
-            if not om.any():
+        for flag, cat in ((rp.ops_startup, "startup"), (rp.ops_input, "input")):
+            if not flag.any():
                 continue
-            for flag, cat in ((is_st, "startup"), (is_dl, "input")):
-                sel = om & flag
-                if sel.any():
-                    cov = _covered(o_s[sel], o_e[sel], mid[hm])
-                    idx = np.flatnonzero(hm)[cov]
-                    h_gap_cat[idx] = CAT[cat]
+            for th in np.unique(rp.ops_thread[flag]):
+                hm = h_thread == th
+                if not hm.any():
+                    continue
+                sel = flag & (rp.ops_thread == th)
+                cov = _covered(rp.ops_start[sel], rp.ops_end[sel], mid[hm])
+                h_gap_cat[np.flatnonzero(hm)[cov]] = CAT[cat]
     # a thread other than the step's own: time before its first call is not on its account
     if nh and main >= 0:
         firsts = h_prev < 0
@@ -288,8 +318,11 @@ def build(
     gm = (cls == "gemm") | (cls == "convolution")
     g_fp32 = np.zeros(len(g), dtype=bool)
     if gm.any():
-        nm = un[gm]
-        g_fp32[gm] = (nm.str.contains(FP32_GEMM_RE) & ~nm.str.contains(TENSOR_CORE_RE)).to_numpy()
+        fp32 = {
+            x: bool(FP32_GEMM_RE.search(x)) and not TENSOR_CORE_RE.search(x)
+            for x in un[gm].unique()
+        }
+        g_fp32[gm] = un[gm].map(fp32).to_numpy(bool)
     # launch: correlation -> host item
     g_launch = np.full(len(g), -1, np.int64)
     ok = ~np.isnan(h_corr)
@@ -354,34 +387,30 @@ def build(
                 if m.any():
                     cand = lg[m]
                     h_dep[hi] = cand[np.argmax(g_end[cand])]
-        # event sync / stream wait: the work launched before the latest record of the thread
+        # event sync / stream wait: the work launched before the latest cudaEventRecord of
+        # the thread (the record itself when the trace has none: PyTorch records just before)
+        lthr = h_thread[g_launch[lg]]
         rec = np.flatnonzero(h_kind == H_RECORD)
-        ev = np.flatnonzero((h_kind == H_WAIT) | ((h_kind == H_SYNC) & (h_dep < 0)))
-        if len(rec) and len(ev):
-            ev = ev[[bool(EVENT_SYNC_RE.search(names.iloc[i])) or h_kind[i] == H_WAIT for i in ev]]
-        if len(rec) and len(ev):
-            # per thread, the previous record before each event item (same thread)
-            key_r = h_thread[rec] * (1 << 42) + h_start[rec]
-            key_e = h_thread[ev] * (1 << 42) + h_start[ev]
-            kr = np.searchsorted(key_r, key_e, side="right") - 1
-            okr = (kr >= 0) & (h_thread[rec[np.clip(kr, 0, None)]] == h_thread[ev])
-            # the last GPU item launched from the record's thread before the record
-            for j in np.flatnonzero(okr):
-                ri = rec[kr[j]]
-                m = (l_t < h_start[ri]) & (h_thread[g_launch[lg]] == h_thread[ri])
-                if not m.any():
+        ev = np.flatnonzero(h_kind == H_WAIT)
+        esync = np.flatnonzero(h_kind == H_SYNC)
+        esync = esync[[bool(EVENT_SYNC_RE.search(str(h_name[i]))) for i in esync]]
+        for ei in np.r_[ev, esync].astype(np.int64):
+            th, t0 = h_thread[ei], h_start[ei]
+            rs = rec[(h_thread[rec] == th) & (h_start[rec] < t0)]
+            t_rec = h_start[rs[-1]] if len(rs) else t0
+            mine = lthr == th
+            if h_kind[ei] == H_WAIT:
+                nxt = np.flatnonzero(mine & (l_t > t0))
+                if not len(nxt):
                     continue
-                dep = lg[np.flatnonzero(m)[-1]]
-                ei = ev[j]
-                if h_kind[ei] == H_WAIT:
-                    # the next GPU item launched from the wait's thread after it
-                    n_ = np.flatnonzero(
-                        (l_t > h_start[ei]) & (h_thread[g_launch[lg]] == h_thread[ei])
-                    )
-                    if len(n_) and g_stream[lg[n_[0]]] != g_stream[dep]:
-                        g_wait[lg[n_[0]]] = dep
-                else:
-                    h_dep[ei] = dep
+                k_next = lg[nxt[0]]
+                cand = np.flatnonzero(mine & (l_t < t_rec) & (g_stream[lg] != g_stream[k_next]))
+                if len(cand):
+                    g_wait[k_next] = lg[cand[-1]]
+            else:
+                cand = np.flatnonzero(mine & (l_t < t_rec))
+                if len(cand):
+                    h_dep[ei] = lg[cand[-1]]
         # blocking copies: the host call returns when its copy is done
         cp = np.flatnonzero(h_kind == H_COPY_SYNC)
         pageable = np.array(["Pageable" in str(x) for x in g_name]) & has_l
@@ -394,6 +423,27 @@ def build(
             ci = pd.Index(g_launch[lp]).get_indexer(cp) if len(lp) else np.full(len(cp), -1)
             okc = ci >= 0
             h_dep[cp[okc]] = lp[ci[okc]]
+    # inferred cross-stream waits: an item that starts well after all its known dependencies,
+    # right when work on another stream ends, waited for that work (an event the trace lost)
+    inferred = 0
+    if len(g) > 1:
+        prev = np.arange(len(g)) - 1
+        prev[np.r_[True, g_stream[1:] != g_stream[:-1]]] = -1
+        pe = np.where(prev >= 0, g_end[np.clip(prev, 0, None)], g_floor)
+        ls = np.where(g_launch >= 0, h_start[np.clip(g_launch, 0, None)] + latency_ns, NEG)
+        known = np.maximum(pe, ls)
+        late = (g_wait < 0) & (g_start - known > latency_ns)
+        if late.any():
+            eo = np.argsort(g_end, kind="stable")
+            es = g_end[eo]
+            cand = np.flatnonzero(late)
+            j = np.searchsorted(es, g_start[cand], side="right") - 1
+            okj = j >= 0
+            cand, j = cand[okj], eo[j[okj]]
+            near = (g_start[cand] - g_end[j] <= latency_ns) & (g_stream[j] != g_stream[cand])
+            near &= g_end[j] > known[cand]
+            g_wait[cand[near]] = j[near]
+            inferred = int(near.sum())
     # a dependency that ended after the sync returned is not what it waited for
     bad = h_dep >= 0
     if bad.any():
@@ -431,6 +481,7 @@ def build(
         g_fp32_gemm=g_fp32,
         latency_ns=int(latency_ns),
         latency_cap_ns=int(max(LATENCY_CAP_FACTOR * latency_ns, LATENCY_MIN_CAP_NS)),
+        extra={"inferred_waits": inferred},
     )
 
 
@@ -450,4 +501,4 @@ def rank_latency(gpu: pd.DataFrame) -> int:
     idle = (ls > 0) & (st - prev_end > QUEUED_NS) & (st >= ls)
     if not idle.any():
         return 5_000
-    return int(np.median(st[idle] - ls[idle]))
+    return int(min(np.median(st[idle] - ls[idle]), MAX_LATENCY_NS))

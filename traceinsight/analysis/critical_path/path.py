@@ -9,6 +9,7 @@ so the path's length is the measured step and its category breakdown sums to it 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -17,8 +18,7 @@ from traceinsight.analysis.critical_path.graph import CAT, CATEGORIES, NEG, Step
 HOST, GPU, NONE = 0, 1, 2
 
 
-@dataclass
-class Segment:
+class Segment(NamedTuple):
     cat: int
     start: int  #: relative ns
     end: int
@@ -102,7 +102,7 @@ def walk(G: StepGraph) -> CriticalPath:
                 emit(CAT["sync"], de, GPU, i)
                 state = (GPU, wi, True)
             elif best == pe and p >= 0 and pe >= lr:
-                emit(CAT["unrecorded"] if gs[i] - pe > cap else gcat[i], pe, GPU, i)
+                emit(CAT["unrecorded"] if gs[i] - pe > lat else gcat[i], pe, GPU, i)
                 state = (GPU, p, True)
             elif best == lr and li >= 0:
                 excess = gs[i] - ls - cap
