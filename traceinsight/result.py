@@ -63,6 +63,10 @@ class Finding:
     #: for a rule resting on modelled work: coverage metric, its value, the minimum for high and
     #: medium, and why the severity was capped (None when it was not)
     confidence: dict[str, Any] | None = None
+    #: what fixing it would win: ``pct``, ``ns`` (per step), ``method`` (``what-if``: the step
+    #: replayed with the cause removed; ``estimate``: the rule's metric times a factor) and
+    #: ``target`` (the fix assumed, in words); None when not estimated
+    impact: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Finding:
@@ -78,6 +82,7 @@ class Finding:
             value=d.get("value"),
             headline=d.get("headline"),
             confidence=d.get("confidence"),
+            impact=d.get("impact") if isinstance(d.get("impact"), dict) else None,
         )
 
 
@@ -103,6 +108,9 @@ class DiagnosisResult:
     host: dict[str, Any] | None = None  #: the host view of a run without GPU kernels
     #: the rule id the headline leads with, ``healthy`` or ``not-representative`` (primary_of)
     primary: str = HEALTHY
+    #: per rank and step: measured and replayed step, the critical path by category, its top
+    #: items, the what-ifs (docs/RESULT.md); None for a run without GPU work
+    critical_path: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": RESULT_SCHEMA, "version": self.version}
@@ -156,6 +164,7 @@ class DiagnosisResult:
             version=v,
             extra=d.get("extra", {}),
             host=d.get("host"),
+            critical_path=d.get("critical_path"),
         )
 
     @classmethod
@@ -195,6 +204,7 @@ _SHAPE: dict[str, tuple[type | None, ...]] = {
     "diagnostics": (list,),
     "extra": (dict,),
     "host": (dict, None),
+    "critical_path": (dict, None),
 }
 
 

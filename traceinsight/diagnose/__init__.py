@@ -183,6 +183,7 @@ def _diagnose_plain(
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import memory as memory_parts
     from traceinsight.diagnose import sections
+    from traceinsight.diagnose.critical import critical_path
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
@@ -199,6 +200,7 @@ def _diagnose_plain(
     has_gpu = bool(ms.values.get("has_gpu"))
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
+    critical = critical_path(an, ms, findings, diags) if has_gpu else None
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
@@ -280,5 +282,6 @@ def _diagnose_plain(
             "open_in_viewer": open_in_viewer(store, timeline),
         },
         host=None if has_gpu or mem_only else host_view(an),
+        critical_path=critical,
     )
     return DiagnosisResult.from_dict(clean(result.to_dict()))

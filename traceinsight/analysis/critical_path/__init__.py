@@ -19,6 +19,7 @@ from traceinsight.analysis.critical_path import graph as gr
 from traceinsight.analysis.critical_path import whatif as wi
 from traceinsight.analysis.critical_path.path import CriticalPath, top_items, walk
 from traceinsight.analysis.critical_path.replay import inputs, replay
+from traceinsight.result import severity_rank
 
 #: a step whose replay differs from the measured step by more than this gets a diagnostic
 REPLAY_TOLERANCE_PCT = 3.0
@@ -36,14 +37,19 @@ class StepModel:
         return 100.0 * (self.replayed_ns - m) / m if m else 0.0
 
 
-def _main_threads(store) -> dict[int, tuple[str, str]]:
-    rng = store.table("ranges", ["rank", "kind", "process", "thread", "dur_ns"]).to_pandas()
-    st = rng[rng["kind"].astype(str) == "step"]
+def _host_ranges(store) -> tuple[dict[int, tuple[str, str]], dict[int, Any]]:
+    """Per rank: the thread of its ProfilerStep ranges, and its host annotations."""
+    rng = store.table(
+        "ranges", ["rank", "kind", "name", "process", "thread", "start_ns", "dur_ns"]
+    ).to_pandas()
+    kind = rng["kind"].astype(str)
+    st = rng[kind == "step"]
     out: dict[int, tuple[str, str]] = {}
     for r, grp in st.groupby("rank", observed=True):
         row = grp.sort_values("dur_ns").iloc[-1]
         out[int(r)] = (str(row["process"]), str(row["thread"]))
-    return out
+    ann = rng[kind == "annotation"]
+    return out, {int(r): grp for r, grp in ann.groupby("rank", observed=True)}
 
 
 def step_models(an, ranks: Iterable[int] | None = None, step: int | None = None) -> list[StepModel]:
@@ -56,7 +62,7 @@ def step_models(an, ranks: Iterable[int] | None = None, step: int | None = None)
 
 def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepModel]:
     at = an.attribution
-    mains = _main_threads(an.store)
+    mains, anns = _host_ranges(an.store)
     ranks = sorted({w.rank for w in at.steps}) if ranks is None else list(ranks)
     for rank in ranks:
         wins = [w for w in at.steps if w.rank == rank and (step is None or w.step == step)]
@@ -67,7 +73,7 @@ def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepM
         ops = by_rank.rows(at.ops, rank)
         sy = by_rank.rows(at.syncs, rank) if len(at.syncs) else at.syncs
         lat = gr.rank_latency(g)
-        pre = gr.prep(rt, ops)
+        pre = gr.prep(rt, ops, anns.get(rank))
         for w in wins:
             if w.dur_ns <= 0:
                 continue
@@ -85,7 +91,7 @@ def _missing_dependency(G: gr.StepGraph) -> str:
     prev = G.g_prev()
     ge = G.g_start + G.g_dur
     pe = np.where(prev >= 0, ge[np.clip(prev, 0, None)], G.g_floor)
-    ls = np.where(G.g_launch >= 0, G.h_start[np.clip(G.g_launch, 0, None)] + x.g_lat, gr.NEG)
+    ls = np.where(G.g_launch >= 0, gr.take(G.h_start, G.g_launch, 0) + x.g_lat, gr.NEG)
     ready = np.maximum(pe, ls)
     late = G.g_start - ready
     k = int(np.argmax(late))
@@ -240,19 +246,26 @@ def impacts(findings: list, section: dict[str, Any]) -> None:
     wf = section.get("whatif", {}) if section else {}
     step = float((wf.get("all") or {}).get("measured_step_ns") or 0.0)
     used = 0.0
-    for f in findings:
+    told: set[str] = set()  # one what-if is one cause: told once, by its first finding
+    for f in sorted(findings, key=lambda f: severity_rank(f.severity)):
         w = wi.BY_RULE.get(f.rule)
         if w is not None and w.key in wf:
             e = wf[w.key]
-            f.impact = {"pct": e["pct"], "ns": e["ns"], "method": "what-if", "target": w.target}
-            used += e["pct"]
+            pct, ns = (0.0, 0.0) if w.key in told else (e["pct"], e["ns"])
+            target = w.target if w.key not in told else w.target + " (counted once, above)"
+            told.add(w.key)
+            f.impact = {"pct": pct, "ns": ns, "method": "what-if", "target": target}
+            used += pct
+    gains = {f.rule: f.impact["pct"] for f in findings if f.impact is not None}
     for f in findings:
         if getattr(f, "impact", None) is None and f.impact_pct is not None:
-            pct = max(0.0, min(float(f.impact_pct), 100.0 - used))
+            told_by = sum(gains.get(r, 0.0) for r in wi.UMBRELLA.get(f.rule, ()))
+            pct = max(0.0, min(float(f.impact_pct) - told_by, 100.0 - used))
             used += pct
             f.impact = {
                 "pct": pct,
                 "ns": step * pct / 100.0 if step else None,
                 "method": "estimate",
-                "target": "the rule's estimate (its metric times a fixed factor)",
+                "target": "the rule's estimate (its metric times a fixed factor)"
+                + (", less what the more specific findings' what-ifs explain" if told_by else ""),
             }

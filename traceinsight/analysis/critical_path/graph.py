@@ -67,6 +67,13 @@ STARTUP_RE = re.compile(
     r"^cuModuleLoad|^cudaGetFuncBySymbol|^cuLibraryLoad|^hipModuleLoad",
     re.I,
 )
+#: runtime calls that are host work, not launches: allocator calls and device queries
+HOST_CALL_RE = re.compile(
+    r"^(?:cuda|hip)(?:Malloc|Free|HostMalloc|HostFree|MallocHost|FreeHost|HostAlloc|"
+    r"GetDeviceProperties|DeviceGetAttribute|GetDevice|SetDevice|PointerGetAttributes)|"
+    r"^cuMem(?:Alloc|Free|HostAlloc|FreeHost)|^cuDeviceGet|^cuCtxGet",
+    re.I,
+)
 #: kind of a host item
 H_CALL, H_SYNC, H_COPY_SYNC, H_WAIT, H_RECORD = 0, 1, 2, 3, 4
 #: a queued kernel (stream busy) starts within this of its predecessor's end
@@ -96,7 +103,11 @@ class StepGraph:
     h_kind: np.ndarray
     h_dep: np.ndarray  #: GPU item a sync waits for (-1)
     h_gap: np.ndarray  #: CPU time before the item since the previous one of its thread ends
-    h_gap_cat: np.ndarray  #: category of that gap
+    h_gap_cat: np.ndarray  #: category of that gap (the part not in h_gap_x)
+    h_gap_x: np.ndarray  #: ns of the gap covered by input-loading or start-up ops
+    h_gap_xcat: np.ndarray  #: their category (input or startup)
+    h_after: np.ndarray  #: first call of a thread: the step thread's call it follows (-1)
+    h_dtoh: np.ndarray  #: a blocking copy from the device to the host (a scalar read back)
     h_cat: np.ndarray  #: category of the call itself
     h_name: np.ndarray
     # GPU items (sorted by stream, then start)
@@ -110,6 +121,7 @@ class StepGraph:
     g_name: np.ndarray
     g_op: np.ndarray  #: launching CPU op
     g_cls: np.ndarray
+    g_phase: np.ndarray  #: forward | backward | optimizer | unknown
     g_fp32_gemm: np.ndarray
     latency_ns: int  #: the rank's median launch latency (launch to start of an idle stream)
     latency_cap_ns: int
@@ -137,6 +149,37 @@ class StepGraph:
             first = np.r_[True, self.h_thread[1:] != self.h_thread[:-1]]
             p[first] = -1
         return p
+
+
+def take(a: np.ndarray, i: np.ndarray, default: int) -> np.ndarray:
+    """``a[i]`` where ``i >= 0``, else ``default`` (``a`` may be empty)."""
+    if not len(a):
+        return np.full(len(i), default, dtype=np.int64)
+    return np.where(i >= 0, a[np.clip(i, 0, len(a) - 1)], default)
+
+
+def covered_len(starts: np.ndarray, ends: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of each [a, b) covered by the union of intervals [starts, ends)."""
+    if not len(starts) or not len(a):
+        return np.zeros(len(a), dtype=np.int64)
+    o = np.argsort(starts, kind="stable")
+    s, e = starts[o], ends[o]
+    # merge into disjoint intervals
+    run = np.maximum.accumulate(e)
+    new = np.r_[True, s[1:] > run[:-1]]
+    ms = s[new]
+    grp = np.cumsum(new) - 1
+    me = np.zeros(len(ms), dtype=np.int64)
+    np.maximum.at(me, grp, e)
+    cum = np.r_[0, np.cumsum(me - ms)]
+
+    def F(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(ms, t, side="right") - 1
+        kk = np.clip(k, 0, None)
+        inside = np.clip(np.minimum(t, me[kk]) - ms[kk], 0, None)
+        return np.where(k >= 0, cum[kk] + inside, 0)
+
+    return np.maximum(F(b) - F(a), 0)
 
 
 def _covered(starts: np.ndarray, ends: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -180,8 +223,13 @@ class RankPrep:
     ops_startup: np.ndarray
 
 
-def prep(rt: pd.DataFrame, ops: pd.DataFrame) -> RankPrep:
+def prep(rt: pd.DataFrame, ops: pd.DataFrame, ann: pd.DataFrame | None = None) -> RankPrep:
+    """``ann``: the rank's host annotations (record_function ranges such as
+    ``enumerate(DataLoader)#...``), matched like CPU ops."""
     table: dict = {}
+    if ann is not None and len(ann):
+        cols = ["name", "process", "thread", "start_ns", "dur_ns"]
+        ops = pd.concat([ops[cols], ann[cols]], ignore_index=True)
     rt_thread = thread_codes(rt["process"].to_numpy(), rt["thread"].to_numpy(), table)
     ops_thread = thread_codes(ops["process"].to_numpy(), ops["thread"].to_numpy(), table)
     names = pd.Series(ops["name"].to_numpy(dtype=object), dtype=object).astype(str)
@@ -219,6 +267,11 @@ def build(
     main = -1
     if main_thread is not None:
         main = thread_codes(np.array([main_thread[0]]), np.array([main_thread[1]]), table)[0]
+    else:  # no step range: the thread with the most runtime-call time drives the window
+        r_in = (rt["start_ns"].to_numpy(np.int64) >= hs) & (rt["start_ns"].to_numpy(np.int64) < he)
+        if r_in.any():
+            w = np.bincount(rp.rt_thread[r_in], weights=rt["dur_ns"].to_numpy(np.float64)[r_in])
+            main = int(np.argmax(w))
 
     # --- host items: top-level runtime calls launched in the host step ---------------------
     r_start = rt["start_ns"].to_numpy(np.int64)
@@ -269,28 +322,50 @@ def build(
     h_kind = np.array(names.map(kind_of).to_numpy(np.int64)) if nh else np.empty(0, np.int64)
     h_cat = np.full(nh, CAT["launch"], np.int64)
     h_cat[(h_kind == H_SYNC) | (h_kind == H_COPY_SYNC)] = CAT["sync"]
+    host_names = {nm for nm in uniq if HOST_CALL_RE.search(nm)}
+    if host_names:
+        h_cat[names.isin(host_names).to_numpy()] = CAT["host"]
     startup_names = {nm for nm in uniq if STARTUP_RE.search(nm)}
     if startup_names:
         h_cat[names.isin(startup_names).to_numpy()] = CAT["startup"]
 
-    # gap categories: the CPU ops covering the gap's middle on the same thread
+    # gap categories: the part of each gap covered by input-loading or start-up/compile CPU
+    # ops of the same thread is that category, the rest is host and Python
     h_gap_cat = np.full(nh, CAT["host"], np.int64)
+    h_gap_x = np.zeros(nh, np.int64)
+    h_gap_xcat = np.full(nh, CAT["input"], np.int64)
     if nh and len(ops):
-        mid = h_start - h_gap // 2 + origin
+        g0 = h_start - h_gap + origin
+        g1 = h_start + origin
         for flag, cat in ((rp.ops_startup, "startup"), (rp.ops_input, "input")):
             if not flag.any():
                 continue
             for th in np.unique(rp.ops_thread[flag]):
-                hm = h_thread == th
-                if not hm.any():
+                hm = np.flatnonzero(h_thread == th)
+                if not len(hm):
                     continue
                 sel = flag & (rp.ops_thread == th)
-                cov = _covered(rp.ops_start[sel], rp.ops_end[sel], mid[hm])
-                h_gap_cat[np.flatnonzero(hm)[cov]] = CAT[cat]
-    # a thread other than the step's own: time before its first call is not on its account
+                cov = covered_len(rp.ops_start[sel], rp.ops_end[sel], g0[hm], g1[hm])
+                more = cov > h_gap_x[hm]
+                h_gap_x[hm[more]] = cov[more]
+                h_gap_xcat[hm[more]] = CAT[cat]
+    # the first call of another thread (autograd's backward thread) follows the step thread's
+    # latest call before it: that thread started it
+    h_after = np.full(nh, -1, np.int64)
     if nh and main >= 0:
-        firsts = h_prev < 0
-        h_gap_cat[firsts & (h_thread != main)] = CAT["unrecorded"]
+        firsts = np.flatnonzero((h_prev < 0) & (h_thread != main))
+        mi = np.flatnonzero(h_thread == main)
+        if len(mi) and len(firsts):
+            me = h_end[mi]
+            k = np.searchsorted(np.maximum.accumulate(me), h_start[firsts], side="right") - 1
+            ok = k >= 0
+            h_after[firsts[ok]] = mi[k[ok]]
+            gap = h_start[firsts[ok]] - h_end[mi[k[ok]]]
+            h_gap[firsts[ok]] = np.maximum(gap, 0)
+            h_gap_x[firsts[ok]] = np.minimum(h_gap_x[firsts[ok]], h_gap[firsts[ok]])
+        # a thread other than the step's own, not started by it: its time before its first call
+        # is not on the step's account
+        h_gap_cat[firsts[h_after[firsts] < 0]] = CAT["unrecorded"]
 
     # --- GPU items: the step's activities ---------------------------------------------------
     step_col = gpu["step"]
@@ -327,12 +402,9 @@ def build(
     g_launch = np.full(len(g), -1, np.int64)
     ok = ~np.isnan(h_corr)
     if ok.any() and len(g):
-        idx = pd.Index(h_corr[ok].astype(np.int64))
-        if not idx.is_unique:
-            idx = idx.drop_duplicates()
-            pos_of = np.flatnonzero(ok)[pd.Index(h_corr[ok].astype(np.int64)).get_indexer(idx)]
-        else:
-            pos_of = np.flatnonzero(ok)
+        cvals, first_at = np.unique(h_corr[ok].astype(np.int64), return_index=True)
+        pos_of = np.flatnonzero(ok)[first_at]  # the first call of a repeated correlation id
+        idx = pd.Index(cvals)
         gc = g["correlation"].to_numpy(dtype=np.float64)
         gok = ~np.isnan(gc)
         found = np.full(len(g), -1, np.int64)
@@ -430,7 +502,7 @@ def build(
         prev = np.arange(len(g)) - 1
         prev[np.r_[True, g_stream[1:] != g_stream[:-1]]] = -1
         pe = np.where(prev >= 0, g_end[np.clip(prev, 0, None)], g_floor)
-        ls = np.where(g_launch >= 0, h_start[np.clip(g_launch, 0, None)] + latency_ns, NEG)
+        ls = np.where(g_launch >= 0, take(h_start, g_launch, 0) + latency_ns, NEG)
         known = np.maximum(pe, ls)
         late = (g_wait < 0) & (g_start - known > latency_ns)
         if late.any():
@@ -444,6 +516,13 @@ def build(
             near &= g_end[j] > known[cand]
             g_wait[cand[near]] = j[near]
             inferred = int(near.sum())
+    # scalar read-backs: calls that launched a device-to-host copy
+    h_dtoh = np.zeros(nh, dtype=bool)
+    if nh and len(g):
+        is_d2h = np.array(
+            [("DtoH" in str(x) or "Device -> " in str(x)) for x in g_name], dtype=bool
+        ) & (g_launch >= 0)
+        h_dtoh[g_launch[is_d2h]] = True
     # a dependency that ended after the sync returned is not what it waited for
     bad = h_dep >= 0
     if bad.any():
@@ -466,6 +545,10 @@ def build(
         h_dep=h_dep,
         h_gap=h_gap,
         h_gap_cat=h_gap_cat,
+        h_gap_x=h_gap_x,
+        h_gap_xcat=h_gap_xcat,
+        h_after=h_after,
+        h_dtoh=h_dtoh,
         h_cat=h_cat,
         h_name=h_name,
         g_start=g_start,
@@ -478,6 +561,7 @@ def build(
         g_name=g_name,
         g_op=g["op"].to_numpy(dtype=object) if "op" in g else np.full(len(g), None),
         g_cls=cls,
+        g_phase=g["phase"].astype(object).to_numpy() if "phase" in g else np.full(len(g), None),
         g_fp32_gemm=g_fp32,
         latency_ns=int(latency_ns),
         latency_cap_ns=int(max(LATENCY_CAP_FACTOR * latency_ns, LATENCY_MIN_CAP_NS)),

@@ -44,6 +44,10 @@ def walk(G: StepGraph) -> CriticalPath:
     hdep = G.h_dep.tolist()
     hcat = G.h_cat.tolist()
     hgapcat = G.h_gap_cat.tolist()
+    hgapx = G.h_gap_x.tolist()
+    hgapxcat = G.h_gap_xcat.tolist()
+    hgap = G.h_gap.tolist()
+    hafter = G.h_after.tolist()
     gs = G.g_start.tolist()
     ge = (G.g_start + G.g_dur).tolist()
     gprev = G.g_prev().tolist()
@@ -123,12 +127,20 @@ def walk(G: StepGraph) -> CriticalPath:
                     emit(hcat[i], hs[i], HOST, i)
                     state = (HOST, i, False)
                 continue
-            p = hprev[i]
+            p = hprev[i] if hprev[i] >= 0 else hafter[i]
+            a = he[p] if p >= 0 else hs[i] - hgap[i]
+            x = min(hgapx[i], max(hs[i] - a, 0))
+            emit(hgapcat[i], a + x, NONE, i)  # the gap: host time after the input/start-up part
+            emit(hgapxcat[i], a, NONE, i)
             if p >= 0:
-                emit(hgapcat[i], he[p], NONE, i)
                 state = (HOST, p, True)
             else:
-                emit(hgapcat[i], ws, NONE, i)
+                emit(
+                    CAT["unrecorded"] if G.h_after[i] < 0 and hprev[i] < 0 else hgapcat[i],
+                    ws,
+                    NONE,
+                    i,
+                )
                 state = None
     if t > ws:
         emit(CAT["unrecorded"], ws, NONE, -1)

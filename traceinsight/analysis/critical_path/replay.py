@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceinsight.analysis.critical_path.graph import NEG, QUEUED_NS, StepGraph
+from traceinsight.analysis.critical_path.graph import NEG, QUEUED_NS, StepGraph, take
 
 _BIG = np.int64(1 << 43)
 MAX_ROUNDS = 4000
@@ -59,14 +59,14 @@ def inputs(G: StepGraph) -> ReplayInputs:
     dep = G.h_dep
     has = dep >= 0
     g_end = G.g_start + G.g_dur
-    de = np.where(has, g_end[np.clip(dep, 0, None)], NEG)
+    de = take(g_end, dep, NEG)
     h_t = np.where(has, h_end - np.maximum(G.h_start, de), G.h_dur)
     prev = G.g_prev()
-    pe = np.where(prev >= 0, g_end[np.clip(prev, 0, None)], G.g_floor)
+    pe = np.where(prev >= 0, take(g_end, prev, NEG), G.g_floor)
     gap = G.g_start - pe
     queued = (prev >= 0) & (gap <= QUEUED_NS)
     g_gap = np.where(queued, np.maximum(gap, 0), 0)
-    ls = np.where(G.g_launch >= 0, G.h_start[np.clip(G.g_launch, 0, None)], 0)
+    ls = take(G.h_start, G.g_launch, 0)
     rec_lat = np.maximum(G.g_start - ls, 0)
     g_lat = np.where(
         queued, np.minimum(rec_lat, G.latency_ns), np.minimum(rec_lat, G.latency_cap_ns)
@@ -98,15 +98,24 @@ def replay(G: StepGraph, x: ReplayInputs) -> Replay:
     gl = np.clip(G.g_launch, 0, None)
     gw_ok = x.g_wait >= 0
     gw = np.clip(x.g_wait, 0, None)
+    after_ok = G.h_after >= 0
+    after = np.clip(G.h_after, 0, None)
+    has_after = bool(after_ok.any())
+    gap0 = np.where(after_ok, 0, x.h_gap)  # a thread started by another: from its start
     rounds, converged = 0, False
     for rounds in range(1, MAX_ROUNDS + 1):  # noqa: B007 - the count is reported
         q = np.where(hdep_ok, Ge[hdep] if ng else NEG, NEG)
-        He2 = _chain(G.h_thread, x.h_gap, x.h_t, q, 0)
+        if has_after:
+            q = np.maximum(q, np.where(after_ok, He[after] + x.h_gap, NEG))
+        He2 = _chain(G.h_thread, gap0, x.h_t, q, 0)
         if nh:
-            hs = np.where(hp >= 0, He2[np.clip(hp, 0, None)], 0) + x.h_gap
+            hs = np.where(hp >= 0, He2[np.clip(hp, 0, None)], 0) + gap0
+            if has_after:
+                hs = np.maximum(hs, np.where(after_ok, He2[after] + x.h_gap, NEG))
         else:
             hs = np.empty(0, np.int64)
-        r = np.maximum(np.where(gl_ok, hs[gl] + x.g_lat if nh else NEG, x.g_pin), gfloor)
+        r = np.maximum(np.where(gl_ok, hs[gl] + x.g_lat if nh else NEG, NEG), x.g_pin)
+        r = np.maximum(r, gfloor)
         r = np.maximum(r, np.where(gw_ok, Ge[gw] if ng else NEG, NEG))
         Ge2 = _chain(G.g_stream, x.g_gap, x.g_dur, r, NEG)
         if np.array_equal(He2, He) and np.array_equal(Ge2, Ge):

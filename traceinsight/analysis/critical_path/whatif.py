@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceinsight.analysis.critical_path.graph import CAT, H_COPY_SYNC, H_SYNC, StepGraph
+from traceinsight.analysis.critical_path.graph import CAT, H_COPY_SYNC, H_SYNC, NEG, StepGraph
 from traceinsight.analysis.critical_path.replay import ReplayInputs
 
 #: the host cost of one kernel launch at the launch floor (CUDA graphs, a tight C++ loop)
@@ -32,27 +32,57 @@ class WhatIf:
 
 
 def _comm_hidden(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
+    """Collectives overlapped with the backward pass: they start with it (their gradients
+    become ready bucket by bucket) and wait for no compute; what waits for them (the
+    optimizer, the next step) still does. The step is at least the compute and at least the
+    communication: hidden up to the compute available."""
     comm = G.g_cat == CAT["communication"]
     if not comm.any():
         return
-    w = x.g_wait >= 0
-    x.g_wait[w & comm[np.clip(x.g_wait, 0, None)]] = -1
-    d = x.h_dep >= 0
-    x.h_dep[d & comm[np.clip(x.h_dep, 0, None)]] = -1
+    x.g_wait[comm] = -1
+    bwd = G.g_phase == "backward"
+    start = int(G.g_start[bwd].min()) if bwd.any() else int(G.ws)
+    x.g_lat[comm] = NEG
+    x.g_pin[comm] = start
 
 
 def _input(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
-    x.h_gap[G.h_gap_cat == CAT["input"]] = 0
+    inp = G.h_gap_xcat == CAT["input"]
+    x.h_gap[inp] -= np.minimum(G.h_gap_x[inp], x.h_gap[inp])
 
 
 def _launch(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
+    """Each launch at the launch floor: the runtime call takes no more than the floor, and a
+    kernel starts no later than the launch latency after it."""
     call = (G.h_cat == CAT["launch"]) & (G.h_kind != H_SYNC)
     x.h_t[call] = np.minimum(x.h_t[call], LAUNCH_FLOOR_NS)
+    x.g_lat[:] = np.minimum(x.g_lat, max(G.latency_ns, 0))
+
+
+def _issue(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
+    """Kernels issued back to back at the launch floor: the CPU time before each launch call
+    and the call itself together take no more than the floor (as a CUDA graph replays them)."""
+    call = (G.h_cat == CAT["launch"]) & (G.h_kind != H_SYNC)
+    host_gap = call & (G.h_gap_cat == CAT["host"])
+    x.h_t[call] = np.minimum(x.h_t[call], LAUNCH_FLOOR_NS)
+    alloc = G.h_cat == CAT["host"]  # allocator calls: served from the cache in steady state
+    x.h_t[alloc] = np.minimum(x.h_t[alloc], LAUNCH_FLOOR_NS)
+    x.h_gap[host_gap] = np.minimum(
+        x.h_gap[host_gap], np.maximum(LAUNCH_FLOOR_NS - x.h_t[host_gap], 0)
+    )
 
 
 def _syncs(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
-    s = G.h_kind == H_SYNC
+    """The host no longer waits: device/stream/event syncs and the blocking read-backs of
+    scalars (device-to-host copies of a ``.item()``) release at once."""
+    sync = G.h_kind == H_SYNC
+    nxt_sync = np.r_[sync[1:], False] & np.r_[G.h_thread[1:] == G.h_thread[:-1], False]
+    s = sync | (G.h_dtoh & ((G.h_kind == H_COPY_SYNC) | nxt_sync))
     x.h_dep[s] = -1
+    # the calls go, and with them the host time of the op that made them (just before each)
+    x.h_t[s] = 0
+    host = s & (G.h_gap_cat == CAT["host"])
+    x.h_gap[host] = 0
 
 
 def _copies(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
@@ -100,14 +130,23 @@ WHATIFS = (
     ),
     WhatIf(
         "launch-floor",
-        ("launch-bound", "host-stall"),
-        f"each launch call at the launch floor ({LAUNCH_FLOOR_NS / 1000:g} µs)",
+        ("launch-bound",),
+        f"each launch call at the launch floor ({LAUNCH_FLOOR_NS / 1000:g} µs) and each "
+        "kernel started within the rank's launch latency of its launch",
         _launch,
+    ),
+    WhatIf(
+        "issue-floor",
+        ("host-stall",),
+        f"kernels issued back to back at the launch floor ({LAUNCH_FLOOR_NS / 1000:g} µs of "
+        "host time per launch and per allocator call, as a CUDA graph replays them)",
+        _issue,
     ),
     WhatIf(
         "syncs-removed",
         ("host-sync",),
-        "the host-device synchronisations removed (the host no longer waits for the GPU)",
+        "the host-device synchronisations removed: the syncs and scalar read-backs "
+        "(.item()) with their host time; the host no longer waits for the GPU",
         _syncs,
     ),
     WhatIf(
@@ -131,3 +170,9 @@ WHATIFS = (
 )
 BY_KEY = {w.key: w for w in WHATIFS}
 BY_RULE = {r: w for w in WHATIFS for r in w.rules}
+
+#: findings that restate the sum of more specific causes: their estimate counts only the part
+#: the specific findings' what-ifs do not already explain (one story per cause)
+UMBRELLA = {
+    "gpu-idle": ("launch-bound", "input-bound", "host-sync", "host-stall", "exposed-memcpy"),
+}
