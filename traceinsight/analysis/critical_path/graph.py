@@ -107,7 +107,8 @@ class StepGraph:
     h_gap_x: np.ndarray  #: ns of the gap covered by input-loading or start-up ops
     h_gap_xcat: np.ndarray  #: their category (input or startup)
     h_after: np.ndarray  #: first call of a thread: the step thread's call it follows (-1)
-    h_dtoh: np.ndarray  #: a blocking copy from the device to the host (a scalar read back)
+    h_dtoh: np.ndarray  #: a call that launched a device-to-host copy (a scalar read back)
+    h_starves: np.ndarray  #: a launch the GPU was idle waiting for
     h_cat: np.ndarray  #: category of the call itself
     h_name: np.ndarray
     # GPU items (sorted by stream, then start)
@@ -516,6 +517,20 @@ def build(
             near &= g_end[j] > known[cand]
             g_wait[cand[near]] = j[near]
             inferred = int(near.sum())
+    # launches that starved the GPU: a GPU item they launched found its stream idle and
+    # started one launch latency after the call (its launch was what it waited for)
+    h_starves = np.zeros(nh, dtype=bool)
+    if nh and len(g):
+        pv = np.arange(len(g)) - 1
+        pv[np.r_[True, g_stream[1:] != g_stream[:-1]]] = -1
+        pe_ = np.where(pv >= 0, take(g_end, pv, NEG), g_floor)
+        lst = take(h_start, g_launch, NEG)
+        starved = (
+            (g_launch >= 0)
+            & (g_start - pe_ > QUEUED_NS)
+            & (g_start - lst <= 4 * max(latency_ns, QUEUED_NS))
+        )
+        h_starves[g_launch[starved]] = True
     # scalar read-backs: calls that launched a device-to-host copy
     h_dtoh = np.zeros(nh, dtype=bool)
     if nh and len(g):
@@ -549,6 +564,7 @@ def build(
         h_gap_xcat=h_gap_xcat,
         h_after=h_after,
         h_dtoh=h_dtoh,
+        h_starves=h_starves,
         h_cat=h_cat,
         h_name=h_name,
         g_start=g_start,

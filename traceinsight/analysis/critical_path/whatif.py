@@ -52,11 +52,14 @@ def _input(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
 
 
 def _launch(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
-    """Each launch at the launch floor: the runtime call takes no more than the floor, and a
-    kernel starts no later than the launch latency after it."""
-    call = (G.h_cat == CAT["launch"]) & (G.h_kind != H_SYNC)
+    """Launch gaps at the launch floor: where the GPU sat idle waiting for a launch, the CPU
+    time before that launch and the call itself together take no more than the floor."""
+    call = G.h_starves & (G.h_kind != H_SYNC)
+    host_gap = call & (G.h_gap_cat == CAT["host"])
     x.h_t[call] = np.minimum(x.h_t[call], LAUNCH_FLOOR_NS)
-    x.g_lat[:] = np.minimum(x.g_lat, max(G.latency_ns, 0))
+    x.h_gap[host_gap] = np.minimum(
+        x.h_gap[host_gap], np.maximum(LAUNCH_FLOOR_NS - x.h_t[host_gap], 0)
+    )
 
 
 def _issue(G: StepGraph, x: ReplayInputs, ctx: dict) -> None:
@@ -131,8 +134,8 @@ WHATIFS = (
     WhatIf(
         "launch-floor",
         ("launch-bound",),
-        f"each launch call at the launch floor ({LAUNCH_FLOOR_NS / 1000:g} µs) and each "
-        "kernel started within the rank's launch latency of its launch",
+        f"launch gaps at the launch floor: where the GPU waited for a launch, at most "
+        f"{LAUNCH_FLOOR_NS / 1000:g} µs of host time before it",
         _launch,
     ),
     WhatIf(
