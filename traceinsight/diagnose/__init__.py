@@ -200,7 +200,6 @@ def _diagnose_plain(
     has_gpu = bool(ms.values.get("has_gpu"))
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
-    critical = critical_path(an, ms, findings, diags) if has_gpu else None
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
@@ -234,6 +233,7 @@ def _diagnose_plain(
         )
     summary = sections.summary(an, ms)
     timeline = sections.timeline(an, ms)
+    critical = critical_path(an, ms, findings, diags, timeline) if has_gpu else None
     result = DiagnosisResult(
         tool={"name": "traceinsight", "version": __version__},
         command=cmd,

@@ -7,7 +7,9 @@ from typing import Any
 from traceinsight.result import finding_sort_key
 
 
-def critical_path(an, ms, findings: list, diags: list[dict[str, Any]]) -> dict[str, Any] | None:
+def critical_path(
+    an, ms, findings: list, diags: list[dict[str, Any]], timeline: dict[str, Any] | None = None
+) -> dict[str, Any] | None:
     """Critical path, replay and what-ifs of every step (:mod:`traceinsight.analysis.
     critical_path`); sets each finding's ``impact`` (and ``impact_pct`` to its ``pct``) and
     orders ``findings`` by it, in place. Replay diagnostics are added to ``diags``."""
@@ -18,7 +20,8 @@ def critical_path(an, ms, findings: list, diags: list[dict[str, Any]]) -> dict[s
     half = peaks.get("bf16") or peaks.get("fp16")
     speedup = float(half) / float(fp32) if fp32 and half else None
     try:
-        sec = analyse(an, [f.rule for f in findings], tensor_speedup=speedup)
+        focus = (int(timeline["rank"]), timeline.get("step")) if timeline else None
+        sec = analyse(an, [f.rule for f in findings], tensor_speedup=speedup, focus=focus)
     except (ValueError, IndexError, KeyError, TypeError) as e:  # damaged input: say so, go on
         diags.append(
             {

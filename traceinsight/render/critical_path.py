@@ -67,6 +67,17 @@ def render_models(models: list, tops: list[list[dict[str, Any]]], detail: bool) 
     return "\n".join(out)
 
 
+def impact_line(imp: dict[str, Any]) -> str:
+    """A finding's impact in words: its share, its time per step and how it is known."""
+    how = "what-if" if imp.get("method") == "what-if" else "estimate"
+    ns = imp.get("ns")
+    per = f" ({fmt_ns(ns)} per step)" if ns else ""
+    return (
+        f"impact {float(imp.get('pct') or 0.0):.1f}%{per}, {how}: "
+        f"{for_terminal(str(imp.get('target', '')))}"
+    )
+
+
 def impact_lines(findings: list[dict[str, Any]]) -> list[str]:
     """One line per finding with an impact: what its fix would win and how that is known."""
     lines = []
@@ -81,3 +92,29 @@ def impact_lines(findings: list[dict[str, Any]]) -> list[str]:
             f"  {fmt_ns(imp.get('ns'))} per step ({how}: {target})"
         )
     return lines
+
+
+def critical_path_lines(cp: dict[str, Any] | None) -> list[str]:
+    """Markdown: the path of the timeline's step by category, and the attainable step."""
+    from traceinsight.render.html.charts.critical_path import CATEGORY_STYLE, focus_step
+
+    row = focus_step(cp)
+    if row is None:
+        return []
+    span = float(row.get("measured_ns") or 1)
+    parts = [
+        f"{CATEGORY_STYLE[c][0]} {fmt_pct(100.0 * float(v) / span)}"
+        for c, v in sorted((row.get("path_ns") or {}).items(), key=lambda kv: -kv[1])
+        if c in CATEGORY_STYLE and float(v or 0) >= span / 2000
+    ]
+    lines = [
+        f"**Critical path** of step {row.get('step')} (rank {row.get('rank')}, "
+        f"{fmt_ns(row.get('measured_ns'))}): " + ", ".join(parts) + "."
+    ]
+    a = ((cp or {}).get("whatif") or {}).get("all") or {}
+    if a.get("applied") and a.get("pct"):
+        lines.append(
+            f"With every finding fixed, a step would take about {fmt_ns(a.get('step_ns'))} "
+            f"({fmt_pct(a.get('pct'))} less; what-if over every step)."
+        )
+    return [*lines, ""]

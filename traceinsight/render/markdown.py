@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from traceinsight.render import describe
+from traceinsight.render.critical_path import critical_path_lines
 from traceinsight.result import DiagnosisResult, finding_sort_key
 from traceinsight.util import fmt
 from traceinsight.util.vocab import is_more_row
@@ -83,6 +84,8 @@ def render_markdown(result: DiagnosisResult) -> str:
         lines += [f"**Findings ({len(fs)})**, by the share of step time they could recover:", ""]
         for i, f in enumerate(fs, 1):
             imp = f" — impact ≈ {fmt.fmt_pct(f.impact_pct)} of step time" if f.impact_pct else ""
+            if f.impact_pct and f.impact and f.impact.get("method") == "what-if":
+                imp += f" (what-if: {esc(str(f.impact.get('target') or ''))})"
             lines.append(
                 f"{i}. **{SEV_LABEL.get(f.severity, esc(f.severity).upper())}** "
                 f"{code(f.rule)} {esc(f.title)}{imp}"
@@ -93,6 +96,7 @@ def render_markdown(result: DiagnosisResult) -> str:
         lines.append("")
     else:
         lines += ["**No findings**: no rule fired.", ""]
+    lines += critical_path_lines(r.critical_path)
 
     # a CPU-only run: its host view, not GPU tables at "idle 100%"
     lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]

@@ -83,6 +83,28 @@ def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepM
             yield StepModel(G, cp, int(rp.end - G.ws))
 
 
+#: at most this many path segments of the focus step go into the result (merged below)
+MAX_SEGMENTS = 2000
+
+
+def path_segments(m: StepModel) -> list[list[Any]]:
+    """The path of a step for drawing: ``[offset_ns, dur_ns, category, stream]`` from the
+    window start (``stream`` null for host time), neighbours of the same category and place
+    merged; past :data:`MAX_SEGMENTS`, segments under 1/5000 of the step join the previous."""
+    G = m.graph
+    out: list[list[Any]] = []
+    floor = G.measured_ns / 5000 if len(m.path.segments) > MAX_SEGMENTS else 0
+    for sg in m.path.segments:
+        lane = int(G.g_stream[sg.index]) if sg.node == 1 else None
+        cat = gr.CATEGORIES[sg.cat]
+        d = int(sg.end - sg.start)
+        if out and ((out[-1][2] == cat and out[-1][3] == lane) or d < floor):
+            out[-1][1] += d
+            continue
+        out.append([int(sg.start - G.ws), d, cat, lane])
+    return out[: MAX_SEGMENTS * 2]
+
+
 def _missing_dependency(G: gr.StepGraph) -> str:
     """The GPU item that started longest after all its known dependencies."""
     x = inputs(G)
@@ -145,6 +167,7 @@ def analyse(
     tensor_speedup: float | None = None,
     top_n: int = 8,
     models: list[StepModel] | None = None,
+    focus: tuple[int, int | None] | None = None,
 ) -> dict[str, Any]:
     """The ``critical_path`` result section: per rank and step, the measured and replayed
     step, the path by category and its top items; the what-if of each fired rule that has one
@@ -188,6 +211,8 @@ def analyse(
         }
         if per_step_all:
             row["whatif_all_ns"] = G.measured_ns - per_step_all[i]
+        if focus is not None and (G.rank, G.step) == focus:
+            row["segments"] = path_segments(m)
         r = ranks.setdefault(
             G.rank, {"rank": G.rank, "launch_latency_ns": G.latency_ns, "steps": []}
         )

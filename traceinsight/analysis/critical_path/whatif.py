@@ -121,8 +121,8 @@ WHATIFS = (
     WhatIf(
         "comm-hidden",
         ("comm-bound",),
-        "exposed communication overlapped with compute, up to the compute available "
-        "(no kernel and no host call waits for a collective)",
+        "exposed communication overlapped with compute: collectives start with the backward "
+        "pass and wait for no compute, hidden up to the compute available",
         _comm_hidden,
     ),
     WhatIf(

@@ -17,6 +17,7 @@ from typing import Any
 from traceinsight.render import describe
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
 from traceinsight.render.html.charts.breakdown import SEGMENTS, class_chart, rank_chart
+from traceinsight.render.html.charts.critical_path import critical_path_chart
 from traceinsight.render.html.charts.ranks import ranks_view
 from traceinsight.render.html.charts.roofline import roofline_chart
 from traceinsight.render.html.charts.steps import SLOW_STEP_FACTOR, step_chart
@@ -122,6 +123,7 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "breakdown": _breakdown(r),
         "ranks": ranks_view((r.extra or {}).get("cross_rank")),
         "timeline": _timeline(r),
+        "critical_path": critical_path_chart(r.critical_path, r.timeline),
         "layers": _layers(r),
         "ops": _ops(r),
         "kernels": _kernels(r),
