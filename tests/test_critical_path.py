@@ -87,7 +87,7 @@ PAIRS = [
     ("straggler", {"straggler_rank": None, "straggler_slowdown": 1.0}, "straggler", 0.03),
     ("input_bound", {"dataloader_ns": 0}, "input-bound", 0.02),
     ("comm_bound", {"comm_overlap": 1.0}, "comm-bound", 0.12),
-    ("host_sync", {"syncs_per_step": 0}, "host-sync", 0.30),
+    ("host_sync", {"syncs_per_step": 0}, "host-sync", 0.05),
 ]
 
 

@@ -84,7 +84,9 @@ LATENCY_CAP_FACTOR = 4
 LATENCY_MIN_CAP_NS = 50_000
 #: a launch latency is never more than this: longer, the stream waited for something else
 MAX_LATENCY_NS = 20_000
-NEG = -(1 << 40)  #: "no constraint" in the int64 recurrences
+NEG = -(1 << 40)
+#: matrix dtypes that run on the fp32 path (as the precision metrics count them)
+FP32_PATHS = ("fp32", "fp32_matrix")  #: "no constraint" in the int64 recurrences
 
 
 @dataclass
@@ -388,16 +390,13 @@ def build(
     g_cat[(kind == "memcpy") | (kind == "memset")] = CAT["copies"]
     g_cat[cls == "communication"] = CAT["communication"]
     g_name = g["name"].to_numpy(dtype=object)
-    from traceinsight.analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
+    from traceinsight.analysis.categories import MATRIX_CLASSES, kernel_dtype
 
     un = pd.Series(g_name, dtype=object).astype(str)
-    gm = (cls == "gemm") | (cls == "convolution")
+    gm = np.isin(cls, MATRIX_CLASSES) & (kind == "kernel")
     g_fp32 = np.zeros(len(g), dtype=bool)
-    if gm.any():
-        fp32 = {
-            x: bool(FP32_GEMM_RE.search(x)) and not TENSOR_CORE_RE.search(x)
-            for x in un[gm].unique()
-        }
+    if gm.any():  # matrix kernels on the fp32 path (CUDA cores, fp32 MFMA), by name
+        fp32 = {x: kernel_dtype(x) in FP32_PATHS for x in un[gm].unique()}
         g_fp32[gm] = un[gm].map(fp32).to_numpy(bool)
     # launch: correlation -> host item
     g_launch = np.full(len(g), -1, np.int64)
