@@ -30,6 +30,7 @@ class StepModel:
     graph: gr.StepGraph
     path: CriticalPath
     replayed_ns: int
+    base: tuple[Any, int]  #: the recorded replay inputs and their replayed end
 
     @property
     def error_pct(self) -> float:
@@ -73,14 +74,15 @@ def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepM
         ops = by_rank.rows(at.ops, rank)
         sy = by_rank.rows(at.syncs, rank) if len(at.syncs) else at.syncs
         lat = gr.rank_latency(g)
-        pre = gr.prep(rt, ops, anns.get(rank))
+        pre = gr.prep(rt, ops, anns.get(rank), g, sy)
         for w in wins:
             if w.dur_ns <= 0:
                 continue
             G = gr.build(rank, w, g, rt, ops, sy, mains.get(rank), lat, pre)
             cp = walk(G)
-            rp = replay(G, inputs(G))
-            yield StepModel(G, cp, int(rp.end - G.ws))
+            x0 = inputs(G)
+            rp = replay(G, x0)
+            yield StepModel(G, cp, int(rp.end - G.ws), (x0, int(rp.end)))
 
 
 #: at most this many path segments of the focus step go into the result (merged below)
@@ -152,8 +154,7 @@ def _straggler_ctx(models: list[StepModel]) -> dict[str, Any]:
 
 def _gain(m: StepModel, keys: list[str], ctx: dict) -> int:
     G = m.graph
-    x0 = inputs(G)
-    base = replay(G, x0).end
+    x0, base = m.base
     x = x0.copy()
     for k in keys:
         wi.BY_KEY[k].apply(G, x, ctx)
@@ -203,19 +204,20 @@ def analyse(
     ctx: dict[str, Any] = {"tensor_speedup": tensor_speedup, **_straggler_ctx(models)}
     fired = [w.key for w in wi.WHATIFS if any(r in w.rules for r in rules)]
     measured = sum(m.graph.measured_ns for m in models)
-    alone = {k: sum(_gain(m, [k], ctx) for m in models) for k in fired}
+    alone_steps = {k: [_gain(m, [k], ctx) for m in models] for k in fired}
+    alone = {k: sum(v) for k, v in alone_steps.items()}
     order = sorted(fired, key=lambda k: (-alone[k], k))
     marginal: dict[str, int] = {}
     done: list[str] = []
     prev = 0
-    per_step_all = []
+    per_step_all: list[int] = []
     for k in order:
         done.append(k)
-        tot = sum(_gain(m, done, ctx) for m in models)
+        # the first what-if of the order alone is already known
+        per_step_all = alone_steps[k] if len(done) == 1 else [_gain(m, done, ctx) for m in models]
+        tot = sum(per_step_all)
         marginal[k] = max(tot - prev, 0)
         prev = max(tot, prev)
-    if done:
-        per_step_all = [_gain(m, done, ctx) for m in models]
     n_steps = len(models)
     mean_step = measured / n_steps
     ranks: dict[int, dict[str, Any]] = {}

@@ -224,9 +224,86 @@ class RankPrep:
     ops_end: np.ndarray
     ops_input: np.ndarray
     ops_startup: np.ndarray
+    rt_cols: dict = field(default_factory=dict)  #: start, dur, name, corr, kind, cat
+    gpu_cols: dict = field(default_factory=dict)  #: the rank's GPU activities as arrays
+    sync_stream: dict = field(default_factory=dict)  #: correlation -> stream of a stream sync
 
 
-def prep(rt: pd.DataFrame, ops: pd.DataFrame, ann: pd.DataFrame | None = None) -> RankPrep:
+def _call_kind(nm: str) -> int:
+    if DEVICE_SYNC_RE.search(nm) or STREAM_SYNC_RE.search(nm) or EVENT_SYNC_RE.search(nm):
+        return H_SYNC
+    if BLOCKING_COPY_RE.search(nm):
+        return H_COPY_SYNC
+    if WAIT_EVENT_RE.search(nm):
+        return H_WAIT
+    return H_RECORD if RECORD_RE.search(nm) else H_CALL
+
+
+def _call_cat(nm: str, kind: int) -> int:
+    if STARTUP_RE.search(nm):
+        return CAT["startup"]
+    if kind in (H_SYNC, H_COPY_SYNC):
+        return CAT["sync"]
+    return CAT["host"] if HOST_CALL_RE.search(nm) else CAT["launch"]
+
+
+def _columns(rt: pd.DataFrame, gpu: pd.DataFrame | None) -> tuple[dict, dict]:
+    """The rank's runtime calls and GPU activities as numpy arrays, classified once."""
+    names = pd.Series(rt["name"].to_numpy(dtype=object), dtype=object).astype(str)
+    uniq = names.unique()
+    kinds = {x: _call_kind(x) for x in uniq}
+    cats = {x: _call_cat(x, kinds[x]) for x in uniq}
+    rc = {
+        "start": rt["start_ns"].to_numpy(np.int64),
+        "dur": rt["dur_ns"].to_numpy(np.int64),
+        "name": names.to_numpy(dtype=object),
+        "corr": rt["correlation"].to_numpy(dtype=np.float64),
+        "kind": names.map(kinds).to_numpy(np.int64) if len(names) else np.zeros(0, np.int64),
+        "cat": names.map(cats).to_numpy(np.int64) if len(names) else np.zeros(0, np.int64),
+    }
+    if gpu is None:
+        return rc, {}
+    from traceinsight.analysis.categories import MATRIX_CLASSES, kernel_dtype
+
+    cls = gpu["cls"].astype(object).to_numpy()
+    kind = gpu["kind"].astype(object).to_numpy()
+    gname = pd.Series(gpu["name"].to_numpy(dtype=object), dtype=object).astype(str)
+    cat = np.full(len(gpu), CAT["compute"], np.int64)
+    cat[(kind == "memcpy") | (kind == "memset")] = CAT["copies"]
+    cat[cls == "communication"] = CAT["communication"]
+    gm = np.isin(cls, MATRIX_CLASSES) & (kind == "kernel")
+    fp32 = np.zeros(len(gpu), dtype=bool)
+    if gm.any():  # matrix kernels on the fp32 path (CUDA cores, fp32 MFMA), by name
+        f = {x: kernel_dtype(x) in FP32_PATHS for x in gname[gm].unique()}
+        fp32[gm] = gname[gm].map(f).to_numpy(bool)
+    step = pd.to_numeric(gpu["step"], errors="coerce").to_numpy(np.float64)
+    gc = {
+        "start": gpu["start_ns"].to_numpy(np.int64),
+        "dur": gpu["dur_ns"].to_numpy(np.int64),
+        "end": gpu["end_ns"].to_numpy(np.int64),
+        "stream": gpu["stream"].fillna(-1).to_numpy(np.int64),
+        "step": step,
+        "cls": cls,
+        "kind": kind,
+        "name": gname.to_numpy(dtype=object),
+        "corr": gpu["correlation"].to_numpy(dtype=np.float64),
+        "op": gpu["op"].to_numpy(dtype=object) if "op" in gpu else np.full(len(gpu), None),
+        "phase": gpu["phase"].astype(object).to_numpy()
+        if "phase" in gpu
+        else np.full(len(gpu), None),
+        "cat": cat,
+        "fp32": fp32,
+    }
+    return rc, gc
+
+
+def prep(
+    rt: pd.DataFrame,
+    ops: pd.DataFrame,
+    ann: pd.DataFrame | None = None,
+    gpu: pd.DataFrame | None = None,
+    syncs: pd.DataFrame | None = None,
+) -> RankPrep:
     """``ann``: the rank's host annotations (record_function ranges such as
     ``enumerate(DataLoader)#...``), matched like CPU ops."""
     table: dict = {}
@@ -248,7 +325,17 @@ def prep(rt: pd.DataFrame, ops: pd.DataFrame, ann: pd.DataFrame | None = None) -
         s + ops["dur_ns"].to_numpy(np.int64),
         names.map(dl).to_numpy(bool) if len(names) else np.zeros(0, bool),
         names.map(st).to_numpy(bool) if len(names) else np.zeros(0, bool),
+        *_columns(rt, gpu),
+        _sync_streams(syncs),
     )
+
+
+def _sync_streams(syncs: pd.DataFrame | None) -> dict[int, int]:
+    if syncs is None or not len(syncs):
+        return {}
+    sc = syncs["correlation"].to_numpy(dtype=np.float64)
+    ss = syncs["stream"].fillna(-1).to_numpy(np.int64)
+    return {int(c): int(x) for c, x in zip(sc, ss, strict=False) if c == c}
 
 
 def build(
@@ -265,28 +352,31 @@ def build(
     hs, he = int(window.host_start_ns), int(window.host_end_ns)
     ws_abs, we_abs = int(window.start_ns), int(window.end_ns)
     origin = min(hs, ws_abs)
-    rp = prep(rt, ops) if rp is None else rp
+    rp = prep(rt, ops, None, gpu, syncs) if rp is None or not rp.gpu_cols else rp
     table = rp.table
+    RC, GC = rp.rt_cols, rp.gpu_cols
     main = -1
     if main_thread is not None:
         main = thread_codes(np.array([main_thread[0]]), np.array([main_thread[1]]), table)[0]
     else:  # no step range: the thread with the most runtime-call time drives the window
-        r_in = (rt["start_ns"].to_numpy(np.int64) >= hs) & (rt["start_ns"].to_numpy(np.int64) < he)
+        r_in = (RC["start"] >= hs) & (RC["start"] < he)
         if r_in.any():
-            w = np.bincount(rp.rt_thread[r_in], weights=rt["dur_ns"].to_numpy(np.float64)[r_in])
+            w = np.bincount(rp.rt_thread[r_in], weights=RC["dur"][r_in].astype(np.float64))
             main = int(np.argmax(w))
 
     # --- host items: top-level runtime calls launched in the host step ---------------------
-    r_start = rt["start_ns"].to_numpy(np.int64)
-    hsel = (r_start >= hs) & (r_start < max(he, hs + 1))
-    r = rt[hsel]
+    r_start = RC["start"]
+    hsel = np.flatnonzero((r_start >= hs) & (r_start < max(he, hs + 1)))
     h_thread = rp.rt_thread[hsel]
-    h_start = r["start_ns"].to_numpy(np.int64) - origin
-    h_dur = r["dur_ns"].to_numpy(np.int64)
+    h_start = r_start[hsel] - origin
     o = np.lexsort((h_start, h_thread))
-    h_thread, h_start, h_dur = h_thread[o], h_start[o], h_dur[o]
-    h_name = r["name"].to_numpy(dtype=object)[o]
-    h_corr = r["correlation"].to_numpy(dtype=np.float64)[o]
+    hsel = hsel[o]
+    h_thread, h_start = h_thread[o], h_start[o]
+    h_dur = RC["dur"][hsel]
+    h_name = RC["name"][hsel]
+    h_corr = RC["corr"][hsel]
+    h_kind = RC["kind"][hsel]
+    h_cat = RC["cat"][hsel]
     # nested calls (a driver call inside its runtime call) are not separate host items
     if len(h_start):
         first = np.r_[True, h_thread[1:] != h_thread[:-1]]
@@ -296,9 +386,10 @@ def build(
         prev_max = np.maximum.accumulate(h_end + grp * big) - grp * big
         prev_max = np.r_[NEG, prev_max[:-1]]
         keep = first | (h_start >= prev_max)
-        h_thread, h_start, h_dur, h_name, h_corr = (
-            a[keep] for a in (h_thread, h_start, h_dur, h_name, h_corr)
+        h_thread, h_start, h_dur, h_name, h_corr, h_kind, h_cat = (
+            a[keep] for a in (h_thread, h_start, h_dur, h_name, h_corr, h_kind, h_cat)
         )
+    h_kind, h_cat = np.array(h_kind), np.array(h_cat)
     nh = len(h_start)
     h_end = h_start + h_dur
     h_prev = np.arange(nh) - 1
@@ -306,31 +397,6 @@ def build(
         h_prev[np.r_[True, h_thread[1:] != h_thread[:-1]]] = -1
     prev_end = np.where(h_prev >= 0, h_end[np.clip(h_prev, 0, None)], 0)
     h_gap = np.maximum(h_start - prev_end, 0)
-
-    names = pd.Series(h_name, dtype=object).astype(str)
-    uniq = names.unique()
-    kind_of = {}
-    for nm in uniq:
-        kind_of[nm] = (
-            H_SYNC
-            if DEVICE_SYNC_RE.search(nm) or STREAM_SYNC_RE.search(nm) or EVENT_SYNC_RE.search(nm)
-            else H_COPY_SYNC
-            if BLOCKING_COPY_RE.search(nm)
-            else H_WAIT
-            if WAIT_EVENT_RE.search(nm)
-            else H_RECORD
-            if RECORD_RE.search(nm)
-            else H_CALL
-        )
-    h_kind = np.array(names.map(kind_of).to_numpy(np.int64)) if nh else np.empty(0, np.int64)
-    h_cat = np.full(nh, CAT["launch"], np.int64)
-    h_cat[(h_kind == H_SYNC) | (h_kind == H_COPY_SYNC)] = CAT["sync"]
-    host_names = {nm for nm in uniq if HOST_CALL_RE.search(nm)}
-    if host_names:
-        h_cat[names.isin(host_names).to_numpy()] = CAT["host"]
-    startup_names = {nm for nm in uniq if STARTUP_RE.search(nm)}
-    if startup_names:
-        h_cat[names.isin(startup_names).to_numpy()] = CAT["startup"]
 
     # gap categories: the part of each gap covered by input-loading or start-up/compile CPU
     # ops of the same thread is that category, the rest is host and Python
@@ -371,63 +437,51 @@ def build(
         h_gap_cat[firsts[h_after[firsts] < 0]] = CAT["unrecorded"]
 
     # --- GPU items: the step's activities ---------------------------------------------------
-    step_col = gpu["step"]
     if window.step is None:
-        gsel = np.ones(len(gpu), dtype=bool)
+        gsel = np.arange(len(GC["start"]))
     else:
-        gsel = (step_col == window.step).to_numpy()
-    g = gpu[gsel]
-    g_stream = g["stream"].fillna(-1).to_numpy(np.int64)
-    g_start = g["start_ns"].to_numpy(np.int64) - origin
+        gsel = np.flatnonzero(GC["step"] == window.step)
+    g_stream = GC["stream"][gsel]
+    g_start = GC["start"][gsel] - origin
     o = np.lexsort((g_start, g_stream))
-    g = g.iloc[o]
+    gsel = gsel[o]
     g_stream, g_start = g_stream[o], g_start[o]
-    g_dur = g["dur_ns"].to_numpy(np.int64)
+    g_dur = GC["dur"][gsel]
     g_end = g_start + g_dur
-    cls = g["cls"].astype(object).to_numpy()
-    kind = g["kind"].astype(object).to_numpy()
-    g_cat = np.full(len(g), CAT["compute"], np.int64)
-    g_cat[(kind == "memcpy") | (kind == "memset")] = CAT["copies"]
-    g_cat[cls == "communication"] = CAT["communication"]
-    g_name = g["name"].to_numpy(dtype=object)
-    from traceinsight.analysis.categories import MATRIX_CLASSES, kernel_dtype
-
-    un = pd.Series(g_name, dtype=object).astype(str)
-    gm = np.isin(cls, MATRIX_CLASSES) & (kind == "kernel")
-    g_fp32 = np.zeros(len(g), dtype=bool)
-    if gm.any():  # matrix kernels on the fp32 path (CUDA cores, fp32 MFMA), by name
-        fp32 = {x: kernel_dtype(x) in FP32_PATHS for x in un[gm].unique()}
-        g_fp32[gm] = un[gm].map(fp32).to_numpy(bool)
+    cls = GC["cls"][gsel]
+    g_cat = GC["cat"][gsel]
+    g_name = GC["name"][gsel]
+    g_fp32 = GC["fp32"][gsel]
+    ng = len(gsel)
     # launch: correlation -> host item
-    g_launch = np.full(len(g), -1, np.int64)
+    g_launch = np.full(ng, -1, np.int64)
     ok = ~np.isnan(h_corr)
-    if ok.any() and len(g):
+    if ok.any() and ng:
         cvals, first_at = np.unique(h_corr[ok].astype(np.int64), return_index=True)
         pos_of = np.flatnonzero(ok)[first_at]  # the first call of a repeated correlation id
         idx = pd.Index(cvals)
-        gc = g["correlation"].to_numpy(dtype=np.float64)
+        gc = GC["corr"][gsel]
         gok = ~np.isnan(gc)
-        found = np.full(len(g), -1, np.int64)
+        found = np.full(ng, -1, np.int64)
         found[gok] = idx.get_indexer(gc[gok].astype(np.int64))
         g_launch = np.where(found >= 0, pos_of[np.clip(found, 0, None)], -1)
     # earlier work on the stream outside the window (previous steps still running)
-    g_floor = np.full(len(g), NEG, np.int64)
-    if len(g):
+    g_floor = np.full(ng, NEG, np.int64)
+    if ng:
         first = np.r_[True, g_stream[1:] != g_stream[:-1]]
-        others = gpu[~gsel]
-        if len(others):
-            os_ = others["stream"].fillna(-1).to_numpy(np.int64)
-            oe = others["end_ns"].to_numpy(np.int64) - origin
-            ost = others["start_ns"].to_numpy(np.int64) - origin
-            for k in np.flatnonzero(first):
-                m = (os_ == g_stream[k]) & (ost < g_start[k])
-                if m.any():
-                    g_floor[k] = int(oe[m].max())
+        out = np.ones(len(GC["start"]), dtype=bool)
+        out[gsel] = False
+        os_, ost = GC["stream"][out], GC["start"][out] - origin
+        oe = GC["end"][out] - origin
+        for k in np.flatnonzero(first):
+            m = (os_ == g_stream[k]) & (ost < g_start[k])
+            if m.any():
+                g_floor[k] = int(oe[m].max())
 
     # --- synchronisation edges -------------------------------------------------------------
     h_dep = np.full(nh, -1, np.int64)
-    g_wait = np.full(len(g), -1, np.int64)
-    if nh and len(g):
+    g_wait = np.full(ng, -1, np.int64)
+    if nh and ng:
         has_l = g_launch >= 0
         lg = np.flatnonzero(has_l)
         l_t = h_start[g_launch[lg]]  # launch time of each launched GPU item
@@ -437,18 +491,14 @@ def build(
         am = _prefix_argmax(g_end[lg])
         sy = np.flatnonzero(h_kind == H_SYNC)
         if len(sy):
-            nms = names.to_numpy()[sy]
+            nms = h_name[sy]
             is_stream = np.array([bool(STREAM_SYNC_RE.search(x)) for x in nms])
             is_event = np.array([bool(EVENT_SYNC_RE.search(x)) for x in nms])
             k = np.searchsorted(l_t, h_start[sy], side="left") - 1
             dev = ~is_stream & ~is_event & (k >= 0)
             h_dep[sy[dev]] = lg[am[k[dev]]]
             # stream sync: the stream named by the device-side sync row (else device-wide)
-            st_of = {}
-            if len(syncs):
-                sc = syncs["correlation"].to_numpy(dtype=np.float64)
-                ss = syncs["stream"].fillna(-1).to_numpy(np.int64)
-                st_of = {int(c): int(s) for c, s in zip(sc, ss, strict=False) if c == c}
+            st_of = rp.sync_stream
             for i in np.flatnonzero(is_stream):
                 hi = sy[i]
                 c = h_corr[hi]
@@ -498,8 +548,8 @@ def build(
     # inferred cross-stream waits: an item that starts well after all its known dependencies,
     # right when work on another stream ends, waited for that work (an event the trace lost)
     inferred = 0
-    if len(g) > 1:
-        prev = np.arange(len(g)) - 1
+    if ng > 1:
+        prev = np.arange(ng) - 1
         prev[np.r_[True, g_stream[1:] != g_stream[:-1]]] = -1
         pe = np.where(prev >= 0, g_end[np.clip(prev, 0, None)], g_floor)
         ls = np.where(g_launch >= 0, take(h_start, g_launch, 0) + latency_ns, NEG)
@@ -519,8 +569,8 @@ def build(
     # launches that starved the GPU: a GPU item they launched found its stream idle and
     # started one launch latency after the call (its launch was what it waited for)
     h_starves = np.zeros(nh, dtype=bool)
-    if nh and len(g):
-        pv = np.arange(len(g)) - 1
+    if nh and ng:
+        pv = np.arange(ng) - 1
         pv[np.r_[True, g_stream[1:] != g_stream[:-1]]] = -1
         pe_ = np.where(pv >= 0, take(g_end, pv, NEG), g_floor)
         lst = take(h_start, g_launch, NEG)
@@ -532,7 +582,7 @@ def build(
         h_starves[g_launch[starved]] = True
     # scalar read-backs: calls that launched a device-to-host copy
     h_dtoh = np.zeros(nh, dtype=bool)
-    if nh and len(g):
+    if nh and ng:
         is_d2h = np.array(
             [("DtoH" in str(x) or "Device -> " in str(x)) for x in g_name], dtype=bool
         ) & (g_launch >= 0)
@@ -574,9 +624,9 @@ def build(
         g_floor=g_floor,
         g_cat=g_cat,
         g_name=g_name,
-        g_op=g["op"].to_numpy(dtype=object) if "op" in g else np.full(len(g), None),
+        g_op=GC["op"][gsel],
         g_cls=cls,
-        g_phase=g["phase"].astype(object).to_numpy() if "phase" in g else np.full(len(g), None),
+        g_phase=GC["phase"][gsel],
         g_fp32_gemm=g_fp32,
         latency_ns=int(latency_ns),
         latency_cap_ns=int(max(LATENCY_CAP_FACTOR * latency_ns, LATENCY_MIN_CAP_NS)),
