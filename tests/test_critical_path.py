@@ -23,6 +23,8 @@ from traceinsight.analysis.critical_path.overlay import write_overlay
 from traceinsight.ingest import ingest, load
 from traceinsight.result import Finding
 
+ALL_RULES = sorted({r for x in wi.WHATIFS for r in x.rules})
+
 
 def _an(w: Workload, d: Path) -> Analysis:
     d.mkdir(parents=True, exist_ok=True)
@@ -175,24 +177,33 @@ def test_cli_table_and_overlay(tmp_path: Path) -> None:
 
 
 def test_100k_event_step_under_budget(tmp_path: Path) -> None:
-    w = Workload(layers=48, hidden=512, seq=256, batch=2, tiny_kernels_per_layer=60, steps=1)
-    w = Workload(**{**w.__dict__, "memory": False, "with_stack": False})
+    """Critical path and every what-if of a large step: under 1 s of CPU per 100k events
+    (measured: 0.39 s CPU for a 90k-event step with all eight what-ifs)."""
+    w = Workload(
+        layers=100,
+        hidden=256,
+        seq=128,
+        batch=1,
+        tiny_kernels_per_layer=120,
+        steps=1,
+        memory=False,
+        with_stack=False,
+        record_shapes=False,
+    )
     an = _an(w, tmp_path)
     an.attribution  # noqa: B018 - ingest and attribution are not part of the budget
-    t = time.perf_counter()
+    t = time.process_time()
     models = step_models(an)
-    sec = analyse(an, [r for x in wi.WHATIFS for r in x.rules], models=models)
-    dt = time.perf_counter() - t
+    sec = analyse(an, ALL_RULES, models=models)
+    dt = time.process_time() - t
     n = max(m.graph.n for m in models)
-    assert n >= 30_000
-    assert sec["whatif"]["all"]["pct"] <= 100.0
-    # < 1 s for 100k events on 2 cores: scaled to this step's size, with room for a loaded CI
-    assert dt / n * 100_000 < 3.0, (dt, n)
+    assert n >= 25_000
+    assert len(sec["order"]) == len(wi.WHATIFS)
+    assert 0 <= sec["whatif"]["all"]["pct"] <= 100.0
+    assert dt / n * 100_000 < 1.0, (dt, n)
 
 
 # --- the shared corpus ---------------------------------------------------------------------
-
-ALL_RULES = sorted({r for x in wi.WHATIFS for r in x.rules})
 
 
 @requires_corpus

@@ -277,6 +277,15 @@ def _columns(rt: pd.DataFrame, gpu: pd.DataFrame | None) -> tuple[dict, dict]:
         f = {x: kernel_dtype(x) in FP32_PATHS for x in gname[gm].unique()}
         fp32[gm] = gname[gm].map(f).to_numpy(bool)
     step = pd.to_numeric(gpu["step"], errors="coerce").to_numpy(np.float64)
+    copy = kind == "memcpy"
+    pageable = np.zeros(len(gpu), dtype=bool)
+    d2h = np.zeros(len(gpu), dtype=bool)
+    if copy.any():
+        cn = gname[copy]
+        pageable[copy] = cn.str.contains("Pageable", regex=False).to_numpy(bool)
+        d2h[copy] = (
+            cn.str.contains("DtoH", regex=False) | cn.str.contains("Device -> ", regex=False)
+        ).to_numpy(bool)
     gc = {
         "start": gpu["start_ns"].to_numpy(np.int64),
         "dur": gpu["dur_ns"].to_numpy(np.int64),
@@ -293,6 +302,8 @@ def _columns(rt: pd.DataFrame, gpu: pd.DataFrame | None) -> tuple[dict, dict]:
         else np.full(len(gpu), None),
         "cat": cat,
         "fp32": fp32,
+        "pageable": pageable,  #: a copy to or from pageable memory (blocks the host)
+        "d2h": d2h,  #: a device-to-host copy
     }
     return rc, gc
 
@@ -535,7 +546,7 @@ def build(
                     h_dep[ei] = lg[cand[-1]]
         # blocking copies: the host call returns when its copy is done
         cp = np.flatnonzero(h_kind == H_COPY_SYNC)
-        pageable = np.array(["Pageable" in str(x) for x in g_name]) & has_l
+        pageable = GC["pageable"][gsel] & has_l
         if pageable.any():
             cp = np.union1d(cp, g_launch[pageable])
             h_kind[cp] = H_COPY_SYNC
@@ -583,9 +594,7 @@ def build(
     # scalar read-backs: calls that launched a device-to-host copy
     h_dtoh = np.zeros(nh, dtype=bool)
     if nh and ng:
-        is_d2h = np.array(
-            [("DtoH" in str(x) or "Device -> " in str(x)) for x in g_name], dtype=bool
-        ) & (g_launch >= 0)
+        is_d2h = GC["d2h"][gsel] & (g_launch >= 0)
         h_dtoh[g_launch[is_d2h]] = True
     # a dependency that ended after the sync returned is not what it waited for
     bad = h_dep >= 0
