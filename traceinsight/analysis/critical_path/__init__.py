@@ -97,7 +97,7 @@ def path_segments(m: StepModel) -> list[list[Any]]:
     out: list[list[Any]] = []
     floor = G.measured_ns / 5000 if len(m.path.segments) > MAX_SEGMENTS else 0
     for sg in m.path.segments:
-        lane = int(G.g_stream[sg.index]) if sg.node == 1 else None
+        lane = int(G.g_stream[sg.item]) if sg.node == 1 else None
         cat = gr.CATEGORIES[sg.cat]
         d = int(sg.end - sg.start)
         if out and ((out[-1][2] == cat and out[-1][3] == lane) or d < floor):
@@ -226,7 +226,7 @@ def analyse(
         G = m.graph
         err = m.error_pct
         within += abs(err) <= REPLAY_TOLERANCE_PCT
-        row = {
+        row: dict[str, Any] = {
             "step": G.step,
             "start_ns": int(G.origin_ns + G.ws),
             "measured_ns": G.measured_ns,

@@ -104,15 +104,13 @@ def overlay_events(store, models: list) -> dict[str, Any]:
             a, b = o + s.start, o + s.end
             label = CATEGORY_LABELS[CATEGORIES[s.cat]]
             name = label
-            place = None
+            place: tuple[str, Any] | None = None
             if s.node == GPU:
-                name = f"{label}: {_text(G.g_name[s.index])}"
-                place = gpu_place.get(
-                    (G.rank, int(o + G.g_start[s.index]), int(G.g_stream[s.index]))
-                )
+                name = f"{label}: {_text(G.g_name[s.item])}"
+                place = gpu_place.get((G.rank, int(o + G.g_start[s.item]), int(G.g_stream[s.item])))
             elif s.node == HOST:
-                name = f"{label}: {_text(G.h_name[s.index])}"
-                place = host_place.get((G.rank, int(o + G.h_start[s.index])))
+                name = f"{label}: {_text(G.h_name[s.item])}"
+                place = host_place.get((G.rank, int(o + G.h_start[s.item])))
             ev.append(
                 {
                     "ph": "X",

@@ -29,7 +29,7 @@ class Segment(NamedTuple):
     start: int  #: relative ns
     end: int
     node: int  #: HOST, GPU, or NONE (a gap not tied to an item)
-    index: int
+    item: int  #: index of the host or GPU item (-1: none)
 
 
 @dataclass
