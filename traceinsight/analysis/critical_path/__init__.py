@@ -117,8 +117,13 @@ def _missing_dependency(G: gr.StepGraph) -> str:
     pe = np.where(prev >= 0, ge[np.clip(prev, 0, None)], G.g_floor)
     ls = np.where(G.g_launch >= 0, gr.take(G.h_start, G.g_launch, 0) + x.g_lat, gr.NEG)
     ready = np.maximum(pe, ls)
-    late = G.g_start - ready
+    late = np.where(ready > gr.NEG // 2, G.g_start - ready, -1)
     k = int(np.argmax(late))
+    if late[k] <= 0:
+        return (
+            "every GPU item starts on its known dependencies: the host time between calls "
+            "depends on something the trace does not record (another thread, a peer rank)"
+        )
     from traceinsight.util.safetext import for_terminal
 
     name = for_terminal(str(G.g_name[k]))[:80]
@@ -280,7 +285,8 @@ def analyse(
             "code": "replay-error",
             "severity": "warning",
             "source": f"rank {m.graph.rank}",
-            "message": f"step {m.graph.step}: the replay of its dependency graph is "
+            "message": ("the window" if m.graph.step is None else f"step {m.graph.step}")
+            + ": the replay of its dependency graph is "
             f"{m.error_pct:+.1f}% off the measured step; " + _missing_dependency(m.graph),
             "hint": "what-if impacts of this step are less certain",
         }
