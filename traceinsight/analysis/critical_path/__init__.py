@@ -126,7 +126,10 @@ def _missing_dependency(G: gr.StepGraph) -> str:
         )
     from traceinsight.util.safetext import for_terminal
 
-    name = for_terminal(str(G.g_name[k]))[:80]
+    from traceinsight.util.fmt import short_kernel_name
+
+    # the kernel's name without its template arguments (plain text in every output)
+    name = for_terminal(short_kernel_name(str(G.g_name[k])).split("<")[0])[:80]
     return (
         f"{name} on stream {int(G.g_stream[k])} started {late[k] / 1000:.1f} µs after its "
         "last known dependency (launch, stream order, event wait): a dependency the trace "
