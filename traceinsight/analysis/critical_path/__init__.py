@@ -124,9 +124,8 @@ def _missing_dependency(G: gr.StepGraph) -> str:
             "every GPU item starts on its known dependencies: the host time between calls "
             "depends on something the trace does not record (another thread, a peer rank)"
         )
-    from traceinsight.util.safetext import for_terminal
-
     from traceinsight.util.fmt import short_kernel_name
+    from traceinsight.util.safetext import for_terminal
 
     # the kernel's name without its template arguments (plain text in every output)
     name = for_terminal(short_kernel_name(str(G.g_name[k])).split("<")[0])[:80]
