@@ -18,6 +18,7 @@ from traceinsight.analysis import by_rank
 from traceinsight.analysis.critical_path import graph as gr
 from traceinsight.analysis.critical_path import whatif as wi
 from traceinsight.analysis.critical_path.path import CriticalPath, top_items, walk
+from traceinsight.analysis.critical_path.prep import prep, rank_latency
 from traceinsight.analysis.critical_path.replay import inputs, replay
 from traceinsight.result import severity_rank
 
@@ -73,8 +74,8 @@ def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepM
         rt = by_rank.rows(at.runtime, rank)
         ops = by_rank.rows(at.ops, rank)
         sy = by_rank.rows(at.syncs, rank) if len(at.syncs) else at.syncs
-        lat = gr.rank_latency(g)
-        pre = gr.prep(rt, ops, anns.get(rank), g, sy)
+        lat = rank_latency(g)
+        pre = prep(rt, ops, anns.get(rank), g, sy)
         for w in wins:
             if w.dur_ns <= 0:
                 continue
