@@ -303,8 +303,10 @@ class Finding:
     #: for a rule resting on modelled work: coverage metric, its value, the minimum for high and
     #: medium, and why the severity was capped (None when it was not)
     confidence: dict[str, Any] | None = None
-    #: how ``impact_pct`` was estimated: pct, ns (of the median step), method, basis, the
-    #: findings whose time it shares (engine/impacts.py); None when not estimated
+    #: what fixing it would win: ``pct``, ``ns`` (per step), ``method`` (``what-if``: the step
+    #: replayed with the cause removed; ``estimate``: the rule's metric times a factor, less the
+    #: time other findings own, engine/impacts.py), ``target`` (the fix assumed, in words), and
+    #: for estimates ``basis`` and ``shared_with``; None when not estimated
     impact: dict[str, Any] | None = None
     #: recommendations not given because the run facts contradict them: {text, reason}
     withheld: list[dict[str, Any]] = field(default_factory=list)
@@ -325,7 +327,7 @@ class Finding:
             value=d.get("value"),
             headline=d.get("headline"),
             confidence=d.get("confidence"),
-            impact=d.get("impact"),
+            impact=d.get("impact") if isinstance(d.get("impact"), dict) else None,
             withheld=list(d.get("withheld") or []),
             cause=d.get("cause"),
         )
@@ -358,6 +360,9 @@ class DiagnosisResult:
     #: what the run already does (traceinsight.analysis.run_facts): fact -> {value, evidence,
     #: confidence}; empty for results written before the field existed
     run: dict[str, Any] = field(default_factory=dict)
+    #: per rank and step: measured and replayed step, the critical path by category, its top
+    #: items, the what-ifs (docs/RESULT.md); None for a run without GPU work
+    critical_path: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": RESULT_SCHEMA, "version": self.version}
@@ -415,6 +420,7 @@ class DiagnosisResult:
             host=d.get("host"),
             serving=d.get("serving"),
             run=d.get("run") or {},
+            critical_path=d.get("critical_path"),
         )
 
     @classmethod
@@ -456,6 +462,7 @@ _SHAPE: dict[str, tuple[type | None, ...]] = {
     "host": (dict, None),
     "serving": (dict, None),
     "run": (dict,),
+    "critical_path": (dict, None),
 }
 
 

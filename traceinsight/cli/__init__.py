@@ -8,6 +8,7 @@ unless ``--debug``).
 from __future__ import annotations
 
 from traceinsight.cli.compare import compare
+from traceinsight.cli.critical_path import critical_path
 from traceinsight.cli.devices import devices
 from traceinsight.cli.diagnose import diagnose
 from traceinsight.cli.group import main
@@ -20,7 +21,19 @@ from traceinsight.cli.top import top
 from traceinsight.cli.trend import trend
 
 #: every command of the group, one module each (``traceinsight/cli/NAME.py``)
-COMMANDS = [ingest, summary, top, diagnose, report, compare, rules, devices, profile, trend]
+COMMANDS = [
+    ingest,
+    summary,
+    top,
+    diagnose,
+    critical_path,
+    report,
+    compare,
+    trend,
+    rules,
+    devices,
+    profile,
+]
 for _command in COMMANDS:
     main.add_command(_command)
 

@@ -187,6 +187,7 @@ def _diagnose_plain(
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import memory as memory_parts
     from traceinsight.diagnose import sections
+    from traceinsight.diagnose.critical import critical_path
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
@@ -242,6 +243,7 @@ def _diagnose_plain(
         )
     summary = sections.summary(an, ms)
     timeline = sections.timeline(an, ms)
+    critical = critical_path(an, ms, findings, diags, timeline) if has_gpu else None
     # the sections as built (plain dicts); from_dict below reads them back as the typed result
     parts: dict[str, Any] = dict(
         tool={"name": "traceinsight", "version": __version__},
@@ -294,6 +296,7 @@ def _diagnose_plain(
         host=None if has_gpu or mem_only else (ms.evidence.get("host_view") or host_view(an)),
         serving=ms.evidence.get("serving"),
         run=ms.evidence.get("run") or {},
+        critical_path=critical,
     )
     result = DiagnosisResult(**parts)
     return DiagnosisResult.from_dict(clean(result.to_dict()))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 from traceinsight.render import describe
+from traceinsight.render.critical_path import critical_path_lines
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
 from traceinsight.result import DiagnosisResult, finding_sort_key
 from traceinsight.util import fmt
@@ -59,6 +60,8 @@ def render_markdown(result: DiagnosisResult) -> str:
         lines += [f"**Findings ({len(fs)})**, by the share of step time they could recover:", ""]
         for i, f in enumerate(fs, 1):
             imp = f" — impact ≈ {fmt.fmt_pct(f.impact_pct)} of step time" if f.impact_pct else ""
+            if f.impact_pct and f.impact and f.impact.get("method") == "what-if":
+                imp += f" (what-if: {esc(str(f.impact.get('target') or ''))})"
             lines.append(
                 f"{i}. **{SEV_LABEL.get(f.severity, esc(f.severity).upper())}** "
                 f"{code(f.rule)} {esc(f.title)}{imp}"
@@ -78,6 +81,7 @@ def render_markdown(result: DiagnosisResult) -> str:
         lines.append("")
     else:
         lines += ["**No findings**: no rule fired.", ""]
+    lines += critical_path_lines(r.critical_path)
 
     lines += _run(r)
     # a CPU-only run: its host view, not GPU tables at "idle 100%"

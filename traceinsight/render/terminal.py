@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from traceinsight.render import describe
+from traceinsight.render.critical_path import impact_line
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
 from traceinsight.util.safetext import for_terminal
@@ -121,6 +122,8 @@ def render(
                 st(f"[{label}]", fg=colour, bold=True) + head[len(label) + 2 :] + " " * pad + imp
             )
             lines.append(_wrap(f.message, "       ", width))
+            if f.impact and f.impact.get("target"):  # how the impact is known
+                lines.append(_wrap(impact_line(f.impact), "       ", width))
             for ev in f.evidence:
                 if ev.get("kind") == "measurements":
                     parts = [

@@ -124,6 +124,7 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "breakdown": _breakdown(r),
         "ranks": ranks_view((r.extra or {}).get("cross_rank")),
         "timeline": _timeline(r),
+        "critical_path": CHARTS["critical_path"].build(r.critical_path, r.timeline),
         "layers": _layers(r),
         "ops": _ops(r),
         "kernels": _kernels(r),

@@ -20,6 +20,7 @@ from typing import Any
 from traceinsight.render.html.charts.breakdown import class_chart, rank_chart
 from traceinsight.render.html.charts.categories import categories_chart
 from traceinsight.render.html.charts.compare_bars import compare_bars
+from traceinsight.render.html.charts.critical_path import critical_path_chart
 from traceinsight.render.html.charts.host import host_chart
 from traceinsight.render.html.charts.memory import memory_chart
 from traceinsight.render.html.charts.ranks import heatmap
@@ -70,6 +71,15 @@ CHARTS: dict[str, Chart] = {
             "breakdown",
             "class-chart",
             "kernel time by class, all ranks",
+        ),
+        Chart(
+            "critical_path",
+            critical_path_chart,
+            "diagnose",
+            "timeline",
+            "cp-chart",
+            "the critical path of one step drawn over its host thread and streams, and its "
+            "breakdown by category as a bar",
         ),
         Chart(
             "rank_heatmap",

@@ -1,0 +1,332 @@
+"""Critical path, replay and what-if per rank and step window.
+
+:func:`step_models` builds each step's dependency graph (:mod:`.graph`), walks its critical
+path on the recorded timeline (:mod:`.path`) and replays it (:mod:`.replay`);
+:func:`analyse` adds the what-ifs (:mod:`.whatif`) and returns the result section
+``critical_path`` (documented in docs/RESULT.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from traceinsight.analysis import by_rank
+from traceinsight.analysis.critical_path import graph as gr
+from traceinsight.analysis.critical_path import whatif as wi
+from traceinsight.analysis.critical_path.path import CriticalPath, top_items, walk
+from traceinsight.analysis.critical_path.prep import prep, rank_latency
+from traceinsight.analysis.critical_path.replay import inputs, replay
+from traceinsight.result import severity_rank
+
+#: a step whose replay differs from the measured step by more than this gets a diagnostic
+REPLAY_TOLERANCE_PCT = 3.0
+
+
+@dataclass
+class StepModel:
+    graph: gr.StepGraph
+    path: CriticalPath
+    replayed_ns: int
+    base: tuple[Any, int]  #: the recorded replay inputs and their replayed end
+
+    @property
+    def error_pct(self) -> float:
+        m = self.graph.measured_ns
+        return 100.0 * (self.replayed_ns - m) / m if m else 0.0
+
+
+def _host_ranges(store) -> tuple[dict[int, tuple[str, str]], dict[int, Any]]:
+    """Per rank: the thread of its ProfilerStep ranges, and its host annotations."""
+    rng = store.table(
+        "ranges", ["rank", "kind", "name", "process", "thread", "start_ns", "dur_ns"]
+    ).to_pandas()
+    kind = rng["kind"].astype(str)
+    st = rng[kind == "step"]
+    out: dict[int, tuple[str, str]] = {}
+    for r, grp in st.groupby("rank", observed=True):
+        row = grp.sort_values("dur_ns").iloc[-1]
+        out[int(r)] = (str(row["process"]), str(row["thread"]))
+    ann = rng[kind == "annotation"]
+    return out, {int(r): grp for r, grp in ann.groupby("rank", observed=True)}
+
+
+def step_models(an, ranks: Iterable[int] | None = None, step: int | None = None) -> list[StepModel]:
+    """Every step window's model, rank by rank (``step``: that step only)."""
+    from traceinsight.analysis import plain_strings
+
+    with plain_strings():
+        return list(_models(an, ranks, step))
+
+
+def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepModel]:
+    at = an.attribution
+    mains, anns = _host_ranges(an.store)
+    ranks = sorted({w.rank for w in at.steps}) if ranks is None else list(ranks)
+    for rank in ranks:
+        wins = [w for w in at.steps if w.rank == rank and (step is None or w.step == step)]
+        if not wins:
+            continue
+        g = by_rank.rows(at.gpu, rank)
+        rt = by_rank.rows(at.runtime, rank)
+        ops = by_rank.rows(at.ops, rank)
+        sy = by_rank.rows(at.syncs, rank) if len(at.syncs) else at.syncs
+        lat = rank_latency(g)
+        pre = prep(rt, ops, anns.get(rank), g, sy)
+        for w in wins:
+            if w.dur_ns <= 0:
+                continue
+            G = gr.build(rank, w, g, rt, ops, sy, mains.get(rank), lat, pre)
+            cp = walk(G)
+            x0 = inputs(G)
+            rp = replay(G, x0)
+            yield StepModel(G, cp, int(rp.end - G.ws), (x0, int(rp.end)))
+
+
+#: at most this many path segments of the focus step go into the result (merged below)
+MAX_SEGMENTS = 2000
+
+
+def path_segments(m: StepModel) -> list[list[Any]]:
+    """The path of a step for drawing: ``[offset_ns, dur_ns, category, stream]`` from the
+    window start (``stream`` null for host time), neighbours of the same category and place
+    merged; past :data:`MAX_SEGMENTS`, segments under 1/5000 of the step join the previous."""
+    G = m.graph
+    out: list[list[Any]] = []
+    floor = G.measured_ns / 5000 if len(m.path.segments) > MAX_SEGMENTS else 0
+    for sg in m.path.segments:
+        lane = int(G.g_stream[sg.item]) if sg.node == 1 else None
+        cat = gr.CATEGORIES[sg.cat]
+        d = int(sg.end - sg.start)
+        if out and ((out[-1][2] == cat and out[-1][3] == lane) or d < floor):
+            out[-1][1] += d
+            continue
+        out.append([int(sg.start - G.ws), d, cat, lane])
+    return out[: MAX_SEGMENTS * 2]
+
+
+def _missing_dependency(G: gr.StepGraph) -> str:
+    """The GPU item that started longest after all its known dependencies."""
+    x = inputs(G)
+    if not len(G.g_start):
+        return "no GPU work in the step: host time the trace does not break down"
+    prev = G.g_prev()
+    ge = G.g_start + G.g_dur
+    pe = np.where(prev >= 0, ge[np.clip(prev, 0, None)], G.g_floor)
+    ls = np.where(G.g_launch >= 0, gr.take(G.h_start, G.g_launch, 0) + x.g_lat, gr.NEG)
+    ready = np.maximum(pe, ls)
+    late = np.where(ready > gr.NEG // 2, G.g_start - ready, -1)
+    k = int(np.argmax(late))
+    if late[k] <= 0:
+        return (
+            "every GPU item starts on its known dependencies: the host time between calls "
+            "depends on something the trace does not record (another thread, a peer rank)"
+        )
+    from traceinsight.util.fmt import short_kernel_name
+    from traceinsight.util.safetext import for_terminal
+
+    # the kernel's name without its template arguments (plain text in every output)
+    name = for_terminal(short_kernel_name(str(G.g_name[k])).split("<")[0])[:80]
+    return (
+        f"{name} on stream {int(G.g_stream[k])} started {late[k] / 1000:.1f} µs after its "
+        "last known dependency (launch, stream order, event wait): a dependency the trace "
+        "does not record (a cross-stream event, a peer rank, a graph node order)"
+    )
+
+
+def _straggler_ctx(models: list[StepModel]) -> dict[str, Any]:
+    comp: dict[int, list[int]] = {}
+    for m in models:
+        G = m.graph
+        comp.setdefault(G.rank, []).append(int(G.g_dur[G.g_cat == gr.CAT["compute"]].sum()))
+    if len(comp) < 2:
+        return {}
+    med = {r: float(np.median(v)) for r, v in comp.items()}
+    s = max(med, key=lambda r: med[r])
+    typical = float(np.median(list(med.values())))
+    if med[s] <= 0 or typical >= med[s]:
+        return {}
+    scale = typical / med[s]
+    waits = {}
+    for m in models:
+        G = m.graph
+        if G.rank == s:
+            continue
+        excess = med[s] - typical
+        waits[(G.rank, G.step)] = int(excess)
+    return {"straggler_scale": {s: scale}, "straggler_wait_ns": waits, "straggler_rank": s}
+
+
+def _gain(m: StepModel, keys: list[str], ctx: dict) -> int:
+    G = m.graph
+    x0, base = m.base
+    x = x0.copy()
+    for k in keys:
+        wi.BY_KEY[k].apply(G, x, ctx)
+    end = replay(G, x).end
+    if not (x.h_dep >= 0).any() and (x0.h_dep >= 0).any():
+        end = min(end, _pipelined_end(G, x))
+    return max(0, min(int(base - end), G.measured_ns))
+
+
+def _pipelined_end(G: gr.StepGraph, x) -> int:
+    """With no host wait on the GPU left, the host runs ahead of the GPU from step to step:
+    a step then takes the longer of the host's own time and the GPU's own chain (stream order
+    and event waits, every launch already issued)."""
+    host = replay(G, x)
+    y = x.copy()
+    y.g_lat[:] = gr.NEG
+    y.g_pin[:] = np.maximum(y.g_pin, gr.NEG)
+    gpu = replay(G, y)
+    g_len = (int(gpu.g_end.max()) - G.ws) if len(G.g_start) else 0
+    h_len = host.end - G.ws if not len(G.g_start) else _host_end(G, host) - G.ws
+    return int(G.ws + max(g_len, h_len))
+
+
+def _host_end(G: gr.StepGraph, rp) -> int:
+    if G.main_thread >= 0 and len(G.h_start):
+        m = np.flatnonzero(G.h_thread == G.main_thread)
+        last = m[-1]
+        return int(rp.h_end[last]) + max(G.he - int(G.h_start[last] + G.h_dur[last]), 0)
+    return int(G.he)
+
+
+def analyse(
+    an,
+    rules: Iterable[str] = (),
+    *,
+    tensor_speedup: float | None = None,
+    top_n: int = 8,
+    models: list[StepModel] | None = None,
+    focus: tuple[int, int | None] | None = None,
+) -> dict[str, Any]:
+    """The ``critical_path`` result section: per rank and step, the measured and replayed
+    step, the path by category and its top items; the what-if of each fired rule that has one
+    (marginal, in the order of their standalone gain, so they add up to ``whatif.all``)."""
+    models = step_models(an) if models is None else models
+    if not models:
+        return {}
+    ctx: dict[str, Any] = {"tensor_speedup": tensor_speedup, **_straggler_ctx(models)}
+    fired = [w.key for w in wi.WHATIFS if any(r in w.rules for r in rules)]
+    measured = sum(m.graph.measured_ns for m in models)
+    alone_steps = {k: [_gain(m, [k], ctx) for m in models] for k in fired}
+    alone = {k: sum(v) for k, v in alone_steps.items()}
+    order = sorted(fired, key=lambda k: (-alone[k], k))
+    marginal: dict[str, int] = {}
+    done: list[str] = []
+    prev = 0
+    per_step_all: list[int] = []
+    for k in order:
+        done.append(k)
+        # the first what-if of the order alone is already known
+        per_step_all = alone_steps[k] if len(done) == 1 else [_gain(m, done, ctx) for m in models]
+        tot = sum(per_step_all)
+        marginal[k] = max(tot - prev, 0)
+        prev = max(tot, prev)
+    n_steps = len(models)
+    mean_step = measured / n_steps
+    ranks: dict[int, dict[str, Any]] = {}
+    within = 0
+    for i, m in enumerate(models):
+        G = m.graph
+        err = m.error_pct
+        within += abs(err) <= REPLAY_TOLERANCE_PCT
+        row: dict[str, Any] = {
+            "step": G.step,
+            "start_ns": int(G.origin_ns + G.ws),
+            "measured_ns": G.measured_ns,
+            "replayed_ns": m.replayed_ns,
+            "replay_error_pct": err,
+            "path_ns": dict(m.path.by_cat),
+            "top": top_items(G, m.path, top_n),
+            "events": G.n,
+        }
+        if per_step_all:
+            row["whatif_all_ns"] = G.measured_ns - per_step_all[i]
+        if focus is not None and (G.rank, G.step) == focus:
+            row["segments"] = path_segments(m)
+        r = ranks.setdefault(
+            G.rank, {"rank": G.rank, "launch_latency_ns": G.latency_ns, "steps": []}
+        )
+        r["steps"].append(row)
+    all_gain = sum(per_step_all) if per_step_all else 0
+    out: dict[str, Any] = {
+        "categories": {c: gr.CATEGORY_LABELS[c] for c in gr.CATEGORIES},
+        "ranks": list(ranks.values()),
+        "replay": {
+            "steps": n_steps,
+            "within_tolerance": int(within),
+            "tolerance_pct": REPLAY_TOLERANCE_PCT,
+            "within_pct": 100.0 * within / n_steps,
+        },
+        "whatif": {
+            k: {
+                "target": wi.BY_KEY[k].target,
+                "rules": list(wi.BY_KEY[k].rules),
+                "alone_ns": alone[k] / n_steps,
+                "alone_pct": 100.0 * alone[k] / measured if measured else 0.0,
+                "ns": marginal[k] / n_steps,
+                "pct": 100.0 * marginal[k] / measured if measured else 0.0,
+            }
+            for k in order
+        },
+        "order": order,
+    }
+    out["whatif"]["all"] = {
+        "step_ns": mean_step - all_gain / n_steps,
+        "measured_step_ns": mean_step,
+        "ns": all_gain / n_steps,
+        "pct": 100.0 * all_gain / measured if measured else 0.0,
+        "applied": list(order),
+    }
+    bad = [m for m in models if abs(m.error_pct) > REPLAY_TOLERANCE_PCT]
+    out["diagnostics"] = [
+        {
+            "code": "replay-error",
+            "severity": "warning",
+            "source": f"rank {m.graph.rank}",
+            "message": ("the window" if m.graph.step is None else f"step {m.graph.step}")
+            + ": the replay of its dependency graph is "
+            f"{m.error_pct:+.1f}% off the measured step; " + _missing_dependency(m.graph),
+            "hint": "what-if impacts of this step are less certain",
+        }
+        for m in bad[:5]
+    ]
+    if len(bad) > 5:
+        out["diagnostics"][-1]["count"] = len(bad)
+    return out
+
+
+def impacts(findings: list, section: dict[str, Any]) -> None:
+    """Set each finding's ``impact`` (``pct``, ``ns``, ``method``, ``target``): the what-if of
+    its cause where there is one, else the rule's estimate, capped so that all impacts together
+    never exceed the step."""
+    wf = section.get("whatif", {}) if section else {}
+    step = float((wf.get("all") or {}).get("measured_step_ns") or 0.0)
+    used = 0.0
+    told: set[str] = set()  # one what-if is one cause: told once, by its first finding
+    for f in sorted(findings, key=lambda f: severity_rank(f.severity)):
+        w = wi.BY_RULE.get(f.rule)
+        if w is not None and w.key in wf:
+            e = wf[w.key]
+            pct, ns = (0.0, 0.0) if w.key in told else (e["pct"], e["ns"])
+            target = w.target if w.key not in told else w.target + " (counted once, above)"
+            told.add(w.key)
+            f.impact = {"pct": pct, "ns": ns, "method": "what-if", "target": target}
+            used += pct
+    gains = {f.rule: f.impact["pct"] for f in findings if f.impact is not None}
+    for f in findings:
+        if getattr(f, "impact", None) is None and f.impact_pct is not None:
+            told_by = sum(gains.get(r, 0.0) for r in wi.UMBRELLA.get(f.rule, ()))
+            pct = max(0.0, min(float(f.impact_pct) - told_by, 100.0 - used))
+            used += pct
+            f.impact = {
+                "pct": pct,
+                "ns": step * pct / 100.0 if step else None,
+                "method": "estimate",
+                "target": "the rule's estimate (its metric times a fixed factor)"
+                + (", less what the more specific findings' what-ifs explain" if told_by else ""),
+            }
