@@ -32,7 +32,7 @@ EXPECTED = {
     "synthetic_straggler_4rank": [
         ("HIGH", "straggler"),
         ("LOW", "compute-bound"),
-        ("HIGH", "comm-bound"),
+        ("LOW", "comm-bound"),
     ],
     "synthetic_h100_fp32_gemms.json.gz": [
         ("HIGH", "low-precision-unused"),
@@ -216,7 +216,7 @@ def test_report_of_a_trace_diagnoses_it(tmp_path: Path) -> None:
     assert [(f["severity"], f["rule"]) for f in parse_report(html).findings] == [
         ("high", "straggler"),
         ("low", "compute-bound"),
-        ("high", "comm-bound"),
+        ("low", "comm-bound"),
     ]
 
 

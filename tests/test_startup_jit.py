@@ -64,7 +64,7 @@ def test_an_nvfuser_nvrtc_first_call_is_not_representative(tmp_path: Path) -> No
     assert f is not None and f.severity == "high"
     assert "compilation" in f.headline and "KernelExecutor::compileFusion" in f.message
     # the advice names torch.profiler's schedule for a Kineto trace, not nsys options
-    assert any("schedule(wait=1" in r for r in f.recommendations)
+    assert any("schedule(wait=2" in r for r in f.recommendations)
     assert not any("nsys profile" in r for r in f.recommendations)
     assert any("nvFuser" in r for r in f.recommendations)
     assert _status(ev, "host-stall") == "not-applicable"

@@ -11,6 +11,10 @@ from traceinsight.analysis.run_names import UNKNOWN, Fact, Names, _show, unknown
 # --- mode --------------------------------------------------------------------------------------
 
 BACKWARD_OP = re.compile(r"Backward|^autograd::engine::evaluate_function|AccumulateGrad")
+#: ranges (NVTX, record_function) of a backward pass: autograd's own, or a range named so
+BACKWARD_RANGE = re.compile(
+    r"Backward|^autograd::engine::evaluate_function|AccumulateGrad|\bbackward\b", re.IGNORECASE
+)
 OPTIMIZER = re.compile(r"^(?:Optimizer|optimizer)\.(?:step|zero_grad)")
 #: sharded / engine-managed training whose forward half alone is still training
 TRAINING_MARKERS = re.compile(
@@ -69,9 +73,12 @@ def runs_backward(n: Names) -> bool:
     """Forward+backward work (FLOPs of a training step), whether or not an optimizer steps."""
     if n.any(BACKWARD_OP, "ops") or n.any(OPTIMIZER, "ops", "ranges"):
         return True
-    if n.any(TRAINING_MARKERS, "ops", "ranges", "frames"):
+    if n.any(TRAINING_MARKERS, "ops", "ranges", "frames") or n.any(BACKWARD_RANGE, "ranges"):
         return True
-    return not len(n.ops) and bool(n.any(BACKWARD_KERNEL, "kernels"))
+    # no framework op recorded (a GPU-only capture, or Nsight without emit_nvtx): kernels only
+    # a backward pass runs
+    framework = any(str(k).startswith("aten::") for k in n.ops.index)
+    return not framework and bool(n.any(BACKWARD_KERNEL, "kernels"))
 
 
 # --- engine / framework ------------------------------------------------------------------------
