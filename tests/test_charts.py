@@ -30,6 +30,7 @@ TEMPLATES = REPO / "templates"
 #: chart -> the report it is drawn on (keys of the ``reports`` fixture)
 SHOWN_IN = {
     "steps": "launch_bound",
+    "critical_path": "launch_bound",
     "ranks_gpu_time": "launch_bound",
     "kernel_classes": "launch_bound",
     "rank_heatmap": "straggler",

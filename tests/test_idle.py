@@ -560,6 +560,7 @@ def test_real_graph_capture_traces_lead_with_not_representative(rel: str) -> Non
 def test_real_microsecond_syncs_do_not_make_host_sync_lead() -> None:
     d = _real("hta/nccl_parser_config/nccl_data.json.gz")
     assert d["v"]["idle_sync_pct"] < 1 and d["v"]["idle_launch_pct"] > 40
-    assert d["findings"][0]["rule"] == "launch-bound"
+    # led by what its what-ifs win most: the host stall or the launches (both the expert's)
+    assert d["findings"][0]["rule"] in ("host-stall", "launch-bound")
     assert "host-sync" not in d["by_rule"]
     assert d["v"]["steady_state"] == 1

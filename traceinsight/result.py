@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypedDict
+from typing import Any, ClassVar, TypedDict
 
 from traceinsight.errors import InputError
 
@@ -173,7 +173,7 @@ class Rollups(TypedDict, total=False):
     step_basis: dict[str, Any]
     module_types: list[Row]
     #: a capture without step markers: kernel time per second and per repeated unit
-    slice: dict[str, Any]
+    slice: dict[str, Any] | None
 
 
 class Roofline(TypedDict, total=False):
@@ -335,6 +335,8 @@ class Finding:
 
 @dataclass
 class DiagnosisResult:
+    #: fields ``to_dict`` leaves out when they are None (the JSON Schema does not require them)
+    OMITTED_WHEN_NONE: ClassVar[tuple[str, ...]] = ("serving",)
     tool: ToolInfo
     command: list[str]
     trace: TraceInfo

@@ -64,7 +64,8 @@ class _Builder:
             hints = typing.get_type_hints(tp)
             if dataclasses.is_dataclass(tp):
                 keys = [f.name for f in dataclasses.fields(tp)]
-                required = list(keys)  # to_dict writes every field
+                # to_dict writes every field but those it leaves out when empty
+                required = [k for k in keys if k not in getattr(tp, "OMITTED_WHEN_NONE", ())]
             else:
                 keys = list(hints)
                 required = [k for k in keys if k in tp.__required_keys__]

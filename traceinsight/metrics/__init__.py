@@ -19,6 +19,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.errors import ConfigError
 from traceinsight.metrics import (
     comm,
+    completeness,
     copies,
     host,
     idle_metrics,
@@ -59,7 +60,7 @@ __all__ = [
 #: the metric groups, run in this order (later groups read what earlier ones set)
 GROUPS: list[MetricGroup] = [
     MetricGroup("mode", mode.compute, (mode,), options=True),
-    MetricGroup("timing", timing.compute, (timing, steps, idle_metrics)),
+    MetricGroup("timing", timing.compute, (timing, steps, idle_metrics, completeness)),
     MetricGroup("memory", memory.compute, (memory,)),
     MetricGroup("memory snapshot", snapshot.compute, (snapshot,)),
     MetricGroup("copies", copies.compute, (copies,)),

@@ -315,15 +315,28 @@ def impacts(findings: list, section: dict[str, Any]) -> None:
             pct, ns = (0.0, 0.0) if w.key in told else (e["pct"], e["ns"])
             target = w.target if w.key not in told else w.target + " (counted once, above)"
             told.add(w.key)
+            prior = getattr(f, "impact", None) or {}
             f.impact = {"pct": pct, "ns": ns, "method": "what-if", "target": target}
+            if prior.get("method") == "estimate":  # the engine's one-story estimate, kept
+                f.impact["estimate_pct"] = prior.get("pct")
+                f.impact["shared_with"] = prior.get("shared_with") or []
             used += pct
-    gains = {f.rule: f.impact["pct"] for f in findings if f.impact is not None}
+    what_if_rules = {
+        f.rule for f in findings if f.impact is not None and f.impact.get("method") == "what-if"
+    }
+    gains = {f.rule: f.impact["pct"] for f in findings if f.rule in what_if_rules}
     for f in findings:
-        if getattr(f, "impact", None) is None and f.impact_pct is not None:
-            told_by = sum(gains.get(r, 0.0) for r in wi.UMBRELLA.get(f.rule, ()))
+        prior = getattr(f, "impact", None)  # the engine's estimate (engine/impacts.py), if any
+        estimated = prior is None or prior.get("method") == "estimate"
+        if estimated and f.rule not in what_if_rules and f.impact_pct is not None:
+            # the engine already left out what the named findings own (impact.less)
+            shared = (prior or {}).get("shared_with")
+            told_by = 0.0 if shared else sum(gains.get(r, 0.0) for r in wi.UMBRELLA.get(f.rule, ()))
             pct = max(0.0, min(float(f.impact_pct) - told_by, 100.0 - used))
             used += pct
             f.impact = {
+                **{k: v for k, v in (prior or {}).items() if k in ("basis", "shared_with")},
+                "estimate_pct": float(f.impact_pct),
                 "pct": pct,
                 "ns": step * pct / 100.0 if step else None,
                 "method": "estimate",
