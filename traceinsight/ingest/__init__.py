@@ -306,10 +306,9 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
     target = job.out if job.out is not None else cache.store_path(key)
     if job.out is None:
         cache.clean()
-        if target.exists() and not job.force and job.use_cache:
-            meta = read_meta(target)
-            if meta is not None and meta.get("content_key") == key and is_valid_store(target):
-                return TraceStore.open(target)
+        same = cached_twin(job, target) if not job.force and job.use_cache else None
+        if same is not None:
+            return same
     _assign_ranks(reads, job.inputs)
     prog.update("write", 1.0)
     reads = sorted(reads, key=lambda r: r.result.meta.rank)
@@ -332,8 +331,9 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
 
 
 def cached_twin(job: _Job, target: Path) -> TraceStore | None:
-    """The cache's store at ``target`` when a concurrent run of the same inputs has just
-    written it (same content key, complete): a second writer reuses it instead of failing."""
+    """The cache's store at ``target`` when it holds these inputs (same content key,
+    complete): read instead of written again, also when a concurrent run of the same inputs
+    wrote it while this one read them (the second writer reuses it instead of failing)."""
     if job.out is not None:
         return None
     meta = read_meta(target)

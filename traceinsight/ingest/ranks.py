@@ -32,8 +32,6 @@ from traceinsight.store.core import (
     STORE_FORMAT,
     TraceStore,
     commit_dir,
-    is_valid_store,
-    read_meta,
 )
 from traceinsight.util.distributed import current
 from traceinsight.util.progress import Progress
@@ -190,17 +188,16 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
         _check_ranks(parts, inputs.display)
         key = job.key
         target = job.out if job.out is not None else cache.store_path(key)
-        if job.out is None and target.exists() and not job.force and job.use_cache:
-            meta = read_meta(target)
-            if meta is not None and meta.get("content_key") == key and is_valid_store(target):
-                return TraceStore.open(target)
+        from traceinsight.ingest import cached_twin
+
+        same = cached_twin(job, target) if not job.force and job.use_cache else None
+        if same is not None:
+            return same
         prog.update("write", 1.0)
         _finish(tmp, parts, skipped, key, job.options)
         try:
             commit_dir(tmp, target)
         except OSError as e:
-            from traceinsight.ingest import cached_twin
-
             same = cached_twin(job, target)  # another run of the same trace wrote it first
             if same is not None:
                 return same
