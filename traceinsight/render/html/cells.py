@@ -109,6 +109,9 @@ def cell(v: Any, kind: str) -> dict[str, Any]:
     elif kind in ("status", "tag"):  # compare: new/gone/same, contributor kind
         c["kind"] = kind
         c["cls"] = TAG_CLASS.get(s, "other")
+    elif kind == "dims":  # input shapes: wrap anywhere, three lines at most (all in the tooltip)
+        c["kind"] = "dims"
+        c["title"] = c["t"]
     elif kind == "op":  # an op name: wraps anywhere rather than widen the table
         c["kind"] = "op"
     elif kind == "module":
