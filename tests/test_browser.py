@@ -629,14 +629,18 @@ def test_multirank_operators_fit_their_box(multirank_page) -> None:
 def test_nothing_is_wider_than_its_box_or_drawn_outside_its_chart(
     multirank_page, straggler_page, browser, sample_results, tmp_path
 ) -> None:
-    from traceinsight.render.html import render_html
+    from traceinsight.compare.explain import compare
+    from traceinsight.render.html import render_compare_html, render_html
 
     launch = _open(browser, render_html(sample_results["launch"]), tmp_path, "launch-layout")
+    both = compare(sample_results["launch"], sample_results["straggler"])
+    cmp = _open(browser, render_compare_html(both), tmp_path, "compare-layout")
     try:
         for name, page in (
             ("multirank", multirank_page),
             ("straggler", straggler_page),
             ("launch", launch),
+            ("compare", cmp),
         ):
             assert page.evaluate(LAYOUT_JS) == [], name
         # the slowest and fastest ranks are whole tables, every column in view
@@ -647,6 +651,7 @@ def test_nothing_is_wider_than_its_box_or_drawn_outside_its_chart(
             assert cols == 9, tid
     finally:
         launch.close()
+        cmp.close()
 
 
 @requires_chromium
