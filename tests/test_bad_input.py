@@ -130,6 +130,17 @@ def test_two_files_claim_the_same_rank(tmp_path: Path) -> None:
     )
 
 
+def test_same_named_files_of_two_folders_are_told_apart(tmp_path: Path) -> None:
+    # two runs' rank-0 traces passed together: the error names each by its folder
+    for run in ("h100", "mi300"):
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "trace.json").write_text(small_trace())
+    res = run_ingest(tmp_path, tmp_path / "h100" / "trace.json", tmp_path / "mi300" / "trace.json")
+    assert_clean_failure(
+        res, tmp_path, "two files claim rank 0: h100/trace.json and mi300/trace.json"
+    )
+
+
 def test_files_without_rank_information(tmp_path: Path) -> None:
     d = tmp_path / "run"
     d.mkdir()

@@ -15,6 +15,7 @@ Run as a script to save a screenshot of a real trace's report::
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import shutil
@@ -540,6 +541,247 @@ def test_cpu_only_report_is_a_host_view(browser, sample_results, tmp_path) -> No
         assert "TransformerEncoderLayer" in mods
         assert "idle 100" not in pg.evaluate("document.body.innerText")
         assert "no GPU (CPU-only trace)" in pg.locator("#diagnostics .device-line").text_content()
+    finally:
+        pg.close()
+
+
+# --- layout, measured: nothing wider than its box, nothing drawn over its neighbour ---------
+
+#: every folded table opened; then each table box whose content is wider than the box (a
+#: scroll bar that neither a screenshot nor print shows), each table or chart that runs past
+#: its section, and each shape or label of a chart drawn outside the chart (into the next
+#: heading)
+LAYOUT_JS = """() => { document.querySelectorAll('details').forEach(d => d.open = true);
+  document.querySelectorAll('button[data-expand]').forEach(b => b.click());
+  const bad = [];
+  for (const box of document.querySelectorAll('.tbl-scroll'))
+    if (box.scrollWidth > box.clientWidth + 1)
+      bad.push({table: box.querySelector('table')?.id, content: box.scrollWidth,
+                box: box.clientWidth});
+  for (const sec of document.querySelectorAll('section')) {
+    const s = sec.getBoundingClientRect();
+    for (const el of sec.querySelectorAll('table, svg.chart'))
+      if (el.getBoundingClientRect().right > s.right + 1)
+        bad.push({past: el.id || el.getAttribute('class'), section: sec.id});
+  }
+  for (const svg of document.querySelectorAll('svg.chart')) {
+    const o = svg.getBoundingClientRect();
+    for (const el of svg.querySelectorAll('text, rect, circle')) {
+      const r = el.getBoundingClientRect();
+      if (!r.width && !r.height) continue;
+      if (r.left < o.left - 1 || r.top < o.top - 1 || r.right > o.right + 1
+          || r.bottom > o.bottom + 1)
+        bad.push({outside: svg.getAttribute('class'), el: el.getAttribute('class'),
+                  text: el.textContent.slice(0, 60)});
+    }
+  }
+  return bad; }"""
+
+#: the tallest body row of a table (px)
+ROW_HEIGHT_JS = """t => Math.max(...Array.from(document.querySelectorAll(t + ' tbody tr'))
+  .map(r => r.getBoundingClientRect().height))"""
+
+
+@pytest.fixture(scope="module")
+def multirank_page(browser, tmp_path_factory):
+    """The report of a real two-rank trace folder (long fbgemm op names, 29-argument input
+    dims); skipped without the shared corpus."""
+    from conftest import KINETO, NO_CORPUS
+
+    from traceinsight.diagnose import diagnose
+    from traceinsight.ingest import ingest
+    from traceinsight.render.html import render_html
+
+    folder = KINETO / "hta" / "trace_filter"
+    if not folder.is_dir():
+        pytest.skip(NO_CORPUS)
+    tmp = tmp_path_factory.mktemp("multirank")
+    r = diagnose(ingest([folder], tmp / "s.tistore", quiet=True), command=["traceinsight"])
+    pg = _open(browser, render_html(r), tmp, "multirank")
+    pg.result = r  # type: ignore[attr-defined]
+    yield pg
+    pg.close()
+
+
+@requires_chromium
+def test_multirank_operators_fit_their_box(multirank_page) -> None:
+    page = multirank_page
+    _expand(page, "tbl-ops")
+    m = page.evaluate("""() => { const t = document.querySelector('#tbl-ops');
+      const box = t.closest('.tbl-scroll'), br = box.getBoundingClientRect();
+      const heads = Array.from(t.querySelectorAll('thead th')).map(h => h.textContent);
+      const share = heads.indexOf('share'), dims = heads.indexOf('input dims');
+      const cells = i => Array.from(t.querySelectorAll('tbody tr')).map(r => r.cells[i]);
+      return {content: box.scrollWidth, box: box.clientWidth, rows: cells(0).length,
+        shareRight: Math.max(...cells(share).map(c => c.getBoundingClientRect().right)),
+        dimsRight: Math.max(...cells(dims).map(c => c.getBoundingClientRect().right)),
+        boxRight: br.right,
+        longest: Math.max(...cells(0).map(c => c.textContent.length)),
+        dimsTitled: cells(dims).filter(c => c.title && c.title.length > 150).length}; }""")
+    assert m["rows"] > 100 and m["longest"] > 120  # a 155-character autograd op name
+    assert m["content"] <= m["box"], m  # no hidden columns behind a scroll bar
+    assert m["shareRight"] <= m["boxRight"] and m["dimsRight"] <= m["boxRight"], m
+    assert m["dimsTitled"] >= 1  # the 29-argument dims: three lines, the rest in the tooltip
+    assert page.evaluate(ROW_HEIGHT_JS, "#tbl-ops") <= 80  # was 223 px
+
+
+@requires_chromium
+def test_nothing_is_wider_than_its_box_or_drawn_outside_its_chart(
+    multirank_page, straggler_page, browser, sample_results, tmp_path
+) -> None:
+    from traceinsight.compare.explain import compare
+    from traceinsight.render.html import render_compare_html, render_html
+
+    launch = _open(browser, render_html(sample_results["launch"]), tmp_path, "launch-layout")
+    both = compare(sample_results["launch"], sample_results["straggler"])
+    cmp = _open(browser, render_compare_html(both), tmp_path, "compare-layout")
+    try:
+        for name, page in (
+            ("multirank", multirank_page),
+            ("straggler", straggler_page),
+            ("launch", launch),
+            ("compare", cmp),
+        ):
+            assert page.evaluate(LAYOUT_JS) == [], name
+        # the slowest and fastest ranks are whole tables, every column in view
+        for tid in ("tbl-ranks-top", "tbl-ranks-bottom"):
+            cols = multirank_page.evaluate(
+                "t => document.querySelectorAll(t + ' thead th').length", f"#{tid}"
+            )
+            assert cols == 9, tid
+    finally:
+        launch.close()
+        cmp.close()
+
+
+@requires_chromium
+def test_rank_heatmaps_start_at_zero_and_state_the_spread(multirank_page) -> None:
+    page = multirank_page
+    heat = page.result.extra["cross_rank"]["heatmaps"]
+    maps = page.evaluate("""() => Array.from(document.querySelectorAll('svg.heat-chart')).map(
+      s => ({lo: s.querySelector('text.heat-key-lo').textContent,
+             spread: s.querySelector('text.heat-spread').textContent,
+             fills: Array.from(new Set(Array.from(s.querySelectorAll('rect.heat'))
+               .map(r => r.getAttribute('fill')))),
+             bottom: s.getBoundingClientRect().bottom,
+             next: s.closest('figure').nextElementSibling?.getBoundingClientRect().top}))""")
+    assert len(maps) == 3
+    vals = [v for row in heat["wall_ns"] for v in row if v is not None]
+    lo, hi = min(vals), max(vals)
+    assert 0 < (hi - lo) / hi < 0.05  # two ranks a few per cent apart
+    step = maps[0]
+    assert step["lo"] == "0"
+    assert step["spread"] == spread_line(lo, hi)
+    assert f"{100 * (hi - lo) / hi:.1f}% of the largest" in step["spread"]
+    assert len(step["fills"]) == 1  # on a scale from 0 they are one colour, not light vs dark
+    for m in maps:
+        assert m["next"] is None or m["bottom"] <= m["next"] + 1, m  # key clear of the heading
+
+
+def spread_line(lo: int, hi: int) -> str:
+    from traceinsight.render.html.charts.ranks import spread_line as line
+
+    return line(lo, hi)
+
+
+def _lab(rgb: str) -> tuple[float, float, float]:
+    """CIE L*a*b* (D65) of a computed ``rgb(r, g, b)`` colour."""
+    r, g, b = (int(x) / 255 for x in re.findall(r"\d+", rgb)[:3])
+
+    def lin(c: float) -> float:
+        return ((c + 0.055) / 1.055) ** 2.4 if c > 0.04045 else c / 12.92
+
+    r, g, b = lin(r), lin(g), lin(b)
+    x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047
+    y = 0.2126 * r + 0.7152 * g + 0.0722 * b
+    z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883
+
+    def f(t: float) -> float:
+        return t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116
+
+    return 116 * f(y) - 16, 500 * (f(x) - f(y)), 200 * (f(y) - f(z))
+
+
+#: the smallest CIE76 distance between two category colours (about 2.3 is barely visible)
+MIN_COLOUR_DISTANCE = 20.0
+
+
+@requires_chromium
+def test_category_colours_are_distinct(straggler_page) -> None:
+    from itertools import combinations
+
+    from traceinsight.util.vocab import CLASSES
+
+    def colours(prefix: str, names) -> dict[str, str]:
+        return straggler_page.evaluate(
+            """([p, ns]) => Object.fromEntries(ns.map(n => { const e = document.createElement(
+              'span'); e.className = p + n; document.body.appendChild(e);
+              const c = getComputedStyle(e).backgroundColor; e.remove(); return [n, c]; }))""",
+            [prefix, list(names)],
+        )
+
+    for prefix, names in (
+        ("cls-", CLASSES),
+        ("seg-", ("compute", "comm", "memcpy", "memset", "idle", "hidden")),
+    ):
+        got = colours(prefix, names)
+        assert len(set(got.values())) == len(got), got
+        for a, b in combinations(got, 2):
+            d = math.dist(_lab(got[a]), _lab(got[b]))
+            assert d >= MIN_COLOUR_DISTANCE, (a, b, got[a], got[b], round(d, 1))
+
+
+@requires_chromium
+def test_capacity_label_is_clear_of_the_memory_lines(browser, tmp_path) -> None:
+    """Reserved memory that climbs to 98% of the capacity: the capacity label is above the
+    capacity line, and no point of the reserved or allocated line is under the label."""
+    from traceinsight.render.html.charts.memory import memory_chart
+    from traceinsight.render.html.environment import asset, env
+
+    gib = 1 << 30
+    n = 200
+    series = {
+        "rank": 0,
+        "device": 0,
+        "ts_ns": [i * 1_000_000 for i in range(n)],
+        "allocated": [int((20 + 58 * i / n) * gib) for i in range(n)],
+        "reserved": [int((30 + 48.5 * i / n) * gib) for i in range(n)],
+    }
+    chart = memory_chart(series, 80 * gib)["chart"]
+    svg = env().from_string('{% import "_macros.html" as m %}{{ m.svg(c, "memory-chart") }}')
+    html = f"<!doctype html><style>{asset('report.css')}</style><body>{svg.render(c=chart)}</body>"
+    pg = _open(browser, html, tmp_path, "memory")
+    try:
+        m = pg.evaluate("""() => { const svg = document.querySelector('svg.memory-chart');
+          const lbl = svg.querySelector('text.cap-lbl').getBBox();
+          const cap = svg.querySelector('line.mem-cap').y1.baseVal.value;
+          const hits = [];
+          for (const cls of ['mem-reserved', 'mem-alloc']) {
+            const p = svg.querySelector('path.' + cls), len = p.getTotalLength();
+            for (let s = 0; s <= len; s += 1) { const q = p.getPointAtLength(s);
+              if (q.x >= lbl.x - 2 && q.x <= lbl.x + lbl.width + 2 && q.y >= lbl.y - 1
+                  && q.y <= lbl.y + lbl.height + 1) { hits.push([cls, q.x, q.y]); break; } }
+          }
+          return {hits, labelBottom: lbl.y + lbl.height, cap}; }""")
+        assert m["hits"] == [], m
+        assert m["labelBottom"] <= m["cap"] + 1, m  # above the line: the data is below it
+    finally:
+        pg.close()
+
+
+@requires_chromium
+def test_ranks_traced_reads_as_a_count_and_ids(straggler_page, browser, sample_results, tmp_path):
+    from traceinsight.render.html import render_html
+
+    def row(page) -> str:
+        return page.evaluate("""() => { const th = Array.from(document.querySelectorAll(
+          '#metadata dt')).find(c => c.textContent.trim() === 'Ranks traced');
+          return th ? th.nextElementSibling.textContent.trim() : null; }""")
+
+    assert row(straggler_page) == "4 (ranks 0–3)"
+    pg = _open(browser, render_html(sample_results["launch"]), tmp_path, "one-rank")
+    try:
+        assert row(pg) == "1 (rank 0)"  # never a bare "Ranks 0"
     finally:
         pg.close()
 

@@ -108,6 +108,7 @@ def compare(
     from traceinsight.options import RooflineOptions
     from traceinsight.render.terminal import render_compare
     from traceinsight.util.outputs import check_files
+    from traceinsight.util.pathlabel import distinct_pair
 
     if out_format is not None and json_out is not None and str(json_out) == "-":
         raise click.UsageError(f"--json - and --format {out_format} both print: pick one")
@@ -119,7 +120,7 @@ def compare(
         a,
         b,
         by=by,
-        labels=(before.name, after.name),
+        labels=distinct_pair(before.resolve(), after.resolve()),
         tokens=(tokens[0], tokens[1]) if tokens else (None, None),
     )
 

@@ -34,12 +34,18 @@ MAX_PAIRING_NAMES = 50
 
 @dataclass(frozen=True)
 class Check:
-    """One comparability check: what differs, how bad it is, what it invalidates."""
+    """One comparability check: what differs, how bad it is, what it invalidates and why."""
 
     what: str
     severity: str  #: blocking | caution
     label: str  #: the headline phrase: "different GPUs"
-    invalidates: str
+    invalidated: tuple[str, ...]  #: what the difference makes unreliable, each a noun phrase
+    why: str  #: a clause: why it does
+
+    @property
+    def invalidates(self) -> str:
+        """The one sentence the reports print after "invalidates": the parts, then why."""
+        return f"{fmt.join_words(self.invalidated)}, because {self.why}"
 
 
 #: every check, blocking first (the order of the headline and of docs/COMPARE.md)
@@ -48,64 +54,87 @@ CHECKS: tuple[Check, ...] = (
         "step time",
         "blocking",
         "no step time on a side",
-        "everything: a side has no GPU work in step windows, there is nothing to compare",
+        ("everything",),
+        "a side has no GPU work in step windows, so there is nothing to compare",
     ),
     Check(
         "step markers",
         "blocking",
         "a time slice without step markers",
-        "step time and every per-step part: a slice's length is set by the capture, not by "
-        "the run; the sides are compared per unit of work both name, else per second",
+        ("step time", "every per-step part"),
+        "a slice's length is set by the capture, not by the run (the sides are compared per "
+        "unit of work both name, else per second)",
     ),
     Check(
         "world size",
         "blocking",
         "different world sizes",
-        "absolute step time; communication parts; per-layer contributors",
+        ("absolute step time", "the communication parts", "per-layer contributors"),
+        "each rank does a different share of the work",
     ),
     Check(
         "run mode",
         "blocking",
         "different run modes",
-        "everything: a training step and an inference step do different work",
+        ("everything",),
+        "a training step and an inference step do different work",
     ),
     Check(
         "module tree",
         "blocking",
         "different module trees",
-        "absolute step time; per-layer contributors (paired by identical path only)",
+        ("absolute step time", "per-layer contributors"),
+        "the models differ (layers pair by identical module path only)",
     ),
     Check(
         "op shapes",
         "blocking",
         "different op input shapes",
-        "absolute step time; per-op contributors",
+        ("absolute step time", "per-op contributors"),
+        "the ops run on different input shapes",
     ),
-    Check("parameters", "blocking", "different parameter counts", "absolute step time"),
-    Check("tokens per step", "blocking", "different tokens per step", "absolute step time"),
+    Check(
+        "parameters",
+        "blocking",
+        "different parameter counts",
+        ("absolute step time",),
+        "the models differ in size",
+    ),
+    Check(
+        "tokens per step",
+        "blocking",
+        "different tokens per step",
+        ("absolute step time",),
+        "each step processes a different number of tokens",
+    ),
     Check(
         "device",
         "caution",
         "different GPUs",
-        "absolute step time compares the systems, not the code; per-kernel names",
+        ("absolute step time", "per-kernel names"),
+        "the step time then measures the systems, not the code, and each vendor's libraries name "
+        "their kernels differently",
     ),
     Check(
         "dtype",
         "caution",
         "different compute dtypes",
-        "absolute step time and per-kernel time compare numerics set-ups, not the code",
+        ("absolute step time", "per-kernel time"),
+        "the sides then compare numerics set-ups, not the code",
     ),
     Check(
         "compile",
         "caution",
         "eager vs torch.compile",
-        "per-op and per-kernel contributors (fused kernels); launch and idle time",
+        ("per-op contributors", "per-kernel contributors", "launch time", "idle time"),
+        "torch.compile fuses kernels and changes how they are launched",
     ),
     Check(
         "steps",
         "caution",
         "too few steps",
-        f"step-time statistics: fewer than {MIN_STEPS} steps do not bound the noise",
+        ("step-time statistics",),
+        f"fewer than {MIN_STEPS} steps do not bound the noise",
     ),
 )
 CHECK = {c.what: c for c in CHECKS}
@@ -162,6 +191,8 @@ def _diff(what: str, before: Any, after: Any, detail: str = "") -> dict[str, Any
         "before": before,
         "after": after,
         "invalidates": c.invalidates,
+        "invalidated": list(c.invalidated),
+        "why": c.why,
         "severity": c.severity,
         "label": c.label,
         "detail": detail,

@@ -18,13 +18,16 @@ identical name (module path, op, class); one present on a single side is ``added
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 from typing import Any
 
 from traceinsight import __version__
 from traceinsight.compare import comparability
+from traceinsight.compare.notes import contributor_notes
 from traceinsight.result import SEVERITY_RANK, DiagnosisResult
 from traceinsight.util import fmt
+from traceinsight.util.pathlabel import distinct_labels
 from traceinsight.util.vocab import NO_MODULE
 
 COMPARE_SCHEMA = "traceinsight.compare"
@@ -118,6 +121,59 @@ def _side(r: DiagnosisResult, label: str) -> dict[str, Any]:
         "world_size": t.get("world_size"),
         "headline": r.headline,
     }
+
+
+#: an instance number of a module path part (``Qwen2Attention_23``)
+_INSTANCE = re.compile(r"_\d+$")
+
+
+def module_type_path(path: str) -> str:
+    """A module path without its instance numbers: ``Qwen2Model_0/Qwen2DecoderLayer_3/
+    Qwen2Attention_3`` -> ``Qwen2Model/Qwen2DecoderLayer/Qwen2Attention``."""
+    return "/".join(_INSTANCE.sub("", p) for p in path.split("/"))
+
+
+def group_instances(contributors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Layer contributors that are instances of one module at one place in the tree (the same
+    path but for the instance numbers) as one contributor, ``Qwen2Attention ×24``: its times
+    the sums of the instances' (so the contributors still add up exactly), ``instances`` how
+    many, ``paths`` which (by name); a path with no sibling instance is kept as it is. The
+    name is the module type, with as many parent types as tell two groups apart."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for c in contributors:
+        if c["kind"] == "layer" and not c["name"].startswith("["):
+            groups.setdefault(module_type_path(c["name"]), []).append(c)
+    multi = sorted(k for k, v in groups.items() if len(v) > 1)
+    if not multi:
+        return contributors
+    every = sorted(groups)  # a group is named apart from single paths of its type too
+    names = dict(zip(every, distinct_labels(every)))
+    out = [
+        c
+        for c in contributors
+        if not (c["kind"] == "layer" and groups.get(module_type_path(c["name"]), [c]) != [c])
+    ]
+    for key in multi:
+        members = groups[key]
+        status = {m["status"] for m in members}
+        out.append(
+            {
+                "kind": "layer",
+                "name": f"{names[key]} ×{len(members)}",
+                "before_ns": sum(m["before_ns"] for m in members),
+                "after_ns": sum(m["after_ns"] for m in members),
+                "delta_ns": sum(m["delta_ns"] for m in members),
+                "status": status.pop() if len(status) == 1 else "paired",
+                "instances": len(members),
+                "module_type_path": key,
+                "paths": sorted(m["name"] for m in members)[:MAX_GROUP_PATHS],
+            }
+        )
+    return out
+
+
+#: instance paths a grouped contributor lists
+MAX_GROUP_PATHS = 64
 
 
 def _step_stats(r: DiagnosisResult) -> dict[str, float | None]:
@@ -268,9 +324,12 @@ def compare(
                 "status": status,
             }
         )
+    contributors = group_instances(contributors)
     contributors.sort(key=lambda c: (-abs(c["delta_ns"]), c["kind"], c["name"]))
     total = tb - ta
     assert sum(c["delta_ns"] for c in contributors) == total
+    for c in contributors:  # signed like the contributor, of the size of the whole change
+        c["share_pct"] = 100.0 * c["delta_ns"] / abs(total) if total else None
     sa, sb = _step_stats(before), _step_stats(after)
     p50 = _delta(sa["p50"], sb["p50"])
     mean = _delta(sa["mean"], sb["mean"])
@@ -344,6 +403,7 @@ def compare(
         "gone_ops": sorted(ops_a - ops_b)[:200],
         "findings": _findings(before, after),
         "diagnostics": diags,
+        "notes": contributor_notes(contributors),
     }
     from traceinsight.compare.serving import compare_serving
 

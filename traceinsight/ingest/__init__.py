@@ -49,6 +49,7 @@ from traceinsight.store.core import (
 )
 from traceinsight.util.distributed import current as current_runner
 from traceinsight.util.outputs import check_store_target
+from traceinsight.util.pathlabel import distinct_labels
 from traceinsight.util.progress import Progress
 
 #: the diagnostic of a rank file in a folder that could not be read
@@ -72,7 +73,7 @@ class Inputs:
     def display(self) -> str:
         if self.from_directory is not None:
             return self.from_directory.name
-        return ", ".join(p.name for p in self.files)
+        return ", ".join(distinct_labels(self.files))
 
 
 def resolve_inputs(paths: Sequence[str | Path]) -> Inputs:
@@ -564,8 +565,9 @@ def _source_name(r: _Read) -> str:
 
 
 def _assign_ranks(reads: list[_Read], inputs: Inputs) -> None:
+    names = distinct_labels([r.path for r in reads])  # same-named files of two folders differ
     if len(reads) > 1:
-        unknown = [r.path.name for r in reads if r.result.meta.rank_source == "default"]
+        unknown = [n for r, n in zip(reads, names) if r.result.meta.rank_source == "default"]
         if unknown:
             listing = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
             raise InputError(
@@ -575,15 +577,15 @@ def _assign_ranks(reads: list[_Read], inputs: Inputs) -> None:
                 "(e.g. rank-0.json.gz, rank-1.json.gz)",
             )
     seen: dict[int, str] = {}
-    for r in reads:
+    for r, name in zip(reads, names):
         rank = r.result.meta.rank
         if rank in seen:
             raise InputError(
-                f"two files claim rank {rank}: {seen[rank]} and {r.path.name}",
+                f"two files claim rank {rank}: {seen[rank]} and {name}",
                 path=inputs.display,
                 hint="keep one trace per rank in the folder (or pass the files of one run)",
             )
-        seen[rank] = r.path.name
+        seen[rank] = name
 
 
 def _store_meta(

@@ -34,6 +34,7 @@ from traceinsight.store.core import (
     commit_dir,
 )
 from traceinsight.util.distributed import current
+from traceinsight.util.pathlabel import distinct_labels
 from traceinsight.util.progress import Progress
 
 if TYPE_CHECKING:
@@ -223,8 +224,12 @@ def _ranks_of(d: RankDone) -> list[dict[str, Any]]:
 def _check_ranks(parts: list[RankDone], display: str) -> None:
     """Every file's rank known, no rank claimed twice, one format (as the one-process ingest
     checks them)."""
+    names = distinct_labels([Path(d.path) for d in parts])  # same-named files of two folders
     unknown = [
-        Path(d.path).name for d in parts for r in _ranks_of(d) if r.get("rank_source") == "default"
+        name
+        for d, name in zip(parts, names)
+        for r in _ranks_of(d)
+        if r.get("rank_source") == "default"
     ]
     if unknown:
         listing = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
@@ -237,8 +242,7 @@ def _check_ranks(parts: list[RankDone], display: str) -> None:
         )
     seen: dict[int, str] = {}
     formats: dict[str, str] = {}
-    for d in parts:
-        name = Path(d.path).name
+    for d, name in zip(parts, names):
         for r in _ranks_of(d):
             if r["rank"] in seen:
                 raise InputError(

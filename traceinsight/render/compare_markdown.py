@@ -108,6 +108,8 @@ def render_compare_markdown(c: dict[str, Any]) -> str:
                 ["", f"{len(rest)} others", "", "", fmt.signed_ns(sum(x["delta_ns"] for x in rest))]
             )
         lines += [*md_table(["kind", "name", "before", "after", "delta"], rows, "llrrr"), ""]
+        for note in c.get("notes") or []:
+            lines += [f"_Note_: {esc(note.get('text'))}", ""]
     elif c.get("contributors"):
         lines += ["No contributor changed: both sides spend the same time per step on each.", ""]
 

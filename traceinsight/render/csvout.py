@@ -80,7 +80,7 @@ def summary_csv(s: Mapping[str, Any]) -> str:
     return to_csv(rows, SUMMARY_COLUMNS)
 
 
-COMPARE_COLUMNS = ["kind", "name", "before_ns", "after_ns", "delta_ns", "status"]
+COMPARE_COLUMNS = ["kind", "name", "before_ns", "after_ns", "delta_ns", "status", "share_pct"]
 
 
 def compare_csv(c: Mapping[str, Any]) -> str:

@@ -413,6 +413,8 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
             max_width=width,
         )
     )
+    for note in c.get("notes") or []:  # what an unassigned idle cause is, what would split it
+        lines.append(_wrap(f"Note: {note['text']}", "", width))
     lines.append("")
     f = c["findings"]
     if f["appeared"] or f["disappeared"] or f["changed"]:

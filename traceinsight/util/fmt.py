@@ -288,3 +288,11 @@ def short_site(site: str | None) -> str:
     path, _, rest = site.partition(":")
     parts = path.replace("\\", "/").split("/")
     return "/".join(parts[-2:]) + (":" + rest if rest else "")
+
+
+def join_words(items: Sequence[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    items = [str(x) for x in items if str(x)]
+    if len(items) <= 1:
+        return "".join(items)
+    return ", ".join(items[:-1]) + " and " + items[-1]

@@ -15,6 +15,8 @@ from traceinsight.render.html.svg import num
 from traceinsight.util.fmt import format_cell
 from traceinsight.util.vocab import CLASSES, is_more_row
 
+#: input dims longer than this (characters; about three lines of their cell) get a tooltip
+DIMS_TITLE_OVER = 100
 #: rows shown before a table folds the rest behind "show all"
 TABLE_LIMIT = 25
 #: column formats that hold numbers (right-aligned, sorted by value)
@@ -109,6 +111,9 @@ def cell(v: Any, kind: str) -> dict[str, Any]:
     elif kind in ("status", "tag"):  # compare: new/gone/same, contributor kind
         c["kind"] = kind
         c["cls"] = TAG_CLASS.get(s, "other")
+    elif kind == "dims":  # input shapes: wrap anywhere, three lines at most (all in the tooltip)
+        c["kind"] = "dims"
+        c["title"] = c["t"] if len(c["t"]) > DIMS_TITLE_OVER else ""
     elif kind == "op":  # an op name: wraps anywhere rather than widen the table
         c["kind"] = "op"
     elif kind == "module":

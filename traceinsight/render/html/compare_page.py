@@ -501,7 +501,7 @@ def _contributors(c: dict[str, Any]) -> dict[str, Any]:
             x.get("after_ns"),
             x.get("delta_ns"),
             100.0 * x["delta_ns"] / x["before_ns"] if x.get("before_ns") else None,
-            100.0 * x["delta_ns"] / total if total else None,
+            _share(x, total),
         ]
         for x in rows
     ]
@@ -517,7 +517,8 @@ def _contributors(c: dict[str, Any]) -> dict[str, Any]:
             {
                 "name": "share of change",
                 "format": "spct",
-                "title": "delta / total change (negative: it offsets it)",
+                "title": "delta / |total change|: the sign of the contributor's own change "
+                "(+ adds time, − saves it), its size relative to the whole change",
             },
         ],
         data,
@@ -529,14 +530,22 @@ def _contributors(c: dict[str, Any]) -> dict[str, Any]:
         "count": len(rows),
         "changed": sum(1 for x in rows if x.get("delta_ns")),
         "total": signed_ns(total),
+        "notes": [str(n.get("text") or "") for n in c.get("notes") or []],
         "explained_by": str(c.get("explained_by") or "?"),
     }
 
 
+def _share(x: dict[str, Any], total: int) -> float | None:
+    """A contributor's share of the change: delta / |total change| (signed like the delta)."""
+    if x.get("share_pct") is not None:
+        return float(x["share_pct"])
+    return 100.0 * x["delta_ns"] / abs(total) if total else None
+
+
 def _aligned(c: dict[str, Any], key: str, tid: str, name_fmt: str, why: str) -> dict[str, Any]:
     rows = c.get(key) or []
-    if not rows:
-        return {"empty": why}
+    if not any(x.get("name") and not str(x["name"]).startswith("[") for x in rows):
+        return {"empty": why}  # nothing but the bucket ([no module]): no group to show
     data = [
         [
             x.get("name"),

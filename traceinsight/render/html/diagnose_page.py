@@ -623,7 +623,7 @@ def _ops(r: DiagnosisResult) -> dict[str, Any]:
     t = table(
         "tbl-ops",
         [
-            ("operator", "text"),
+            ("operator", "op"),
             ("calls", "count"),
             ("device self", "ns"),
             ("device total", "ns"),
@@ -847,9 +847,7 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
         and not TOKEN_RE.search(str(v))
     ]
     ranks = [int(x) for x in t.get("ranks") or [] if isinstance(x, (int, float))]
-    rank_txt = ", ".join(map(str, ranks[:32]))
-    if len(ranks) > 32:
-        rank_txt += f" … (+{len(ranks) - 32})"
+    rank_txt = ranks_traced(ranks)
     sources = [
         {
             "name": redact_tokens(s.get("name", "")),
@@ -865,7 +863,7 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
     ]
     dev = r.extra.get("device") or {}
     rows = [
-        ("Ranks", rank_txt or "–"),
+        ("Ranks traced", rank_txt or "–"),
         ("World size", str(t.get("world_size") or "–")),
         ("Backend", str(t.get("backend") or "–")),
         ("Device", describe.device_line(r)),
@@ -884,3 +882,17 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
         "more_sources": max(0, len(t.get("sources") or []) - 64),
         "options": opts,
     }
+
+
+def ranks_traced(ranks: list[int]) -> str:
+    """The ranks of a run as a count and their ids (``1 (rank 0)``, ``4 (ranks 0–3)``), so a
+    lone rank 0 never reads as a count of zero."""
+    if not ranks:
+        return ""
+    ids = sorted(set(ranks))
+    if len(ids) == 1:
+        return f"1 (rank {ids[0]})"
+    if ids == list(range(ids[0], ids[0] + len(ids))):
+        return f"{len(ids)} (ranks {ids[0]}–{ids[-1]})"
+    txt = ", ".join(map(str, ids[:32])) + (f" … (+{len(ids) - 32})" if len(ids) > 32 else "")
+    return f"{len(ids)} (ranks {txt})"

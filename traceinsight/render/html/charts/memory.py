@@ -93,7 +93,10 @@ def memory_chart(
     if cap and on_scale:
         yc = Y(capf)
         svg.line(L, yc, L + pw, yc, "mem-cap", f"device capacity {fmt.fmt_bytes(cap)}")
-        svg.text(L + pw - 4, yc + 13, f"capacity {fmt.fmt_bytes(cap)}", "axis cap-lbl", "end")
+        # the label sits on the side of the line the data is not on: above it while the
+        # series stay under the capacity (they always should), below it otherwise
+        ylbl = yc - 4 if dmax <= capf else yc + 13
+        svg.text(L + pw - 4, ylbl, f"capacity {fmt.fmt_bytes(cap)}", "axis cap-lbl", "end")
     elif cap:
         svg.text(
             L + pw - 4,
