@@ -351,3 +351,43 @@ def test_result_carries_the_overview_section() -> None:
     assert {r["step"] for r in ov_d["step_breakdown"]["steps"]} == {5, 6, 7, 8, 9, 10}
     assert ov_d["tensor_cores"]["tensor_core_ns"] == 0
     assert d["metrics"]["units"]["sm_efficiency_pct"] == "%"
+
+
+@requires_corpus
+def test_reports_show_the_overview() -> None:
+    from traceinsight.render.diagnosis_markdown import render_markdown
+    from traceinsight.render.html import render_html
+
+    r = diagnose(ingest([V100_SAMPLE], quiet=True))
+    html = render_html(r)
+    sec = html[html.index('<section id="overview">') :]
+    sec = sec[: sec.index("</section>")]
+    assert 'href="#overview"' in html
+    assert "Est. SM efficiency 62.7%" in sec and "Est. achieved occupancy 49.1%" in sec
+    chart = sec[sec.index("step-parts-chart") : sec.index("</svg>")]
+    # one segment per non-zero part of each of the 6 steps (all seven are non-zero here)
+    assert chart.count("<rect") == 6 * 7
+    assert "aten::cudnn_batch_norm_backward" in sec
+    md = render_markdown(r)
+    assert "**Overview**: kernel time on tensor cores 0.0%; est. SM efficiency 62.7%" in md
+    assert "| 0 | 155 ms | 98.5 ms (63.6%) |" in md
+
+
+def test_overview_names_are_escaped(tmp_path: Path) -> None:
+    """A kernel and an op name with control characters reach no report raw."""
+    b = KinetoTraceBuilder()
+    t0 = 1_000_000
+    with b.step(1, t0, 1_000_000):
+        with b.cpu_op("aten::mm\x1b[2J", t0, 100_000, input_dims=[[8, 8], [8, 8]]):
+            b.launch(
+                "evil\x1b]8;;x\x07gemm", cpu_start=t0 + 1_000, gpu_start=t0 + 2_000, gpu_dur=50_000
+            )
+    r = diagnose(ingest([b.write(tmp_path / "t.json")], tmp_path / "s.tistore", quiet=True))
+    text = r.to_json()
+    ov_d = json.loads(text)["overview"]
+    assert "\x1b" not in json.dumps(ov_d, ensure_ascii=False)
+    assert ov_d["ops_by_shape"]["rows"][0]["name"] == "aten::mm\\x1b[2J"
+    from traceinsight.render.diagnosis_markdown import render_markdown
+    from traceinsight.render.html import render_html
+
+    assert "\x1b" not in render_html(r) and "\x1b" not in render_markdown(r)
