@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import KINETO, requires_corpus
+from conftest import KINETO, invoke, requires_corpus
 
 from tracegen.synth import KinetoTraceBuilder
 from traceinsight.analysis import Analysis, plain_strings
@@ -391,3 +391,20 @@ def test_overview_names_are_escaped(tmp_path: Path) -> None:
     from traceinsight.render.html import render_html
 
     assert "\x1b" not in render_html(r) and "\x1b" not in render_markdown(r)
+
+
+@requires_corpus
+def test_top_by_shape_lists_ops_by_name_and_input_shape() -> None:
+    path = KINETO / "tracelens/traces/h100/gaunernst_bert-small-uncased__1016001.json.gz"
+    out = invoke(["top", path, "--by", "shape", "-n", "3"]).stdout
+    lines = out.splitlines()
+    assert "input shapes" in lines[2] and "called from" in lines[2]
+    assert lines[4].split()[:4] == ["aten::addmm", "512;", "141x512;", "512x512"]
+    assert "17" in lines[4].split()
+    rows = json.loads(invoke(["top", path, "--by", "shape", "--json"]).stdout)["rows"]
+    first = rows[0]
+    assert (first["name"], first["calls"], first["device_self_ns"]) == ("aten::addmm", 17, 98718)
+    assert sum(r["calls"] for r in rows if r["name"] == "aten::addmm") > 17
+    from traceinsight.render.overview_text import user_frame
+
+    assert user_frame(first["stack"]) == "transformers/models/bert/modeling_bert.py(364): forward"

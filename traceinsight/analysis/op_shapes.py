@@ -63,9 +63,9 @@ def _representatives(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return rep
 
 
-def ops_by_shape(an: Any, top: int = TOP_N) -> dict[str, Any] | None:
-    """The ``top`` (name, input dims) groups by device self time, then host self time; None
-    without CPU ops."""
+def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str, Any] | None:
+    """The ``top`` (name, input dims) groups by device self time, then host self time (of
+    ``rank`` only when given); None without CPU ops."""
     attr = an.attribution
     ops = attr.ops
     if not len(ops):
@@ -120,6 +120,8 @@ def ops_by_shape(an: Any, top: int = TOP_N) -> dict[str, Any] | None:
             "first": np.arange(n),
         }
     )
+    if rank is not None:
+        keep = keep & (ops["rank"].to_numpy(np.int64) == rank)
     df = df[keep]
     grp = (
         df.groupby(["name", "shape"], sort=False)

@@ -69,3 +69,44 @@ def markdown_lines(ov: dict[str, Any] | None) -> list[str]:
             out.append(f"({len(rows) - MAX_RANK_ROWS} more ranks in the JSON result)")
         out.append("")
     return out
+
+
+def user_frame(stack: list[str]) -> str:
+    """The innermost frame of a call stack (innermost first) outside torch and the Python
+    builtins, else the innermost one; "–" without a stack."""
+    for f in stack:
+        if not f.startswith(("<", "nn.Module: ")) and "torch/" not in f:
+            return f
+    return stack[0] if stack else "–"
+
+
+def shape_table(rows: list[Any]) -> str:
+    """``top --by shape``: ops by name and input shape (rows of ``rollup("shape")``)."""
+    body = [
+        [
+            str(r.name),
+            fmt.shapes_text(r.input_dims, 40) or "–",
+            f"{int(r.calls):,}",
+            fmt.fmt_ns(r.device_self_ns),
+            fmt.fmt_ns(r.device_total_ns),
+            fmt.fmt_ns(r.host_self_ns),
+            fmt.fmt_ns(r.host_total_ns),
+            user_frame(getattr(r, "stack", None) or []),
+        ]
+        for r in rows
+    ]
+    return fmt.table(
+        body,
+        [
+            "operator",
+            "input shapes",
+            "calls",
+            "device self",
+            "device total",
+            "host self",
+            "host total",
+            "called from",
+        ],
+        align="llrrrrrl",
+        flex=7,
+    )
