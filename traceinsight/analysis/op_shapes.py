@@ -149,7 +149,7 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
     rows = []
     for r in grp.head(top).itertuples(index=False):
         i = int(r.first)
-        row = {
+        row: dict[str, Any] = {
             "name": for_terminal(str(r.name)),
             "input_dims": for_terminal(str(r.shape)) or None,
             "calls": int(r.calls),

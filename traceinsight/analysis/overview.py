@@ -345,11 +345,11 @@ def step_breakdown(an: Any) -> dict[str, Any]:
             rows.append(row)
     means = []
     for rank in sorted(by_rank):
-        mine = [r for r in rows if r["rank"] == rank]
-        n = len(mine)
-        mean = {"rank": rank, "steps": n}
+        of_rank = [r for r in rows if r["rank"] == rank]
+        n = len(of_rank)
+        mean: dict[str, Any] = {"rank": rank, "steps": n}
         for key in ("step_ns", *[f"{p}_ns" for p in STEP_PARTS]):
-            mean[key] = sum(r[key] for r in mine) / n if n else 0.0
+            mean[key] = sum(r[key] for r in of_rank) / n if n else 0.0
         means.append(mean)
     return {
         "parts": list(STEP_PARTS),

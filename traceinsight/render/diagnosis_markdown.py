@@ -87,7 +87,7 @@ def render_markdown(result: DiagnosisResult) -> str:
     lines += _run(r)
     # a CPU-only run: its host view, not GPU tables at "idle 100%"
     lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]
-    lines += overview_lines(r.overview)
+    lines += overview_lines(dict(r.overview) if r.overview else None)
     lines += _serving(r)
     groups = describe.not_evaluated(r.rules or [])
     if groups:

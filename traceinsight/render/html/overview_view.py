@@ -50,9 +50,9 @@ def html_view(r: DiagnosisResult) -> dict[str, Any] | None:
     from traceinsight.render.html.cells import table
     from traceinsight.render.html.charts import CHARTS
 
-    ov = r.overview
-    if not ov:
+    if not r.overview:
         return None
+    ov: dict[str, Any] = dict(r.overview)
     sb = ov.get("step_breakdown") or {}
     parts = list(PARTS)
     step_rows = [
