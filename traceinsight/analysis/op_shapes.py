@@ -107,7 +107,9 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
         if "input_dims" in ops.columns
         else np.full(n, None, object)
     )
-    shape = np.array([compact_dims(d) if isinstance(d, str) and d else NO_SHAPE for d in dims])
+    dcodes, duniq = pd.factorize(pd.Series(dims, dtype=object))
+    texts = [compact_dims(d) if isinstance(d, str) and d else NO_SHAPE for d in duniq]
+    shape = np.array([*texts, NO_SHAPE], dtype=object)[np.where(dcodes >= 0, dcodes, len(duniq))]
     df = pd.DataFrame(
         {
             "name": names,

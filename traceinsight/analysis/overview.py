@@ -90,28 +90,31 @@ def _first_dtype(types: str) -> str | None:
     """The first tensor dtype of an op's recorded ``Input type`` list (JSON text)."""
     try:
         val = json.loads(types)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     for t in val if isinstance(val, list) else []:
         if isinstance(t, str) and t and t not in ("Scalar", "GenericList", "TensorList"):
-            return t
+            return for_terminal(t[:64])
     return None
 
 
 def kernel_dtypes(an: Any, k: pd.DataFrame) -> np.ndarray:
     """Each kernel's dtype: from its name, else the launching op's first recorded input type
     (``op:float``: what the op was given, not proof of the unit used), else ``""``."""
-    names = k["name"].astype(object).to_numpy()
-    out = np.array([kernel_dtype(n) or "" if isinstance(n, str) else "" for n in names], object)
+    codes, uniq = pd.factorize(pd.Series(k["name"].astype(object).to_numpy(), dtype=object))
+    by_name = [kernel_dtype(n) or "" if isinstance(n, str) else "" for n in uniq]
+    out = np.array([*by_name, ""], dtype=object)[np.where(codes >= 0, codes, len(uniq))]
     ops = an.attribution.ops
     if "input_types" in ops.columns and len(ops):
         idx = k["op_idx"].to_numpy(np.int64) if "op_idx" in k.columns else np.full(len(k), -1)
         types = iv.take(ops["input_types"].to_numpy(object), idx, None)
-        for i in np.flatnonzero(out == ""):
-            t = types[i]
-            d = _first_dtype(t) if isinstance(t, str) and t else None
-            if d:
-                out[i] = f"op:{d}"
+        todo = np.flatnonzero((out == "") & pd.notna(types))
+        if len(todo):
+            tcodes, tuniq = pd.factorize(pd.Series(types[todo], dtype=object))
+            label = np.array(
+                [f"op:{d}" if (d := _first_dtype(str(t))) else "" for t in tuniq], object
+            )
+            out[todo] = label[tcodes]
     return out
 
 
@@ -123,7 +126,9 @@ def tensor_cores(an: Any) -> dict[str, Any] | None:
         return None
     names = k["name"].astype(object).to_numpy()
     cls = k["cls"].astype(object).to_numpy() if "cls" in k.columns else np.full(len(k), "")
-    tc = np.array([uses_tensor_cores(str(n), str(c)) for n, c in zip(names, cls)], dtype=bool)
+    pair = pd.MultiIndex.from_arrays([pd.Series(names).astype(str), pd.Series(cls).astype(str)])
+    codes, uniq = pd.factorize(pair)
+    tc = np.array([uses_tensor_cores(n, c) for n, c in uniq], dtype=bool)[codes]
     dur = k["dur_ns"].to_numpy(np.int64)
     dtypes = kernel_dtypes(an, k)
     total = int(dur.sum())
@@ -293,15 +298,15 @@ def _names_match(df: pd.DataFrame, rx: re.Pattern) -> np.ndarray:
     return hit[np.where(codes >= 0, codes, len(uniq))]
 
 
-def _rank_sets(an: Any, rank: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The unions of each part's activity on ``rank`` (STEP_PARTS order, without other)."""
+def _rank_sets(an: Any, rank: int, ranges: pd.DataFrame) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The unions of each part's activity on ``rank`` (STEP_PARTS order, without other);
+    ``ranges``: the store's annotation ranges."""
     attr = an.attribution
     g = attr.gpu[attr.gpu["rank"] == rank] if len(attr.gpu) else attr.gpu
     kind = g["kind"].astype(object).to_numpy() if len(g) else np.zeros(0, object)
     rt = attr.runtime[attr.runtime["rank"] == rank] if len(attr.runtime) else attr.runtime
     ops = attr.ops[attr.ops["rank"] == rank] if len(attr.ops) else attr.ops
-    rng = an.store.df("ranges", ["rank", "kind", "name", "start_ns", "dur_ns"])
-    rng = rng[(rng["rank"] == rank) & (rng["kind"].astype(object) == "annotation")]
+    rng = ranges[ranges["rank"] == rank] if len(ranges) else ranges
     loader_ops = _names_match(ops, DATALOADER_RE)
     loader = iv.union(
         *[
@@ -329,8 +334,14 @@ def step_breakdown(an: Any) -> dict[str, Any]:
     by_rank: dict[int, list] = {}
     for w in an.attribution.steps:
         by_rank.setdefault(w.rank, []).append(w)
+    ranges = an.store.df("ranges", ["rank", "kind", "name", "start_ns", "dur_ns"])
+    ranges = (
+        ranges[ranges["kind"].astype(object).isin(("annotation", "nvtx"))]
+        if len(ranges)
+        else ranges
+    )
     for rank, ws in sorted(by_rank.items()):
-        sets = _rank_sets(an, rank)
+        sets = _rank_sets(an, rank, ranges)
         for w in ws:
             taken: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0, np.int64))
             row: dict[str, Any] = {"rank": rank, "step": w.step, "start_ns": w.start_ns}
@@ -355,8 +366,9 @@ def step_breakdown(an: Any) -> dict[str, Any]:
         "parts": list(STEP_PARTS),
         "definition": (
             "each ns of a step window goes to the first of kernel, memcpy, memset, runtime "
-            "(CUDA/HIP API calls), data loader (DataLoader ops and ranges), CPU exec (other "
-            "framework ops) that covers it, else to other; the parts sum to the step"
+            "(CUDA/HIP API calls), data loader (DataLoader ops, annotations and NVTX ranges), "
+            "CPU exec (other framework ops) that covers it, else to other; the parts sum to "
+            "the step"
         ),
         "steps": rows,
         "mean": means,
