@@ -101,7 +101,7 @@ def _first_dtype(types: str) -> str | None:
 def kernel_dtypes(an: Any, k: pd.DataFrame) -> np.ndarray:
     """Each kernel's dtype: from its name, else the launching op's first recorded input type
     (``op:float``: what the op was given, not proof of the unit used), else ``""``."""
-    codes, uniq = pd.factorize(pd.Series(k["name"].astype(object).to_numpy(), dtype=object))
+    codes, uniq = pd.factorize(k["name"])
     by_name = [kernel_dtype(n) or "" if isinstance(n, str) else "" for n in uniq]
     out = np.array([*by_name, ""], dtype=object)[np.where(codes >= 0, codes, len(uniq))]
     ops = an.attribution.ops
@@ -124,26 +124,32 @@ def tensor_cores(an: Any) -> dict[str, Any] | None:
     k = _kernels(an)
     if not len(k):
         return None
-    names = k["name"].astype(object).to_numpy()
-    cls = k["cls"].astype(object).to_numpy() if "cls" in k.columns else np.full(len(k), "")
-    pair = pd.MultiIndex.from_arrays([pd.Series(names).astype(str), pd.Series(cls).astype(str)])
-    codes, uniq = pd.factorize(pair)
-    tc = np.array([uses_tensor_cores(n, c) for n, c in uniq], dtype=bool)[codes]
+    ncode, nuniq = pd.factorize(k["name"])
+    if "cls" in k.columns:
+        ccode, cuniq = pd.factorize(k["cls"])
+    else:
+        ccode, cuniq = np.zeros(len(k), np.int64), np.array([""], object)
+    pcode, puniq = pd.factorize(ncode.astype(np.int64) * (len(cuniq) + 1) + ccode)
+    m = len(cuniq) + 1
+    tc = np.array(
+        [uses_tensor_cores(str(nuniq[p // m]), str(cuniq[p % m])) for p in puniq], dtype=bool
+    )[pcode]
     dur = k["dur_ns"].to_numpy(np.int64)
     dtypes = kernel_dtypes(an, k)
+    dcode, duniq = pd.factorize(pd.Series(dtypes, dtype=object))
     total = int(dur.sum())
     tc_ns = int(dur[tc].sum())
-    df = pd.DataFrame(
-        {"name": names.astype(str), "dtype": dtypes, "tc": tc, "dur": dur, "one": 1},
-    )
-    grp = df.groupby(["name", "dtype", "tc"], sort=False).agg(
+    df = pd.DataFrame({"n": ncode, "d": dcode, "tc": tc, "dur": dur, "one": 1})
+    grp = df.groupby(["n", "d", "tc"], sort=False).agg(
         total_ns=("dur", "sum"), calls=("one", "sum")
     )
-    grp = grp.reset_index().sort_values(["total_ns", "name"], ascending=[False, True])
+    grp = grp.reset_index()
+    grp["name"] = [str(nuniq[c]) for c in grp["n"]]
+    grp = grp.sort_values(["total_ns", "name"], ascending=[False, True])
     rows = [
         {
-            "name": for_terminal(str(r.name)),
-            "dtype": for_terminal(str(r.dtype)) or None,
+            "name": for_terminal(r.name),
+            "dtype": for_terminal(str(duniq[r.d])) or None,
             "tensor_cores": bool(r.tc),
             "calls": int(r.calls),
             "total_ns": int(r.total_ns),
@@ -151,11 +157,8 @@ def tensor_cores(an: Any) -> dict[str, Any] | None:
         }
         for r in grp.head(TOP_KERNELS).itertuples(index=False)
     ]
-    by_dtype: dict[str, int] = {}
-    for d, t, v in zip(dtypes, tc, dur):
-        if t:
-            key = str(d) or "unknown"
-            by_dtype[key] = by_dtype.get(key, 0) + int(v)
+    per_dtype = np.bincount(dcode[tc], weights=dur[tc], minlength=len(duniq))
+    by_dtype = {(str(duniq[i]) or "unknown"): int(v) for i, v in enumerate(per_dtype) if v > 0}
     return {
         "rule": TC_RULE,
         "kernel_time_ns": total,
