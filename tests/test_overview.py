@@ -408,3 +408,38 @@ def test_top_by_shape_lists_ops_by_name_and_input_shape() -> None:
     from traceinsight.render.overview_text import user_frame
 
     assert user_frame(first["stack"]) == "transformers/models/bert/modeling_bert.py(364): forward"
+
+
+@requires_corpus
+def test_ops_by_shape_carry_the_recorded_call_stack() -> None:
+    """The 2021 samples record ``with_stack`` as a ``Call stack`` arg on each op: the row's
+    stack is its first call's, one frame per entry, home-directory user names redacted."""
+    with plain_strings():
+        ob = ops_by_shape(_analysis(V100_SAMPLE), top=100_000)
+    assert ob is not None and ob["has_stack"]
+    dims = "[[32,256,14,14], [1024,256,1,1], [], [], [], [], [], [], []]"
+    row = next(
+        r for r in ob["rows"] if r["name"] == "aten::cudnn_convolution" and r["input_dims"] == dims
+    )
+    first = min(
+        (
+            e
+            for e in _raw_events(V100_SAMPLE)
+            if e.get("name") == "aten::cudnn_convolution"
+            and json.dumps(e["args"].get("Input Dims"), separators=(",", ":")).replace(
+                "],[", "], ["
+            )
+            == dims
+        ),
+        key=lambda e: e["ts"],
+    )
+    frames = first["args"]["Call stack"].split(";")
+    assert row["stack"] == [f.replace("/home/yangu/", "/home/~/") for f in frames][:12]
+    assert row["stack"][0].endswith("torch/nn/modules/conv.py(440): _conv_forward")
+    assert not any("yangu" in f for r in ob["rows"] for f in r.get("stack") or [])
+    from traceinsight.render.overview_text import user_frame
+
+    # the innermost frame outside torch: the model's own code
+    assert user_frame(row["stack"]).endswith(
+        "site-packages/torchvision/models/resnet.py(132): forward"
+    )

@@ -6,8 +6,8 @@ children's (ops and runtime calls); device self = the GPU activities (kernels, c
 memsets) it launched itself, device total = those of it and of every op below it. An op that
 is the only child of an op of the same name (one call recorded twice) is folded into it. Ops
 of the same name and recorded input dims (``record_shapes=True``) form one row. The call stack
-of a row is that of its first call: the Python frames (``with_stack=True``) enclosing the op on
-its thread, innermost first.
+of a row is that of its first call, innermost first: the stack recorded on the op (PyTorch
+1.8-1.x ``Call stack``), else the Python frames (``with_stack=True``) enclosing it on its thread.
 """
 
 from __future__ import annotations
@@ -42,6 +42,18 @@ def _stack_of(frames: pd.DataFrame, rank: int, thread: Any, t: int, cache: dict)
         out.append(for_terminal(str(names[i])))
         i = int(nest.parent[i])
     return out
+
+
+def _recorded_stacks(an: Any, n: int) -> np.ndarray | None:
+    """The ops' recorded ``call_stack`` (store row order = op index), None when no op has one
+    (or the store predates the column)."""
+    try:
+        col = an.store.table("cpu_ops", ["call_stack"]).column("call_stack")
+    except (KeyError, ValueError):
+        return None
+    if col.null_count == len(col) or len(col) != n:
+        return None
+    return np.asarray(col.to_pandas().astype(object).to_numpy(), dtype=object)
 
 
 def _representatives(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
@@ -143,7 +155,8 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
         )
     )
     frames = an.store.df("python_frames", ["rank", "name", "thread", "start_ns", "dur_ns"])
-    has_stack = len(frames) > 0
+    recorded = _recorded_stacks(an, n)
+    has_stack = len(frames) > 0 or recorded is not None
     cache: dict = {}
     ranks = ops["rank"].to_numpy(np.int64)
     threads = ops["thread"].astype(object).to_numpy()
@@ -160,7 +173,9 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
             "host_self_ns": int(r.host_self_ns),
             "host_total_ns": int(r.host_total_ns),
         }
-        if has_stack:
+        if recorded is not None and isinstance(recorded[i], str):
+            row["stack"] = [for_terminal(f) for f in recorded[i].split("\n")[:MAX_FRAMES]]
+        elif len(frames):
             row["stack"] = _stack_of(frames, int(ranks[i]), threads[i], int(starts[i]), cache)
         rows.append(row)
     return {
