@@ -14,6 +14,13 @@ MAX_STACK_SHOWN = 6
 MAX_STEP_ROWS = 1000  #: step rows in the table (the chart averages past its bar limit)
 
 
+def short_frame(frame: str) -> str:
+    """``/long/path/pkg/file.py(12): fn`` -> ``pkg/file.py(12): fn`` (the last two parts)."""
+    path, sep, rest = str(frame).partition("(")
+    parts = path.replace("\\", "/").split("/")
+    return "/".join(parts[-2:]) + sep + rest
+
+
 def with_nav(nav: list[tuple[str, str]], r: DiagnosisResult) -> list[tuple[str, str]]:
     """The section list with Overview after the GPU time breakdown (when the result has it)."""
     if not r.overview or not any(sid == "breakdown" for sid, _ in nav):
@@ -86,7 +93,7 @@ def html_view(r: DiagnosisResult) -> dict[str, Any] | None:
             o.get("device_total_ns"),
             o.get("host_self_ns"),
             o.get("host_total_ns"),
-            " ← ".join((o.get("stack") or [])[:MAX_STACK_SHOWN]) or "–",
+            " ← ".join(short_frame(f) for f in (o.get("stack") or [])[:MAX_STACK_SHOWN]) or "–",
         ]
         for o in ob.get("rows") or []
     ]

@@ -16,8 +16,8 @@ PARTS: dict[str, tuple[str, str]] = {
     "memcpy": ("Memcpy", "seg-memcpy"),
     "memset": ("Memset", "seg-memset"),
     "runtime": ("Runtime", "cp-launch"),
-    "dataloader": ("DataLoader", "host-dl"),
-    "cpu_exec": ("CPU Exec", "host-ops"),
+    "dataloader": ("DataLoader", "cp-input"),
+    "cpu_exec": ("CPU Exec", "cp-host"),
     "other": ("Other", "seg-idle"),
 }
 MAX_BARS = 160
