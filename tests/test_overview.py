@@ -171,8 +171,19 @@ def test_step_breakdown_priority_on_a_synthetic_step(tmp_path: Path) -> None:
 def test_occupancy_is_the_time_weighted_mean_of_the_raw_estimates() -> None:
     an = _analysis(V100_SAMPLE)
     ms = compute_metrics(an)
-    kern = [e for e in _raw_events(V100_SAMPLE) if e.get("cat") == "Kernel"]
-    occ = [(e["args"]["est. achieved occupancy %"], e["dur"]) for e in kern]
+    raw = _raw_events(V100_SAMPLE)
+    kern = [e for e in raw if e.get("cat") == "Kernel"]
+    lo, hi = ov._window(an, 0)
+    # the window starts at the first ProfilerStep (its end is the last kernel launched in it)
+    assert lo == 1000 * min(e["ts"] for e in raw if e.get("name", "").startswith("ProfilerStep#"))
+    occ = [
+        (
+            e["args"]["est. achieved occupancy %"],
+            min(e["ts"] + e["dur"], hi / 1000) - max(e["ts"], lo / 1000),
+        )
+        for e in kern
+    ]
+    occ = [(o, d) for o, d in occ if d > 0]
     want = sum(o * d for o, d in occ) / sum(d for _, d in occ)
     assert ms.values["achieved_occupancy_pct"] == pytest.approx(want, rel=1e-12)
     assert ms.values["achieved_occupancy_pct"] == pytest.approx(49.1356, abs=1e-4)

@@ -12,8 +12,9 @@
   (``blocks_per_sm`` as recorded, else grid blocks over the device's SM count) summed over the
   kernels running at each instant and capped at 1, integrated over the analysed window and
   divided by its length: the plugin's "Est. SM Efficiency" (idle time counts as 0).
-- **Est. achieved occupancy** (:func:`achieved_occupancy`): the kernel-time-weighted mean of
-  the recorded ``occupancy_pct`` over the kernels that record it.
+- **Est. achieved occupancy** (:func:`achieved_occupancy`): the mean of the recorded
+  ``occupancy_pct`` over the kernels that record it, each weighted by its time inside the
+  analysed window (the plugin's "Est. Achieved Occupancy").
 - **Step time breakdown** (:func:`step_breakdown`): per step window, every nanosecond is
   given to the first of kernel, memcpy, memset, runtime (CUDA/HIP API), data loader, CPU exec
   that covers it, else to other, so the parts sum exactly to the step (the plugin's "Step Time
@@ -63,7 +64,10 @@ SM_RULE = (
     "kernels running at each instant and capped at 1, averaged over the analysed window "
     "(idle time counts as 0); an estimate from launch sizes, not a hardware counter"
 )
-OCC_RULE = "kernel-time-weighted mean of the recorded estimated achieved occupancy"
+OCC_RULE = (
+    "mean of the recorded estimated achieved occupancy, each kernel weighted by its time in "
+    "the analysed window"
+)
 #: the parts of the step time breakdown, in the order a nanosecond is given to them
 STEP_PARTS = ("kernel", "memcpy", "memset", "runtime", "dataloader", "cpu_exec", "other")
 TOP_KERNELS = 30
@@ -271,9 +275,15 @@ def achieved_occupancy(an: Any) -> dict[str, Any]:
     known = np.isfinite(occ)
     out["known_pct"] = 100.0 * int(dur[known].sum()) / int(dur.sum()) if dur.sum() else None
     ranks = k["rank"].to_numpy(np.int64)
+    s_all = k["start_ns"].to_numpy(np.int64)
+    e_all = k["end_ns"].to_numpy(np.int64)
     for rank in sorted(set(ranks[known].tolist())):
+        win = _window(an, rank)
         m = known & (ranks == rank)
-        w = dur[m].astype(np.float64)
+        if win is None:
+            continue
+        # each kernel weighted by its time inside the analysed window (as the plugin does)
+        w = (np.minimum(e_all[m], win[1]) - np.maximum(s_all[m], win[0])).clip(0)
         if w.sum() > 0:
             out["per_rank"][rank] = float((occ[m] * w).sum() / w.sum())
     return out

@@ -54,8 +54,8 @@ declare(
 declare(
     "achieved_occupancy_pct",
     "%",
-    "estimated achieved occupancy: kernel-time-weighted mean of the recorded estimate, mean "
-    "over ranks",
+    "estimated achieved occupancy: mean of the recorded estimate weighted by each kernel's "
+    "time in the analysed window, mean over ranks",
     needs=NEEDS_OCC,
     hint=HINT_KINETO,
 )
