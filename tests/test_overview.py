@@ -258,6 +258,12 @@ TC_CASES = {
     "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64>>": True,
     "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::Half>>": False,
     "void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>": False,
+    # by class and dtype (no tensor-core pattern in the name): a bf16 GEMM / TF32 GEMM counts,
+    # a bf16 elementwise kernel and a GEMM of unknown dtype do not
+    "void gemm_bf16_custom_kernel<int>": True,
+    "cutlass_gemm_tf32_kernel": True,
+    "void at::native::vectorized_elementwise_kernel<4, CUDAFunctor_add<c10::BFloat16>>": False,
+    "triton_tem_fused_mm_0": False,
 }
 
 
