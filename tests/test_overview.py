@@ -460,3 +460,29 @@ def test_ops_by_shape_carry_the_recorded_call_stack() -> None:
     assert user_frame(row["stack"]).endswith(
         "site-packages/torchvision/models/resnet.py(132): forward"
     )
+
+
+def test_damaged_estimates_are_left_out(tmp_path: Path) -> None:
+    """A negative occupancy or blocks-per-SM value (damaged input) is not averaged in: the
+    run's figures rest on the kernel with sane values only."""
+    b = KinetoTraceBuilder()
+    t0 = 1_000_000
+    with b.step(1, t0, 1_000_000):
+        with b.cpu_op("aten::mm", t0, 10_000):
+            b.launch(
+                "k_ok",
+                cpu_start=t0 + 1_000,
+                gpu_start=t0 + 100_000,
+                gpu_dur=300_000,
+                **{"blocks per SM": 0.5, "est. achieved occupancy %": 40},
+            )
+            b.launch(
+                "k_bad",
+                cpu_start=t0 + 5_000,
+                gpu_start=t0 + 500_000,
+                gpu_dur=100_000,
+                **{"blocks per SM": -3.0, "est. achieved occupancy %": -50},
+            )
+    ms = compute_metrics(_analysis(b.write(tmp_path / "t.json")))
+    assert ms.values["achieved_occupancy_pct"] == pytest.approx(40.0)
+    assert ms.values["sm_efficiency_pct"] == pytest.approx(100 * 0.5 * 300_000 / 1_000_000)

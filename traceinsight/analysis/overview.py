@@ -272,7 +272,7 @@ def achieved_occupancy(an: Any) -> dict[str, Any]:
         return out
     occ = k["occupancy_pct"].to_numpy(np.float64, na_value=np.nan)
     dur = k["dur_ns"].to_numpy(np.int64)
-    known = np.isfinite(occ)
+    known = np.isfinite(occ) & (occ >= 0)  # a negative estimate is damaged input
     out["known_pct"] = 100.0 * int(dur[known].sum()) / int(dur.sum()) if dur.sum() else None
     ranks = k["rank"].to_numpy(np.int64)
     s_all = k["start_ns"].to_numpy(np.int64)
