@@ -391,6 +391,10 @@ def test_reports_show_the_overview() -> None:
     md = render_markdown(r)
     assert "**Overview**: kernel time on tensor cores 0.0%; est. SM efficiency 62.7%" in md
     assert "| 0 | 155 ms | 98.5 ms (63.6%) |" in md
+    from traceinsight.render.terminal import render
+
+    text = render(r, width=200)
+    assert "mean step 155 ms: Kernel 63.6% · Memcpy 1.1%" in text
 
 
 def test_overview_names_are_escaped(tmp_path: Path) -> None:

@@ -49,6 +49,32 @@ def mean_rows(ov: dict[str, Any]) -> list[tuple[Any, float, list[tuple[str, floa
     return out
 
 
+def terminal_lines(ov: dict[str, Any] | None, width: int) -> list[str]:
+    """The terminal report's Overview: the GPU summary and the mean step over all steps (all
+    ranks) by part."""
+    import textwrap
+
+    if not ov:
+        return []
+    steps = (ov.get("step_breakdown") or {}).get("steps") or []
+    out = [
+        "Overview",
+        *textwrap.wrap(summary_line(ov), width, initial_indent="  ", subsequent_indent="  "),
+    ]
+    total = sum(float(r.get("step_ns") or 0) for r in steps)
+    if steps and total:
+        parts = [
+            f"{lab} {fmt.fmt_pct(100.0 * sum(float(r.get(f'{p}_ns') or 0) for r in steps) / total)}"
+            for p, lab in PART_LABELS.items()
+        ]
+        head = f"mean step {fmt.fmt_ns(total / len(steps))}: "
+        out += textwrap.wrap(
+            head + " · ".join(parts), width, initial_indent="  ", subsequent_indent="    "
+        )
+    out.append("")
+    return out
+
+
 def markdown_lines(ov: dict[str, Any] | None) -> list[str]:
     if not ov:
         return []
