@@ -31,6 +31,7 @@ TEMPLATES = REPO / "templates"
 SHOWN_IN = {
     "steps": "launch_bound",
     "critical_path": "launch_bound",
+    "step_parts": "launch_bound",
     "ranks_gpu_time": "launch_bound",
     "kernel_classes": "launch_bound",
     "rank_heatmap": "straggler",

@@ -230,6 +230,18 @@ class HostSection(TypedDict, total=False):
     matmul_pct: float | None
 
 
+class OverviewSection(TypedDict, total=False):
+    """The TensorBoard plugin's overview figures (analysis/overview.py, analysis/op_shapes.py):
+    tensor-core kernel time, estimated SM efficiency and achieved occupancy, the step time
+    breakdown, the operators by input shape."""
+
+    tensor_cores: dict[str, Any] | None
+    sm_efficiency: dict[str, Any]
+    occupancy: dict[str, Any]
+    step_breakdown: dict[str, Any]
+    ops_by_shape: dict[str, Any] | None
+
+
 class Diagnostic(TypedDict, total=False):
     code: str
     severity: str
@@ -365,6 +377,9 @@ class DiagnosisResult:
     #: per rank and step: measured and replayed step, the critical path by category, its top
     #: items, the what-ifs (docs/RESULT.md); None for a run without GPU work
     critical_path: dict[str, Any] | None = None
+    #: TensorBoard-style overview: tensor cores, SM efficiency, occupancy, step time breakdown,
+    #: ops by input shape (docs/RESULT.md); None for results written before the field existed
+    overview: OverviewSection | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d: dict[str, Any] = {"schema": RESULT_SCHEMA, "version": self.version}
@@ -423,6 +438,7 @@ class DiagnosisResult:
             serving=d.get("serving"),
             run=d.get("run") or {},
             critical_path=d.get("critical_path"),
+            overview=d.get("overview"),
         )
 
     @classmethod
@@ -465,6 +481,7 @@ _SHAPE: dict[str, tuple[type | None, ...]] = {
     "serving": (dict, None),
     "run": (dict,),
     "critical_path": (dict, None),
+    "overview": (dict, None),
 }
 
 

@@ -25,7 +25,17 @@ __all__ = [
     "WindowBreakdown",
 ]
 
-ROLLUPS = ("kernel", "op", "layer", "module-type", "annotation", "step", "api", "memcpy")
+ROLLUPS = (
+    "kernel",
+    "op",
+    "shape",
+    "layer",
+    "module-type",
+    "annotation",
+    "step",
+    "api",
+    "memcpy",
+)
 
 
 @contextlib.contextmanager
@@ -81,6 +91,11 @@ class Analysis:
             return rollups.by_kernel(self.attribution, rank)
         if by == "op":
             return rollups.by_op(self.attribution, rank)
+        if by == "shape":
+            from traceinsight.analysis.op_shapes import ops_by_shape
+
+            res = ops_by_shape(self, top=1 << 62, rank=rank)
+            return pd.DataFrame((res or {}).get("rows") or [])
         if by == "layer":
             return rollups.by_layer(self.attribution, rank)
         if by == "module-type":

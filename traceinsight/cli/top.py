@@ -28,7 +28,7 @@ from traceinsight.cli.options import (
 @click.option(
     "--by",
     type=click.Choice(
-        ["kernel", "op", "layer", "module-type", "annotation", "step", "api", "memcpy"]
+        ["kernel", "op", "shape", "layer", "module-type", "annotation", "step", "api", "memcpy"]
     ),
     default="kernel",
     show_default=True,
@@ -59,6 +59,8 @@ def top(
     --by kernel      GPU kernels (and copies) by total time, with their launching op
     --by op          framework ops: device self time (kernels launched directly), device
                      total (with callees), host time, calls, the costliest input shapes
+    --by shape       framework ops by name and input shape (record_shapes=True): calls,
+                     device and host self / total time, the innermost call-stack frame
     --by layer       nn.Module paths (needs with_stack=True), forward vs backward
     --by module-type nn.Module types over all their instances (Qwen2Attention ×24), with
                      their sub-modules

@@ -297,6 +297,7 @@ def _diagnose_plain(
         serving=ms.evidence.get("serving"),
         run=ms.evidence.get("run") or {},
         critical_path=critical,
+        overview=ms.evidence.get("overview") if has_gpu else None,
     )
     result = DiagnosisResult(**parts)
     return DiagnosisResult.from_dict(clean(result.to_dict()))

@@ -25,6 +25,7 @@ from traceinsight.metrics import (
     idle_metrics,
     memory,
     mode,
+    overview,
     precision,
     ranks,
     roofline,
@@ -71,6 +72,7 @@ GROUPS: list[MetricGroup] = [
     MetricGroup("precision", precision.compute, (precision,), options=True),
     MetricGroup("serving", serving.compute, (serving,)),
     MetricGroup("host", host.compute, (host,)),
+    MetricGroup("overview", overview.compute, (overview,)),
     MetricGroup("run facts", mode.compute_facts, (mode,), options=True),
 ]
 

@@ -13,6 +13,7 @@ import re
 from traceinsight.render import describe
 from traceinsight.render.critical_path import critical_path_lines
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
+from traceinsight.render.overview_text import markdown_lines as overview_lines
 from traceinsight.result import DiagnosisResult, finding_sort_key
 from traceinsight.util import fmt
 from traceinsight.util.safetext import for_terminal
@@ -86,6 +87,7 @@ def render_markdown(result: DiagnosisResult) -> str:
     lines += _run(r)
     # a CPU-only run: its host view, not GPU tables at "idle 100%"
     lines += _host(r) if host.get("headline") else [*_top(r), *_summary(r)]
+    lines += overview_lines(dict(r.overview) if r.overview else None)
     lines += _serving(r)
     groups = describe.not_evaluated(r.rules or [])
     if groups:

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from traceinsight.render import describe
+from traceinsight.render import describe, overview_text
 from traceinsight.render.critical_path import impact_line
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
@@ -157,6 +157,7 @@ def render(
         lines.append("")
     lines += describe.host_lines(result, width)
     lines += _breakdown_lines(result, width)
+    lines += overview_text.terminal_lines(dict(result.overview) if result.overview else None, width)
     lines += _serving_lines(result, width, st)
     rules = result.rules
     skipped = [r for r in rules if r.get("status") == "not-evaluated"]

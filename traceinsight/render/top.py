@@ -119,6 +119,10 @@ def render_top(
             align="lrrrrrl",
             flex=0,
         )
+    elif by == "shape":
+        from traceinsight.render.overview_text import shape_table
+
+        table = shape_table(df)
     elif by == "layer":
         rows = [
             [

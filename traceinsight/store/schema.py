@@ -26,7 +26,7 @@ import pyarrow as pa
 
 #: Bump when a table or column changes meaning or type. A store of another version is
 #: re-ingested (the cache) or refused with a hint (an explicit ``-o`` store).
-SCHEMA_VERSION = 3  # 3: collective process group and sequence number (pg_name, seq)
+SCHEMA_VERSION = 4  # 3: collective process group and sequence number; 4: cpu_ops call_stack
 
 DICT = pa.dictionary(pa.int32(), pa.string())
 
@@ -157,6 +157,13 @@ CPU_OPS = Table(
         _c("input_dims", pa.string(), "input shapes as JSON text (record_shapes)"),
         _c("input_types", pa.string(), "input dtypes as JSON text (record_shapes)"),
         _c("concrete_inputs", pa.string(), "concrete scalar inputs as JSON text"),
+        _c(
+            "call_stack",
+            DICT,
+            "Python call stack recorded on the op (with_stack, PyTorch 1.8-1.x), innermost "
+            "frame first, one `file(line): function` per line (home-directory user names "
+            "redacted)",
+        ),
         _c("flops", pa.float64(), "FLOPs recorded by the profiler (with_flops), rarely present"),
         _c("collective_name", DICT, "c10d collective name (record_param_comms)"),
         _c("in_msg_nelems", pa.int64(), "collective input elements"),

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceinsight.render import describe
-from traceinsight.render.html import serving_view
+from traceinsight.render.html import overview_view, serving_view
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
 from traceinsight.render.html.charts import CHARTS
 from traceinsight.render.html.charts.breakdown import SEGMENTS
@@ -114,8 +114,11 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "host": host,
         "subtitle": _subtitle(r),
         "kpis": _kpis(r),
-        "nav": serving_view.with_nav(
-            MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV, r
+        "nav": overview_view.with_nav(
+            serving_view.with_nav(
+                MEMORY_NAV if r.trace.get("memory_only") else HOST_NAV if host else NAV, r
+            ),
+            r,
         ),
         "memory_only": bool(r.trace.get("memory_only")),
         "findings": [_finding(f, i) for i, f in enumerate(findings)],
@@ -133,6 +136,7 @@ def build_view(result: DiagnosisResult) -> dict[str, Any]:
         "diagnostics": _diagnostics(r),
         "metadata": _metadata(r),
         "serving": serving_view.html_view(r),
+        "overview": overview_view.html_view(r),
     }
 
 

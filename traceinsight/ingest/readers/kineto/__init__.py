@@ -203,6 +203,7 @@ _TABLES = {
         "input_dims": '`args["Input Dims"]` (PyTorch <= 1.8: `args["Input dims"]`), as JSON',
         "input_types": '`args["Input type"]`, as JSON',
         "concrete_inputs": '`args["Concrete Inputs"]`, as JSON',
+        "call_stack": '`args["Call stack"]` (`;`-separated frames -> one per line)',
         "flops": "`args.flops`",
         "collective_name": '`args["Collective name"]`',
         "in_msg_nelems": '`args["In msg nelems"]`',

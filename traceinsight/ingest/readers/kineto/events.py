@@ -92,6 +92,7 @@ class OpArgs(_Linked, gc=False):
     input_dims_legacy: msgspec.Raw = msgspec.field(default=NULL, name="Input dims")
     input_types: msgspec.Raw = msgspec.field(default=NULL, name="Input type")
     concrete_inputs: msgspec.Raw = msgspec.field(default=NULL, name="Concrete Inputs")
+    call_stack: Any = _f("Call stack")
     flops: Any = None
     collective_name: Any = _f("Collective name")  # decoded in full by CommArgs when present
 

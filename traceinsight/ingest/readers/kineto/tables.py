@@ -61,7 +61,8 @@ from traceinsight.ingest.readers.kineto.events import (
     times,
 )
 from traceinsight.ingest.readers.kineto.timeconv import us_to_ns
-from traceinsight.util.redact import clean_text
+from traceinsight.util.redact import clean_text, redact_text
+from traceinsight.util.safetext import cap_name
 
 Args = dict[str, Sequence[Any]]  #: decoded args, one sequence per key (``arg_columns``)
 _STREAM_RE = re.compile(r"(-?\d+)")
@@ -359,6 +360,7 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     cols["input_dims"] = json_text_col(dims)
     cols["input_types"] = json_text_col(a["input_types"])
     cols["concrete_inputs"] = json_text_col(a["concrete_inputs"])
+    cols["call_stack"] = _call_stack_col(a["call_stack"])
     cols["flops"] = float_col(a["flops"])
     comm = [i for i, x in enumerate(a["collective_name"]) if x is not None]
     n = len(evs)
@@ -379,6 +381,19 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
         cols["pg_name"] = spread([x.pg_name if x else None for x in ca], dict_col)
         cols["seq"] = spread([x.seq if x else None for x in ca], int_col)
     out["cpu_ops"].add(cols)
+
+
+def _call_stack_col(values: Sequence[Any]) -> pa.Array:
+    """``args["Call stack"]`` (``frame;frame;...``, innermost first) as one frame per line,
+    home-directory user names redacted; each distinct stack is converted once."""
+    arr = dict_col([v if isinstance(v, str) and v else None for v in values])
+    if len(arr.dictionary) == 0:
+        return arr
+    vals = [
+        redact_text(cap_name(v)).replace(";", "\n") if v is not None else v
+        for v in arr.dictionary.to_pylist()
+    ]
+    return pa.DictionaryArray.from_arrays(arr.indices, pa.array(vals, pa.string()))
 
 
 def _ranges(

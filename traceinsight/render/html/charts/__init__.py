@@ -26,6 +26,7 @@ from traceinsight.render.html.charts.memory import memory_chart
 from traceinsight.render.html.charts.ranks import heatmap
 from traceinsight.render.html.charts.roofline import roofline_chart
 from traceinsight.render.html.charts.segments import segment_chart
+from traceinsight.render.html.charts.step_parts import step_parts_chart
 from traceinsight.render.html.charts.steps import step_chart
 from traceinsight.render.html.charts.timeline import timeline_chart
 from traceinsight.render.html.charts.waterfall import waterfall_chart
@@ -55,6 +56,15 @@ CHARTS: dict[str, Chart] = {
             "steps",
             "steps-chart",
             "step time per step, stacked by what the GPU did",
+        ),
+        Chart(
+            "step_parts",
+            step_parts_chart,
+            "diagnose",
+            "overview",
+            "step-parts-chart",
+            "the step time breakdown: each step stacked by kernel, memcpy, memset, runtime, "
+            "data loader, CPU exec and other (summing to the step)",
         ),
         Chart(
             "ranks_gpu_time",
