@@ -111,7 +111,7 @@ def html_view(r: DiagnosisResult) -> dict[str, Any] | None:
         "tensor_cores": table(
             "overview-tc",
             [
-                ("kernel", "text"),
+                ("kernel", "kernel"),
                 ("dtype", "text"),
                 ("tensor cores", "text"),
                 ("calls", "count"),
@@ -125,14 +125,14 @@ def html_view(r: DiagnosisResult) -> dict[str, Any] | None:
         "ops": table(
             "overview-ops",
             [
-                ("op", "text"),
-                ("input dims", "text"),
+                ("op", "op"),
+                ("input dims", "dims"),
                 ("calls", "count"),
                 ("device self", "ns"),
                 ("device total", "ns"),
                 ("host self", "ns"),
                 ("host total", "ns"),
-                ("call stack (innermost first)", "text"),
+                ("call stack (innermost first)", "op"),
             ],
             op_rows,
             filterable=True,
