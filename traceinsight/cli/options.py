@@ -35,6 +35,30 @@ def strict(f):
     )(f)
 
 
+def salvage(f):
+    """``--salvage``: read the complete events of a truncated trace instead of refusing it (the
+    hint of a truncated file's error names it; ``ingest`` has its own flag of that name)."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        ctx.ensure_object(dict)["salvage"] = value
+        return value
+
+    return click.option(
+        "--salvage",
+        is_flag=True,
+        expose_value=False,
+        callback=keep,
+        help="Read the complete events of a truncated trace (a job killed while writing it) "
+        "instead of refusing it; the headline says what the cut lost.",
+    )(f)
+
+
+def loading(ctx: click.Context) -> dict[str, bool]:
+    """The ``load`` options the shared flags set: ``strict``, ``salvage``."""
+    obj = ctx.obj or {}
+    return {"strict": bool(obj.get("strict")), "salvage": bool(obj.get("salvage"))}
+
+
 SEVERITY_CHOICES = ["high", "medium", "low", "info", "never"]
 
 
