@@ -403,6 +403,7 @@ def _read_all(
                 p,
                 head,
                 parts,
+                salvage=bool(job.options["salvage"]),
                 rank_hint=rank_from_filename(p.name),
                 progress=step,
                 background=hasher.start if hasher else None,
@@ -413,7 +414,7 @@ def _read_all(
                     job.digests[i] = hasher.result()  # no thread may run when the reader forks
                     hasher = None
                 raw = read_raw(p)
-                reader, data = open_trace(p, raw)
+                reader, data = open_trace(p, raw, salvage=bool(job.options["salvage"]))
                 del raw
                 r = _read_one(
                     reader,

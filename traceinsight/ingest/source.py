@@ -283,17 +283,29 @@ def file_kind(data: bytes) -> str:
     return "it is binary data"
 
 
-def gunzip(path: Path, data: bytes) -> bytes:
+def gunzip(path: Path, data: bytes, *, salvage: bool = False) -> bytes:
     """The content of gzip bytes ``data``, decompressed as a stream (every member; NUL padding
     after the last is ignored). A clear error when the stream is damaged, and when it expands
-    beyond :data:`GZIP_MAX_RATIO` times its size (a decompression bomb)."""
-    return b"".join(gunzip_pieces(path, io.BytesIO(data).read, len(data)))
+    beyond :data:`GZIP_MAX_RATIO` times its size (a decompression bomb); with ``salvage`` a
+    stream that ends early gives what it holds (the reader then keeps its complete events)."""
+    cut = (lambda n: None) if salvage else None
+    return b"".join(gunzip_pieces(path, io.BytesIO(data).read, len(data), on_truncated=cut))
 
 
-def gunzip_pieces(path: Path, read: Callable[[int], bytes], size: int) -> Iterator[bytes]:
+def gunzip_pieces(
+    path: Path,
+    read: Callable[[int], bytes],
+    size: int,
+    *,
+    on_truncated: Callable[[int], None] | None = None,
+) -> Iterator[bytes]:
     """The content of the gzip stream ``read`` returns (``size`` bytes in all), piece by piece
     (at most 16 MiB each): what :func:`gunzip` joins, for callers that write it on as it comes
-    (a large trace is never whole in memory). The same checks and errors as :func:`gunzip`."""
+    (a large trace is never whole in memory). The same checks and errors as :func:`gunzip`.
+
+    ``on_truncated``: a stream that ends before its end-of-stream marker (a job killed while
+    writing it) ends the content where the data ends instead of raising; the function is
+    called once with the number of bytes decompressed (salvage)."""
     limit = min(GZIP_MAX_BYTES, max(GZIP_FLOOR, GZIP_MAX_RATIO * size))
     total = 0
     pending = b""  # input read but not yet given to a decompressor (the next member's start)
@@ -335,10 +347,14 @@ def gunzip_pieces(path: Path, read: Callable[[int], bytes], size: int) -> Iterat
                 raise zlib.error(f"{trailing:,} bytes of trailing data after the stream")
             break
     except EOFError:
+        if on_truncated is not None:
+            on_truncated(total)
+            return
         raise TraceFormatError(
             "gzip stream is truncated (the file ends before the end-of-stream marker)",
             path=path,
-            hint="the copy is incomplete: copy or download it again",
+            hint="the copy is incomplete: copy or download it again, or pass --salvage to "
+            "read the complete events of a trace",
         ) from None
     except zlib.error as e:
         raise TraceFormatError(

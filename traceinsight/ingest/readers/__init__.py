@@ -91,10 +91,11 @@ def reader_for(path: Path, data: bytes | None = None, *, compressed: bool | None
     raise unclaimed(path, data if data is not None else head, compressed=gz)
 
 
-def open_trace(path: Path, raw: bytes) -> tuple[Reader, bytes]:
-    """The reader for a file's bytes ``raw``, and the bytes it reads (gzip removed)."""
+def open_trace(path: Path, raw: bytes, *, salvage: bool = False) -> tuple[Reader, bytes]:
+    """The reader for a file's bytes ``raw``, and the bytes it reads (gzip removed; with
+    ``salvage`` what a gzip stream that ends early holds)."""
     compressed = raw.startswith(source.GZIP_MAGIC)
-    data = source.gunzip(path, raw) if compressed else raw
+    data = source.gunzip(path, raw, salvage=salvage) if compressed else raw
     return reader_for(path, data, compressed=compressed), data
 
 
