@@ -29,7 +29,7 @@ from traceinsight.ingest.cache import cache_root
 from traceinsight.ingest.columns import arrow_without_pandas
 from traceinsight.ingest.memory_inputs import join as join_memory
 from traceinsight.ingest.memory_inputs import with_memory
-from traceinsight.ingest.readers import open_trace, suffixes
+from traceinsight.ingest.readers import check_whole, open_trace, suffixes
 from traceinsight.ingest.readers.base import RankRead, Reader
 from traceinsight.ingest.source import (
     SourceFile,
@@ -413,6 +413,7 @@ def _read_all(
                 if hasher and hasher.started:
                     job.digests[i] = hasher.result()  # no thread may run when the reader forks
                     hasher = None
+                check_whole(p, head, size)
                 raw = read_raw(p)
                 reader, data = open_trace(p, raw, salvage=bool(job.options["salvage"]))
                 del raw

@@ -99,6 +99,15 @@ def open_trace(path: Path, raw: bytes, *, salvage: bool = False) -> tuple[Reader
     return reader_for(path, data, compressed=compressed), data
 
 
+def check_whole(path: Path, head: bytes, size: int) -> None:
+    """Refuse, before it is read, a plain file of a memory reader (snapshot, timeline: read
+    whole) larger than :func:`source.whole_limit`; gzip is bounded while it decompresses."""
+    if head.startswith(source.GZIP_MAGIC) or size <= source.whole_limit():
+        return
+    if any(r.memory and r.sniff(head) for r in READERS):
+        raise source.too_large_whole(path, "the memory input")
+
+
 def looked_for() -> str:
     """What each reader looks for, in one line (the hint of an unclaimed file)."""
     if not READERS:

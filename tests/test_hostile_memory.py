@@ -1,0 +1,188 @@
+"""Hostile memory inputs and whole-file reads (the hostile-input style of tests/test_hostile.py:
+the CLI in a subprocess under the address-space cap, one-line errors, bounded peaks).
+
+- Files read whole (memory snapshots, memory-timeline exports, a damaged Kineto trace the
+  streaming reader hands back) hold their content in memory: gzip is decompressed up to a
+  quarter of TRACEINSIGHT_MAX_MEMORY_MB and no further, a plain memory input beyond it is
+  refused before it is read, and a timeline export is decoded a few MB of text at a time into
+  int64 columns (never a Python object per row).
+- Large snapshot pickles (unpickled in a capped child process) give the same one-line errors
+  as small ones (read in process) for values out of range and for deep nesting.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import pickle
+import random
+from pathlib import Path
+
+import pytest
+from hostile import bounded, cli, error, ok
+
+from tracegen.snapshot import fragmented_oom
+
+#: TRACEINSIGHT_MAX_MEMORY_MB of the capped runs: files read whole may hold 16 MiB
+SMALL_MB = 64
+WHOLE = SMALL_MB * (1 << 20) // 4
+CAPPED = {"TRACEINSIGHT_MAX_MEMORY_MB": str(SMALL_MB)}
+IN_PROCESS = {"TRACEINSIGHT_SNAPSHOT_ISOLATE_BYTES": str(1 << 30)}
+
+
+def _timeline(path: Path, rows: int, *, gz: bool = False, seed: int = 3) -> tuple[Path, int]:
+    """A memory-timeline export of ``rows`` rows, and the sum of its byte column."""
+    rnd = random.Random(seed)
+    t = 1_700_000_000_000_000_000
+    parts = []
+    total = 0
+    for i in range(rows):
+        t += rnd.randint(1, 5000)
+        size = rnd.randint(1, 1 << 24) * (1 if i % 3 else -1)
+        total += size
+        parts.append(f"[{-1 if i < 5 else t}, {rnd.choice((1, 2, 3, 4))}, {size}, {i % 8}]")
+    text = ("[" + ", ".join(parts) + "]").encode()
+    path.write_bytes(gzip.compress(text, 1) if gz else text)
+    return path, total
+
+
+def _zeros_gz(path: Path, head: bytes, content_mb: int, tail: bytes = b"") -> Path:
+    """A gzip file of ``head`` then ``content_mb`` MiB of the same byte (a bomb: ~1000x)."""
+    with gzip.open(path, "wb", compresslevel=9) as f:
+        f.write(head)
+        block = b"0" * (1 << 20)
+        for _ in range(content_mb):
+            f.write(block)
+        f.write(tail)
+    return path
+
+
+# --- whole-file reads are bounded ----------------------------------------------------------------
+
+
+def test_memory_timeline_decodes_in_bounded_memory(tmp_path: Path) -> None:
+    p, total = _timeline(tmp_path / "tl.raw.json", 1_500_000)
+    mb = p.stat().st_size / 2**20
+    assert mb > 50
+    run = ok(cli(["ingest", p, "-o", "s", "--json"], tmp_path, timeout=300))
+    assert json.loads(run.stdout)["tables"]["memory_categories"] == 1_500_000
+    # the file, its int64 columns and Arrow's copy: about 3x the text (a Python tuple per
+    # row took 8x: 984 MB for a 115 MB export)
+    bounded(run, 150 + 3.5 * mb)
+    import pyarrow.compute as pc
+
+    from traceinsight.store.core import TraceStore
+
+    t = TraceStore.open(tmp_path / "s").table("memory_categories")
+    assert pc.sum(t["delta_bytes"]).as_py() == total
+    assert t["ts_ns"].null_count == 5
+    assert t["seq"].to_pylist()[-1] == 1_499_999
+
+
+@pytest.mark.parametrize(
+    "name, head, tail",
+    [
+        ("timeline.raw.json.gz", b"[[1, 2, 3, 0], [1, 2, 3, 0", b"]]"),
+        ("snap.pickle.gz", b"\x80\x04\x95", b""),
+        # damaged: the streaming reader hands it back, the whole-file reader would repair it
+        ("damaged.json.gz", b'{"traceEvents": [', b"]}"),
+    ],
+)
+def test_gzip_read_whole_stops_at_the_memory_bound(
+    tmp_path: Path, name: str, head: bytes, tail: bytes
+) -> None:
+    p = _zeros_gz(tmp_path / name, head, 40, tail)
+    assert p.stat().st_size < 200_000  # 40 MiB within the 200x ratio guard's 64 MiB floor
+    before = p.read_bytes()
+    run = cli(["ingest", p, "-o", "s"], tmp_path, env=CAPPED)
+    error(run, name, "gzip content is over", f"{WHOLE:,} bytes", "TRACEINSIGHT_MAX_MEMORY_MB")
+    bounded(run, 300)
+    assert p.read_bytes() == before
+
+
+def test_plain_memory_input_beyond_the_bound_is_refused_before_it_is_read(
+    tmp_path: Path,
+) -> None:
+    p, _ = _timeline(tmp_path / "tl.raw.json", 700_000)
+    assert p.stat().st_size > WHOLE
+    run = cli(["ingest", p, "-o", "s"], tmp_path, env=CAPPED)
+    error(run, "tl.raw.json", "memory input is over", "TRACEINSIGHT_MAX_MEMORY_MB")
+    bounded(run, 200)  # refused from its size: never read
+    # a Kineto trace of the same size streams, whatever the bound
+    from hostile import events, trace, write
+
+    t = write(tmp_path / "t.json", trace(events(40_000)))
+    assert t.stat().st_size > WHOLE
+    ok(cli(["ingest", t, "-o", "s2"], tmp_path, env=CAPPED, timeout=300))
+
+
+def test_gzip_memory_input_within_the_bound_reads(tmp_path: Path) -> None:
+    p, _ = _timeline(tmp_path / "tl.raw.json.gz", 200_000, gz=True)
+    run = ok(cli(["ingest", p, "-o", "s", "--json"], tmp_path, env=CAPPED))
+    assert json.loads(run.stdout)["tables"]["memory_categories"] == 200_000
+
+
+# --- large pickles: the small path's errors ------------------------------------------------------
+
+
+def _snapshot_bytes(**change: object) -> bytes:
+    """A real-shaped snapshot pickle (protocol 2, no frames) with a placeholder state."""
+    snap = fragmented_oom().snapshot()
+    snap["segments"][0]["blocks"][0]["state"] = "PLACEHOLDER-STATE"
+    for k, v in change.items():
+        snap["segments"][0][k] = v
+    # padding: a long, valid call stack on the last block makes the file large
+    snap["segments"][-1]["blocks"][-1]["frames"] = [
+        {"filename": f"/src/model_{i}.py", "line": i, "name": f"fn_{i}"} for i in range(20_000)
+    ]
+    return pickle.dumps(snap, protocol=2)
+
+
+def _with_state(data: bytes, opcodes: bytes) -> bytes:
+    tok = b"X" + len(b"PLACEHOLDER-STATE").to_bytes(4, "little") + b"PLACEHOLDER-STATE"
+    assert data.count(tok) == 1
+    return data.replace(tok, opcodes)
+
+
+def _same_error_both_ways(tmp_path: Path, p: Path, *fragments: str) -> str:
+    assert p.stat().st_size >= 1 << 20  # read in a capped child process by default
+    large = error(cli(["ingest", p, "-o", "s"], tmp_path), p.name, *fragments)
+    small = error(cli(["ingest", p, "-o", "s"], tmp_path, env=IN_PROCESS), p.name, *fragments)
+    assert large == small
+    return large
+
+
+def test_large_pickle_with_a_device_beyond_int32(tmp_path: Path) -> None:
+    p = tmp_path / "dev.pickle"
+    p.write_bytes(
+        _with_state(_snapshot_bytes(device=2**40), b"X" + (8).to_bytes(4, "little") + b"inactive")
+    )
+    err = _same_error_both_ways(tmp_path, p, "out of the range")
+    assert "internal error" not in err
+
+
+@pytest.mark.parametrize(
+    "what, opcodes, fragment",
+    [
+        # a tuple of a tuple of ... a million deep: hashing it overflows the C stack
+        ("tuples", b")" + b"\x85" * 1_200_000, "nests too deeply"),
+        # lists nested 600,000 deep: unhashable as a block state
+        ("lists", b"]" * 600_000 + b"a" * 599_999, "out of the range"),
+    ],
+)
+def test_large_pickle_nested_deep(tmp_path: Path, what: str, opcodes: bytes, fragment: str) -> None:
+    p = tmp_path / f"deep-{what}.pickle"
+    p.write_bytes(_with_state(_snapshot_bytes(), opcodes))
+    err = _same_error_both_ways(tmp_path, p, fragment)
+    assert "signal" not in err and "internal error" not in err
+
+
+def test_small_pickle_nested_deep_does_not_crash(tmp_path: Path) -> None:
+    """Below the isolation size the pure-Python unpickler reads it, in the CLI's own process:
+    a deep tuple is refused while it is built, before anything hashes it."""
+    snap = fragmented_oom().snapshot()
+    snap["segments"][0]["blocks"][0]["state"] = "PLACEHOLDER-STATE"
+    p = tmp_path / "deep.pickle"
+    p.write_bytes(_with_state(pickle.dumps(snap, protocol=2), b")" + b"\x85" * 1_000_000))
+    assert p.stat().st_size < 1 << 20
+    error(cli(["ingest", p, "-o", "s"], tmp_path), "deep.pickle", "nests too deeply")
