@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
@@ -53,7 +53,12 @@ def salvage(f):
     )(f)
 
 
-def loading(ctx: click.Context) -> dict[str, bool]:
+class LoadFlags(TypedDict):
+    strict: bool
+    salvage: bool
+
+
+def loading(ctx: click.Context) -> LoadFlags:
     """The ``load`` options the shared flags set: ``strict``, ``salvage``."""
     obj = ctx.obj or {}
     return {"strict": bool(obj.get("strict")), "salvage": bool(obj.get("salvage"))}

@@ -28,7 +28,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import pyarrow as pa
 
@@ -91,7 +91,7 @@ class SafeUnpickler(pickle._Unpickler):
     """The pure-Python unpickler (memo in a dict), with every global refused and the nesting
     of tuples bounded (:data:`MAX_TUPLE_DEPTH`)."""
 
-    dispatch = dict(pickle._Unpickler.dispatch)
+    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)
 
     def __init__(self, file: Any) -> None:
         super().__init__(file)
@@ -104,7 +104,7 @@ class SafeUnpickler(pickle._Unpickler):
         _refuse_pid(pid)
 
     def _tuple_built(self) -> None:
-        t = self.stack[-1]
+        t = self.stack[-1]  # type: ignore[attr-defined]
         depth = 1 + max((self._depths.get(id(x), 1) for x in t if type(x) is tuple), default=0)
         if depth > MAX_TUPLE_DEPTH:
             raise RecursionError(TOO_DEEP)
