@@ -186,3 +186,57 @@ def test_small_pickle_nested_deep_does_not_crash(tmp_path: Path) -> None:
     p.write_bytes(_with_state(pickle.dumps(snap, protocol=2), b")" + b"\x85" * 1_000_000))
     assert p.stat().st_size < 1 << 20
     error(cli(["ingest", p, "-o", "s"], tmp_path), "deep.pickle", "nests too deeply")
+
+
+# --- a history that contradicts the end state ----------------------------------------------------
+
+
+def _history_snapshot(tmp: Path, name: str, *, contradict: bool) -> tuple[Path, int]:
+    """fragmented_history()'s snapshot; with ``contradict`` a 64 GiB allocation that the end
+    state does not hold (and no free of it) is put in the middle of its history: replayed
+    back from the end, every level before it falls below zero. Returns the file and the index
+    of that action."""
+    from tracegen.snapshot import GiB, fragmented_history
+
+    snap = fragmented_history().snapshot()
+    trace = snap["device_traces"][-1]
+    k = len(trace) // 2
+    if contradict:
+        e = dict(trace[k])
+        e.update(action="alloc", addr=0x7F00_0000_0000, size=64 * GiB)
+        trace.insert(k, e)
+    p = tmp / name
+    p.write_bytes(pickle.dumps(snap, protocol=4))
+    return p, k
+
+
+def _memory(tmp: Path, p: Path) -> dict:
+    ok(cli(["diagnose", p, "--json", "r.json"], tmp))
+    return json.loads((tmp / "r.json").read_text())
+
+
+def test_history_contradicting_the_end_state_is_reported_and_never_drawn_negative(
+    tmp_path: Path,
+) -> None:
+    good, _ = _history_snapshot(tmp_path, "good.pickle", contradict=False)
+    want = _memory(tmp_path, good)
+    bad, k = _history_snapshot(tmp_path, "bad.pickle", contradict=True)
+    got = _memory(tmp_path, bad)
+    c0, c = want["memory"]["snapshot"]["curve"], got["memory"]["snapshot"]["curve"]
+    assert c0["omitted"] == 0
+    assert "snapshot-history-contradicts" not in {d["code"] for d in want["diagnostics"]}
+    # the levels before the contradicting action are impossible: left out, not clamped
+    assert c["omitted"] == k
+    assert min(c["allocated"]) >= 0 and min(c["reserved"]) >= 0
+    assert len(c["x"]) == len(c0["x"]) + 1 - k
+    # from the contradicting action on, the levels are the consistent history's own
+    assert c["allocated"][1:] == c0["allocated"][k:]
+    assert c["reserved"][1:] == c0["reserved"][k:]
+    d = next(x for x in got["diagnostics"] if x["code"] == "snapshot-history-contradicts")
+    assert d["count"] == k and f"first {k:,} of its {len(c0['x']) + 1:,} actions" in d["message"]
+    assert "below zero" in d["message"] and d["hint"]
+    # the history's peak is searched where the levels are possible (the level right after
+    # the contradicting action is the consistent history's level before it)
+    assert c["allocated"][0] == c0["allocated"][k - 1]
+    peak = got["metrics"]["values"]["snapshot_peak_allocated_bytes"]
+    assert peak == max(c0["allocated"][k - 1 :])
