@@ -240,3 +240,45 @@ def test_history_contradicting_the_end_state_is_reported_and_never_drawn_negativ
     assert c["allocated"][0] == c0["allocated"][k - 1]
     peak = got["metrics"]["values"]["snapshot_peak_allocated_bytes"]
     assert peak == max(c0["allocated"][k - 1 :])
+
+
+# --- a memory input from another run -------------------------------------------------------------
+
+BASE_NS = 1_750_000_000_000_000_000  # 2025-06-15
+
+
+def _trace_and_timeline(tmp: Path, offset_ns: int) -> tuple[Path, Path]:
+    from hostile import events, trace, write
+
+    t = write(tmp / "t.json", trace(events(3), baseTimeNanoseconds=BASE_NS))
+    t0 = BASE_NS + offset_ns
+    rows = [[-1, 1, 4096, 0]] + [[t0 + 1000 * i, 2, 1 << 20, 4] for i in range(50)]
+    tl = tmp / "tl.raw.json"
+    tl.write_text(json.dumps(rows))
+    return t, tl
+
+
+@pytest.mark.parametrize(
+    "offset_ns, joined",
+    [
+        (500_000, True),  # inside the trace's window
+        (-400 * 86_400 * 10**9, False),  # the year before
+    ],
+)
+def test_memory_timeline_is_joined_only_when_its_times_fit_the_trace(
+    tmp_path: Path, offset_ns: int, joined: bool
+) -> None:
+    t, tl = _trace_and_timeline(tmp_path, offset_ns)
+    ok(cli(["diagnose", t, "--memory-snapshot", tl, "--json", "r.json"], tmp_path))
+    d = json.loads((tmp_path / "r.json").read_text())
+    diags = [x for x in d["diagnostics"] if x["code"] == "memory-input-not-joined"]
+    cats = (d.get("memory") or {}).get("categories")
+    if joined:
+        assert not diags and cats
+        assert [f["name"] for f in d["trace"]["memory_inputs"]] == ["tl.raw.json"]
+    else:
+        assert not cats and "memory_inputs" not in d["trace"]
+        (x,) = diags
+        assert x["source"] == "tl.raw.json" and x["severity"] == "warning"
+        assert "400 days from the trace's (2025-06-15" in x["message"]
+        assert "another run" in x["message"]
