@@ -162,10 +162,14 @@ class TraceStore:
             d.mkdir(exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=d)
             body = text.encode("utf-8")
-            with os.fdopen(fd, "wb") as f:
-                f.write(_derived_header(body) + b"\n" + body)
-            os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
-            os.replace(tmp, d / name)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(_derived_header(body) + b"\n" + body)
+                os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
+                os.replace(tmp, d / name)
+            except OSError:
+                Path(tmp).unlink(missing_ok=True)  # a full disk leaves no half-written file
+                raise
             old = sorted(
                 (p for p in d.iterdir() if not p.name.startswith(".")),
                 key=lambda p: p.stat().st_mtime,
