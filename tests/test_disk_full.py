@@ -118,3 +118,31 @@ def test_disk_full_writing_the_cached_result(
     assert res.exit_code == 0, res.stderr
     derived = store / core.DERIVED_DIR
     assert not derived.exists() or _listing(derived) == []
+
+
+# --- replacing a store through a symbolic link ---------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["relative", "absolute"])
+def test_force_through_a_link_replaces_the_store_it_points_to(tmp_path: Path, how: str) -> None:
+    from hostile import cli, ok, snapshot, write
+
+    t = write(tmp_path / "t.json", trace())
+    t2 = write(tmp_path / "t2.json", trace(events(3)))
+    ok(cli(["ingest", t, "-o", "real"], tmp_path))
+    link = tmp_path / "link"
+    link.symlink_to("real" if how == "relative" else tmp_path / "real")
+    inputs = snapshot(t, t2)
+    ok(cli(["ingest", t2, "-o", "link", "--force"], tmp_path))
+    # exactly what was there, the store replaced behind the link: no renamed link, no old
+    # store, no temporaries
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".ti-cache") == [
+        "link",
+        "real",
+        "t.json",
+        "t2.json",
+    ]
+    assert link.is_symlink() and link.resolve() == (tmp_path / "real").resolve()
+    s = json.loads(ok(cli(["summary", "link", "--json"], tmp_path)).stdout)
+    assert [x["name"] for x in s["sources"]] == ["t2.json"]
+    assert snapshot(t, t2) == inputs
