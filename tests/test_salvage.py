@@ -118,6 +118,12 @@ def test_h100_trace_cut_before_its_gpu_events_is_headlined_truncated(
     codes = {x["code"] for x in d["diagnostics"]}
     assert "truncated-salvaged" in codes
     assert ("gzip-truncated" in codes) == p.name.endswith(".gz")
+    # every report says so: the terminal's device line, the HTML, the Markdown
+    run = ok(cli(["diagnose", p, "--salvage", "--html", "r.html", "--markdown", "r.md"], tmp_path))
+    assert "no GPU events (truncated trace: the cut lost them)" in run.stdout
+    for page in ("r.html", "r.md"):
+        text = (tmp_path / page).read_text()
+        assert "Truncated trace" in text and "CPU-only trace" not in text, page
     salvaged = next(x for x in d["diagnostics"] if x["code"] == "truncated-salvaged")
     assert f"read {want['events']:,} complete events" in salvaged["message"]
 
