@@ -282,3 +282,15 @@ def test_memory_timeline_is_joined_only_when_its_times_fit_the_trace(
         assert x["source"] == "tl.raw.json" and x["severity"] == "warning"
         assert "400 days from the trace's (2025-06-15" in x["message"]
         assert "another run" in x["message"]
+
+
+def test_snapshot_child_never_gets_more_than_the_memory_limit(tmp_path: Path) -> None:
+    """A gzip pickle of 20 million small ints (40 MB of content in 40 kB): within the gzip
+    bound, but unpickled it needs far more than a 200 MB limit allows."""
+    body = b"\x80\x04](" + b"K\x01" * 20_000_000 + b"e."
+    p = tmp_path / "ints.pickle.gz"
+    p.write_bytes(gzip.compress(body, 9))
+    env = {"TRACEINSIGHT_MAX_MEMORY_MB": "200"}
+    run = cli(["ingest", p, "-o", "s"], tmp_path, env=env)
+    error(run, "ints.pickle.gz", "needs more memory", "TRACEINSIGHT_MAX_MEMORY_MB")
+    bounded(run, 500)

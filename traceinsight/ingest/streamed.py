@@ -127,6 +127,17 @@ def _gunzip_to(p: Path, parts: Parts, salvage: bool) -> tuple[Path, int | None]:
     return out, (cut[0] if cut else None)
 
 
+def _read_whole(p: Path) -> bool:
+    """Whether the gzip file ``p`` holds a format without a stream entry (a memory input),
+    from its first decompressed bytes: it is decompressed once, by the whole-file reader
+    (bounded there), not first into a temporary."""
+    try:
+        r = readers.reader_for(p)
+    except TraceFormatError:
+        return False  # named by the stream path's own error
+    return r.stream is None
+
+
 def _gzip_cut(diags: Any, p: Path, content: int) -> None:
     diags.add(
         "gzip-truncated",
@@ -154,7 +165,7 @@ def read_streamed(
     plain = p
     cut: int | None = None
     if head.startswith(GZIP_MAGIC):
-        if not settings.get("TRACEINSIGHT_STREAM"):
+        if not settings.get("TRACEINSIGHT_STREAM") or _read_whole(p):
             return None
         plain, cut = _gunzip_to(p, parts, salvage)
         with open(plain, "rb") as f:

@@ -8,7 +8,8 @@ anything runs. Two more hazards remain with plain data, and both are bounded:
 - **memory**: CPython's C unpickler sizes its memo from the indexes a pickle names, so a
   10-byte pickle can ask for gigabytes. Small files go through the pure-Python unpickler
   (whose memo is a dict); larger ones through the C unpickler in a forked child process whose
-  address space is capped (:data:`MEMORY_BUDGET_BYTES` plus a multiple of the file size) and
+  address space is capped (:data:`MEMORY_BUDGET_BYTES` plus a multiple of the file size, at most
+  TRACEINSIGHT_MAX_MEMORY_MB) and
   which is stopped after a time limit; only its tables come back (Arrow IPC). Off Linux the
   pure-Python unpickler reads every file.
 - **size**: files above :data:`MAX_BYTES` are refused; converting the data into tables visits
@@ -39,7 +40,8 @@ from traceinsight.errors import TraceFormatError
 MAX_BYTES = settings.get("TRACEINSIGHT_SNAPSHOT_MAX_BYTES")
 #: files at least this large are unpickled in C in a child process (Linux)
 ISOLATE_MIN_BYTES = settings.get("TRACEINSIGHT_SNAPSHOT_ISOLATE_BYTES")
-#: the child's address space: what the parent maps, plus this, plus 32 bytes per file byte
+#: the child's address space: what the parent maps, plus this, plus 32 bytes per file byte,
+#: and never more than TRACEINSIGHT_MAX_MEMORY_MB beyond what the parent maps
 MEMORY_BUDGET_BYTES = 2 << 30
 #: the child's time limit: this many seconds plus one per MiB of file
 TIME_LIMIT_S = settings.get("TRACEINSIGHT_SNAPSHOT_TIME_LIMIT_S")
@@ -213,7 +215,7 @@ def load_and_convert(
 def _in_child(
     data: bytes, path: str, work: Work, started: Callable[[], None] | None
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    limit = _mapped_bytes() + MEMORY_BUDGET_BYTES + 32 * len(data)
+    limit = _mapped_bytes() + min(MEMORY_BUDGET_BYTES + 32 * len(data), _memory_limit())
     deadline = time.monotonic() + TIME_LIMIT_S + len(data) / (1 << 20)
     with tempfile.TemporaryDirectory(prefix="traceinsight-snapshot-") as tmp:
         pid = os.fork()
@@ -277,8 +279,8 @@ def _child(data: bytes, path: str, work: Work, tmp: Path, limit: int) -> NoRetur
             out = {
                 "ok": False,
                 "message": "the pickle needs more memory than a snapshot of its "
-                "size can (a hostile or damaged file?)",
-                "hint": HINT,
+                "size can, or than the memory limit allows (a hostile or damaged file?)",
+                "hint": HINT + " (TRACEINSIGHT_MAX_MEMORY_MB sets the limit)",
             }
         except RecursionError:
             out = {"ok": False, "message": TOO_DEEP, "hint": HINT}
@@ -318,6 +320,11 @@ def _read_json(p: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return out if isinstance(out, dict) else None
+
+
+def _memory_limit() -> int:
+    """The memory limit of a run (TRACEINSIGHT_MAX_MEMORY_MB): the child never gets more."""
+    return int(settings.get("TRACEINSIGHT_MAX_MEMORY_MB") * (1 << 20))
 
 
 def _mapped_bytes() -> int:
