@@ -6,6 +6,7 @@ The CLI turns any :class:`TraceInsightError` into one line on stderr and exit co
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 #: the longest file name, problem and hint an error line shows (characters)
@@ -74,3 +75,15 @@ class InstallError(TraceInsightError):
 
 class StoreError(TraceInsightError):
     """A trace store is missing, incomplete or of another schema version."""
+
+
+#: what a write fails with when the disk (or the user's quota, or the file size limit) is full
+NO_SPACE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def no_space(e: BaseException) -> bool:
+    """Whether ``e`` says that a write found no space (Arrow's I/O errors are ``OSError``s
+    that carry the reason in their text only)."""
+    return isinstance(e, OSError) and (
+        e.errno in NO_SPACE_ERRNOS or "No space left on device" in str(e)
+    )

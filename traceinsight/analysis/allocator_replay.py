@@ -35,6 +35,10 @@ class Replay:
     reserved: np.ndarray  #: reserved bytes after each action
     time_axis: str  #: ts_ns | seq (PyTorch 2.0 traces carry no time)
     mismatch_bytes: int = 0  #: how far the trace and the end state disagree (0: they agree)
+    #: the first action from which every level is possible (>= 0): the levels before it
+    #: contradict the end state (replayed back from it they fall below zero), and are
+    #: neither drawn nor searched for the peak
+    consistent_from: int = 0
 
     @cached_property
     def x(self) -> np.ndarray:
@@ -43,7 +47,8 @@ class Replay:
 
     @property
     def peak_index(self) -> int | None:
-        return int(np.argmax(self.allocated)) if len(self.allocated) else None
+        k = self.consistent_from
+        return k + int(np.argmax(self.allocated[k:])) if len(self.allocated) else None
 
 
 @dataclass
@@ -66,16 +71,25 @@ def replay(actions: pd.DataFrame, end_allocated: int, end_reserved: int) -> Repl
     alloc = end_allocated - d_alloc.sum() + np.cumsum(d_alloc)
     res = end_reserved - d_res.sum() + np.cumsum(d_res)
     low = min(int(alloc.min()) if len(alloc) else 0, int(res.min()) if len(res) else 0)
+    impossible = np.flatnonzero((alloc < 0) | (res < 0))
     ts = actions["ts_ns"]
     axis = "ts_ns" if len(ts) and ts.notna().all() else "seq"
     return Replay(
-        actions.reset_index(drop=True), alloc, res, axis, mismatch_bytes=-low if low < 0 else 0
+        actions.reset_index(drop=True),
+        alloc,
+        res,
+        axis,
+        mismatch_bytes=-low if low < 0 else 0,
+        consistent_from=int(impossible[-1]) + 1 if len(impossible) else 0,
     )
 
 
 def curve(rp: Replay, n: int = MAX_POINTS) -> dict[str, Any]:
-    """At most ``n`` points of allocated and reserved (each bucket keeps its maxima)."""
-    x, a, r = rp.x, rp.allocated, rp.reserved
+    """At most ``n`` points of allocated and reserved (each bucket keeps its maxima), from
+    :attr:`Replay.consistent_from` on: levels that contradict the end state are left out,
+    never clamped (``omitted`` counts the actions before the first point drawn)."""
+    k = rp.consistent_from
+    x, a, r = rp.x[k:], rp.allocated[k:], rp.reserved[k:]
     if len(x) > n:
         edges = np.linspace(x[0], x[-1], n + 1)
         b = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, n - 1)
@@ -85,7 +99,13 @@ def curve(rp: Replay, n: int = MAX_POINTS) -> dict[str, Any]:
             .agg(x=("x", "max"), a=("a", "max"), r=("r", "max"))
         )
         x, a, r = (df[c].to_numpy(np.int64) for c in ("x", "a", "r"))
-    return {"axis": rp.time_axis, "x": x.tolist(), "allocated": a.tolist(), "reserved": r.tolist()}
+    return {
+        "axis": rp.time_axis,
+        "x": x.tolist(),
+        "allocated": a.tolist(),
+        "reserved": r.tolist(),
+        "omitted": k,
+    }
 
 
 def state_at(

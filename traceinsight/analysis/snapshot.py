@@ -152,6 +152,11 @@ def device_view(
             f"the trace and the snapshot disagree by {rp.mismatch_bytes:,} "
             "bytes (the trace is incomplete)"
         )
+        view["contradiction"] = {
+            "bytes": rp.mismatch_bytes,
+            "omitted_actions": rp.consistent_from,
+            "actions": len(actions),
+        }
     view["holes"] = holes(segs, blocks, actions)
     view["churn"] = churn(actions)
     view["ooms"] = ooms(rp, blocks, segs)

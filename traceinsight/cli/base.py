@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, cast
 import click
 
 from traceinsight import settings
-from traceinsight.errors import ConfigError, TraceInsightError
+from traceinsight.errors import ConfigError, TraceInsightError, no_space
 from traceinsight.util.safetext import for_terminal
 
 if TYPE_CHECKING:
@@ -135,6 +135,15 @@ class Group(click.Group):
         except Exception as e:  # the last line of defence for users
             if debug or debug_on():
                 raise
+            if no_space(e):  # a write anywhere found the disk full: the user's to fix
+                name = getattr(e, "filename", None)
+                where = f"{name}: " if name else ""
+                click.echo(
+                    f"traceinsight: error: {for_terminal(str(where))}no space left on the "
+                    "device (hint: free space there, or write elsewhere)",
+                    err=True,
+                )
+                ctx.exit(2)
             click.echo(
                 f"traceinsight: internal error: {type(e).__name__}: "
                 f"{for_terminal(str(e))} "

@@ -13,7 +13,14 @@ from traceinsight.cli.checks import COUNT, FINITE, POSITIVE, device_key
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, format_options, rule_options, strict, write_output
+from traceinsight.cli.options import (
+    CONTEXT,
+    format_options,
+    rule_options,
+    salvage,
+    strict,
+    write_output,
+)
 from traceinsight.cli.report import result_of
 
 
@@ -67,6 +74,7 @@ from traceinsight.cli.report import result_of
     "--device", callback=device_key, help="Device for both sides' roofline (traces only)."
 )
 @strict
+@salvage
 @click.pass_context
 def compare(
     ctx: click.Context,

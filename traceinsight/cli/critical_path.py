@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from traceinsight.cli.options import CONTEXT, INPUTS, strict
+from traceinsight.cli.options import CONTEXT, INPUTS, loading, salvage, strict
 
 
 @click.command("critical-path", context_settings=CONTEXT)
@@ -22,6 +22,7 @@ from traceinsight.cli.options import CONTEXT, INPUTS, strict
 )
 @click.option("-n", "top_n", default=8, show_default=True, type=int, help="Top path items.")
 @strict
+@salvage
 @click.pass_context
 def critical_path(
     ctx: click.Context,
@@ -52,7 +53,7 @@ def critical_path(
     from traceinsight.ingest import load
     from traceinsight.render.critical_path import render_models
 
-    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
+    store = load(list(inputs), quiet=ctx.obj["quiet"], **loading(ctx))
     an = Analysis(store)
     models = step_models(an, None if rank is None else [rank], step)
     if not models:

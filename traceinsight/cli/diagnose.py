@@ -15,7 +15,15 @@ from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, SEVERITY_CHOICES, rule_options, strict
+from traceinsight.cli.options import (
+    CONTEXT,
+    INPUTS,
+    SEVERITY_CHOICES,
+    loading,
+    rule_options,
+    salvage,
+    strict,
+)
 
 
 @click.command(context_settings=CONTEXT)
@@ -95,6 +103,7 @@ from traceinsight.cli.options import CONTEXT, INPUTS, SEVERITY_CHOICES, rule_opt
     "memory over time from the allocator itself. Repeatable (one per rank).",
 )
 @strict
+@salvage
 @rank_options
 @click.pass_context
 def diagnose(
@@ -149,7 +158,7 @@ def diagnose(
     store = load(
         list(inputs),
         quiet=ctx.obj["quiet"],
-        strict=ctx.obj.get("strict", False),
+        **loading(ctx),
         memory=memory_snapshots,
     )
     opts = RooflineOptions(

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict
 
 import click
 
@@ -33,6 +33,35 @@ def strict(f):
         help="Exit 2 when a rank file of the folder cannot be read (by default "
         "a warning in the headline).",
     )(f)
+
+
+def salvage(f):
+    """``--salvage``: read the complete events of a truncated trace instead of refusing it (the
+    hint of a truncated file's error names it; ``ingest`` has its own flag of that name)."""
+
+    def keep(ctx: click.Context, param: click.Parameter, value: bool) -> bool:
+        ctx.ensure_object(dict)["salvage"] = value
+        return value
+
+    return click.option(
+        "--salvage",
+        is_flag=True,
+        expose_value=False,
+        callback=keep,
+        help="Read the complete events of a truncated trace (a job killed while writing it) "
+        "instead of refusing it; the headline says what the cut lost.",
+    )(f)
+
+
+class LoadFlags(TypedDict):
+    strict: bool
+    salvage: bool
+
+
+def loading(ctx: click.Context) -> LoadFlags:
+    """The ``load`` options the shared flags set: ``strict``, ``salvage``."""
+    obj = ctx.obj or {}
+    return {"strict": bool(obj.get("strict")), "salvage": bool(obj.get("salvage"))}
 
 
 SEVERITY_CHOICES = ["high", "medium", "low", "info", "never"]

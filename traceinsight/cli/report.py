@@ -16,7 +16,7 @@ from traceinsight.cli.ranks import rank_options
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     from traceinsight.options import RooflineOptions
     from traceinsight.result import DiagnosisResult
-from traceinsight.cli.options import CONTEXT, rule_options, strict
+from traceinsight.cli.options import CONTEXT, loading, rule_options, salvage, strict
 
 
 @click.command(context_settings=CONTEXT)
@@ -34,6 +34,7 @@ from traceinsight.cli.options import CONTEXT, rule_options, strict
 )
 @rule_options
 @strict
+@salvage
 @rank_options
 @click.pass_context
 def report(
@@ -102,7 +103,7 @@ def result_of(
     from traceinsight.ingest import load
     from traceinsight.util.progress import Progress
 
-    store = load([path], quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
+    store = load([path], quiet=ctx.obj["quiet"], **loading(ctx))
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
     try:
         result = run_diagnose(

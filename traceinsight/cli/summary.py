@@ -16,7 +16,9 @@ from traceinsight.cli.options import (
     CONTEXT,
     INPUTS,
     format_options,
+    loading,
     resolve_format,
+    salvage,
     strict,
     write_output,
 )
@@ -30,6 +32,7 @@ from traceinsight.cli.options import (
 )
 @format_options
 @strict
+@salvage
 @click.pass_context
 def summary(
     ctx: click.Context,
@@ -53,7 +56,7 @@ def summary(
     from traceinsight.ingest import load
     from traceinsight.store.summary import render_summary, summarize
 
-    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
+    store = load(list(inputs), quiet=ctx.obj["quiet"], **loading(ctx))
     s = summarize(store, top_n=top_n)
     fmt_ = resolve_format(as_json, out_format)
     if fmt_ == "json":

@@ -17,7 +17,9 @@ from traceinsight.cli.options import (
     CONTEXT,
     INPUTS,
     format_options,
+    loading,
     resolve_format,
+    salvage,
     strict,
     write_output,
 )
@@ -41,6 +43,7 @@ from traceinsight.cli.options import (
 @click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON (--format json).")
 @format_options
 @strict
+@salvage
 @click.pass_context
 def top(
     ctx: click.Context,
@@ -93,7 +96,7 @@ def top(
     from traceinsight.render.top import render_top
     from traceinsight.util.progress import Progress
 
-    store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
+    store = load(list(inputs), quiet=ctx.obj["quiet"], **loading(ctx))
     an = Analysis(store)
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
     prog.stage("attribution" if by != "step" else "breakdown", 0.0)

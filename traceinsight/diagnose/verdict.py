@@ -19,6 +19,8 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.analysis import Analysis
+from traceinsight.analysis.truncation import headline as truncated_headline
+from traceinsight.analysis.truncation import prefix, truncation
 from traceinsight.result import Finding, primary_of
 from traceinsight.util import fmt
 
@@ -50,7 +52,17 @@ __all__ = ["headline", "primary_of"]
 
 
 def headline(findings: list[Finding], m: dict[str, Any], an: Analysis | None) -> str:
-    """What bounds this run, in one sentence."""
+    """What bounds this run, in one sentence; a salvaged (truncated) trace says so first, and
+    one whose GPU events were all past the cut says that no GPU verdict is possible instead
+    of calling it a CPU-only run."""
+    cut = truncation(an.store) if an is not None else None
+    if cut is not None and cut.gpu_lost and not m.get("has_gpu"):
+        return truncated_headline(cut)
+    text = _headline(findings, m, an)
+    return prefix(cut) + text if cut is not None else text
+
+
+def _headline(findings: list[Finding], m: dict[str, Any], an: Analysis | None) -> str:
     lead = primary_of(findings)
     if not m.get("has_gpu"):
         no_gpu = (

@@ -23,13 +23,19 @@ import pyarrow as pa
 
 from traceinsight import __version__
 from traceinsight.diagnostics import DiagnosticLog
-from traceinsight.errors import InputError, TraceFormatError, TraceInsightError
+from traceinsight.errors import (
+    InputError,
+    StoreError,
+    TraceFormatError,
+    TraceInsightError,
+    no_space,
+)
 from traceinsight.ingest import cache, prehash, ranks, readers, streamed
 from traceinsight.ingest.cache import cache_root
 from traceinsight.ingest.columns import arrow_without_pandas
 from traceinsight.ingest.memory_inputs import join as join_memory
 from traceinsight.ingest.memory_inputs import with_memory
-from traceinsight.ingest.readers import open_trace, suffixes
+from traceinsight.ingest.readers import check_whole, open_trace, suffixes
 from traceinsight.ingest.readers.base import RankRead, Reader
 from traceinsight.ingest.source import (
     SourceFile,
@@ -291,14 +297,31 @@ def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
     for i, p in enumerate(job.inputs.files):  # hashed while the command started (joined:
         if job.digests[i] is None:  # no thread may run when the reader forks)
             job.digests[i] = prehash.take(p)
-    if ranks.applies(job.inputs.files):  # several rank files: one task and partition each
-        return ranks.read_and_write(job, prog)
     parent = job.out.parent if job.out is not None else cache.store_path("-").parent
-    parts = streamed.Parts(parent, job.out.name if job.out is not None else "ingest")
     try:
-        return _read_and_write_parts(job, prog, parts)
-    finally:
-        parts.cleanup()
+        if ranks.applies(job.inputs.files):  # several rank files: one task and partition each
+            return ranks.read_and_write(job, prog)
+        parts = streamed.Parts(parent, job.out.name if job.out is not None else "ingest")
+        try:
+            return _read_and_write_parts(job, prog, parts)
+        finally:
+            parts.cleanup()  # the temporaries of this ingest (what it wrote, nothing else)
+    except OSError as e:
+        if not no_space(e):
+            raise
+        raise disk_full(job, parent) from None
+
+
+def disk_full(job: _Job, parent: Path) -> StoreError:
+    """The one-line error for a disk that filled while the store was written (its
+    temporaries are removed already: nothing half-written stays)."""
+    where = "the cache folder" if job.out is None else "the store's folder"
+    return StoreError(
+        "no space left on the device while the store was written (nothing was kept)",
+        path=job.out if job.out is not None else parent,
+        hint=f"free space in {where}, or write the store elsewhere"
+        + (" (TRACEINSIGHT_CACHE_DIR sets the cache's place)" if job.out is None else " (-o)"),
+    )
 
 
 def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> TraceStore:
@@ -318,6 +341,8 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
     try:
         store = write_store(target, meta, tables, replace=True)
     except OSError as e:
+        if no_space(e):
+            raise
         same = cached_twin(job, target)  # another run of the same trace wrote it first
         if same is not None:
             return same
@@ -404,6 +429,7 @@ def _read_all(
                 p,
                 head,
                 parts,
+                salvage=bool(job.options["salvage"]),
                 rank_hint=rank_from_filename(p.name),
                 progress=step,
                 background=hasher.start if hasher else None,
@@ -413,8 +439,9 @@ def _read_all(
                 if hasher and hasher.started:
                     job.digests[i] = hasher.result()  # no thread may run when the reader forks
                     hasher = None
+                check_whole(p, head, size)
                 raw = read_raw(p)
-                reader, data = open_trace(p, raw)
+                reader, data = open_trace(p, raw, salvage=bool(job.options["salvage"]))
                 del raw
                 r = _read_one(
                     reader,

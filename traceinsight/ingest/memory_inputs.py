@@ -5,7 +5,8 @@ rank of the trace it was recorded with.
 The memory file is not a rank of its own: its rows take the rank of its trace (the rank in its
 file name, else the only rank of the run), and the trace's rank metadata lists it under
 ``memory.inputs``. Without traces, memory files are the run: a snapshot and a timeline export
-of the same rank are joined the same way.
+of the same rank are joined the same way. A memory file whose wall-clock times lie far from
+its trace's (another run, another year) is not joined: a diagnostic says why.
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ def join(reads: list[Any], display: str) -> list[Any]:
     if not mem:
         return reads
     ranks = [r for r in reads if not is_memory(r)]
+    with_trace = bool(ranks)  #: a trace's clock to check the memory files' times against
     if not ranks:  # a memory-only run: the first snapshot per rank carries the others
         ranks, mem = _primaries(mem)
     by_rank = {r.result.meta.rank: r for r in ranks}
@@ -119,9 +121,56 @@ def join(reads: list[Any], display: str) -> list[Any]:
                 path=display,
                 hint="give one memory snapshot (and one timeline) per rank",
             )
+        why = implausible_times(target.result.meta, m.result.meta) if with_trace else None
+        if why:
+            target.result.meta.diagnostics.add(
+                "memory-input-not-joined",
+                f"{m.path.name} was not joined to rank {key[0]}: {why}",
+                source=m.path.name,
+                hint="pass the memory file recorded with this trace (the same run and "
+                "profiler session)",
+            )
+            continue
         taken[key] = m.path.name
         _join_one(target, m)
     return ranks
+
+
+#: times at or above this many ns are wall-clock (epoch) times, after 2001-09-09; below it a
+#: clock of its own (a trace relative to its start), which cannot be compared
+EPOCH_MIN_NS = 10**18
+#: memory recorded with a trace lies within this of it (a snapshot's history may start before
+#: the trace), or within the two spans' own length when that is longer
+NEAR_NS = 3600 * 10**9
+
+
+def implausible_times(trace: Any, mem: Any) -> str | None:
+    """Why the memory input ``mem`` (a rank's meta) cannot have been recorded with the trace
+    ``trace``: both on the wall clock and farther apart than :data:`NEAR_NS` (or the spans'
+    length); None when they are close or cannot be compared."""
+    a, b = trace.span_ns, mem.span_ns
+    if not a or not b or min(a[0], b[0]) < EPOCH_MIN_NS:
+        return None
+    gap = max(b[0] - a[1], a[0] - b[1], 0)
+    if gap <= max(NEAR_NS, (a[1] - a[0]) + (b[1] - b[0])):
+        return None
+    return (
+        f"its times ({_day(b[0])}) are {_far(gap)} from the trace's ({_day(a[0])}), so it was "
+        "recorded in another run"
+    )
+
+
+def _day(ns: int) -> str:
+    import datetime as dt
+
+    return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _far(ns: int) -> str:
+    days = ns / 86_400e9
+    if days >= 2:
+        return f"{days:,.0f} days"
+    return f"{ns / 3600e9:,.1f} hours"
 
 
 def _primaries(mem: list[Any]) -> tuple[list[Any], list[Any]]:

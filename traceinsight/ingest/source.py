@@ -34,6 +34,10 @@ NSYS_EXPORT_HINT = "convert it first: nsys export --type sqlite --output run.sql
 GZIP_MAX_RATIO = settings.get("TRACEINSIGHT_GZIP_MAX_RATIO")
 GZIP_FLOOR = 64 << 20
 GZIP_MAX_BYTES = settings.get("TRACEINSIGHT_GZIP_MAX_BYTES")
+#: a file read whole (a memory input, a damaged trace the streaming reader hands back) is in
+#: memory at once, and its reader needs a few times that: content beyond this share of
+#: TRACEINSIGHT_MAX_MEMORY_MB is refused (gzip is decompressed up to it, never beyond)
+WHOLE_SHARE = 4
 #: most bytes read from stdin or a pipe
 STREAM_MAX_BYTES = settings.get("TRACEINSIGHT_STREAM_MAX_BYTES")
 _STDIN = ("-", "/dev/stdin")
@@ -283,17 +287,52 @@ def file_kind(data: bytes) -> str:
     return "it is binary data"
 
 
-def gunzip(path: Path, data: bytes) -> bytes:
+def whole_limit() -> int:
+    """The most bytes of content a file read whole may hold (see :data:`WHOLE_SHARE`)."""
+    return int(settings.get("TRACEINSIGHT_MAX_MEMORY_MB") * (1 << 20) / WHOLE_SHARE)
+
+
+def too_large_whole(path: Path | str, what: str) -> TraceFormatError:
+    """The error for content beyond :func:`whole_limit`."""
+    mb = settings.get("TRACEINSIGHT_MAX_MEMORY_MB")
+    return TraceFormatError(
+        f"{what} is over {whole_limit():,} bytes, more than a file read whole may hold in "
+        f"memory (a quarter of the {mb:g} MB memory limit)",
+        path=path,
+        hint="raise TRACEINSIGHT_MAX_MEMORY_MB to read it; damaged or hostile data can expand "
+        "far beyond any real input, so check where the file came from",
+    )
+
+
+def gunzip(path: Path, data: bytes, *, salvage: bool = False) -> bytes:
     """The content of gzip bytes ``data``, decompressed as a stream (every member; NUL padding
     after the last is ignored). A clear error when the stream is damaged, and when it expands
-    beyond :data:`GZIP_MAX_RATIO` times its size (a decompression bomb)."""
-    return b"".join(gunzip_pieces(path, io.BytesIO(data).read, len(data)))
+    beyond :data:`GZIP_MAX_RATIO` times its size (a decompression bomb) or beyond
+    :func:`whole_limit` (the content is in memory at once); with ``salvage`` a stream that
+    ends early gives what it holds (the reader then keeps its complete events)."""
+    cut = (lambda n: None) if salvage else None
+    pieces = gunzip_pieces(
+        path, io.BytesIO(data).read, len(data), on_truncated=cut, most=whole_limit()
+    )
+    return b"".join(pieces)
 
 
-def gunzip_pieces(path: Path, read: Callable[[int], bytes], size: int) -> Iterator[bytes]:
+def gunzip_pieces(
+    path: Path,
+    read: Callable[[int], bytes],
+    size: int,
+    *,
+    on_truncated: Callable[[int], None] | None = None,
+    most: int | None = None,
+) -> Iterator[bytes]:
     """The content of the gzip stream ``read`` returns (``size`` bytes in all), piece by piece
     (at most 16 MiB each): what :func:`gunzip` joins, for callers that write it on as it comes
-    (a large trace is never whole in memory). The same checks and errors as :func:`gunzip`."""
+    (a large trace is never whole in memory). The same checks and errors as :func:`gunzip`.
+
+    ``on_truncated``: a stream that ends before its end-of-stream marker (a job killed while
+    writing it) ends the content where the data ends instead of raising; the function is
+    called once with the number of bytes decompressed (salvage). ``most``: content beyond
+    this many bytes is refused (:func:`too_large_whole`)."""
     limit = min(GZIP_MAX_BYTES, max(GZIP_FLOOR, GZIP_MAX_RATIO * size))
     total = 0
     pending = b""  # input read but not yet given to a decompressor (the next member's start)
@@ -319,6 +358,8 @@ def gunzip_pieces(path: Path, read: Callable[[int], bytes], size: int) -> Iterat
                         hint="check where the file came from; real traces compress "
                         "5-40x (TRACEINSIGHT_GZIP_MAX_RATIO raises the limit)",
                     )
+                if most is not None and total > most:
+                    raise too_large_whole(path, "gzip content")
                 if out:
                     yield out
             rest = d.unused_data  # the next member starts there
@@ -335,10 +376,14 @@ def gunzip_pieces(path: Path, read: Callable[[int], bytes], size: int) -> Iterat
                 raise zlib.error(f"{trailing:,} bytes of trailing data after the stream")
             break
     except EOFError:
+        if on_truncated is not None:
+            on_truncated(total)
+            return
         raise TraceFormatError(
             "gzip stream is truncated (the file ends before the end-of-stream marker)",
             path=path,
-            hint="the copy is incomplete: copy or download it again",
+            hint="the copy is incomplete: copy or download it again, or pass --salvage to "
+            "read the complete events of a trace",
         ) from None
     except zlib.error as e:
         raise TraceFormatError(

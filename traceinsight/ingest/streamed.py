@@ -115,14 +115,37 @@ class FileHasher:
         return self._digest
 
 
-def _gunzip_to(p: Path, parts: Parts) -> Path:
-    """Decompress gzip file ``p`` into a temporary file (piece by piece)."""
+def _gunzip_to(p: Path, parts: Parts, salvage: bool) -> tuple[Path, int | None]:
+    """Decompress gzip file ``p`` into a temporary file (piece by piece), and with ``salvage``
+    the bytes decompressed when the stream ends early (None: it ends as a stream ends)."""
     out = parts.temp(p.name + ".json")
     size = p.stat().st_size
+    cut: list[int] = []
     with open(p, "rb") as src, open(out, "wb") as dst:
-        for piece in gunzip_pieces(p, src.read, size):
+        for piece in gunzip_pieces(p, src.read, size, on_truncated=cut.append if salvage else None):
             dst.write(piece)
-    return out
+    return out, (cut[0] if cut else None)
+
+
+def _read_whole(p: Path) -> bool:
+    """Whether the gzip file ``p`` holds a format without a stream entry (a memory input),
+    from its first decompressed bytes: it is decompressed once, by the whole-file reader
+    (bounded there), not first into a temporary."""
+    try:
+        r = readers.reader_for(p)
+    except TraceFormatError:
+        return False  # named by the stream path's own error
+    return r.stream is None
+
+
+def _gzip_cut(diags: Any, p: Path, content: int) -> None:
+    diags.add(
+        "gzip-truncated",
+        f"the gzip stream ends early (no end-of-stream marker, a job killed while writing "
+        f"it): {content:,} bytes decompressed, read up to the last complete event",
+        source=p.name,
+        hint="the copy or the capture is incomplete; the events after the cut are lost",
+    )
 
 
 def read_streamed(
@@ -130,6 +153,7 @@ def read_streamed(
     head: bytes,
     parts: Parts,
     *,
+    salvage: bool = False,
     rank_hint: int | None,
     progress: Callable[[str, float], None] | None,
     background: Callable[[], None] | None,
@@ -139,10 +163,11 @@ def read_streamed(
     it has none or hands the file back (the caller reads it whole). ``wrap(fn)`` calls ``fn``
     and turns a reader's errors into user-facing ones."""
     plain = p
+    cut: int | None = None
     if head.startswith(GZIP_MAGIC):
-        if not settings.get("TRACEINSIGHT_STREAM"):
+        if not settings.get("TRACEINSIGHT_STREAM") or _read_whole(p):
             return None
-        plain = _gunzip_to(p, parts)
+        plain, cut = _gunzip_to(p, parts, salvage)
         with open(plain, "rb") as f:
             inner = f.read(HEAD_BYTES)
     else:
@@ -167,6 +192,7 @@ def read_streamed(
                 rank_hint=rank_hint,
                 progress=progress,
                 background=background,
+                **({"salvage": True} if salvage else {}),
             )
         )
     except Exception as e:
@@ -176,6 +202,8 @@ def read_streamed(
         raise
     finally:
         _drop(plain, p)
+    if cut is not None:
+        _gzip_cut(got.meta.diagnostics, p, cut)
     return RankRead(tables={}, meta=got.meta, counts=got.counts, stored=sink.close())
 
 

@@ -157,6 +157,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     views = snapshot_views(an)
     if not views:
         return  # no snapshot: nothing set, nothing reported missing
+    for v in views:
+        _contradiction(an, v)
     view = max(
         views, key=lambda v: (len(v["ooms"]), v["totals"]["stranded"], v["peak"]["reserved_peak"])
     )
@@ -282,3 +284,23 @@ def _summary(v: dict[str, Any]) -> dict[str, Any]:
         },
         "ooms": len(v["ooms"]),
     }
+
+
+def _contradiction(an: Analysis, view: dict) -> None:
+    """A diagnostic when the snapshot's history contradicts its end state (replayed back from
+    the end, memory falls below zero): what is left out of the chart and the peak, and why."""
+    c = view.get("contradiction")
+    if not c:
+        return
+    an.attribution.diagnostics.add(
+        "snapshot-history-contradicts",
+        f"the allocator history of device {view['device']} contradicts the snapshot's end "
+        f"state: replayed back from it, memory would fall {c['bytes']:,} bytes below zero, "
+        f"so the first {c['omitted_actions']:,} of its {c['actions']:,} actions are left out "
+        "of the memory-over-time chart and the history's peak (no level is clamped)",
+        source=f"rank {view['rank']}",
+        count=c["omitted_actions"],
+        hint="the history does not match this snapshot (actions of another process or an "
+        "earlier capture, or a trace with lost entries); dump the snapshot and its history "
+        "together with torch.cuda.memory._dump_snapshot()",
+    )

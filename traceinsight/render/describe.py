@@ -23,6 +23,18 @@ def has_gpu(r: DiagnosisResult) -> bool:
     return bool((r.metrics.get("values") or {}).get("has_gpu"))
 
 
+#: diagnostic of a file read up to a cut (--salvage): no GPU in it does not mean a CPU run
+SALVAGED = "truncated-salvaged"
+NO_GPU_CUT = "no GPU events (truncated trace: the cut lost them)"
+
+
+def no_gpu_text(r: DiagnosisResult) -> str:
+    """Why a result has no GPU: a CPU-only trace, or a salvaged one cut before its GPU part."""
+    if any(d.get("code") == SALVAGED for d in r.diagnostics or []):
+        return NO_GPU_CUT
+    return "no GPU (CPU-only trace)"
+
+
 def kernel_count(r: DiagnosisResult) -> int:
     cov = r.extra.get("coverage") or {}
     return int(cov.get("kernels") or 0)
@@ -42,7 +54,7 @@ def device_line(r: DiagnosisResult) -> str:
     if r.trace.get("memory_only"):
         return MEMORY_ONLY
     if not has_gpu(r):
-        return "no GPU (CPU-only trace)"
+        return no_gpu_text(r)
     if how == "matched" and resolved:
         shown = ", ".join(dict.fromkeys(names)) or str(raw or resolved)
         peaks = f"; roofline peaks of {resolved}" if shown != resolved else ""
@@ -78,7 +90,7 @@ def device_name(r: DiagnosisResult) -> str:
     if r.trace.get("memory_only"):
         return MEMORY_ONLY
     if not has_gpu(r):
-        return "no GPU (CPU-only trace)"
+        return no_gpu_text(r)
     if dev.get("how") == "matched" and names:
         return ", ".join(names)
     if dev.get("resolved"):

@@ -9,6 +9,7 @@ relies on, and every table it lists is a parquet file with every column of the s
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -162,10 +163,14 @@ class TraceStore:
             d.mkdir(exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.tmp-", dir=d)
             body = text.encode("utf-8")
-            with os.fdopen(fd, "wb") as f:
-                f.write(_derived_header(body) + b"\n" + body)
-            os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
-            os.replace(tmp, d / name)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(_derived_header(body) + b"\n" + body)
+                os.chmod(tmp, 0o644)  # as readable as the tables (mkstemp makes it private)
+                os.replace(tmp, d / name)
+            except OSError:
+                Path(tmp).unlink(missing_ok=True)  # a full disk leaves no half-written file
+                raise
             old = sorted(
                 (p for p in d.iterdir() if not p.name.startswith(".")),
                 key=lambda p: p.stat().st_mtime,
@@ -316,8 +321,14 @@ def write_store(
 ) -> TraceStore:
     """Write tables and metadata to ``path`` atomically (temp directory + rename). A table
     given as a path is a finished parquet file of the store's schema (written as the trace was
-    read, ``ingest/sink.py``): it is moved in, on the same file system."""
+    read, ``ingest/sink.py``): it is moved in (renamed on the same file system).
+
+    ``path`` a symbolic link: the store is written where the link points, and the link
+    stays (replacing the link itself would leave the old store behind it, and the link under
+    another name)."""
     path = Path(path)
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     parent = path.parent
     parent.mkdir(parents=True, exist_ok=True)
     if path.exists() and not replace:
@@ -329,7 +340,7 @@ def write_store(
         def write(item: tuple[str, pa.Table | Path]) -> tuple[str, int]:
             name, table = item
             if isinstance(table, Path):
-                os.replace(table, tmp / f"{name}.parquet")
+                _move(table, tmp / f"{name}.parquet")
                 return name, pq.ParquetFile(tmp / f"{name}.parquet").metadata.num_rows
             if not table.schema.equals(schema.TABLES[name].arrow_schema):
                 table = schema.conform(
@@ -368,6 +379,17 @@ def write_store(
         json.loads((path / META_FILE).read_text()),
         {k: t for k, t in tables.items() if isinstance(t, pa.Table)},
     )
+
+
+def _move(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst``; copied when they lie on different file systems (a store
+    written through a link to another disk)."""
+    try:
+        os.replace(src, dst)
+    except OSError as e:
+        if e.errno != errno.EXDEV:
+            raise
+        shutil.move(src, dst)
 
 
 def _write_order(item: tuple[str, pa.Table | Path]) -> int:
@@ -444,6 +466,9 @@ def commit_dir(tmp: Path, path: Path) -> None:
         old = path.parent / f".{path.name}.old-{os.getpid()}"
         os.replace(path, old)
         os.replace(tmp, path)
-        shutil.rmtree(old, ignore_errors=True)
+        if old.is_symlink():  # what was renamed is removed, never what it points to
+            old.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, path)

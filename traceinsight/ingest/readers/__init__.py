@@ -91,11 +91,21 @@ def reader_for(path: Path, data: bytes | None = None, *, compressed: bool | None
     raise unclaimed(path, data if data is not None else head, compressed=gz)
 
 
-def open_trace(path: Path, raw: bytes) -> tuple[Reader, bytes]:
-    """The reader for a file's bytes ``raw``, and the bytes it reads (gzip removed)."""
+def open_trace(path: Path, raw: bytes, *, salvage: bool = False) -> tuple[Reader, bytes]:
+    """The reader for a file's bytes ``raw``, and the bytes it reads (gzip removed; with
+    ``salvage`` what a gzip stream that ends early holds)."""
     compressed = raw.startswith(source.GZIP_MAGIC)
-    data = source.gunzip(path, raw) if compressed else raw
+    data = source.gunzip(path, raw, salvage=salvage) if compressed else raw
     return reader_for(path, data, compressed=compressed), data
+
+
+def check_whole(path: Path, head: bytes, size: int) -> None:
+    """Refuse, before it is read, a plain file of a memory reader (snapshot, timeline: read
+    whole) larger than :func:`source.whole_limit`; gzip is bounded while it decompresses."""
+    if head.startswith(source.GZIP_MAGIC) or size <= source.whole_limit():
+        return
+    if any(r.memory and r.sniff(head) for r in READERS):
+        raise source.too_large_whole(path, "the memory input")
 
 
 def looked_for() -> str:

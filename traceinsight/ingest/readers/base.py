@@ -131,10 +131,12 @@ class StreamFn(Protocol):
         rank_hint: int | None = None,
         progress: ProgressFn | None = None,
         background: Callable[[], None] | None = None,
+        salvage: bool = False,
     ) -> RankStreamed:
         """Read the plain (gzip removed) file at ``path`` in bounded pieces, its rows handed
         to ``sink`` (``ingest/sink.py``) as they come. Raises an exception with
-        ``stream_fallback = True`` when the file must be read whole by ``read``."""
+        ``stream_fallback = True`` when the file must be read whole by ``read``. ``salvage``
+        (passed only when set) keeps the complete events of a truncated file."""
 
 
 class ReadFn(Protocol):

@@ -538,7 +538,12 @@ def _layers(r: DiagnosisResult) -> dict[str, Any]:
     ro = r.rollups or {}
     rows = ro.get("layers") or []
     if not r.metrics.get("values", {}).get("has_gpu"):
-        return {"empty": "No GPU kernels to attribute to layers (CPU-only trace)."}
+        why = (
+            "CPU-only trace"
+            if describe.no_gpu_text(r) != describe.NO_GPU_CUT
+            else "truncated trace: the cut lost them"
+        )
+        return {"empty": f"No GPU kernels to attribute to layers ({why})."}
     if not ro.get("has_modules") or not rows:
         return {
             "empty": "No nn.Module hierarchy in this trace: record with with_stack=True "

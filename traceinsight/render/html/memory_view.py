@@ -188,7 +188,13 @@ def _snapshot(r: DiagnosisResult, mem: Mapping[str, Any]) -> dict[str, Any] | No
             cap,
             x_unit="ns" if curve.get("axis") == "ts_ns" else "actions",
             label=f"Allocator snapshot of rank {s['rank']} device "
-            f"{s['device']}: allocated and reserved over its trace",
+            f"{s['device']}: allocated and reserved over its trace"
+            + (
+                f" (its first {curve['omitted']:,} actions contradict the end state and "
+                "are left out)"
+                if curve.get("omitted")
+                else ""
+            ),
         )["chart"]
     where = "at the snapshot" if pk.get("at_snapshot") else "at the peak of the trace"
     mt = pk.get("map_totals") or {}

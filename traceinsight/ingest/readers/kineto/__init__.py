@@ -99,6 +99,7 @@ def stream_kineto(
     rank_hint: int | None = None,
     progress: Callable[[str, float], None] | None = None,
     background: Callable[[], None] | None = None,
+    salvage: bool = False,
 ) -> RankStreamed:
     """Read the plain Kineto JSON file at ``path`` chunk by chunk into ``sink`` (``stream.py``):
     the whole file is never in memory. Raises :class:`StreamFallback` when the file must be
@@ -126,6 +127,7 @@ def stream_kineto(
                     exact_text=exact_text,
                     progress=progress,
                     background=background,
+                    salvage=salvage,
                 )
                 return RankStreamed(meta, counts)
             except NeedExactText:

@@ -48,6 +48,7 @@ from traceinsight.ingest.readers.kineto.events import (
     looks_ops_only,
     ops_only,
 )
+from traceinsight.ingest.readers.kineto.salvage import nul_tail, truncated_layout
 from traceinsight.ingest.readers.kineto.tables import process_batch
 from traceinsight.ingest.sink import TableSink
 from traceinsight.ingest.source import json_start
@@ -227,16 +228,35 @@ def stream_kineto(
     exact_text: bool,
     progress: ProgressFn | None,
     background: Callable[[], None] | None,
+    salvage: bool = False,
 ) -> tuple[RankMeta, dict[str, int]]:
     """Read the plain (not gzip) Kineto file at ``path`` into ``sink``: its rank's metadata
-    and event counts. Raises :class:`StreamFallback` and ``NeedExactText`` (see the module)."""
+    and event counts. Raises :class:`StreamFallback` and ``NeedExactText`` (see the module).
+    ``salvage``: a file that ends inside its event list is read up to its last complete
+    event (``salvage.py``)."""
     fd = os.open(path, os.O_RDONLY)
+    cut: int | None = None
     try:
         size = os.fstat(fd).st_size
         try:
             lay = find_layout(fd, size)
         except DuplicateEvents:
             raise duplicate_events_error(source) from None
+        except StreamFallback:
+            got = truncated_layout(lambda at, n: _pread(fd, n, at), size) if salvage else None
+            if got is None:
+                raise
+            lay, cut = _Layout(*got), size
+            nul = nul_tail(lambda at, n: _pread(fd, n, at), size)
+            if nul:
+                diags.add(
+                    "nul-tail",
+                    f"the file ends with {nul:,} NUL bytes after byte {size - nul:,} (a crash "
+                    "remnant: space allocated, text never written); ignored",
+                    severity="info",
+                    source=source,
+                    count=nul,
+                )
         st, dist = _state_for(lay.header, source, rank_hint, diags, exact_text)
         bounds = [] if lay.first < 0 else chunk_bounds(fd, lay.first, lay.last, CHUNK_BYTES)
         run = _Run(fd, bounds, st, sink, progress)
@@ -244,6 +264,8 @@ def stream_kineto(
         parallel.in_order(len(bounds), run.work, run.emit, helpers=helpers, forked=background)
     finally:
         os.close(fd)
+    if cut is not None:
+        _salvaged(diags, source, run.events, lay, cut)
     summary = merge_summaries(run.summaries)
     meta = finish_meta(summary, lay.header, dist, st, lay.layout, rank_hint, run.events, source)
     return meta, dict(st.counts)
@@ -319,3 +341,20 @@ class _Run:
                 self.skip_to = j + 1
                 return got
         raise StreamFallback(f"bytes {a:,}-{self.bounds[k][1]:,} do not decode")
+
+
+def _salvaged(diags: DiagnosticLog, source: str, events: int, lay: _Layout, size: int) -> None:
+    after = (
+        ", and so are the keys written after the event list: baseTimeNanoseconds, traceName"
+        if lay.layout == "object"
+        else ""
+    )
+    diags.add(
+        "truncated-salvaged",
+        f"truncated file: read {events:,} complete events up to byte {lay.last:,} of "
+        f"{size:,} (the events after the cut are lost{after})",
+        source=source,
+        count=size - lay.last,
+        hint="the profiler stopped before finishing the file (or the copy is incomplete): "
+        "what the cut lost cannot be diagnosed",
+    )

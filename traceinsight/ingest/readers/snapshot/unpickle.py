@@ -8,7 +8,8 @@ anything runs. Two more hazards remain with plain data, and both are bounded:
 - **memory**: CPython's C unpickler sizes its memo from the indexes a pickle names, so a
   10-byte pickle can ask for gigabytes. Small files go through the pure-Python unpickler
   (whose memo is a dict); larger ones through the C unpickler in a forked child process whose
-  address space is capped (:data:`MEMORY_BUDGET_BYTES` plus a multiple of the file size) and
+  address space is capped (:data:`MEMORY_BUDGET_BYTES` plus a multiple of the file size, at most
+  TRACEINSIGHT_MAX_MEMORY_MB) and
   which is stopped after a time limit; only its tables come back (Arrow IPC). Off Linux the
   pure-Python unpickler reads every file.
 - **size**: files above :data:`MAX_BYTES` are refused; converting the data into tables visits
@@ -28,7 +29,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, ClassVar, NoReturn
 
 import pyarrow as pa
 
@@ -39,7 +40,8 @@ from traceinsight.errors import TraceFormatError
 MAX_BYTES = settings.get("TRACEINSIGHT_SNAPSHOT_MAX_BYTES")
 #: files at least this large are unpickled in C in a child process (Linux)
 ISOLATE_MIN_BYTES = settings.get("TRACEINSIGHT_SNAPSHOT_ISOLATE_BYTES")
-#: the child's address space: what the parent maps, plus this, plus 32 bytes per file byte
+#: the child's address space: what the parent maps, plus this, plus 32 bytes per file byte,
+#: and never more than TRACEINSIGHT_MAX_MEMORY_MB beyond what the parent maps
 MEMORY_BUDGET_BYTES = 2 << 30
 #: the child's time limit: this many seconds plus one per MiB of file
 TIME_LIMIT_S = settings.get("TRACEINSIGHT_SNAPSHOT_TIME_LIMIT_S")
@@ -48,6 +50,16 @@ HINT = (
     "load only snapshots written by torch.cuda.memory._dump_snapshot(); traceinsight never "
     "runs code from a pickle"
 )
+#: what a snapshot's values (beyond int64, of the wrong type) raise while
+#: they are converted: from the child process, raised again in the parent by name, so a large
+#: file gives the same one-line error as a small one (``ingest._reader_errors``)
+_DATA_ERRORS: dict[str, type[BaseException]] = {
+    "OverflowError": OverflowError,
+    "ValueError": ValueError,
+    "TypeError": TypeError,
+    "ArrowInvalid": pa.ArrowInvalid,
+    "ArrowNotImplementedError": pa.ArrowNotImplementedError,
+}
 #: a worker returns the tables and a JSON-able summary
 Work = Callable[[Any], tuple[dict[str, pa.Table], dict[str, Any]]]
 
@@ -69,14 +81,49 @@ def _refuse_pid(pid: Any) -> NoReturn:
     )
 
 
+#: tuples nested deeper than this are refused while they are unpickled: hashing a tuple
+#: recurses in C without a depth check, so a million nested tuples (a megabyte of pickle)
+#: would overflow the interpreter's stack the moment one is hashed (a dict key, a lookup)
+MAX_TUPLE_DEPTH = 1000
+#: the message for nesting beyond what a snapshot holds (both unpicklers say it)
+TOO_DEEP = "the pickle nests too deeply to be a memory snapshot"
+
+
 class SafeUnpickler(pickle._Unpickler):
-    """The pure-Python unpickler (memo in a dict), with every global refused."""
+    """The pure-Python unpickler (memo in a dict), with every global refused and the nesting
+    of tuples bounded (:data:`MAX_TUPLE_DEPTH`)."""
+
+    dispatch: ClassVar[dict[int, Any]] = dict(pickle._Unpickler.dispatch)
+
+    def __init__(self, file: Any) -> None:
+        super().__init__(file)
+        self._depths: dict[int, int] = {}  #: id -> depth of the tuples that hold tuples
 
     def find_class(self, module: str, name: str) -> NoReturn:
         _refuse_global(module, name)
 
     def persistent_load(self, pid: Any) -> NoReturn:
         _refuse_pid(pid)
+
+    def _tuple_built(self) -> None:
+        t = self.stack[-1]  # type: ignore[attr-defined]
+        depth = 1 + max((self._depths.get(id(x), 1) for x in t if type(x) is tuple), default=0)
+        if depth > MAX_TUPLE_DEPTH:
+            raise RecursionError(TOO_DEEP)
+        if depth > 1:
+            self._depths[id(t)] = depth
+
+
+def _then_check(load: Callable[[Any], None]) -> Callable[[Any], None]:
+    def checked(self: SafeUnpickler) -> None:
+        load(self)
+        self._tuple_built()
+
+    return checked
+
+
+for _op in (pickle.TUPLE, pickle.TUPLE1, pickle.TUPLE2, pickle.TUPLE3):
+    SafeUnpickler.dispatch[_op[0]] = _then_check(pickle._Unpickler.dispatch[_op[0]])
 
 
 class FastUnpickler(pickle.Unpickler):
@@ -110,9 +157,7 @@ def loads(data: bytes, path: str, *, fast: bool = False) -> Any:
     except EOFError:
         raise _truncated(path) from None
     except RecursionError:
-        raise TraceFormatError(
-            "the pickle nests too deeply to be a memory snapshot", path=path, hint=HINT
-        ) from None
+        raise TraceFormatError(TOO_DEEP, path=path, hint=HINT) from None
     except MemoryError:
         raise
     except Exception as e:  # any other opcode trouble: a damaged or hostile file
@@ -160,14 +205,17 @@ def load_and_convert(
     if not isolate(data):
         if started:
             started()
-        return work(loads(data, path))
+        try:
+            return work(loads(data, path))
+        except RecursionError:
+            raise TraceFormatError(TOO_DEEP, path=path, hint=HINT) from None
     return _in_child(data, path, work, started)
 
 
 def _in_child(
     data: bytes, path: str, work: Work, started: Callable[[], None] | None
 ) -> tuple[dict[str, pa.Table], dict[str, Any]]:
-    limit = _mapped_bytes() + MEMORY_BUDGET_BYTES + 32 * len(data)
+    limit = _mapped_bytes() + min(MEMORY_BUDGET_BYTES + 32 * len(data), _memory_limit())
     deadline = time.monotonic() + TIME_LIMIT_S + len(data) / (1 << 20)
     with tempfile.TemporaryDirectory(prefix="traceinsight-snapshot-") as tmp:
         pid = os.fork()
@@ -177,6 +225,10 @@ def _in_child(
             started()
         status = _wait(pid, deadline, path)
         result = _read_json(Path(tmp) / "result.json")
+        if result is None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGSEGV:
+            # the C unpickler and hashing recurse without a depth check: a stack overflow
+            # is nesting no snapshot holds (nothing a pickle names is ever run)
+            raise TraceFormatError(TOO_DEEP, path=path, hint=HINT)
         if result is None:
             how = (
                 f"signal {os.WTERMSIG(status)}"
@@ -188,6 +240,10 @@ def _in_child(
                 path=path,
                 hint="the file may be damaged; rerun with --debug",
             )
+        if result.get("data_error") in _DATA_ERRORS:
+            # what the file's values raised in the child, raised here as in-process reading
+            # raises it: the ingest turns it into the same one-line error
+            raise _DATA_ERRORS[result["data_error"]](str(result.get("message") or ""))
         if result.get("internal"):
             raise RuntimeError(f"reading the memory snapshot: {result['internal']}")
         if not result.get("ok"):
@@ -223,9 +279,13 @@ def _child(data: bytes, path: str, work: Work, tmp: Path, limit: int) -> NoRetur
             out = {
                 "ok": False,
                 "message": "the pickle needs more memory than a snapshot of its "
-                "size can (a hostile or damaged file?)",
-                "hint": HINT,
+                "size can, or than the memory limit allows (a hostile or damaged file?)",
+                "hint": HINT + " (TRACEINSIGHT_MAX_MEMORY_MB sets the limit)",
             }
+        except RecursionError:
+            out = {"ok": False, "message": TOO_DEEP, "hint": HINT}
+        except tuple(_DATA_ERRORS.values()) as e:  # the file's values: raised again there
+            out = {"ok": False, "data_error": type(e).__name__, "message": str(e)[:500]}
         except Exception as e:  # a bug here, not in the file: the parent raises it as such
             out = {"ok": False, "internal": f"{type(e).__name__}: {e}"}
         (tmp / "result.json.tmp").write_text(json.dumps(out, default=str))
@@ -260,6 +320,11 @@ def _read_json(p: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return out if isinstance(out, dict) else None
+
+
+def _memory_limit() -> int:
+    """The memory limit of a run (TRACEINSIGHT_MAX_MEMORY_MB): the child never gets more."""
+    return int(settings.get("TRACEINSIGHT_MAX_MEMORY_MB") * (1 << 20))
 
 
 def _mapped_bytes() -> int:
