@@ -192,7 +192,8 @@ def _diagnose_plain(
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
     from traceinsight.metrics.slices import slice_rates
-    from traceinsight.util.vocab import mark_steps_hint
+    from traceinsight.util.capture_hints import Capture
+    from traceinsight.util.capture_hints import steps_hint as steps_hint_of
 
     compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
     an = Analysis(store)
@@ -209,7 +210,7 @@ def _diagnose_plain(
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
-    steps_hint = mark_steps_hint(sections.trace_format(store))
+    steps_hint = steps_hint_of(Capture.from_dict(ms.evidence.get("capture")))
     for d in diags:  # how to mark steps, in the input's own vocabulary (Nsight or Kineto)
         if d.get("code") == "no-step-markers":
             d["hint"] = steps_hint
@@ -292,6 +293,7 @@ def _diagnose_plain(
                 k: v for k, v in (options or RooflineOptions()).__dict__.items() if v is not None
             },
             "open_in_viewer": open_in_viewer(store, timeline),
+            "capture": ms.evidence.get("capture"),
         },
         host=None if has_gpu or mem_only else (ms.evidence.get("host_view") or host_view(an)),
         serving=ms.evidence.get("serving"),
