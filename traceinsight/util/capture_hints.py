@@ -144,8 +144,8 @@ def _nsys(setting: str, torch: bool) -> str | None:
         return "record with `nsys profile --cuda-memory-usage=true`"
     if setting == SHAPES:  # Nsight records no tensor shapes of its own
         return (
-            "Nsight Systems records no tensor shapes: profile the same iterations with "
-            "torch.profiler(record_shapes=True)"
+            "Nsight Systems records no tensor shapes of its own: wrap the profiled steps in "
+            "torch.autograd.profiler.emit_nvtx(record_shapes=True)"
             if torch
             else None
         )
@@ -174,6 +174,26 @@ def hint(setting: str | None, capture: Capture | None = None) -> str | None:
     if cap.tool == NSYS:
         return _nsys(str(setting), cap.torch)
     return _KINETO.get(str(setting))
+
+
+#: data-quality notes about PyTorch's own NVTX ranges: nothing to say to a program without it
+PYTORCH_ONLY_NOTES = frozenset({"nsys-no-emit-nvtx", "nsys-no-shapes"})
+
+
+def fit_diagnostics(diags: list[dict[str, Any]], capture: Capture) -> list[dict[str, Any]]:
+    """Data-quality notes as they apply to the program: for one without PyTorch, the notes
+    about PyTorch's NVTX ranges are left out and no hint names a PyTorch API; a missing-steps
+    note gets the input tool's way of marking steps."""
+    out = []
+    for d in diags:
+        if not capture.torch and d.get("code") in PYTORCH_ONLY_NOTES:
+            continue
+        if d.get("code") == "no-step-markers":
+            d["hint"] = steps_hint(capture)
+        elif not capture.torch and names_pytorch(d.get("hint")):
+            d.pop("hint", None)
+        out.append(d)
+    return out
 
 
 def reason_only(reason: str | None) -> str | None:
