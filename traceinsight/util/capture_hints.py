@@ -96,8 +96,10 @@ class Capture:
         return cls(tool, torch)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> Capture:
-        d = d or {}
+    def from_dict(cls, d: object) -> Capture:
+        """From ``to_dict``'s form (a result's ``extra.capture``); a Kineto capture when absent."""
+        if not isinstance(d, dict):
+            return cls()
         return cls(str(d.get("tool") or KINETO), bool(d.get("torch", True)))
 
     def to_dict(self) -> dict[str, Any]:
