@@ -171,7 +171,11 @@ def fold_settings(statuses: list[RuleStatus], ms: MetricSet) -> list[RuleStatus]
     no_gpu = not ms.values.get("has_gpu")
     recorded = _recorded_settings(ms)
     for st in statuses:
-        if st.status != "not-evaluated" or not st.setting:
+        if st.status != "not-evaluated":
+            continue
+        if not st.setting:  # a metric's own hint: none naming PyTorch for a program without it
+            if not cap.torch and capture_hints.names_pytorch(st.hint):
+                st.hint = None
             continue
         if cap.memory_only:
             st.setting, st.reason = capture_hints.TRACE, MEMORY_ONLY_REASON
