@@ -875,7 +875,7 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
         ("Vendor", str(t.get("vendor") or "–")),
         ("Format", str(t.get("format") or "–")),
         ("Traced span", fmt.fmt_ns(t.get("span_ns")) if t.get("span_ns") else "–"),
-        ("ProfilerStep markers", "yes" if t.get("has_step_markers") else "no"),
+        ("Step markers", "yes" if t.get("has_step_markers") else "no"),
     ]
     return {
         "rows": rows,
