@@ -119,8 +119,29 @@ CASES: dict[tuple[str, str, str], tuple[dict[str, Any], dict[str, Any]]] = {
     ("fragmentation", "history-segments-despite-free", "Avoid size churn at"): ({}, VLLM),
     # Nsight inputs get nsys flags
     ("not-representative", "", "Record steady-state iterations with Nsight"): (
-        {"input_nsys": 1.0},
-        {"input_nsys": 0.0},
+        {"input_nsys": 1.0, "program_pytorch": 1.0},
+        {"input_nsys": 0.0, "program_pytorch": 1.0},
+    ),
+    # a program without PyTorch (an Nsight capture of a C/CUDA program): CUDA API advice
+    ("not-representative", "", "iterations of the program with Nsight"): (
+        {"input_nsys": 1.0, "program_pytorch": 0.0},
+        {"input_nsys": 1.0, "program_pytorch": 1.0},
+    ),
+    ("exposed-memcpy", "", "Host copies from pageable memory"): (
+        {"program_pytorch": 0.0},
+        {"program_pytorch": 1.0},
+    ),
+    ("exposed-memcpy", "", "Copies from pinned host memory"): (
+        {"program_pytorch": 0.0},
+        {"program_pytorch": 1.0},
+    ),
+    ("exposed-memcpy", "", "read results back every iteration"): (
+        {"program_pytorch": 0.0},
+        {"program_pytorch": 1.0},
+    ),
+    ("exposed-memcpy", "", "Copies within the GPU"): (
+        {"program_pytorch": 0.0},
+        {"program_pytorch": 1.0},
     ),
     # serving: each engine's own settings
     ("serving-decode-bandwidth-bound", "", 'vLLM `quantization="fp8"`, or AWQ'): (

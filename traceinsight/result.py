@@ -104,6 +104,7 @@ class RuleStatus(TypedDict, total=False):
     status: str  #: passed | not-applicable | not-evaluated
     reason: str
     hint: str
+    setting: str  #: the capture setting that would let it be evaluated (one hint per setting)
 
 
 class RuleError(TypedDict):

@@ -34,6 +34,7 @@ from traceinsight.analysis.kernel_table import (
     MATRIX_HELPERS,
     OP_CLASSES,
 )
+from traceinsight.util import capture_hints
 from traceinsight.util.vocab import CLASSES
 
 __all__ = [
@@ -209,14 +210,15 @@ def check_communication(store, gpu: pd.DataFrame, ops: pd.DataFrame, diags) -> N
             if comm_ops
             else ""
         )
+        cap = capture_hints.Capture(capture_hints.tool_of(str(r.get("format") or "")))
         diags.add(
             "no-communication-found",
-            f"distributedInfo says world size {int(ws)}, but none of the rank's "
+            f"{capture_hints.world_size_text(int(ws), cap)}, but none of the rank's "
             f"{len(k):,} kernels is communication{seen}: communication time, overlap and "
             "comm-bound cannot be judged",
             severity="warning",
             source=f"rank {rank}",
-            hint="record the NCCL/RCCL streams (ProfilerActivity.CUDA on every rank); a "
-            "custom collective library needs its kernel names in "
+            hint=f"record the NCCL/RCCL kernels on every rank ({capture_hints.hint('gpu', cap)}); "
+            "a custom collective library needs its kernel names in "
             "traceinsight/analysis/kernel_table.py",
         )

@@ -13,6 +13,7 @@ import pandas as pd
 from traceinsight.analysis.intervals import take
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.store.window import host_steps
+from traceinsight.util import capture_hints
 
 
 @dataclass
@@ -78,7 +79,7 @@ def step_windows(
             "(step-time metrics need marked steps)",
             severity="info",
             source=f"rank {rank}",
-            hint="record with a torch.profiler schedule and call prof.step() every iteration",
+            hint=capture_hints.steps_hint(),  # the diagnosis phrases it for the input's tool
         )
         return [w], np.full(n, None, dtype=object), False
     hs = st["start_ns"].to_numpy(np.int64)

@@ -592,7 +592,7 @@ def resolve(
                 )
             else:
                 message = (
-                    "the trace has no deviceProperties, so roofline and MFU have no "
+                    "the trace names no GPU (no device properties), so roofline and MFU have no "
                     f"peaks; {_hint()}"
                 )
 

@@ -192,7 +192,7 @@ def _diagnose_plain(
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
     from traceinsight.metrics.slices import slice_rates
-    from traceinsight.util.vocab import mark_steps_hint
+    from traceinsight.util.capture_hints import Capture, fit_diagnostics
 
     compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
     an = Analysis(store)
@@ -209,10 +209,8 @@ def _diagnose_plain(
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
-    steps_hint = mark_steps_hint(sections.trace_format(store))
-    for d in diags:  # how to mark steps, in the input's own vocabulary (Nsight or Kineto)
-        if d.get("code") == "no-step-markers":
-            d["hint"] = steps_hint
+    # how to mark steps in the input's own vocabulary; no PyTorch hint for a program without it
+    diags = fit_diagnostics(diags, Capture.from_dict(ms.evidence.get("capture")))
     dev = ms.evidence.get("device") or {}
     mem_only = memory_parts.is_memory_only(store)  # a snapshot diagnosed without a trace
     mem = memory_parts.section(an, ms, sections.memory(ms))
@@ -292,6 +290,7 @@ def _diagnose_plain(
                 k: v for k, v in (options or RooflineOptions()).__dict__.items() if v is not None
             },
             "open_in_viewer": open_in_viewer(store, timeline),
+            "capture": ms.evidence.get("capture"),
         },
         host=None if has_gpu or mem_only else (ms.evidence.get("host_view") or host_view(an)),
         serving=ms.evidence.get("serving"),

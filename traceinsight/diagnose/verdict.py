@@ -21,6 +21,7 @@ from typing import Any
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.truncation import headline as truncated_headline
 from traceinsight.analysis.truncation import prefix, truncation
+from traceinsight.metrics.mode import capture_of
 from traceinsight.result import Finding, primary_of
 from traceinsight.util import fmt
 
@@ -65,9 +66,15 @@ def headline(findings: list[Finding], m: dict[str, Any], an: Analysis | None) ->
 def _headline(findings: list[Finding], m: dict[str, Any], an: Analysis | None) -> str:
     lead = primary_of(findings)
     if not m.get("has_gpu"):
+        nsys = an is not None and capture_of(an).tool == "nsys"
         no_gpu = (
             "No GPU activity in this trace: only CPU events were recorded (a CPU run, or "
-            "the profiler ran without ProfilerActivity.CUDA); GPU rules were not evaluated."
+            + (
+                "the capture ran without `-t cuda`"
+                if nsys
+                else "the profiler ran without ProfilerActivity.CUDA"
+            )
+            + "); GPU rules were not evaluated."
         )
         return no_gpu if lead == "healthy" else f"{_lead(findings, lead, '')} {no_gpu}"
     busy = m.get("gpu_busy_pct")

@@ -1,4 +1,6 @@
-"""Where the step a report shows lies in the original trace file, for a trace viewer.
+"""Where the step a report shows lies in the original trace file, for a trace viewer
+(Perfetto for a PyTorch profiler trace, Nsight Systems for an Nsight export: the text is
+phrased by ``util.capture_hints.viewer_text``).
 
 Reviewers want the raw timeline next to the verdict. A report cannot open a local file in
 Perfetto or chrome://tracing by itself (it makes no network requests), so it says which file
@@ -28,6 +30,7 @@ def open_in_viewer(store: TraceStore, timeline: dict[str, Any] | None) -> dict[s
     end = start + int(timeline.get("span_ns") or 0)
     step = timeline.get("step")
     return {
+        "tool": str(meta.get("format") or ""),  #: the viewer is the input tool's
         "source": str(src.get("name") or ""),
         "rank": rank,
         "marker": f"ProfilerStep#{step}" if step is not None else None,

@@ -55,7 +55,7 @@ from traceinsight.engine.load import (  # noqa: F401 - the engine's public names
 from traceinsight.metrics import LOWER_BOUND_BELOW_PCT, REGISTRY, MetricSet
 from traceinsight.metrics.registry import FACTS
 from traceinsight.result import Finding, finding_sort_key
-from traceinsight.util import fmt
+from traceinsight.util import capture_hints, fmt
 
 # --- evaluation -----------------------------------------------------------------------------
 
@@ -112,6 +112,9 @@ class RuleStatus:
     status: str  #: passed | not-applicable | not-evaluated
     reason: str | None = None
     hint: str | None = None
+    #: the capture setting that would let it be evaluated (``util.capture_hints``), when the
+    #: reason is one: the rules that need the same setting share one hint
+    setting: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -149,7 +152,52 @@ def evaluate(rules: list[Rule], ms: MetricSet, context: Any = None) -> Evaluatio
             )
     share_impacts(findings, rules, values)
     findings.sort(key=finding_sort_key)
-    return Evaluation(findings, statuses, errors)
+    return Evaluation(findings, fold_settings(statuses, ms), errors)
+
+
+#: why rules about GPU work are not evaluated on a run without it (one line, not one per metric)
+NO_GPU_REASON = "the trace holds no GPU activity"
+#: ... and on a memory file diagnosed alone
+MEMORY_ONLY_REASON = "a memory file alone holds no profiler trace"
+
+
+def fold_settings(statuses: list[RuleStatus], ms: MetricSet) -> list[RuleStatus]:
+    """Not-evaluated statuses whose setting only follows from a more basic missing one take
+    that one: a run without GPU activity needs GPU activity before tensor shapes, device
+    peaks or GPU memory events; a memory file alone needs the profiler trace of its run (it
+    is what the file could be combined with). A setting the capture already recorded gives
+    no hint (the reason stands alone)."""
+    cap = capture_hints.Capture.from_dict(ms.evidence.get("capture"))
+    no_gpu = not ms.values.get("has_gpu")
+    recorded = _recorded_settings(ms)
+    for st in statuses:
+        if st.status != "not-evaluated":
+            continue
+        if not st.setting:  # a metric's own hint: none naming PyTorch for a program without it
+            if not cap.torch and capture_hints.names_pytorch(st.hint):
+                st.hint = None
+            continue
+        if cap.memory_only:
+            st.setting, st.reason = capture_hints.TRACE, MEMORY_ONLY_REASON
+        elif no_gpu and st.setting in capture_hints.GPU_SETTINGS:
+            st.setting, st.reason = capture_hints.GPU, NO_GPU_REASON
+        if st.setting in recorded:
+            st.setting = None
+            st.hint = None
+        else:
+            st.hint = capture_hints.hint(st.setting, cap)
+    return statuses
+
+
+def _recorded_settings(ms: MetricSet) -> set[str]:
+    """The settings the capture says it recorded (Kineto's capture flags)."""
+    flags = ms.evidence.get("capture_flags") or {}
+    out = set()
+    if flags.get("profile_memory") is True:
+        out.add(capture_hints.MEMORY)
+    if flags.get("record_shapes") is True:
+        out.add(capture_hints.SHAPES)
+    return out
 
 
 def _decide_by_variants(
@@ -199,8 +247,13 @@ def _decide(
         )
     if absent:
         m = absent[0]
+        setting = ms.setting_of(m)
         return RuleStatus(
-            rule.id, "not-evaluated", f"{m}: {ms.missing.get(m, 'not measured')}", REGISTRY[m].hint
+            rule.id,
+            "not-evaluated",
+            f"{m}: {ms.missing.get(m, 'not measured')}",
+            None if setting else REGISTRY[m].hint,
+            setting,
         )
     if not all(c.holds(values, th) for c in v.applies_if):
         return RuleStatus(
@@ -294,12 +347,15 @@ def _advice(
     facts with the reason, and the cause (class and culprit) when the evidence names one."""
     run = ms.evidence.get("run_values") or {}
     facts = ms.evidence.get("run") or {}
+    cap = capture_hints.Capture.from_dict(ms.evidence.get("capture"))
     given: list[str] = []
     withheld: list[dict[str, str]] = []
     for r in v.recommendations:
         if not r.applies(values, th):
             continue
-        why = withheld_reason(r.facts_when, r.facts_unless, run, facts)
+        why = withheld_reason(r.facts_when, r.facts_unless, run, facts) or _not_pytorch(
+            r.text, cap, run
+        )
         if why:
             withheld.append({"text": text(r.text), "reason": why})
         else:
@@ -308,8 +364,25 @@ def _advice(
     if found is None:
         return given, withheld, None
     c, name = found
+    why = _not_pytorch(c.text, cap, run)
+    if why:
+        withheld.append({"text": text(c.text).replace("{culprit}", quote(name)), "reason": why})
+        return given, withheld, {"cause": c.name, "culprit": quote(name).strip("`")}
     first = text(c.text.replace("{culprit}", "{{culprit}}")).replace("{culprit}", quote(name))
     return [first, *given], withheld, {"cause": c.name, "culprit": quote(name).strip("`")}
+
+
+def _not_pytorch(text: str, cap: capture_hints.Capture, run: dict[str, Any]) -> str | None:
+    """Why advice naming PyTorch APIs is not given: the program is not known to use PyTorch
+    (an Nsight capture without PyTorch ops or a PyTorch framework)."""
+    if cap.torch or not capture_hints.names_pytorch(text):
+        return None
+    engine = str(run.get("engine") or "unknown")
+    what = "a CUDA program" if engine == "cuda_program" else "not known to use PyTorch"
+    return (
+        f"not advised: it names PyTorch APIs and the program is {what} "
+        "(an Nsight capture without PyTorch ops, NVTX ranges or frames)"
+    )
 
 
 def _modelled_cap(conds: list[Condition], values: dict[str, float | None]) -> str | None:

@@ -26,6 +26,7 @@ from traceinsight.analysis.comm_kinds import (
     launch_kinds,
 )
 from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.util import capture_hints
 
 declare(
     "collectives_per_step", "count", "communication kernels per step", needs="communication kernels"
@@ -66,14 +67,14 @@ declare(
     "%",
     "slowest rank's per-step compute time over the median rank's, % of the median",
     needs="traces of 2 or more ranks with ProfilerSteps",
-    hint="pass the folder with every rank's trace",
+    setting=capture_hints.RANKS,
 )
 declare(
     "straggler_wait_pct",
     "%",
     "time the other ranks wait per step for the slowest rank's compute, % of the median step time",
     needs="traces of 2 or more ranks with ProfilerSteps",
-    hint="pass the folder with every rank's trace",
+    setting=capture_hints.RANKS,
 )
 declare(
     "straggler_rank",
@@ -101,7 +102,7 @@ declare(
     "the device's GPU-to-GPU fabric bandwidth (NVLink, xGMI) per GPU in one direction, from "
     "the devices table",
     needs="a known device with an NVLink / Infinity Fabric figure in the devices table",
-    hint="pass --device NAME (see `traceinsight devices`)",
+    setting=capture_hints.DEVICE,
 )
 declare(
     "comm_busbw_gbs",
@@ -266,7 +267,11 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
     ranks = sorted(bd.ranks)
     steps = [w for w in bd.steps if w.step is not None]
     if len(ranks) < 2 or not steps:
-        why = "needs traces of 2 or more ranks" if len(ranks) < 2 else "needs ProfilerStep markers"
+        why, setting = (
+            ("needs traces of 2 or more ranks", capture_hints.RANKS)
+            if len(ranks) < 2
+            else ("the trace has no step markers", capture_hints.STEPS)
+        )
         for name in (
             "straggler_excess_pct",
             "straggler_wait_pct",
@@ -274,7 +279,7 @@ def _stragglers(an: Analysis, ms: MetricSet, comm: pd.DataFrame) -> None:
             "comm_wait_spread_pct",
             "last_arrival_share_pct",
         ):
-            ms.set(name, None, why_missing=why)
+            ms.set(name, None, why_missing=why, setting=setting)
         return
     per_rank: dict[int, list] = {r: [] for r in ranks}
     for w in steps:

@@ -9,14 +9,14 @@ from __future__ import annotations
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.completeness import HOLE_MIN_NS, completeness
 from traceinsight.metrics.registry import MetricSet, declare
-from traceinsight.util import fmt
+from traceinsight.util import capture_hints, fmt
 
 for _n, _d in (
     ("graph_replays_incomplete", "CUDA/HIP graph replays whose nodes are only partly recorded"),
     ("kernels_without_launch", "kernels outside graph replays without a launch record"),
     ("tail_launches_unrecorded", "launches after the last recorded activity never recorded"),
 ):
-    declare(_n, "count", _d, needs="GPU kernels", hint="record with ProfilerActivity.CUDA")
+    declare(_n, "count", _d, needs="GPU kernels", setting=capture_hints.GPU)
 
 
 def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:

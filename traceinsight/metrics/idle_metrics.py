@@ -29,12 +29,11 @@ from traceinsight.analysis.idle import (
     rank_ranges,
 )
 from traceinsight.metrics.registry import MetricSet, declare, declare_fact
-from traceinsight.util import fmt
+from traceinsight.util import capture_hints, fmt
 
 NEEDS = "GPU kernels"
 #: idle_recorded_pct when the profiler dropped records: no high finding rests on such idle
 DROPPED_RECORDED_PCT = 85.0
-HINT = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"
 
 for _n, _d in (
     ("idle_input_pct", "GPU idle while the host loads input (DataLoader ranges), % of window"),
@@ -122,14 +121,14 @@ for _n, _d in (
         "host time in allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree), % of window",
     ),
 ):
-    declare(_n, "%", _d, needs=NEEDS, hint=HINT)
+    declare(_n, "%", _d, needs=NEEDS, setting=capture_hints.GPU)
 declare(
     "steady_state",
     "bool",
     f"1 unless nonsteady_pct >= {NONSTEADY_MIN_PCT:g}: the window "
     "shows steady-state work (the steady-state rules apply only then); 1 without GPU work",
     needs=NEEDS,
-    hint=HINT,
+    setting=capture_hints.GPU,
 )
 declare(
     "gpu_idle_steady_pct",
@@ -137,7 +136,7 @@ declare(
     "GPU idle outside one-off start-up, compilation and graph capture (gpu_idle_pct minus "
     "idle_startup_pct, idle_compile_pct and idle_capture_pct), % of window",
     needs=NEEDS,
-    hint=HINT,
+    setting=capture_hints.GPU,
 )
 declare(
     "idle_oneoff_pct",
@@ -145,7 +144,7 @@ declare(
     "GPU idle in one-off start-up, compilation and graph capture (idle_startup_pct + "
     "idle_compile_pct + idle_capture_pct), % of window",
     needs=NEEDS,
-    hint=HINT,
+    setting=capture_hints.GPU,
 )
 declare(
     "input_nsys",
@@ -153,14 +152,14 @@ declare(
     "1 when every input is an Nsight Systems report: advice on what to record names nsys "
     "options instead of torch.profiler's",
     needs=NEEDS,
-    hint=HINT,
+    setting=capture_hints.GPU,
 )
 declare(
     "alloc_calls",
     "count",
     "allocator calls (cudaMalloc/cudaFree, hipMalloc/hipFree, host allocations) in the windows",
     needs=NEEDS,
-    hint=HINT,
+    setting=capture_hints.GPU,
 )
 for _n, _d in (
     (
@@ -258,13 +257,8 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     ms.set("gpu_idle_steady_pct", _pct(idle_ns - oneoff, wall))
     fmts = {str(r.get("format")) for r in an.store.ranks}
     ms.set("input_nsys", float(fmts == {"nsys"}))
-    ms.set_fact(
-        "steady_capture_advice",
-        "record warm iterations only (`nsys profile --capture-range=cudaProfilerApi` with "
-        "torch.cuda.profiler.start/stop around them)"
-        if fmts == {"nsys"}
-        else "profile steady-state steps (e.g. `schedule(wait=1, warmup=1, active=3)`)",
-    )
+    cap = capture_hints.Capture.from_dict(ms.evidence.get("capture"))
+    ms.set_fact("steady_capture_advice", str(capture_hints.hint(capture_hints.WARM, cap)))
     recorded = 100.0 - (_pct(total.ns["unrecorded"], idle_ns) or 0.0)
     if any(d.get("code") == "records-dropped" for d in an.store.meta.get("diagnostics", [])):
         recorded = min(recorded, DROPPED_RECORDED_PCT)

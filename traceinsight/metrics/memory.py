@@ -24,9 +24,9 @@ import pandas as pd
 
 from traceinsight.analysis import Analysis
 from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.util import capture_hints
 
 NEEDS = "[memory] events"
-HINT = "record with profile_memory=True"
 GPU_DEVICE_TYPES = ("cuda", "hip", "xpu", "mtia", "privateuse1")  # store device_type
 GIB = 2**30
 #: pre-allocation: reserved reaches 95% of its peak within the first EARLY_FRACTION of the
@@ -60,7 +60,7 @@ for _n, _u, _d in (
     ("allocated_growth_steps_pct", "%", "share of step-to-step changes that grew allocated memory"),
     ("oom_events", "count", "[OutOfMemory] events"),
 ):
-    declare(_n, _u, _d, needs=NEEDS, hint=HINT)
+    declare(_n, _u, _d, needs=NEEDS, setting=capture_hints.MEMORY)
 declare(
     "device_memory_bytes",
     "bytes",
@@ -72,7 +72,7 @@ declare(
     "%",
     "peak reserved bytes, % of the GPU's capacity",
     needs="[memory] events and deviceProperties",
-    hint=HINT,
+    setting=capture_hints.MEMORY,
 )
 declare(
     "memory_preallocated",
@@ -81,7 +81,7 @@ declare(
     "forward-only run whose reserved memory peaks early and whose allocated memory stays at "
     f"{STATIC_MIN_PCT:g}%+ of its peak",
     needs=NEEDS,
-    hint=HINT,
+    setting=capture_hints.MEMORY,
 )
 
 
@@ -92,19 +92,30 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     ms.set(
         "oom_events",
         float((mem["kind"] == "oom").sum()) if len(mem) else None,
-        why_missing="no [memory] events (record with profile_memory=True)",
+        why_missing="no [memory] events",
     )
     caps = _capacities(an)
     if caps:
         ms.set("device_memory_bytes", float(max(caps.values())))
     else:
-        ms.set("device_memory_bytes", None, why_missing="no deviceProperties in the trace header")
+        ms.set(
+            "device_memory_bytes",
+            None,
+            why_missing="the GPU's memory capacity is not recorded",
+            setting=capture_hints.DEVICE,
+        )
     has_totals = len(gpu) and gpu["total_allocated_bytes"].notna().any()
     if not has_totals:
         why = (
-            "no GPU [memory] events (record with profile_memory=True)"
+            "no [memory] events"
+            if not len(mem)
+            else "no GPU [memory] events"
             if not len(gpu)
             else "[memory] events without Total Allocated/Reserved (PyTorch < 1.10)"
+        )
+        # [memory] events of the CPU only: the capture recorded memory, the run no GPU memory
+        setting = (
+            capture_hints.MEMORY if not len(mem) else capture_hints.GPU if not len(gpu) else ""
         )
         for n in (
             "peak_allocated_bytes",
@@ -119,7 +130,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             "allocated_static_pct",
             "memory_preallocated",
         ):
-            ms.set(n, None, why_missing=why)
+            ms.set(n, None, why_missing=why, setting=setting)
         return
     gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
     worst: dict[str, Any] | None = None
@@ -159,6 +170,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         "reserved_over_allocated_ratio",
         pr / pa if pa else None,
         why_missing="nothing was allocated",
+        setting="",
     )
     ms.set("reserved_gap_bytes", float(worst["gap_at_peak_bytes"]))
     ms.set("max_reserved_gap_bytes", float(max(t["max_gap"] for t in timelines)))
@@ -167,12 +179,14 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     ms.set(
         "peak_reserved_capacity_pct",
         100.0 * pr / cap if cap else None,
-        why_missing="the GPU's capacity is unknown (no deviceProperties)",
+        why_missing="the GPU's capacity is unknown",
+        setting=capture_hints.DEVICE,
     )
     ms.set(
         "allocated_static_pct",
         worst["static_pct"],
         why_missing="reserved memory grew during the trace (no early pre-allocation)",
+        setting="",
     )
     # a forward-only run only: a training run holding a static footprint near capacity is under
     # real pressure (the next batch size does not fit)
@@ -186,8 +200,9 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         ms.set("allocated_growth_steps_pct", float(g["grew_pct"]))
         ms.evidence["memory_growth"] = g
     else:
-        ms.set("allocated_growth_bytes_per_step", None, why_missing="needs 3 or more steps")
-        ms.set("allocated_growth_steps_pct", None, why_missing="needs 3 or more steps")
+        for n in ("allocated_growth_bytes_per_step", "allocated_growth_steps_pct"):
+            # the [memory] events are there: what is missing is steps to measure growth over
+            ms.set(n, None, why_missing="needs 3 or more steps", setting=capture_hints.STEPS)
     ms.evidence["memory_peak"] = worst
     ms.evidence["memory_timeline"] = timelines
     ms.evidence["memory_top_allocators"] = _top_allocators(an, gpu, worst)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from traceinsight.analysis import Analysis, run_facts
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.util import capture_hints
 
 MODES = {1.0: "training", 0.0: "inference"}
 
@@ -29,11 +30,37 @@ declare(
     "1 when backward (autograd), optimizer or sharded-training work is recorded (the MFU "
     "formula counts forward+backward), 0 for a forward-only run",
     needs="CPU ops in the trace, or backward kernels in a GPU-only capture",
-    hint="record with ProfilerActivity.CPU, or pass --mode",
+    setting=capture_hints.CPU,
+)
+declare(
+    "program_pytorch",
+    "bool",
+    "1 when the program is known to use PyTorch (a PyTorch profiler trace or memory file, or "
+    "PyTorch ops or a PyTorch framework in an Nsight capture), 0 otherwise: advice naming "
+    "PyTorch APIs is given only at 1",
 )
 
 
+def capture_of(an: Analysis) -> capture_hints.Capture:
+    """The input's tool and whether the program uses PyTorch (the run facts' engine)."""
+    fmts = [str(r.get("format") or "") for r in an.store.ranks] or [
+        str(an.store.meta.get("format") or "")
+    ]
+    fmt = str(an.store.meta.get("format") or "")
+    engine = run_facts.engine_fact(run_facts.read_names(an), fmt).value
+    return capture_hints.Capture.of(fmts, str(engine))
+
+
 def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) -> None:
+    cap = capture_of(an)
+    ms.evidence["capture"] = cap.to_dict()  # how hints and advice are phrased for this input
+    ms.set("program_pytorch", 1.0 if cap.torch else 0.0)
+    flags = [r.get("capture_flags") or {} for r in an.store.ranks]
+    ms.evidence["capture_flags"] = {  # a setting every rank's capture says it recorded
+        k: True
+        for k in ("profile_memory", "record_shapes", "with_stack")
+        if flags and all(f.get(k) is True for f in flags)
+    }
     if opts is not None and opts.mode in ("train", "infer"):
         flag = 1.0 if opts.mode == "train" else 0.0
         ms.set("is_training", flag)

@@ -33,6 +33,7 @@ from traceinsight.analysis import Analysis
 from traceinsight.analysis.categories import MATRIX_CLASSES, is_matrix_helper, kernel_dtype
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.util import capture_hints
 
 MIN_KNOWN_PCT = 50.0  #: below this share of known matrix time the fp32 share is not measured
 FP32_PATHS = ("fp32", "fp32_matrix")
@@ -50,9 +51,7 @@ LOW_PRECISION = (
     "tensor",
 )
 NEEDS_KERNELS = "GEMM/convolution kernels whose dtype the names or input types show"
-HINT_SHAPES = "record with record_shapes=True (input dtypes) when kernel names do not show them"
 NEEDS_DEVICE = "a known device"
-HINT_DEVICE = "pass --device NAME (see `traceinsight devices`)"
 
 declare(
     "matrix_dtype_known_pct",
@@ -60,7 +59,7 @@ declare(
     "GEMM/convolution/attention kernel time whose input dtype "
     "is known (kernel name or recorded input type), % of matrix kernel time",
     needs="GEMM/convolution/attention kernels",
-    hint=HINT_SHAPES,
+    setting=capture_hints.SHAPES,
 )
 declare(
     "fp32_gemm_time_pct",
@@ -68,7 +67,7 @@ declare(
     "GEMM/convolution/attention time in fp32 on CUDA cores or AMD "
     "fp32 matrix cores (not TF32, not 16/8/4-bit), % of kernel time",
     needs=NEEDS_KERNELS,
-    hint=HINT_SHAPES,
+    setting=capture_hints.SHAPES,
     coverage="matrix_dtype_known_pct",
 )
 declare(
@@ -77,7 +76,7 @@ declare(
     "the kernel time behind fp32_gemm_time_pct: GEMM/convolution/"
     "attention kernels in fp32 on CUDA cores or AMD fp32 matrix cores",
     needs=NEEDS_KERNELS,
-    hint=HINT_SHAPES,
+    setting=capture_hints.SHAPES,
     coverage="matrix_dtype_known_pct",
 )
 declare(
@@ -85,7 +84,7 @@ declare(
     "%",
     "the same fp32 matrix time, % of step time",
     needs=NEEDS_KERNELS,
-    hint=HINT_SHAPES,
+    setting=capture_hints.SHAPES,
     coverage="matrix_dtype_known_pct",
 )
 for _d, _what in (("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "TF32 (AMD: xf32)")):
@@ -94,14 +93,14 @@ for _d, _what in (("bf16", "bf16"), ("fp16", "fp16"), ("tf32", "TF32 (AMD: xf32)
         "ratio",
         f"the device's dense {_what} matrix peak over the peak its fp32 matrix work runs at",
         needs=f"a known device with {_what} units",
-        hint=HINT_DEVICE,
+        setting=capture_hints.DEVICE,
     )
 declare(
     "fp8_speedup_ratio",
     "ratio",
     "the device's dense fp8 peak over its bf16 (or fp16) peak",
     needs="a known device with fp8 units",
-    hint=HINT_DEVICE,
+    setting=capture_hints.DEVICE,
 )
 declare(
     "low_precision_speedup_ratio",
@@ -109,7 +108,7 @@ declare(
     "the device's fastest 16-bit matrix peak (bf16, "
     "else fp16) over the peak its fp32 matrix work runs at",
     needs=NEEDS_DEVICE,
-    hint=HINT_DEVICE,
+    setting=capture_hints.DEVICE,
 )
 
 
@@ -135,9 +134,14 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
             "fp32_gemm_time_ns",
             "fp32_gemm_step_pct",
         ):
-            ms.set(n, None, why_missing="no GPU kernels")
+            ms.set(n, None, why_missing="no GPU kernels", setting=capture_hints.GPU)
     elif not mat_ns:
-        ms.set("matrix_dtype_known_pct", None, why_missing="no GEMM/convolution/attention kernels")
+        ms.set(
+            "matrix_dtype_known_pct",
+            None,
+            why_missing="no GEMM/convolution/attention kernels",
+            setting="",
+        )
         ms.set("fp32_gemm_time_pct", 0.0)
         ms.set("fp32_gemm_time_ns", 0.0)
         ms.set("fp32_gemm_step_pct", 0.0 if wall else None, why_missing="no step windows")
@@ -173,7 +177,12 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
     )
     if spec is None:
         for n in names:
-            ms.set(n, None, why_missing=res.message or "unknown device")
+            ms.set(
+                n,
+                None,
+                why_missing=capture_hints.reason_only(res.message) or "unknown device",
+                setting=capture_hints.DEVICE,
+            )
         return
     matrix_fp32 = float(fp32.loc[fp32["dtype"] == "fp32_matrix", "dur_ns"].sum())
     mfma = matrix_fp32 > fp32_ns / 2 and spec.accelerates("fp32_matrix")
@@ -184,14 +193,16 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions | None = None) ->
             f"{d}_speedup_ratio",
             ratio if ratio and ratio > 1 else None,
             why_missing=f"{spec.name} has no {d} matrix units faster than its fp32 path",
+            setting="",
         )
     base16 = "bf16" if spec.accelerates("bf16") else "fp16"
     fp8 = spec.speedup("fp8", over=base16) if spec.accelerates("fp8") else None
-    ms.set("fp8_speedup_ratio", fp8, why_missing=f"{spec.name} has no fp8 units")
+    ms.set("fp8_speedup_ratio", fp8, why_missing=f"{spec.name} has no fp8 units", setting="")
     ms.set(
         "low_precision_speedup_ratio",
         ms.get("bf16_speedup_ratio") or ms.get("fp16_speedup_ratio"),
         why_missing=f"{spec.name} has no 16-bit matrix units faster than fp32",
+        setting="",
     )
     ms.evidence["precision_device"] = {
         "device": spec.name,

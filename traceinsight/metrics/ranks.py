@@ -15,6 +15,7 @@ from traceinsight.analysis.collectives import cross_rank, straggler_profile
 from traceinsight.metrics.rank_summary import RankTask, summaries, summarize_partition
 from traceinsight.metrics.registry import MetricSet, declare, declare_fact
 from traceinsight.store import partitions
+from traceinsight.util import capture_hints
 from traceinsight.util.distributed import current
 from traceinsight.util.fmt import fmt_pct
 
@@ -24,7 +25,7 @@ declare(
     "share of the steps in which the straggler rank is "
     "the slowest rank (its time outside exposed communication)",
     needs="traces of 2 or more ranks with ProfilerSteps",
-    hint="pass the folder with every rank's trace",
+    setting=capture_hints.RANKS,
 )
 declare(
     "collective_wait_pct",
@@ -46,7 +47,7 @@ declare(
     "share of the matched collectives' kernel time (all ranks) spent waiting for the last "
     "rank to arrive; the rest is transfer",
     needs="traces of 2 or more ranks with collectives matched across them",
-    hint="pass the folder with every rank's trace",
+    setting=capture_hints.RANKS,
 )
 declare(
     "collective_wait_exposed_pct",
@@ -54,7 +55,7 @@ declare(
     "waiting for the last rank inside matched collectives while no compute kernel runs, % of "
     "step time (all ranks): the arrival skew's cost",
     needs="traces of 2 or more ranks with collectives matched across them",
-    hint="pass the folder with every rank's trace",
+    setting=capture_hints.RANKS,
 )
 declare(
     "exposed_comm_transfer_pct",
@@ -144,7 +145,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     ms.set(
         "straggler_slow_steps_pct",
         100.0 * prof["slowest_steps"] / prof["steps"] if prof and prof["steps"] else None,
-        why_missing="needs ProfilerStep markers",
+        why_missing="the trace has no step markers",
+        setting=capture_hints.STEPS,
     )
     total_wait = sum(g["wait_ns"] for g in cross.get("groups", []))
     total_step = sum((w or 0) for row in cross["heatmaps"]["wall_ns"] for w in row)

@@ -29,6 +29,9 @@ class MetricInfo:
     coverage: str | None = None  #: the % metric saying how much of the run this value rests on
     lower_bound: bool = False  #: the value only grows as coverage rises (modelled FLOPs, MFU)
     module: str = ""  #: the module that declared it (one of a group's ``modules``)
+    #: the capture setting that records it (``util.capture_hints``: the hint is phrased for the
+    #: input's tool); ``hint`` is then ignored
+    setting: str | None = None
 
 
 @dataclass(frozen=True)
@@ -60,12 +63,15 @@ def declare(
     hint: str | None = None,
     coverage: str | None = None,
     lower_bound: bool = False,
+    setting: str | None = None,
 ) -> None:
     """Add a metric to :data:`REGISTRY` (once per name)."""
     if name in REGISTRY:  # pragma: no cover - a programming error
         raise ValueError(f"metric {name} declared twice")
     module = str(sys._getframe(1).f_globals.get("__name__", ""))  # the declaring module
-    REGISTRY[name] = MetricInfo(name, unit, doc, needs, hint, coverage, lower_bound, module)
+    REGISTRY[name] = MetricInfo(
+        name, unit, doc, needs, hint, coverage, lower_bound, module, setting
+    )
 
 
 def coverage_table(values: dict[str, float | None]) -> dict[str, dict]:
@@ -100,8 +106,18 @@ class MetricSet:
     per_rank: dict[int, dict[str, float | None]] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)
     missing: dict[str, str] = field(default_factory=dict)  #: metric -> why it is missing
+    #: metric -> the capture setting that would record it, where the reason it is missing is
+    #: not the metric's declared one (steps missing for a memory metric)
+    settings: dict[str, str] = field(default_factory=dict)
 
-    def set(self, name: str, value: float | None, *, why_missing: str | None = None) -> None:
+    def set(
+        self,
+        name: str,
+        value: float | None,
+        *,
+        why_missing: str | None = None,
+        setting: str | None = None,
+    ) -> None:
         if name not in REGISTRY:  # pragma: no cover - a programming error
             raise KeyError(f"undeclared metric {name}")
         if value is not None:
@@ -114,6 +130,16 @@ class MetricSet:
             self.missing[name] = why_missing or (
                 f"needs {info.needs}" if info.needs else "not measurable"
             )
+            if setting is not None:  # "" : missing for a reason no capture setting changes
+                self.settings[name] = setting
+
+    def setting_of(self, name: str) -> str | None:
+        """The capture setting that would record a missing metric (None: not a capture
+        setting, e.g. a command-line option the metric's own hint names)."""
+        if name in self.settings:
+            return self.settings[name] or None
+        info = REGISTRY.get(name)
+        return info.setting if info else None
 
     def get(self, name: str) -> float | None:
         return self.values.get(name)

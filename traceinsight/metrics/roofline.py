@@ -20,12 +20,9 @@ from traceinsight.analysis.attribution import name_matches
 from traceinsight.analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.util import capture_hints
 
 NEEDS = "input shapes (record_shapes=True) and a known device"
-HINT = (
-    "record with record_shapes=True; for an unknown GPU pass --device NAME or "
-    "--peak-tflops/--peak-bw"
-)
 
 COVERAGE = "flops_modelled_pct"
 declare(
@@ -34,7 +31,7 @@ declare(
     "kernel time of ops whose FLOPs/bytes could be modelled (the coverage of "
     "every roofline metric)",
     needs=NEEDS,
-    hint=HINT,
+    setting=capture_hints.SHAPES,
 )
 #: name, unit, meaning, lower bound (only grows as more of the run is modelled)
 for _n, _u, _d, _lb in (
@@ -78,7 +75,9 @@ for _n, _u, _d, _lb in (
         True,
     ),
 ):
-    declare(_n, _u, _d, needs=NEEDS, hint=HINT, coverage=COVERAGE, lower_bound=_lb)
+    declare(
+        _n, _u, _d, needs=NEEDS, setting=capture_hints.SHAPES, coverage=COVERAGE, lower_bound=_lb
+    )
 declare(
     "mfu_estimate_pct",
     "%",
@@ -91,14 +90,14 @@ declare(
     "TFLOP/s",
     "dense bf16/fp16 peak of the device",
     needs="a known device",
-    hint="pass --device NAME (see `traceinsight devices`) or --peak-tflops",
+    setting=capture_hints.DEVICE,
 )
 declare(
     "device_bandwidth_gbs",
     "GB/s",
     "peak memory bandwidth of the device",
     needs="a known device",
-    hint="pass --device NAME or --peak-bw",
+    setting=capture_hints.DEVICE,
 )
 #: per-dtype dense peaks of the device table: 0 when the part has no such unit (bf16 and TF32
 #: on V100, fp8 before Hopper/MI300), missing when the device is unknown. Advice about a dtype
@@ -110,7 +109,7 @@ for _d in DTYPE_PEAKS:
         "TFLOP/s",
         f"dense {_d} peak of the device (0: the part has no {_d} unit)",
         needs="a known device",
-        hint="pass --device NAME (see `traceinsight devices`)",
+        setting=capture_hints.DEVICE,
     )
 
 
@@ -149,13 +148,13 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     wall = float(sum(w.dur_ns for w in windows)) or 0.0
     n_ranks = max(1, len({w.rank for w in windows}))
     if spec is None:
-        why = res.message or "unknown device"
+        why = capture_hints.reason_only(res.message) or "unknown device"
         for n in (
             "device_peak_tflops",
             "device_bandwidth_gbs",
             *(f"device_{d}_tflops" for d in DTYPE_PEAKS),
         ):
-            ms.set(n, None, why_missing=why)
+            ms.set(n, None, why_missing=why, setting=capture_hints.DEVICE)
     else:
         main = spec.peak("bf16") or spec.peak("fp16")
         ms.set("device_peak_tflops", main / 1e12 if main else None)
@@ -165,7 +164,7 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     names = [n for n in REG_ROOFLINE]
     if not len(kern):
         for n in names:
-            ms.set(n, None, why_missing="no GPU kernels")
+            ms.set(n, None, why_missing="no GPU kernels", setting=capture_hints.GPU)
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
     inst = _op_instances(an, kern)
@@ -177,14 +176,19 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     if spec is None:
         for n in names:
             if n != "flops_modelled_pct":
-                ms.set(n, None, why_missing=res.message or "unknown device")
+                ms.set(
+                    n,
+                    None,
+                    why_missing=capture_hints.reason_only(res.message) or "unknown device",
+                    setting=capture_hints.DEVICE,
+                )
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
     lp = spec.peak("bf16") or spec.peak("fp16")
     if not len(modelled):
         for n in names:
             if n != "flops_modelled_pct":
-                ms.set(n, None, why_missing="no op could be modelled (record_shapes=True needed)")
+                ms.set(n, None, why_missing="no op could be modelled (no input shapes)")
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
     m = modelled.copy()
@@ -201,7 +205,10 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
         for n in names:
             if n != "flops_modelled_pct":
                 ms.set(
-                    n, None, why_missing="the device's memory bandwidth is unknown (pass --peak-bw)"
+                    n,
+                    None,
+                    why_missing="the device's memory bandwidth is unknown",
+                    setting=capture_hints.DEVICE,
                 )
         return
     bw = float(spec.mem_bw)

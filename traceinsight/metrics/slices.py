@@ -18,6 +18,7 @@ import pandas as pd
 
 from traceinsight.analysis import Analysis
 from traceinsight.analysis import intervals as iv
+from traceinsight.metrics.mode import capture_of
 from traceinsight.util.safetext import for_terminal
 from traceinsight.util.vocab import mark_steps_hint
 
@@ -95,7 +96,7 @@ def slice_rates(an: Analysis, fmt_name: str | None = None) -> dict[str, Any] | N
         "kernel_ns_per_s": 1e9 * kernel_ns / span if span else None,
         "unit": "kernel time per second of the slice",
         "units": units[:MAX_UNITS],
-        "hint": mark_steps_hint(fmt_name),
+        "hint": mark_steps_hint(fmt_name, torch=capture_of(an).torch),
     }
 
 

@@ -52,10 +52,9 @@ from traceinsight.analysis.idle import (
 )
 from traceinsight.metrics.registry import MetricSet, declare, declare_fact
 from traceinsight.metrics.step_lag import edge_lag, gpu_lag, without_lag
-from traceinsight.util import fmt
+from traceinsight.util import capture_hints, fmt
 
-NEEDS_STEPS = "ProfilerStep markers"
-HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
+NEEDS_STEPS = "step markers"
 
 WARMUP_MIN_PCT = 10.0  #: one-off start-up / compile / capture idle at or above: a warm-up step
 PRE_TRACE_MIN_PCT = 5.0  #: work queued before the trace at or above this share of the step
@@ -115,7 +114,7 @@ for _n, _u, _d in (
         "time lost to representative steps slower than the median, % of their total step time",
     ),
 ):
-    declare(_n, _u, _d, needs=NEEDS_STEPS, hint=HINT_STEPS)
+    declare(_n, _u, _d, needs=NEEDS_STEPS, setting=capture_hints.STEPS)
 for _n, _d in (
     ("steps_excluded_detail", "the steps left out of the step statistics and why"),
     ("slow_steps_detail", "the slow steps, how much slower than the median, and what grew"),
@@ -473,7 +472,7 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     stats = step_stats(an) if has_steps else []
     if not stats:
         for n in ("steps", "steps_representative", "steps_excluded", *STAT_METRICS):
-            ms.set(n, None, why_missing="the trace has no ProfilerStep markers")
+            ms.set(n, None, why_missing="the trace has no step markers")
         if not any(w.step is not None for w in attr.steps):
             for n in ("steps", "steps_representative", "steps_excluded"):
                 ms.values[n] = 0.0
@@ -532,7 +531,7 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     ms.set(
         "step_time_cv_pct",
         max(cvs) if cvs else None,
-        why_missing=None if cvs else "needs at least 3 representative ProfilerSteps per rank",
+        why_missing=None if cvs else "needs at least 3 representative steps per rank",
     )
     slow = slow_steps(jit, p50)
     ms.set("slow_steps", float(sum(1 for s in jit if s.wall_ns > SLOW_FACTOR * p50)))

@@ -15,11 +15,10 @@ from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
 from traceinsight.metrics import completeness, idle_metrics, steps
 from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.util import capture_hints
 
-NEEDS_STEPS = "ProfilerStep markers"
-HINT_STEPS = "record with a torch.profiler schedule and call prof.step() every iteration"
+NEEDS_STEPS = "step markers"
 NEEDS_GPU = "GPU kernels"
-HINT_GPU = "record with activities=[CPU, CUDA] (ProfilerActivity.CUDA) on a GPU machine"
 
 for _n, _u, _d in (
     ("gpu_busy_pct", "%", "GPU busy (union of kernels, copies, memsets over streams), % of window"),
@@ -42,28 +41,28 @@ for _n, _u, _d in (
     ("gemm_time_pct", "%", "GEMM kernels (incl. attention and convolution), % of kernel time"),
     ("elementwise_time_pct", "%", "elementwise and reduction kernels, % of kernel time"),
 ):
-    declare(_n, _u, _d, needs=NEEDS_GPU, hint=HINT_GPU)
+    declare(_n, _u, _d, needs=NEEDS_GPU, setting=capture_hints.GPU)
 
 declare(
     "dataloader_pct",
     "%",
     "host time in DataLoader ranges, % of step time",
     needs="DataLoader ranges (enumerate(DataLoader)#...) and steps",
-    hint=HINT_STEPS,
+    setting=capture_hints.STEPS,
 )
 declare(
     "syncs_per_step",
     "count",
     "blocking host synchronisations per step (device/stream/event synchronize, synchronous copies)",
     needs="runtime calls and steps",
-    hint=HINT_STEPS,
+    setting=capture_hints.STEPS,
 )
 declare(
     "sync_blocked_pct",
     "%",
     "host time blocked in synchronisation calls, % of step time",
     needs="runtime calls and steps",
-    hint=HINT_STEPS,
+    setting=capture_hints.STEPS,
 )
 declare("world_size", "count", "number of ranks in the job (from distributedInfo, else files)")
 declare("ranks_analysed", "count", "number of ranks whose traces were read")
@@ -226,7 +225,7 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     windows = [w for w in attr.steps if w.step is not None]
     if not has_steps or not windows:
         for n in ("dataloader_pct", "syncs_per_step", "sync_blocked_pct"):
-            ms.set(n, None, why_missing="the trace has no ProfilerStep markers")
+            ms.set(n, None, why_missing="the trace has no step markers")
         return
     wall = float(sum(w.host_end_ns - w.host_start_ns for w in windows)) or 1.0
     dl_total = 0

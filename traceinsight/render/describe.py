@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from traceinsight.result import DiagnosisResult
-from traceinsight.util import fmt
+from traceinsight.util import capture_hints, fmt
 
 #: diagnostics the device line already says (rendered there, not as data-quality warnings)
 DEVICE_CODES = ("device-unknown", "device-guessed")
@@ -240,13 +240,21 @@ def _norm(s: str) -> str:
 def not_evaluated(rules: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Rules that could not be evaluated, grouped by their (cleaned) reason and hint:
     ``[{"rules": [...], "reason": ..., "hint": ...}]`` in the order of first appearance."""
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[Any, dict[str, Any]] = {}
     for x in rules or []:
         if x.get("status") != "not-evaluated":
             continue
-        key = reason_and_hint(str(x.get("reason") or ""), x.get("hint"))
-        groups.setdefault(key, []).append(str(x.get("rule")))
-    return [{"rules": v, "reason": k[0], "hint": k[1]} for k, v in groups.items()]
+        reason, hint = reason_and_hint(str(x.get("reason") or ""), x.get("hint"))
+        # one line per missing capture setting: the rules needing it share its hint
+        key = ("setting", x["setting"]) if x.get("setting") else (reason, hint)
+        g = groups.setdefault(key, {"rules": [], "reasons": [], "hint": hint})
+        g["rules"].append(str(x.get("rule")))
+        if reason and reason not in g["reasons"]:
+            g["reasons"].append(reason)
+    return [
+        {"rules": g["rules"], "reason": "; ".join(g["reasons"]), "hint": g["hint"]}
+        for g in groups.values()
+    ]
 
 
 # --- opening the original trace --------------------------------------------------------------
@@ -260,16 +268,25 @@ def viewer_hint(r: DiagnosisResult) -> str:
     ts = v.get("ts_us") or []
     if not src or len(ts) != 2:
         return ""
-    where = (
-        f"search for {v['marker']}, select it and press F to zoom to it"
-        if v.get("marker")
-        else "the window shown is the whole GPU span"
-    )
-    return (
-        f"load {src} at ui.perfetto.dev (Open trace file) or in chrome://tracing "
-        f"(Load); {where}: rank {v.get('rank')}, ts {ts[0]:.3f} – {ts[1]:.3f} µs in the "
-        "file."
-    )
+    return capture_hints.viewer_text(v.get("tool"), str(src), v.get("rank"), ts, v.get("marker"))
+
+
+def capture_hint(r: DiagnosisResult, setting: str) -> str:
+    """How to record ``setting`` in the vocabulary of the result's input tool ("" when it does
+    not apply to that input)."""
+    cap = capture_hints.Capture.from_dict(r.extra.get("capture"))
+    return capture_hints.hint(setting, cap) or ""
+
+
+def with_capture_hint(text: str, r: DiagnosisResult, setting: str) -> str:
+    """``text: <how to record setting>.``, or ``text.`` where no hint applies."""
+    h = capture_hint(r, setting)
+    return f"{text}: {h}." if h else f"{text}."
+
+
+def viewer_title(r: DiagnosisResult) -> str:
+    """The viewer the trace opens in: ``Open in Perfetto`` / ``Open in Nsight Systems``."""
+    return capture_hints.viewer_title((r.extra.get("open_in_viewer") or {}).get("tool"))
 
 
 # --- the host view (CPU-only runs) ---------------------------------------------------------------

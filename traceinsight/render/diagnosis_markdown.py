@@ -76,8 +76,8 @@ def render_markdown(result: DiagnosisResult) -> str:
             if f.withheld:
                 lines.append(
                     f"   Not advised here ({len(f.withheld)}): "
-                    + "; ".join(esc(_reason(w)) for w in f.withheld[:2])
-                    + ("; ..." if len(f.withheld) > 2 else "")
+                    + "; ".join(list(dict.fromkeys(esc(_reason(w)) for w in f.withheld))[:2])
+                    + ("; ..." if len({_reason(w) for w in f.withheld}) > 2 else "")
                 )
         lines.append("")
     else:

@@ -302,7 +302,7 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         out.append("  " + " · ".join(extra))
     hint = describe.viewer_hint(result)
     if hint:
-        out.append(_wrap(f"Open in Perfetto: {hint}", "  ", width))
+        out.append(_wrap(f"{describe.viewer_title(result)}: {hint}", "  ", width))
     out.append("")
     return out
 

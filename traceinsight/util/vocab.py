@@ -37,19 +37,10 @@ def is_more_row(name: object) -> bool:
     return isinstance(name, str) and _MORE_ROW.match(name) is not None
 
 
-#: how to mark steps, in the vocabulary of the input's profiler (a capture without step markers)
-HINT_STEPS_NSYS = (
-    "mark the steps: push an NVTX range around each iteration (torch.cuda.nvtx.range_push("
-    "'step') / range_pop(), or nvtx.annotate), or record a fixed window of iterations with "
-    "nsys profile --capture-range=cudaProfilerApi and torch.cuda.profiler.start() / stop() "
-    "around them"
-)
-HINT_STEPS_KINETO = (
-    "mark the steps: record with a torch.profiler.schedule(wait=..., warmup=..., active=...) "
-    "and call prof.step() once per iteration, so every iteration is a ProfilerStep#N"
-)
+def mark_steps_hint(fmt_name: str | None, torch: bool = True) -> str:
+    """How to mark steps in the vocabulary of the input's profiler (``trace.format``; ``torch``
+    False: a program without PyTorch). Phrased by :mod:`traceinsight.util.capture_hints`."""
+    from traceinsight.util import capture_hints
 
-
-def mark_steps_hint(fmt_name: str | None) -> str:
-    """How to mark steps in the vocabulary of the input's profiler (``trace.format``)."""
-    return HINT_STEPS_NSYS if "nsys" in str(fmt_name or "").lower() else HINT_STEPS_KINETO
+    tool = capture_hints.tool_of(fmt_name)
+    return capture_hints.steps_hint(capture_hints.Capture(tool, torch or tool != "nsys"))

@@ -155,7 +155,7 @@ WHATIFS = (
     WhatIf(
         "copies-async",
         ("exposed-memcpy",),
-        "blocking (pageable) copies made asynchronous (pinned memory, non_blocking=True)",
+        "blocking (pageable) copies made asynchronous (pinned host memory, asynchronous copies)",
         _copies,
     ),
     WhatIf(

@@ -293,13 +293,15 @@ def _steps(r: DiagnosisResult) -> dict[str, Any]:
     rows = [s for s in r.breakdown.get("steps") or [] if s.get("step") is not None]
     if not mv.get("has_gpu"):
         return {
-            "empty": "No GPU activity in this trace: step times need GPU kernels "
-            "(record with activities=[CPU, CUDA])."
+            "empty": describe.with_capture_hint(
+                "No GPU activity in this trace: step times need GPU kernels", r, "gpu"
+            )
         }
     if not rows:
         return {
-            "empty": "No ProfilerStep markers: the whole GPU span is one window. Record with "
-            "a torch.profiler schedule and call prof.step() every iteration."
+            "empty": describe.with_capture_hint(
+                "No step markers: the whole GPU span is one window", r, "steps"
+            )
         }
     by_step: dict[Any, list[dict]] = defaultdict(list)
     for s in rows:
@@ -428,10 +430,7 @@ def _pct(part: Any, whole: Any) -> float | None:
 def _breakdown(r: DiagnosisResult) -> dict[str, Any]:
     ranks = sorted(r.breakdown.get("ranks") or [], key=lambda x: x.get("rank", 0))
     if not ranks or not r.metrics.get("values", {}).get("has_gpu"):
-        return {
-            "empty": "No GPU activity in this trace: record with activities=[CPU, CUDA] "
-            "(ProfilerActivity.CUDA) on a GPU machine."
-        }
+        return {"empty": describe.with_capture_hint("No GPU activity in this trace", r, "gpu")}
     shown = ranks  # every rank: past 64 the chart takes its compact form
     summ = {s.get("rank"): s for s in r.summary.get("ranks", [])}
     rows = []
@@ -523,12 +522,17 @@ def _timeline(r: DiagnosisResult) -> dict[str, Any]:
     tl = r.timeline
     if not tl or not tl.get("lanes") or not any(ln.get("items") for ln in tl["lanes"]):
         why = (
-            "No GPU kernels in this trace: record with activities=[CPU, CUDA]."
+            describe.with_capture_hint("No GPU kernels in this trace", r, "gpu")
             if not r.metrics.get("values", {}).get("has_gpu")
             else "No representative step could be chosen (no GPU work inside a step window)."
         )
         return {"empty": why}
-    return {"empty": "", **CHARTS["timeline"].build(tl), "viewer": describe.viewer_hint(r)}
+    return {
+        "empty": "",
+        **CHARTS["timeline"].build(tl),
+        "viewer": describe.viewer_hint(r),
+        "viewer_title": describe.viewer_title(r),
+    }
 
 
 # --- rollup tables ----------------------------------------------------------------------------
@@ -666,7 +670,7 @@ def _ops(r: DiagnosisResult) -> dict[str, Any]:
 def _kernels(r: DiagnosisResult) -> dict[str, Any]:
     rows = (r.rollups or {}).get("kernels") or []
     if not rows:
-        return {"empty": "No GPU kernels in this trace: record with activities=[CPU, CUDA]."}
+        return {"empty": describe.with_capture_hint("No GPU kernels in this trace", r, "gpu")}
     data = [
         [
             x.get("name"),
@@ -771,15 +775,13 @@ def _roofline_why(r: DiagnosisResult) -> str:
     if not mv.get("has_gpu"):
         return "No GPU kernels in this trace: nothing to place on a roofline."
     if not flags.get("record_shapes"):
-        return (
-            "No op shapes: record with record_shapes=True so FLOPs and bytes can be modelled "
-            "for the roofline."
+        return describe.with_capture_hint(
+            "No op shapes, so FLOPs and bytes cannot be modelled for the roofline", r, "shapes"
         )
     dev = r.extra.get("device") or {}
     if not dev.get("resolved") and not dev.get("peaks"):
-        return (
-            "No device peaks: the roofline needs a known GPU — pass --device NAME "
-            "(traceinsight devices) or --peak-tflops/--peak-bw."
+        return describe.with_capture_hint(
+            "No device peaks: the roofline needs a known GPU", r, "device"
         )
     why = miss.get("roof_efficiency_pct") or miss.get("flops_modelled_pct")
     return f"No roofline points: {why}." if why else "No op could be modelled for the roofline."
@@ -880,7 +882,7 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
         ("Vendor", str(t.get("vendor") or "–")),
         ("Format", str(t.get("format") or "–")),
         ("Traced span", fmt.fmt_ns(t.get("span_ns")) if t.get("span_ns") else "–"),
-        ("ProfilerStep markers", "yes" if t.get("has_step_markers") else "no"),
+        ("Step markers", "yes" if t.get("has_step_markers") else "no"),
     ]
     return {
         "rows": rows,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from traceinsight.render import describe
 from traceinsight.render.html.cells import table
 from traceinsight.render.html.charts import CHARTS
 from traceinsight.render.html.charts.segments import LEGEND as SEGMENT_LEGEND
@@ -17,9 +18,11 @@ from traceinsight.util import fmt
 
 MAX_MEMORY_CHARTS = 4
 MAX_FRAMES_SHOWN = 12
-NO_MEMORY = (
-    "No [memory] events: record with profile_memory=True to see allocated and reserved "
-    "memory over time, or add an allocator snapshot (--memory-snapshot)."
+#: what the memory section says without memory data (the hint: how the input's tool records it)
+NO_MEMORY = "No [memory] events"
+NO_MEMORY_WHY = (
+    "{hint} to see allocated and reserved memory over time, or add an allocator snapshot "
+    "(--memory-snapshot)."
 )
 CATEGORY_LEGEND = [
     "parameter",
@@ -54,7 +57,12 @@ def memory_view(r: DiagnosisResult) -> dict[str, Any]:
         "categories": _categories(mem),
     }
     if not (out["events"] or out["snapshot"] or out["categories"]):
-        out["empty"] = NO_MEMORY
+        hint = describe.capture_hint(r, "memory")
+        out["empty"] = f"{NO_MEMORY}: " + (
+            NO_MEMORY_WHY.format(hint=hint)
+            if hint
+            else "add an allocator snapshot (--memory-snapshot)."
+        )
     return out
 
 
