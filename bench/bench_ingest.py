@@ -429,6 +429,22 @@ def render(res: dict) -> str:
             f"{_f(q.get('typed_mb_s'), '6.0f')} {_f(q.get('ingest_mb_s'), '6.0f')} | "
             f"{_f(q.get('fixed_s'), '5.2f')}"
         )
+    cpu_ratios = [
+        f"{name} {s['ratios']['hta_over_ingest_cpu']:.1f}x"
+        for name, s in res["shapes"].items()
+        if "hta_over_ingest_cpu" in s["ratios"]
+    ]
+    if cpu_ratios:
+        lines.append(
+            "HTA / ingest CPU time (user + system, all processes): " + ", ".join(cpu_ratios)
+        )
+    busy = max(res["load_avg_before"][0], res.get("load_avg_after", [0])[0])
+    if busy > 0.75 * (m["cpus"] or 1):
+        lines.append(
+            f"WARNING: load average {busy:.1f} on {m['cpus']} CPUs: other work shared the "
+            "cores, wall times (and the fixed-cost intercepts) are inflated and noisy; the CPU "
+            "times and their ratios are the steadier figures"
+        )
     lines.append(
         f"targets (real shapes): HTA/ingest time >= {TARGET_HTA_TIME:g}x, PSS ingest / "
         f"HTA <= {TARGET_HTA_PSS:.2f}, ingest / typed <= {TARGET_TYPED:g}x, fixed cost "
