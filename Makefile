@@ -82,7 +82,7 @@ lint: $(VENV)/.dev
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 
 bench: $(VENV)/.dev
-	$(PY) bench/bench_ingest.py --repeat 3 --hta-repeat 2
+	$(PY) bench/bench_ingest.py --repeat 3 --hta-repeat 2 --fixed
 
 docs: $(VENV)/.base
 	$(PY) -m traceinsight.store.schema > docs/STORE.md

@@ -22,7 +22,16 @@ with their parent, where summed RSS would count them twice. Sampling costs CPU, 
 separate memory run of each row; the timed runs are not sampled.
 
 Targets per real shape: ingest at least 10x faster than HTA, at most 1/3 of HTA's peak PSS,
-within 3x of the typed decode. For the generated shape, ``diagnose`` runs too: first (ingest +
+within 2x of the typed decode (the floor: reading the file into event structs and nothing
+else). MB/s of the typed decode and of the ingest are printed per shape.
+
+Fixed cost (``--fixed``, on by default in ``make bench``): the ingest of the same shape at half
+the size is timed too, and the fixed cost is the intercept of the line through the two points
+(``2 * t(half) - t(full)``): start-up, imports and per-file set-up, what does not scale with the
+file. A ``startup`` row times the ingest of a trace of three events (interpreter start, imports,
+one file's set-up and an empty store written). Target: a fixed cost under 0.3 s.
+
+For the generated shape, ``diagnose`` runs too: first (ingest +
 analysis), again (the result cached in the store: target under 0.5 s) and with a changed
 threshold (the analysis again, from the store).
 
@@ -61,7 +70,8 @@ from shapes import DEFAULT_SHAPES, SHAPES, ensure_shape
 
 TARGET_HTA_TIME = 10.0  #: HTA wall / ingest wall, at least
 TARGET_HTA_PSS = 1 / 3  #: ingest peak PSS / HTA peak PSS, at most
-TARGET_TYPED = 3.0  #: ingest wall / typed decode wall, at most
+TARGET_TYPED = 2.0  #: ingest wall / typed decode wall, at most
+TARGET_FIXED_S = 0.3  #: the fixed cost of one ingest (intercept over size), at most
 TARGET_AGAIN_S = 0.5  #: a second diagnose on a cached store
 
 TYPED_SNIPPET = """\
@@ -144,6 +154,18 @@ def warm(path: Path) -> None:
     with open(path, "rb") as f:
         while f.read(64 << 20):
             pass
+
+
+TINY_TRACE = (
+    b'{"traceEvents": [\n'
+    b'{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1000.5, '
+    b'"dur": 10.25, "args": {"External id": 1}},\n'
+    b'{"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, '
+    b'"ts": 1002.0, "dur": 3.0, "args": {"External id": 1, "correlation": 7}},\n'
+    b'{"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 1010.0, '
+    b'"dur": 20.0, "args": {"External id": 1, "correlation": 7, "device": 0, "stream": 7}}\n'
+    b'], "baseTimeNanoseconds": 1790000000000000000}\n'
+)
 
 
 # --- environment ----------------------------------------------------------------------------------
@@ -270,6 +292,20 @@ def run_shape(
         ]
 
     rows["ingest"] = run.row("ingest", ingest_cmd, repeat=a.repeat)
+    if a.fixed:
+        half, _ = (
+            ensure_generated(a.size_mb / 2, a.seed)
+            if name == "generated"
+            else ensure_shape(name, a.size_mb / 2)
+        )
+        warm(half)
+        rows["ingest_half"] = run.row(
+            "ingest (half size)",
+            lambda i: [*ingest_cmd(i)[:5], str(half), *ingest_cmd(i)[6:]],
+            repeat=a.repeat,
+            memory=False,
+        )
+        rows["ingest_half"]["bytes"] = half.stat().st_size
     if hta_py is not None:
         rows["hta"] = run.row(
             "HTA load",
@@ -306,12 +342,31 @@ def run_shape(
         shutil.rmtree(cache, ignore_errors=True)
     for i in range(-1, a.repeat):
         shutil.rmtree(scratch / f"{name}-{i + 1}.tistore", ignore_errors=True)
-    return {"input": info, "rows": rows, "ratios": ratios(rows)}
+    return {"input": info, "rows": rows, "ratios": ratios(rows, info["bytes"])}
 
 
-def ratios(rows: dict) -> dict:
+def fixed_cost(rows: dict, full_bytes: int) -> float | None:
+    """The intercept at 0 bytes of the line through the half-size and full-size ingests."""
+    ing, half = rows.get("ingest"), rows.get("ingest_half")
+    if not ing or not half or ing["exit_code"] or half["exit_code"]:
+        return None
+    b0, b1 = half["bytes"], full_bytes
+    if b1 <= b0:
+        return None
+    slope = (ing["wall_s"] - half["wall_s"]) / (b1 - b0)
+    return round(half["wall_s"] - slope * b0, 3)
+
+
+def ratios(rows: dict, full_bytes: int = 0) -> dict:
     ing, hta, typed = rows.get("ingest"), rows.get("hta"), rows.get("typed")
     out: dict = {}
+    if full_bytes:
+        for key, r in (("ingest_mb_s", ing), ("typed_mb_s", typed)):
+            if r and r["exit_code"] == 0 and r["wall_s"] > 0:
+                out[key] = round(full_bytes / 1e6 / r["wall_s"], 1)
+        fixed = fixed_cost(rows, full_bytes)
+        if fixed is not None:
+            out["fixed_s"] = fixed
     if ing and ing["exit_code"] == 0:
         if hta and hta["exit_code"] == 0:
             out["hta_over_ingest_time"] = round(hta["wall_s"] / ing["wall_s"], 2)
@@ -333,6 +388,8 @@ def ratios(rows: dict) -> dict:
         met["hta_pss"] = out["ingest_over_hta_pss"] <= TARGET_HTA_PSS
     if "ingest_over_typed_time" in out:
         met["typed_time"] = out["ingest_over_typed_time"] <= TARGET_TYPED
+    if "fixed_s" in out:
+        met["fixed_cost"] = out["fixed_s"] < TARGET_FIXED_S
     if "diagnose_again_s" in out:
         met["diagnose_again"] = out["diagnose_again_s"] < TARGET_AGAIN_S
     out["met"] = met
@@ -352,10 +409,10 @@ def render(res: dict) -> str:
         "versions: " + ", ".join(f"{k} {v}" for k, v in res["versions"].items() if v),
         "",
         f"{'':16}{'':>6}{'':>11} | {'typed':>6} | {'ingest':^22} | {'HTA 0.5.0 load':^22} | "
-        f"{'HTA/ingest':>10} {'PSS ingest':>10} {'ingest/':>8}",
+        f"{'HTA/ingest':>10} {'PSS ingest':>10} {'ingest/':>8} | {'MB/s':^13} | {'fixed':>5}",
         f"{'shape':16}{'MB':>6}{'events':>11} | {'wall s':>6} | {'wall s':>6} {'CPU s':>6} "
         f"{'PSS MB':>8} | {'wall s':>6} {'CPU s':>6} {'PSS MB':>8} | {'time':>10} {'/ HTA':>10} "
-        f"{'typed':>8}",
+        f"{'typed':>8} | {'typed':>6} {'ingest':>6} | {'s':>5}",
     ]
     for name, s in res["shapes"].items():
         r, q, i = s["rows"], s["ratios"], s["input"]
@@ -368,12 +425,37 @@ def render(res: dict) -> str:
             f"{_f(hta.get('tree_peak_pss_mb'), '8.0f')} | "
             f"{_f(q.get('hta_over_ingest_time'), '9.1f')}x "
             f"{_f(q.get('ingest_over_hta_pss'), '10.2f')} "
-            f"{_f(q.get('ingest_over_typed_time'), '7.2f')}x"
+            f"{_f(q.get('ingest_over_typed_time'), '7.2f')}x | "
+            f"{_f(q.get('typed_mb_s'), '6.0f')} {_f(q.get('ingest_mb_s'), '6.0f')} | "
+            f"{_f(q.get('fixed_s'), '5.2f')}"
+        )
+    cpu_ratios = [
+        f"{name} {s['ratios']['hta_over_ingest_cpu']:.1f}x"
+        for name, s in res["shapes"].items()
+        if "hta_over_ingest_cpu" in s["ratios"]
+    ]
+    if cpu_ratios:
+        lines.append(
+            "HTA / ingest CPU time (user + system, all processes): " + ", ".join(cpu_ratios)
+        )
+    busy = max(res["load_avg_before"][0], res.get("load_avg_after", [0])[0])
+    if busy > 0.75 * (m["cpus"] or 1):
+        lines.append(
+            f"WARNING: load average {busy:.1f} on {m['cpus']} CPUs: other work shared the "
+            "cores, wall times (and the fixed-cost intercepts) are inflated and noisy; the CPU "
+            "times and their ratios are the steadier figures"
         )
     lines.append(
         f"targets (real shapes): HTA/ingest time >= {TARGET_HTA_TIME:g}x, PSS ingest / "
-        f"HTA <= {TARGET_HTA_PSS:.2f}, ingest / typed <= {TARGET_TYPED:g}x"
+        f"HTA <= {TARGET_HTA_PSS:.2f}, ingest / typed <= {TARGET_TYPED:g}x, fixed cost "
+        f"(intercept of ingest time over size) < {TARGET_FIXED_S:g} s"
     )
+    st = res.get("startup")
+    if st:
+        lines.append(
+            f"startup (ingest of a 3-event trace): {st['wall_s']:.3f} s (best of "
+            f"{len(st['all_wall_s'])}: {', '.join(f'{w:.3f}' for w in st['all_wall_s'])})"
+        )
     for name, s in res["shapes"].items():
         met = s["ratios"].get("met", {})
         if met:
@@ -428,6 +510,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--hta-python", help="interpreter that has HTA (default: this one)")
     ap.add_argument("--diagnose", action="store_true", help="diagnose rows for every shape")
     ap.add_argument("--no-diagnose", action="store_true", help="no diagnose rows at all")
+    ap.add_argument(
+        "--fixed",
+        action="store_true",
+        help="also ingest each shape at half the size: the fixed cost per ingest (intercept)",
+    )
     ap.add_argument("--timeout", type=float, default=7200, help="seconds per child process")
     ap.add_argument("--out", default=str(RESULTS), help="result JSON")
     ap.add_argument("--check", action="store_true", help="exit 1 when a target is not met")
@@ -458,6 +545,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         shapes = inputs(a)
         run = Runner(a, env)
+        tiny = scratch / "tiny.pt.trace.json"
+        tiny.write_bytes(TINY_TRACE)
+        py = sys.executable
+        res["startup"] = run.row(
+            "ingest of a 3-event trace (start-up)",
+            lambda i: [
+                *[py, "-m", "traceinsight", "--quiet", "ingest", str(tiny)],
+                *["-o", str(scratch / f"tiny-{i + 1}.tistore"), "--force"],
+            ],
+            repeat=max(3, a.repeat),
+            memory=False,
+        )
         for name, trace, info in shapes:
             res["shapes"][name] = run_shape(run, name, trace, info, hta_py, scratch)
     finally:

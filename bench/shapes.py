@@ -14,6 +14,14 @@ repetition shifted so the result reads as one longer recording of the same run:
   collide across them;
 * steps: ``ProfilerStep#N`` becomes ``ProfilerStep#(N + k * steps)``.
 
+A shape may first transform its source into a shape the corpus lacks (:data:`TRANSFORMS`):
+the ROCm traces of CUDA-graph replays become CUDA ones (``hip*`` runtime names, AMD-only
+kernel args and header keys replaced, the GPU named in ``deviceProperties``; the A100 shape
+also drops the Python frames, a training rank recorded with ``record_shapes`` only); a float-µs NCCL
+rank becomes a legacy integer-µs absolute-epoch expert-parallel rank (``baseTimeNanoseconds``
+folded into every ``ts``, ``ts``/``dur`` rounded to whole µs, every 8th kernel renamed to a
+DeepEP dispatch/combine kernel, an H800 in ``deviceProperties``).
+
 Metadata (``ph: M``) events and the header (``deviceProperties``, ``distributedInfo``, ...) are
 written once. Events keep Kineto's layout (one event per line, a space after ``:`` and ``,``),
 so a megabyte holds about as many events as in the original file. Outputs go to
@@ -50,6 +58,7 @@ class Shape:
     name: str
     path: str  #: under the shared traces folder
     what: str  #: one line for the table
+    transform: str = ""  #: a key of :data:`TRANSFORMS` applied to the source first
 
 
 SHAPES: dict[str, Shape] = {
@@ -75,10 +84,39 @@ SHAPES: dict[str, Shape] = {
             "kineto/hta/df_index_resolver/df_index_resolver.json.gz",
             "HTA V100 training rank (2020 NCCL): the corpus's largest file, ac2g flows, [memory]",
         ),
+        Shape(
+            "a100_cudagraph",
+            "kineto/tracelens/traces/inference/vllm_prefilldecode_piecewise/graph_execution.json.gz",
+            "CUDA-graph-heavy A100 rank, record_shapes, no with_stack (TraceLens vLLM "
+            "piecewise graphs as CUDA): 25 graph launches and 361 of 413 kernels without "
+            "External id per repetition, Input Dims/type/Strides/Concrete Inputs on every op",
+            transform="cuda_a100",
+        ),
+        Shape(
+            "h800_ep_int_us",
+            "kineto/hta/nccl_parser_config/nccl_data.json.gz",
+            "H800 expert-parallel rank, integer-us epoch timestamps (HTA A100 rank rewritten): "
+            "DeepEP dispatch/combine kernels, NCCL, ac2g flows",
+            transform="int_us_ep_h800",
+        ),
+        Shape(
+            "b200_vllm",
+            "kineto/tracelens/traces/inference/vllm_decode_full/graph_execution.json.gz",
+            "B200 vLLM serving rank (TraceLens full-graph decode as CUDA): 49% Python frames, "
+            "one graph replay of 425 kernels per repetition",
+            transform="cuda_b200",
+        ),
     )
 }
 #: the shapes ``make bench`` measures (besides the generated trace)
-DEFAULT_SHAPES = ("hta_a100", "tracelens_h100", "tb_resnet50")
+DEFAULT_SHAPES = (
+    "hta_a100",
+    "tracelens_h100",
+    "tb_resnet50",
+    "a100_cudagraph",
+    "h800_ep_int_us",
+    "b200_vllm",
+)
 
 #: args keys holding ids that must stay unique per repetition
 _ARG_IDS = (
@@ -104,6 +142,100 @@ def builder_hash() -> str:
 def _source_bytes(shape: Shape) -> bytes:
     raw = (SHARED / shape.path).read_bytes()
     return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+
+
+# --- transforms: shapes the corpus lacks, built from its closest traces ---------------------
+_GPUS: dict[str, dict[str, Any]] = {
+    "a100": {
+        "name": "NVIDIA A100-SXM4-80GB",
+        "totalGlobalMem": 85_031_714_816,
+        "computeMajor": 8,
+        "computeMinor": 0,
+        "numSms": 108,
+    },
+    "h800": {
+        "name": "NVIDIA H800",
+        "totalGlobalMem": 85_045_870_592,
+        "computeMajor": 9,
+        "computeMinor": 0,
+        "numSms": 132,
+    },
+    "b200": {
+        "name": "NVIDIA B200",
+        "totalGlobalMem": 191_537_856_512,
+        "computeMajor": 10,
+        "computeMinor": 0,
+        "numSms": 148,
+    },
+}
+_AMD_KEYS = ("roctracer_version", "hip_runtime_version", "hip_driver_version")
+_DEEP_EP = (
+    "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*, float*, int*, long*, float*, "
+    "int*, int*, int4 const*, float const*, long const*, float const*, bool const*, int "
+    "const*, int, int, int, int, int, int, int, int, int, void**, int, int, int)",
+    "void deep_ep::intranode::combine<nv_bfloat16, 8, 768>(nv_bfloat16*, float*, nv_bfloat16 "
+    "const*, float const*, int const*, int const*, int const*, int const*, int, int, int, "
+    "int, void**, int, int, int)",
+)
+
+
+def _devices(header: dict[str, Any], gpu: str) -> None:
+    props = header.get("deviceProperties")
+    base = {"warpSize": 32, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048}
+    if isinstance(props, list) and props:
+        header["deviceProperties"] = [
+            {**p, **base, **_GPUS[gpu]} if isinstance(p, dict) else p for p in props
+        ]
+    else:
+        header["deviceProperties"] = [{"id": 0, **base, **_GPUS[gpu]}]
+
+
+def _to_cuda(
+    header: dict[str, Any], events: list[dict[str, Any]], gpu: str, frames: bool = True
+) -> None:
+    """ROCm names to CUDA ones: ``hip*`` runtime calls, AMD-only args and header keys;
+    without ``frames`` the Python frames go (a rank recorded without ``with_stack``)."""
+    if not frames:
+        events[:] = [e for e in events if e.get("cat") != "python_function"]
+        header["with_stack"] = 0
+    for k in _AMD_KEYS:
+        header.pop(k, None)
+    header.update(cuda_runtime_version=12040, cuda_driver_version=12040, cupti_version=22)
+    _devices(header, gpu)
+    for e in events:
+        name = e.get("name")
+        if isinstance(name, str) and name.startswith("hip") and e.get("cat") == "cuda_runtime":
+            e["name"] = "cuda" + name[3:]
+        args = e.get("args")
+        if isinstance(args, dict) and e.get("cat") == "kernel" and "kind" in args:
+            e["args"] = {k: v for k, v in args.items() if k != "kind"}
+
+
+def _int_us_ep(header: dict[str, Any], events: list[dict[str, Any]], gpu: str) -> None:
+    """Float µs relative to ``baseTimeNanoseconds`` to legacy integer µs since the epoch;
+    every 8th kernel a DeepEP dispatch / combine kernel (an expert-parallel rank)."""
+    base_ns = header.pop("baseTimeNanoseconds", 0) or 0
+    base_us = decimal.Decimal(int(base_ns)) / 1000
+    _devices(header, gpu)
+    n = 0
+    for e in events:
+        ts = e.get("ts")
+        if isinstance(ts, (int, decimal.Decimal)):
+            e["ts"] = int((base_us + ts).to_integral_value(decimal.ROUND_HALF_EVEN))
+        dur = e.get("dur")
+        if isinstance(dur, decimal.Decimal):
+            e["dur"] = int(dur.to_integral_value(decimal.ROUND_HALF_EVEN))
+        if e.get("cat") == "kernel":
+            if n % 8 == 7:
+                e["name"] = _DEEP_EP[(n // 8) % 2]
+            n += 1
+
+
+TRANSFORMS = {
+    "cuda_a100": lambda h, ev: _to_cuda(h, ev, "a100", frames=False),
+    "cuda_b200": lambda h, ev: _to_cuda(h, ev, "b200"),
+    "int_us_ep_h800": lambda h, ev: _int_us_ep(h, ev, "h800"),
+}
 
 
 def _plan(events: list[dict[str, Any]]) -> dict[str, Any]:
@@ -176,6 +308,12 @@ def write_shape(shape: Shape, size_mb: float, out: Path) -> dict[str, Any]:
     doc = _DEC.decode(src)
     layout = "object" if isinstance(doc, dict) else "array"
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    if shape.transform:
+        header = {k: v for k, v in doc.items() if k != "traceEvents"} if layout == "object" else {}
+        events = [e for e in events if isinstance(e, dict)]
+        TRANSFORMS[shape.transform](header, events)
+        if layout == "object":
+            doc = {**header, "traceEvents": events}
     meta = [e for e in events if isinstance(e, dict) and e.get("ph") == "M"]
     body = [e for e in events if isinstance(e, dict) and e.get("ph") != "M"]
     plan = _plan(body)

@@ -192,12 +192,14 @@ def dict_col(values: Sequence[Any]) -> pa.Array:
     encoded by Arrow in C; a column mixing in other types finds its distinct values with a
     Python dict (one hash per value), so each distinct value is converted once."""
     n = len(values)
-    if values.count(None) == n:
-        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
     try:
-        return pa.array(values, type=pa.string()).dictionary_encode()
+        arr = pa.array(values, type=pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
+        arr = None
+    if arr is not None and arr.null_count < n:  # (counted by Arrow: no pass over the list)
+        return arr.dictionary_encode()
+    if arr is not None or values.count(None) == n:
+        return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
     d: dict = {}
     sd = d.setdefault
     codes = [sd(v, len(d)) for v in values]

@@ -32,6 +32,8 @@ __all__ = ["PENDING_BYTES", "ROW_GROUP_ROWS", "StoredTable", "TableSink", "join_
 #: in all tables hold this many bytes of Arrow data (the table holding most is written then)
 ROW_GROUP_ROWS = settings.get("TRACEINSIGHT_ROW_GROUP_ROWS")
 PENDING_BYTES = settings.get("TRACEINSIGHT_PENDING_BYTES")
+#: threads that write the last row groups and footers of a sink's tables
+CLOSE_THREADS = 2
 
 
 def _write_options(sch: pa.Schema) -> dict[str, Any]:
@@ -84,9 +86,16 @@ class TableSink:
             self._flush(max(self._pending_bytes, key=self._pending_bytes.__getitem__))
 
     def _flush(self, name: str) -> None:
-        parts = self._pending.pop(name, [])
+        self._write(name, self._take(name))
+
+    def _take(self, name: str) -> list[pa.Table]:
+        """The rows waiting for table ``name``, no longer pending."""
         self._pending_rows.pop(name, None)
         self._pending_bytes.pop(name, None)
+        return self._pending.pop(name, [])
+
+    def _write(self, name: str, parts: list[pa.Table]) -> None:
+        """``parts`` as one row group of table ``name`` (its writer opened on first use)."""
         if not parts:
             return
         t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
@@ -105,19 +114,35 @@ class TableSink:
         pa.default_memory_pool().release_unused()  # mimalloc keeps freed pages otherwise
 
     def close(self) -> dict[str, StoredTable]:
-        """Write what is pending; every table of the schema gets a file (empty or not)."""
-        for name in list(self._pending):
-            self._flush(name)
-        out = {}
-        for name in schema.TABLES:
-            w = self._writers.pop(name, None)
-            path = self.folder / f"{name}.parquet"
-            if w is not None:
-                w.close()
-            else:
-                _write_empty(name, path)
-            out[name] = StoredTable(path, self.rows[name])
-        return out
+        """Write what is pending; every table of the schema gets a file (empty or not).
+
+        The tables are finished two at a time (largest first): parquet encoding and zstd
+        release the GIL, and the parse helpers have ended by now, so the second core would
+        otherwise idle while the last row groups (most tables' only one) are written. Each
+        table has its own file and writer, so the files are what one thread would write."""
+        jobs = [(name, self._take(name)) for name in schema.TABLES]
+        jobs.sort(key=lambda job: -sum(t.nbytes for t in job[1]))
+        if len(jobs) > 1 and any(parts for _, parts in jobs):
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=CLOSE_THREADS) as pool:
+                list(pool.map(self._finish, jobs))
+        else:
+            for job in jobs:
+                self._finish(job)
+        return {
+            name: StoredTable(self.folder / f"{name}.parquet", self.rows[name])
+            for name in schema.TABLES
+        }
+
+    def _finish(self, job: tuple[str, list[pa.Table]]) -> None:
+        name, parts = job
+        self._write(name, parts)
+        w = self._writers.pop(name, None)
+        if w is not None:
+            w.close()
+        else:
+            _write_empty(name, self.folder / f"{name}.parquet")
 
     def reset(self) -> None:
         """Drop everything written and start again, empty."""

@@ -445,13 +445,19 @@ def _python(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     n = len(evs)
     if len(pos):
         a = arg_columns([evs[i] for i in pos], PyArgs, st.args_dec)
-        at = pos.tolist()
         for col in ("python_id", "parent_id", "module_id"):
-            full = [None] * n
-            for i, v in zip(at, a[col]):
-                full[i] = v
-            cols[col] = int_col(full)
+            cols[col] = _scatter(int_col(a[col]), pos, n)
     out["python_frames"].add(cols)
+
+
+def _scatter(vals: pa.Array, pos: np.ndarray, n: int) -> pa.Array:
+    """An int64 column of ``n`` rows: ``vals`` at rows ``pos``, null elsewhere (numpy: no
+    Python list of ``n`` values to convert when ``pos`` are a few percent of the rows)."""
+    full = np.zeros(n, dtype=np.int64)
+    valid = np.zeros(n, dtype=bool)
+    full[pos] = pc.fill_null(vals, 0).to_numpy(zero_copy_only=False)
+    valid[pos] = pc.is_valid(vals).to_numpy(zero_copy_only=False)
+    return from_numpy(full, pa.int64(), ~valid)
 
 
 def _device_type_col(codes: pa.Array) -> pa.Array:
