@@ -191,6 +191,7 @@ def _diagnose_plain(
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
+    from traceinsight.metrics.roofline_checks import above_peak_diagnostic
     from traceinsight.metrics.slices import slice_rates
     from traceinsight.util.vocab import mark_steps_hint
 
@@ -206,6 +207,9 @@ def _diagnose_plain(
     has_gpu = bool(ms.values.get("has_gpu"))
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
+    above = above_peak_diagnostic(ms.evidence.get("model_above_peak") or [])
+    if above is not None:
+        diags.append(above)
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
