@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from traceinsight.render import describe
+from traceinsight.render import describe, model_notes
 from traceinsight.render.critical_path import critical_path_lines
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
 from traceinsight.result import DiagnosisResult, finding_sort_key
@@ -242,4 +242,18 @@ def _summary(r: DiagnosisResult) -> list[str]:
     if len(ranks) > 32:
         out.append("")
         out.append(f"(+{len(ranks) - 32} more ranks in the HTML report)")
-    return [*out, ""]
+    return [*out, "", *_flop_model(r)]
+
+
+def _flop_model(r: DiagnosisResult) -> list[str]:
+    """MFU with what its FLOP model assumed, inferred and excluded."""
+    mv = r.metrics.get("values") or {}
+    if mv.get("mfu_pct") is None:
+        return []
+    c = (r.metrics.get("coverage") or {}).get("mfu_pct") or {}
+    cov = c.get("coverage_pct")
+    head = f"**MFU** {'≥ ' if c.get('lower_bound') else ''}{fmt.fmt_pct(mv['mfu_pct'])}" + (
+        f" ({fmt.fmt_pct(cov, 0)} of kernel time modelled)" if cov is not None else ""
+    )
+    notes = model_notes.model_notes(r)
+    return [head + (":" if notes else "."), *(f"- {esc(x)}" for x in notes), ""]

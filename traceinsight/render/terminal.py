@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from traceinsight.render import describe
+from traceinsight.render import describe, model_notes
 from traceinsight.render.critical_path import impact_line
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
@@ -299,6 +299,9 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         extra.append(f"kernels linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}")
     if extra:
         out.append("  " + " · ".join(extra))
+    suffix = model_notes.mfu_suffix(result) if mv.get("mfu_pct") is not None else ""
+    if suffix:
+        out.append(_wrap(f"  FLOP model (MFU, roofline): {suffix}", "    ", width))
     hint = describe.viewer_hint(result)
     if hint:
         out.append(_wrap(f"Open in Perfetto: {hint}", "  ", width))

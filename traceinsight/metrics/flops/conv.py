@@ -201,7 +201,7 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
             # the output shape is known from the op that reads it: the FLOPs need no stride
             out = list(seen)
             a.inferred.append(
-                f"stride and padding inferred from the output shape "
+                f"stride and padding from the output shape "
                 f"({a.out_source or 'context'}): stride {_dims_text(geom[0])}, padding "
                 f"{_dims_text(geom[1])}, output {_dims_text(a.out_shape or ())}"
             )

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceinsight.render import describe
+from traceinsight.render import describe, model_notes
 from traceinsight.render.html import serving_view
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
 from traceinsight.render.html.charts import CHARTS
@@ -215,12 +215,17 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
             if mv.get("mfu_pct") is not None
             else {}
         )
+        suffix = model_notes.mfu_suffix(r) if mv.get("mfu_pct") is not None else ""
         add(
             "MFU",
             ("≥ " if c.get("lower_bound") else "") + fmt.fmt_pct(mfu),
-            f"modelled FLOPs / peak; {fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time modelled"
-            if c.get("coverage_pct") is not None
-            else "modelled FLOPs / peak",
+            (
+                f"modelled FLOPs / peak; {fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time "
+                "modelled"
+                if c.get("coverage_pct") is not None
+                else "modelled FLOPs / peak"
+            )
+            + (f"; {suffix}" if suffix else ""),
         )
     if mv.get("peak_reserved_bytes") is not None:
         share = capacity_share(r)  # the same share the memory section quotes
@@ -737,6 +742,7 @@ def _roofline(r: DiagnosisResult) -> dict[str, Any]:
         "eff": fmt.fmt_pct(mv.get("roof_efficiency_pct"))
         if mv.get("roof_efficiency_pct") is not None
         else "",
+        "notes": model_notes.model_notes(r),
         "table": table(
             "tbl-roofline",
             [
