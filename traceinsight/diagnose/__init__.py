@@ -186,7 +186,7 @@ def _diagnose_plain(
     from traceinsight.analysis import Analysis
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import memory as memory_parts
-    from traceinsight.diagnose import sections
+    from traceinsight.diagnose import quality, sections
     from traceinsight.diagnose.critical import critical_path
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
@@ -213,6 +213,7 @@ def _diagnose_plain(
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
+    diags = quality.explain(diags)
     steps_hint = mark_steps_hint(sections.trace_format(store))
     for d in diags:  # how to mark steps, in the input's own vocabulary (Nsight or Kineto)
         if d.get("code") == "no-step-markers":

@@ -106,6 +106,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             if not len(gpu)
             else "[memory] events without Total Allocated/Reserved (PyTorch < 1.10)"
         )
+        # what the trace holds, for the memory section to say the same as the rules
+        ms.evidence["memory_events"] = {"events": len(mem), "gpu_events": len(gpu), "why": why}
         for n in (
             "peak_allocated_bytes",
             "peak_reserved_bytes",

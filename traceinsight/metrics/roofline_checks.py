@@ -123,5 +123,5 @@ def above_peak_diagnostic(excluded: list[dict]) -> dict | None:
         f"({why}) is wrong for them; excluded from MFU, FLOP/s, the roofline and the "
         f"modelled coverage ({fmt.fmt_ns(ns)} of kernel time, {calls:,} calls)",
         "count": n,
-        "count_of": "op shapes (op and input dims)",
+        "count_of": "ops",
     }

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from traceinsight.render import describe, model_notes
+from traceinsight.render import describe, model_notes, run_notes
 from traceinsight.render.critical_path import critical_path_lines
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
 from traceinsight.result import DiagnosisResult, finding_sort_key
@@ -97,11 +97,15 @@ def render_markdown(result: DiagnosisResult) -> str:
         if d.get("severity") in ("error", "warning") and d.get("code") not in describe.DEVICE_CODES
     ]
     if errs:
+        lines += [f"**Data quality**: {len(errs)} warning{'s' if len(errs) != 1 else ''}:", ""]
         lines += [
-            f"Data quality: {len(errs)} warning{'s' if len(errs) != 1 else ''} "
-            f"(first: {esc(fmt.shorten(str(errs[0].get('message', '')), 160))}).",
-            "",
+            f"- {esc(str(d['source'])) + ': ' if d.get('source') else ''}"
+            f"{esc(fmt.shorten(run_notes.diagnostic_text(d), 700))}"
+            for d in errs[:8]
         ]
+        if len(errs) > 8:
+            lines.append(f"- … {len(errs) - 8} more in the HTML report")
+        lines.append("")
     return for_terminal("\n".join(lines).rstrip() + "\n")
 
 
@@ -120,7 +124,14 @@ def _run(r: DiagnosisResult) -> list[str]:
     if not rows:
         return []
     head = "**Run**: what the trace shows the run already does (advice is conditioned on it):"
-    return [head, "", *md_table(["fact", "value", "evidence", "confidence"], rows, "llll"), ""]
+    cap = run_notes.capture_text(r)
+    return [
+        head,
+        "",
+        *md_table(["fact", "value", "evidence", "confidence"], rows, "llll"),
+        "",
+        *([f"Capture flags: {esc(cap)}.", ""] if cap else []),
+    ]
 
 
 def _serving(r: DiagnosisResult) -> list[str]:

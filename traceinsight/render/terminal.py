@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from traceinsight.render import describe, model_notes
+from traceinsight.render import describe, model_notes, run_notes
 from traceinsight.render.critical_path import impact_line
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
@@ -93,6 +93,9 @@ def render(
     run = describe.run_summary(result)
     if run:
         lines.append(_wrap("run: " + run, "     ", width))
+    cap = run_notes.capture_text(result)
+    if cap:
+        lines.append(_wrap("capture: " + cap, "     ", width))
     lines.append("")
     host = result.host or {}
     if host.get("headline"):  # a CPU-only run: the host view's verdict, then why no GPU rules
@@ -184,9 +187,8 @@ def render(
         lines.append("")
         lines.append(st(f"Data quality ({len(warn)})", bold=True))
         for d in warn[:8]:
-            cnt = f" [{d['count']:,}]" if d.get("count") else ""
             src = f"{d['source']}: " if d.get("source") else ""
-            lines.append(_wrap(f"! {src}{d['message']}{cnt}", "  ", width))
+            lines.append(_wrap(f"! {src}{run_notes.diagnostic_text(d)}", "  ", width))
         if len(warn) > 8:
             lines.append(f"  … {len(warn) - 8} more in the report")
     return for_terminal("\n".join(lines).rstrip() + "\n", keep_sgr=color)

@@ -12,6 +12,7 @@ from typing import Any
 from traceinsight.render.html.cells import table
 from traceinsight.render.html.charts import CHARTS
 from traceinsight.render.html.charts.segments import LEGEND as SEGMENT_LEGEND
+from traceinsight.render.run_notes import memory_empty_text
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
 
@@ -54,7 +55,8 @@ def memory_view(r: DiagnosisResult) -> dict[str, Any]:
         "categories": _categories(mem),
     }
     if not (out["events"] or out["snapshot"] or out["categories"]):
-        out["empty"] = NO_MEMORY
+        # [memory] events without totals are counted, as the rules say, never "no events"
+        out["empty"] = memory_empty_text(mem) or NO_MEMORY
     return out
 
 
