@@ -92,7 +92,9 @@ def explain(diags: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _record_counts(d: dict[str, Any], pairs: list[tuple[str, str]]) -> dict[str, Any]:
-    said, effects, harmless = [], [], []
+    said: list[str] = []
+    effects: list[str] = []
+    harmless: list[str] = []
     for key, num in pairs:
         n = int(num)
         if not n:

@@ -9,6 +9,8 @@ no Markdown renderer turns a kernel or op name into markup.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from traceinsight.render import describe, model_notes, run_notes
 from traceinsight.render.critical_path import critical_path_lines
@@ -261,7 +263,7 @@ def _flop_model(r: DiagnosisResult) -> list[str]:
     mv = r.metrics.get("values") or {}
     if mv.get("mfu_pct") is None:
         return []
-    c = (r.metrics.get("coverage") or {}).get("mfu_pct") or {}
+    c: Mapping[str, Any] = (r.metrics.get("coverage") or {}).get("mfu_pct") or {}
     cov = c.get("coverage_pct")
     head = f"**MFU** {'≥ ' if c.get('lower_bound') else ''}{fmt.fmt_pct(mv['mfu_pct'])}" + (
         f" ({fmt.fmt_pct(cov, 0)} of kernel time modelled)" if cov is not None else ""

@@ -12,7 +12,7 @@ from traceinsight.util import fmt
 
 
 def _rows(r: DiagnosisResult, key: str) -> list[dict[str, Any]]:
-    rows = (r.roofline or {}).get(key) or []
+    rows: Any = (r.roofline or {}).get(key) or []
     return [x for x in rows if isinstance(x, dict)]
 
 
