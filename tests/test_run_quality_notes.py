@@ -98,6 +98,11 @@ def test_flags_recorded_off_are_off(tmp_path: Path) -> None:
     html = render_html(r)
     assert re.search(r'class="flag off"[^>]*>with_stack</span>', html)
     assert "not recorded" not in render_diagnosis(r, width=200).split("\n\n")[0]
+    # the profiler writes only the flags that were on: absent beside a recorded one is off
+    r = trace(tmp_path / "on-only", {"record_shapes": 1})
+    states = {k: s for k, s, _ in capture_flags(r)}
+    assert states["record_shapes"] == "on" and states["with_stack"] == "off"
+    assert "not recorded" not in states.values()
 
 
 def test_memory_events_without_totals_are_counted(tmp_path: Path) -> None:

@@ -1,9 +1,10 @@
 """The run's capture flags, its memory events and its data-quality notes, said the same way by
 the terminal, Markdown and HTML renderers.
 
-* A capture flag the trace's header does not record (traces before PyTorch 1.9 write none) is
-  "not recorded", never "off"; where the events show the option was on (op shapes, [memory]
-  events, module frames) that is said with it.
+* The profiler writes the capture flags that were on into the header (docs/FORMATS.md): a
+  header with some of them means the absent ones were off. A header with none (PyTorch before
+  1.9 writes none) records none: each is "not recorded", never "off", and where the events show
+  the option was on (op shapes, [memory] events, module frames) that is said with it.
 * The memory section and the rules say the same about [memory] events: events recorded without
   the totals (PyTorch < 1.10) are counted, not reported as absent.
 * A data-quality count says what it counts and whether it affects the figures.
@@ -36,15 +37,19 @@ def _evidence(r: DiagnosisResult) -> dict[str, str]:
 
 
 def capture_flags(r: DiagnosisResult) -> list[tuple[str, str, str]]:
-    """(flag, state, note) per flag: state "on", "off" or "not recorded" (absent from the
-    header); the note says what the events show for a flag not recorded."""
+    """(flag, state, note) per flag: state "on", "off" (recorded off, or absent from a header
+    that records the others) or "not recorded" (a header without any); the note says what the
+    events show for a flag not recorded."""
     flags = (r.trace or {}).get("capture_flags") or {}
+    recorded = any(flags.get(k) is not None for k in FLAGS)
     ev = _evidence(r)
     out = []
     for k in FLAGS:
         v = flags.get(k)
-        if v is None:
+        if v is None and not recorded:
             out.append((k, NOT_RECORDED, ev.get(k, "")))
+        elif v is None:
+            out.append((k, OFF, ""))
         else:
             out.append((k, ON if v else OFF, ""))
     return out
