@@ -20,6 +20,8 @@ class Diagnostic:
     source: str | None = None  #: file (base name) or rank it concerns
     count: int | None = None  #: how many rows / events are affected
     hint: str | None = None  #: what to do about it (a capture option, a flag)
+    count_of: str | None = None  #: what ``count`` counts ("kernels", "records")
+    impact: str | None = None  #: whether and how it affects the figures
 
     def to_dict(self) -> dict[str, Any]:
         return {k: v for k, v in asdict(self).items() if v is not None}
@@ -33,6 +35,8 @@ class Diagnostic:
             source=d.get("source"),
             count=d.get("count"),
             hint=d.get("hint"),
+            count_of=d.get("count_of"),
+            impact=d.get("impact"),
         )
 
 
@@ -51,10 +55,14 @@ class DiagnosticLog:
         source: str | None = None,
         count: int | None = None,
         hint: str | None = None,
+        count_of: str | None = None,
+        impact: str | None = None,
     ) -> None:
         if count is not None and count <= 0:
             return
-        self.items.append(Diagnostic(code, message, severity, source, count, hint))
+        self.items.append(
+            Diagnostic(code, message, severity, source, count, hint, count_of, impact)
+        )
 
     def extend(self, other: DiagnosticLog | list[Diagnostic]) -> None:
         self.items.extend(other.items if isinstance(other, DiagnosticLog) else other)

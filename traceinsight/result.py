@@ -184,6 +184,11 @@ class Roofline(TypedDict, total=False):
     why: str
     coverage_pct: float | None
     coverage_metric: str
+    #: op shapes whose modelled FLOP/s or bytes/s exceed the device's peak: counted nowhere
+    excluded: list[Row]
+    #: what the FLOP model assumed / inferred from context for the counted op shapes
+    assumptions: list[Row]
+    inferences: list[Row]
 
 
 class MemorySection(TypedDict, total=False):
@@ -194,6 +199,8 @@ class MemorySection(TypedDict, total=False):
     snapshot: dict[str, Any] | None
     snapshots: list[Row]
     categories: list[Row]
+    #: [memory] events recorded but without a curve (no totals before PyTorch 1.10)
+    recorded: dict[str, Any]
 
 
 class Timeline(TypedDict, total=False):
@@ -250,6 +257,8 @@ class Diagnostic(TypedDict, total=False):
     source: str
     count: int
     hint: str
+    count_of: str
+    impact: str
 
 
 class CompareSide(TypedDict, total=False):

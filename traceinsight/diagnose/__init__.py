@@ -186,11 +186,12 @@ def _diagnose_plain(
     from traceinsight.analysis import Analysis
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import memory as memory_parts
-    from traceinsight.diagnose import sections
+    from traceinsight.diagnose import quality, sections
     from traceinsight.diagnose.critical import critical_path
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
     from traceinsight.metrics import REGISTRY, coverage_table
+    from traceinsight.metrics.roofline_checks import above_peak_diagnostic
     from traceinsight.metrics.slices import slice_rates
     from traceinsight.util.capture_hints import Capture, fit_diagnostics
 
@@ -206,9 +207,13 @@ def _diagnose_plain(
     has_gpu = bool(ms.values.get("has_gpu"))
     findings = list(ev.findings)
     diags = list(store.meta.get("diagnostics", [])) + an.attribution.diagnostics.to_list()
+    above = above_peak_diagnostic(ms.evidence.get("model_above_peak") or [])
+    if above is not None:
+        diags.append(above)
     window = getattr(store, "window", None)
     if window is not None:
         diags.insert(0, window.diagnostic())
+    diags = quality.explain(diags)
     # how to mark steps in the input's own vocabulary; no PyTorch hint for a program without it
     diags = fit_diagnostics(diags, Capture.from_dict(ms.evidence.get("capture")))
     dev = ms.evidence.get("device") or {}

@@ -301,7 +301,9 @@ def roofline_why(ms: MetricSet) -> dict[str, Any]:
 def memory(ms: MetricSet) -> dict[str, Any] | None:
     tl = ms.evidence.get("memory_timeline")
     if not tl:
-        return None
+        ev = ms.evidence.get("memory_events") or {}
+        # [memory] events recorded, but no curve can be drawn from them: say why
+        return {"recorded": dict(ev)} if ev.get("events") else None
     return {
         "timeline": tl,
         "peak": ms.evidence.get("memory_peak"),

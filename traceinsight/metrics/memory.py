@@ -117,6 +117,8 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         setting = (
             capture_hints.MEMORY if not len(mem) else capture_hints.GPU if not len(gpu) else ""
         )
+        # what the trace holds, for the memory section to say the same as the rules
+        ms.evidence["memory_events"] = {"events": len(mem), "gpu_events": len(gpu), "why": why}
         for n in (
             "peak_allocated_bytes",
             "peak_reserved_bytes",

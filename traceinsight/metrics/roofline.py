@@ -20,6 +20,7 @@ from traceinsight.analysis.attribution import name_matches
 from traceinsight.analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import MetricSet, declare
+from traceinsight.metrics.roofline_checks import above_peak, excluded_rows, note_rows
 from traceinsight.util import capture_hints
 
 NEEDS = "input shapes (record_shapes=True) and a known device"
@@ -212,6 +213,31 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
                 )
         return
     bw = float(spec.mem_bw)
+    above = above_peak(m, bw)
+    excluded = excluded_rows(m[above], bw) if above.any() else []
+    if above.any():
+        # a modelled rate above the device's peak is impossible: the model's assumption is
+        # wrong for that op; it counts nowhere (sums, efficiencies, points, coverage)
+        modelled = modelled.drop(index=m.index[above])
+        m = m[~above]
+        ms.set(COVERAGE, 100.0 * float(modelled["dev_ns"].sum()) / total_k if total_k else None)
+    ms.evidence["model_above_peak"] = excluded
+    if not len(m):
+        why = "every modelled op is above the device's peak (its model does not fit it)"
+        for n in names:
+            if n != "flops_modelled_pct":
+                ms.set(n, None, why_missing=why)
+        ms.evidence["roofline"] = {
+            "bandwidth": bw,
+            "peaks": {k: v for k, v in spec.peak_flops.items() if v},
+            "points": [],
+            "why": why,
+            "excluded": excluded,
+            "coverage_pct": ms.get(COVERAGE),
+            "coverage_metric": COVERAGE,
+        }
+        _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
+        return
     t = m["dev_ns"].to_numpy(np.float64) / 1e9
     F = m["flops"].to_numpy(np.float64)
     B = np.maximum(m["bytes"].to_numpy(np.float64), 1.0)
@@ -275,6 +301,9 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     )
     ms.evidence["roofline"] = {
         **_points(m, spec, bw),
+        "excluded": excluded,
+        "assumptions": note_rows(m, "assumed"),
+        "inferences": note_rows(m, "inferred"),
         "coverage_pct": ms.get(COVERAGE),
         "coverage_metric": COVERAGE,
     }
@@ -321,19 +350,28 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     tc = has.assign(tc=name_matches(kn, TENSOR_CORE_RE) & ~name_matches(kn, FP32_GEMM_RE))
     agg["tensor_core"] = tc.groupby("op_idx")["tc"].any()
     from traceinsight.metrics import flops
+    from traceinsight.metrics.flops_context import op_contexts
 
     ops = an.attribution.ops.loc[agg.index]
+    ctx = op_contexts(an.attribution.ops, agg.index.to_numpy())
     key = ops[["name", "input_dims", "input_types", "concrete_inputs", "flops"]].astype(object)
     key = key.where(key.notna(), None)
     cache: dict[tuple, flops.OpCost | None] = {}
     costs: list[flops.OpCost | None] = []
-    for row in key.itertuples(index=False, name=None):
-        c = cache.get(row)
-        if c is None and row not in cache:
+    for lab, row in zip(agg.index, key.itertuples(index=False, name=None)):
+        oc = ctx.get(int(lab))
+        k = (*row, oc)
+        c = cache.get(k)
+        if c is None and k not in cache:
             c = flops.op_cost(
-                row[0], row[1], row[2], row[3], float(row[4]) if row[4] is not None else None
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                float(row[4]) if row[4] is not None else None,
+                context=oc,
             )
-            cache[row] = c
+            cache[k] = c
         costs.append(c)
     agg["op"] = ops["name"].to_numpy()
     agg["module"] = ops["module"].to_numpy()
@@ -343,6 +381,8 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     agg["dtype"] = [c.dtype if c else None for c in costs]
     agg["kind"] = [c.kind if c else None for c in costs]
     agg["exact"] = [c.exact if c else None for c in costs]
+    agg["assumed"] = [c.note if c else "" for c in costs]
+    agg["inferred"] = [c.inferred if c else "" for c in costs]
     agg["roof"] = [
         flops.roof_dtype(c, [k]) if c else None for c, k in zip(costs, agg["kname"].astype(str))
     ]
@@ -392,6 +432,8 @@ def _points(m: pd.DataFrame, spec, bw: float) -> dict:
             bytes=("bytes", "sum"),
             calls=("dev_ns", "size"),
             peak=("peak", "first"),
+            assumed=("assumed", "first"),
+            inferred=("inferred", "first"),
         )
         .reset_index()
     )
@@ -416,6 +458,8 @@ def _points(m: pd.DataFrame, spec, bw: float) -> dict:
                 "roof_flops_per_s": roof,
                 "pct_of_roof": 100.0 * (float(r.flops) / t) / roof if t and roof else None,
                 "bound": "memory" if ai < float(r.peak) / bw else "compute",
+                "assumption": r.assumed or None,
+                "inferred": r.inferred or None,
             }
         )
     roofs = {k: v for k, v in spec.peak_flops.items() if v}

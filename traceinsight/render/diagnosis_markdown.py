@@ -9,8 +9,10 @@ no Markdown renderer turns a kernel or op name into markup.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
+from typing import Any
 
-from traceinsight.render import describe
+from traceinsight.render import describe, model_notes, run_notes
 from traceinsight.render.critical_path import critical_path_lines
 from traceinsight.render.mdtext import SEV_LABEL, code, esc, md_table
 from traceinsight.render.overview_text import markdown_lines as overview_lines
@@ -99,11 +101,15 @@ def render_markdown(result: DiagnosisResult) -> str:
         if d.get("severity") in ("error", "warning") and d.get("code") not in describe.DEVICE_CODES
     ]
     if errs:
+        lines += [f"**Data quality**: {len(errs)} warning{'s' if len(errs) != 1 else ''}:", ""]
         lines += [
-            f"Data quality: {len(errs)} warning{'s' if len(errs) != 1 else ''} "
-            f"(first: {esc(fmt.shorten(str(errs[0].get('message', '')), 160))}).",
-            "",
+            f"- {esc(str(d['source'])) + ': ' if d.get('source') else ''}"
+            f"{esc(fmt.shorten(run_notes.diagnostic_text(d), 700))}"
+            for d in errs[:8]
         ]
+        if len(errs) > 8:
+            lines.append(f"- … {len(errs) - 8} more in the HTML report")
+        lines.append("")
     return for_terminal("\n".join(lines).rstrip() + "\n")
 
 
@@ -122,7 +128,14 @@ def _run(r: DiagnosisResult) -> list[str]:
     if not rows:
         return []
     head = "**Run**: what the trace shows the run already does (advice is conditioned on it):"
-    return [head, "", *md_table(["fact", "value", "evidence", "confidence"], rows, "llll"), ""]
+    cap = run_notes.capture_text(r)
+    return [
+        head,
+        "",
+        *md_table(["fact", "value", "evidence", "confidence"], rows, "llll"),
+        "",
+        *([f"Capture flags: {esc(cap)}.", ""] if cap else []),
+    ]
 
 
 def _serving(r: DiagnosisResult) -> list[str]:
@@ -244,4 +257,18 @@ def _summary(r: DiagnosisResult) -> list[str]:
     if len(ranks) > 32:
         out.append("")
         out.append(f"(+{len(ranks) - 32} more ranks in the HTML report)")
-    return [*out, ""]
+    return [*out, "", *_flop_model(r)]
+
+
+def _flop_model(r: DiagnosisResult) -> list[str]:
+    """MFU with what its FLOP model assumed, inferred and excluded."""
+    mv = r.metrics.get("values") or {}
+    if mv.get("mfu_pct") is None:
+        return []
+    c: Mapping[str, Any] = (r.metrics.get("coverage") or {}).get("mfu_pct") or {}
+    cov = c.get("coverage_pct")
+    head = f"**MFU** {'≥ ' if c.get('lower_bound') else ''}{fmt.fmt_pct(mv['mfu_pct'])}" + (
+        f" ({fmt.fmt_pct(cov, 0)} of kernel time modelled)" if cov is not None else ""
+    )
+    notes = model_notes.model_notes(r)
+    return [head + (":" if notes else "."), *(f"- {esc(x)}" for x in notes), ""]

@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from traceinsight.render import describe, overview_text
+from traceinsight.render import describe, model_notes, overview_text, run_notes
 from traceinsight.render.critical_path import impact_line
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
@@ -93,6 +93,9 @@ def render(
     run = describe.run_summary(result)
     if run:
         lines.append(_wrap("run: " + run, "     ", width))
+    cap = run_notes.capture_text(result)
+    if cap:
+        lines.append(_wrap("capture: " + cap, "     ", width))
     lines.append("")
     host = result.host or {}
     if host.get("headline"):  # a CPU-only run: the host view's verdict, then why no GPU rules
@@ -185,9 +188,8 @@ def render(
         lines.append("")
         lines.append(st(f"Data quality ({len(warn)})", bold=True))
         for d in warn[:8]:
-            cnt = f" [{d['count']:,}]" if d.get("count") else ""
             src = f"{d['source']}: " if d.get("source") else ""
-            lines.append(_wrap(f"! {src}{d['message']}{cnt}", "  ", width))
+            lines.append(_wrap(f"! {src}{run_notes.diagnostic_text(d)}", "  ", width))
         if len(warn) > 8:
             lines.append(f"  … {len(warn) - 8} more in the report")
     return for_terminal("\n".join(lines).rstrip() + "\n", keep_sgr=color)
@@ -300,6 +302,9 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
         extra.append(f"kernels linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}")
     if extra:
         out.append("  " + " · ".join(extra))
+    suffix = model_notes.mfu_suffix(result) if mv.get("mfu_pct") is not None else ""
+    if suffix:
+        out.append(_wrap(f"  FLOP model (MFU, roofline): {suffix}", "    ", width))
     hint = describe.viewer_hint(result)
     if hint:
         out.append(_wrap(f"{describe.viewer_title(result)}: {hint}", "  ", width))

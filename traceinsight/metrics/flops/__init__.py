@@ -56,7 +56,7 @@ from typing import Any
 
 from traceinsight.metrics.flops import conv, matmul, movement, pointwise  # noqa: F401 - each registers its op models
 from traceinsight.metrics.flops.args import _COMPOSITE_MODELS, _MODELS, _Args, _main_dtype, _Model
-from traceinsight.metrics.flops.core import KINDS, OpCost, _as_list
+from traceinsight.metrics.flops.core import KINDS, OpContext, OpCost, _as_list
 from traceinsight.metrics.flops.dtypes import (
     PEAK_DTYPE_FOR,
     bytes_per_element,
@@ -76,6 +76,7 @@ __all__ = [
     "ELEMENTWISE_COST",
     "KINDS",
     "PEAK_DTYPE_FOR",
+    "OpContext",
     "OpCost",
     "bytes_per_element",
     "dtype_of",
@@ -233,6 +234,7 @@ def op_cost(
     *,
     include_composite: bool = False,
     list_dtype: str | None = None,
+    context: OpContext | None = None,
 ) -> OpCost | None:
     """FLOPs and ideal bytes of one op call, or None (not modelled, shapes missing/malformed).
 
@@ -242,11 +244,21 @@ def op_cost(
     without a model then still gets an OpCost (kind "other", bytes = its tensor inputs).
     ``list_dtype`` is the element dtype to assume for TensorList arguments, whose type Kineto
     does not record ("fp32" when not given, and the result is then not exact).
-    ``include_composite`` costs composite ops (:data:`COMPOSITE_OPS`) too. Never raises.
+    ``include_composite`` costs composite ops (:data:`COMPOSITE_OPS`) too. ``context`` gives
+    shapes the record lacks (:class:`OpContext`: a convolution without recorded stride/padding
+    is costed from the output shape the next op reads; the cost's ``inferred`` says so). Never
+    raises.
     """
     try:
         return _op_cost(
-            name, input_dims, input_types, concrete_inputs, flops_arg, include_composite, list_dtype
+            name,
+            input_dims,
+            input_types,
+            concrete_inputs,
+            flops_arg,
+            include_composite,
+            list_dtype,
+            context,
         )
     except (
         ValueError,
@@ -269,6 +281,7 @@ def _op_cost(
     flops_arg: Any,
     include_composite: bool,
     list_dtype: str | None,
+    context: OpContext | None = None,
 ) -> OpCost | None:
     if not isinstance(name, str):
         return None
@@ -293,6 +306,10 @@ def _op_cost(
             "double": "fp64",
         }.get(ld, ld)
     args = _Args(dims, types, concrete, ld)
+    if context is not None:
+        args.out_shape, args.out_source = context.output, context.output_source
+        args.in_shape, args.in_source = context.input, context.input_source
+        args.w_shape, args.w_source = context.weight, context.weight_source
     fn = _model_for(name, include_composite)
     cost = fn(args, name) if fn is not None else None
     fa = None

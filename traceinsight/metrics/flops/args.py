@@ -52,6 +52,14 @@ class _Args:
         self.list_dtype = list_dtype if list_dtype in _DTYPE_BPE else "fp32"
         self.list_bpe = _DTYPE_BPE[self.list_dtype]
         self.assumed: list[str] = []
+        #: what was derived from the op's context (:func:`op_cost`'s ``context``)
+        self.inferred: list[str] = []
+        self.out_shape: tuple[int, ...] | None = None
+        self.out_source: str | None = None
+        self.in_shape: tuple[int, ...] | None = None
+        self.in_source: str | None = None
+        self.w_shape: tuple[int, ...] | None = None
+        self.w_source: str | None = None
 
     def __len__(self) -> int:
         return len(self.dims)
@@ -135,4 +143,12 @@ def _cost(
     flops: float, nbytes: float, dtype: str, kind: str, a: _Args, exact: bool = True
 ) -> OpCost:
     notes = "; ".join(dict.fromkeys(a.assumed))
-    return OpCost(float(flops), float(nbytes), dtype, kind, exact and not a.assumed, notes)
+    return OpCost(
+        float(flops),
+        float(nbytes),
+        dtype,
+        kind,
+        exact and not a.assumed,
+        notes,
+        "; ".join(dict.fromkeys(a.inferred)),
+    )

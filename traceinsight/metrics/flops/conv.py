@@ -93,6 +93,41 @@ def _ints(v: Any, n: int, minimum: int = 1) -> list[int] | None:
     return None
 
 
+def _seen_output(a: _Args, N: int, K: int, nsp: int, unbatched: bool) -> list[int] | None:
+    """The spatial output dims from the context's output shape when it fits [N, K, *spatial]."""
+    o = a.out_shape
+    if o is None:
+        return None
+    lead = [K] if unbatched else [N, K]
+    if len(o) != len(lead) + nsp or list(o[: len(lead)]) != lead or min(o) <= 0:
+        return None
+    return list(o[len(lead) :])
+
+
+def _geometry(sp: Sequence[int], ks: Sequence[int], dil: Sequence[int], out: Sequence[int]):
+    """The (stride, padding) per spatial dim that turn input ``sp`` into ``out`` with kernel
+    ``ks`` and dilation ``dil`` (the smallest stride, then the padding nearest to half the
+    kernel's reach); None when no stride 1..8 with padding 0..reach gives ``out``."""
+    stride, padding = [], []
+    for i in range(len(sp)):
+        reach = dil[i] * (ks[i] - 1)
+        found = None
+        for s in range(1, 9):
+            fits = [p for p in range(reach + 1) if (sp[i] + 2 * p - reach - 1) // s + 1 == out[i]]
+            if fits:
+                found = (s, min(fits, key=lambda p: abs(2 * p - reach)))
+                break
+        if found is None:
+            return None
+        stride.append(found[0])
+        padding.append(found[1])
+    return stride, padding
+
+
+def _dims_text(v: Sequence[int]) -> str:
+    return "[" + ", ".join(str(x) for x in v) + "]"
+
+
 def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
     x, w = a.t(0), a.t(1)
     if x is None or w is None or len(w.shape) < 3:
@@ -105,6 +140,7 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
     else:
         return None
     ks = w.shape[2:]
+    missing: list[str] = []  # what the record lacks, assumed unless the output shape tells
 
     def arg(key: str, default: int, what: str) -> list[int]:
         i = pos.get(key)
@@ -112,7 +148,7 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
             return [default] * nsp
         v = _ints(a.c(i), nsp, minimum=1)
         if v is None:
-            a.assumed.append(f"{what} not recorded: assumed {default}")
+            missing.append(f"{what} not recorded: assumed {default}")
             return [default] * nsp
         return v
 
@@ -132,7 +168,7 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
         given = _ints(pad_raw, nsp, minimum=0)
         if given is None:
             same = True  # "same" output size
-            a.assumed.append("padding not recorded: assumed 'same' output size")
+            missing.append("padding not recorded: assumed 'same' output size")
         padding = given if given is not None else [0] * nsp
     g_pos = pos.get("groups")
     gv = a.c(g_pos) if g_pos is not None else None
@@ -146,6 +182,7 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
         groups = 1
         a.assumed.append("groups not recorded: assumed 1")
     if transposed:
+        a.assumed.extend(missing)
         op_pos = pos.get("output_padding")
         out_pad = _ints(a.c(op_pos), nsp, minimum=0) if op_pos is not None else None
         if out_pad is None:
@@ -158,13 +195,25 @@ def _conv(a: _Args, name: str, pos: dict[str, Any]) -> OpCost | None:
         macs = N * C * _prod(sp) * w.shape[1] * _prod(ks)
     else:
         Kout = w.shape[0]
-        if same:
-            out = [-(-sp[i] // stride[i]) for i in range(nsp)]
+        seen = _seen_output(a, N, Kout, nsp, len(x.shape) == nsp + 1)
+        geom = _geometry(sp, ks, dilation, seen) if missing and seen is not None else None
+        if seen is not None and geom is not None:
+            # the output shape is known from the op that reads it: the FLOPs need no stride
+            out = list(seen)
+            a.inferred.append(
+                f"stride and padding from the output shape "
+                f"({a.out_source or 'context'}): stride {_dims_text(geom[0])}, padding "
+                f"{_dims_text(geom[1])}, output {_dims_text(a.out_shape or ())}"
+            )
         else:
-            out = [
-                (sp[i] + 2 * padding[i] - dilation[i] * (ks[i] - 1) - 1) // stride[i] + 1
-                for i in range(nsp)
-            ]
+            a.assumed.extend(missing)
+            if same:
+                out = [-(-sp[i] // stride[i]) for i in range(nsp)]
+            else:
+                out = [
+                    (sp[i] + 2 * padding[i] - dilation[i] * (ks[i] - 1) - 1) // stride[i] + 1
+                    for i in range(nsp)
+                ]
         macs = N * Kout * _prod(out) * w.shape[1] * _prod(ks)
     if any(o <= 0 for o in out):
         return None
@@ -228,6 +277,9 @@ def _conv_bwd_input(a: _Args, name: str) -> OpCost | None:
     size = _ints(a.c(0), len(go.shape))
     if size is not None and len(size) == len(go.shape):
         gi_numel = _prod(size)
+    elif a.in_shape is not None and len(a.in_shape) == len(go.shape):
+        gi_numel = _prod(a.in_shape)  # the input's shape, from the op's parent
+        a.inferred.append(f"input size from {a.in_source or 'context'}: {_dims_text(a.in_shape)}")
     else:
         gv = a.c(6)
         g = gv if isinstance(gv, int) and not isinstance(gv, bool) and gv > 0 else 1
@@ -245,6 +297,9 @@ def _conv_bwd_weight(a: _Args, name: str) -> OpCost | None:
     if go is None or x is None or len(go.shape) < 3:
         return None
     wsize = _ints(a.c(0), len(go.shape))
+    if wsize is None and a.w_shape is not None and len(a.w_shape) == len(go.shape):
+        wsize = list(a.w_shape)  # the weight's shape, from the op's parent
+        a.inferred.append(f"weight size from {a.w_source or 'context'}: {_dims_text(wsize)}")
     if wsize is None or len(wsize) != len(go.shape):
         return None  # kernel size unknown: no FLOPs
     flops = 2 * go.numel * wsize[1] * _prod(wsize[2:])

@@ -25,7 +25,8 @@ KINDS = (
 
 @dataclass(frozen=True)
 class OpCost:
-    """Cost of one op call. ``bytes`` is ideal DRAM traffic; ``note`` says what was assumed."""
+    """Cost of one op call. ``bytes`` is ideal DRAM traffic; ``note`` says what was assumed,
+    ``inferred`` what was derived from the op's context (a shape its own record lacks)."""
 
     flops: float
     bytes: float
@@ -33,11 +34,28 @@ class OpCost:
     kind: str
     exact: bool = True
     note: str = ""
+    inferred: str = ""
 
     @property
     def intensity(self) -> float | None:
         """FLOPs per byte (None when no bytes)."""
         return self.flops / self.bytes if self.bytes > 0 else None
+
+
+@dataclass(frozen=True)
+class OpContext:
+    """Shapes an op's own record lacks, found in its neighbours: ``output`` (the shape of the
+    tensor the next op reads, e.g. a convolution's result) and ``input`` (e.g. the input a
+    convolution's input-gradient op writes, from its parent) and ``weight`` (the weight whose
+    gradient a convolution's weight-gradient op writes, from its parent), each with where it
+    came from."""
+
+    output: tuple[int, ...] | None = None
+    output_source: str | None = None
+    input: tuple[int, ...] | None = None
+    input_source: str | None = None
+    weight: tuple[int, ...] | None = None
+    weight_source: str | None = None
 
 
 # ----------------------------------------------------------------------------------- parsing

@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from traceinsight.render import describe
+from traceinsight.render import describe, model_notes, run_notes
 from traceinsight.render.html import overview_view, serving_view
 from traceinsight.render.html.cells import css_ident, evidence_columns, table
 from traceinsight.render.html.charts import CHARTS
@@ -40,7 +40,7 @@ MAX_RANK_ROWS = 1024
 MAX_RANK_LINES = 16
 EXPOSED_COMM_WARN_PCT = 10.0
 EXPOSED_COMM_BAD_PCT = 20.0
-CAPTURE_FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_modules", "with_flops")
+CAPTURE_FLAGS = run_notes.FLAGS
 _VERSION_KEY = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
 
 NAV = [
@@ -219,12 +219,17 @@ def _kpis(r: DiagnosisResult) -> list[dict[str, str]]:
             if mv.get("mfu_pct") is not None
             else {}
         )
+        suffix = model_notes.mfu_suffix(r) if mv.get("mfu_pct") is not None else ""
         add(
             "MFU",
             ("≥ " if c.get("lower_bound") else "") + fmt.fmt_pct(mfu),
-            f"modelled FLOPs / peak; {fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time modelled"
-            if c.get("coverage_pct") is not None
-            else "modelled FLOPs / peak",
+            (
+                f"modelled FLOPs / peak; {fmt.fmt_pct(c['coverage_pct'], 0)} of kernel time "
+                "modelled"
+                if c.get("coverage_pct") is not None
+                else "modelled FLOPs / peak"
+            )
+            + (f"; {suffix}" if suffix else ""),
         )
     if mv.get("peak_reserved_bytes") is not None:
         share = capacity_share(r)  # the same share the memory section quotes
@@ -750,6 +755,7 @@ def _roofline(r: DiagnosisResult) -> dict[str, Any]:
         "eff": fmt.fmt_pct(mv.get("roof_efficiency_pct"))
         if mv.get("roof_efficiency_pct") is not None
         else "",
+        "notes": model_notes.model_notes(r),
         "table": table(
             "tbl-roofline",
             [
@@ -802,7 +808,10 @@ def _diagnostics(r: DiagnosisResult) -> dict[str, Any]:
             "code": str(d.get("code") or ""),
             "message": redact_tokens(d.get("message") or ""),
             "source": redact_tokens(d.get("source") or ""),
-            "count": fmt.fmt_num(d["count"], 0) if d.get("count") else "",
+            "count": run_notes.count_text(d)
+            if d.get("count") and run_notes.count_text(d) not in str(d.get("message") or "")
+            else "",
+            "impact": redact_tokens(d.get("impact") or ""),
             "hint": redact_tokens(d.get("hint") or ""),
         }
         for d in diags
@@ -845,8 +854,7 @@ def _diagnostics(r: DiagnosisResult) -> dict[str, Any]:
 def _metadata(r: DiagnosisResult) -> dict[str, Any]:
     """Only allow-listed fields of ``trace`` (never free-form trace metadata)."""
     t = r.trace or {}
-    flags = t.get("capture_flags") or {}
-    flag_rows = [(k, bool(flags.get(k))) for k in CAPTURE_FLAGS]
+    flag_rows = run_notes.capture_flags(r)  # (flag, "on" | "off" | "not recorded", note)
     versions = [
         (str(k), str(v))
         for k, v in sorted((t.get("versions") or {}).items())

@@ -92,6 +92,11 @@ def roofline_chart(
             f"{p.get('op')}{dims} · {p.get('dtype') or '?'}\n{fmt.fmt_num(p.get('calls'), 0)} "
             f"calls · {fmt.fmt_ns(p.get('device_ns'))}\nAI {p['ai']:.3g} FLOP/byte · "
             f"{fmt.fmt_rate(p['flops_per_s'], 'FLOP/s')} · {bound}-bound"
+            + "".join(
+                f"\n{k}: {p[key]}"
+                for k, key in (("assumed", "assumption"), ("inferred", "inferred"))
+                if p.get(key)
+            )
         )
         svg.circle(
             X(math.log10(p["ai"])), Y(math.log10(p["flops_per_s"])), rad, f"pt-{bound}", title

@@ -1,0 +1,113 @@
+"""The run's capture flags, its memory events and its data-quality notes, said the same way by
+the terminal, Markdown and HTML renderers.
+
+* The profiler writes the capture flags that were on into the header (docs/FORMATS.md): a
+  header with some of them means the absent ones were off. A header with none (PyTorch before
+  1.9 writes none) records none: each is "not recorded", never "off", and where the events show
+  the option was on (op shapes, [memory] events, module frames) that is said with it.
+* The memory section and the rules say the same about [memory] events: events recorded without
+  the totals (PyTorch < 1.10) are counted, not reported as absent.
+* A data-quality count says what it counts and whether it affects the figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from traceinsight.result import DiagnosisResult
+
+#: the capture flags shown, in this order
+FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_modules", "with_flops")
+ON, OFF, NOT_RECORDED = "on", "off", "not recorded"
+
+
+def _evidence(r: DiagnosisResult) -> dict[str, str]:
+    """What the events show about a flag the header does not record."""
+    out = {}
+    mv = (r.metrics or {}).get("values") or {}
+    if (mv.get("flops_modelled_pct") or 0) > 0 or ((r.roofline or {}).get("points")):
+        out["record_shapes"] = "the trace has op shapes"
+    mem = r.memory or {}
+    if mem.get("timeline") or (mem.get("recorded") or {}).get("events"):
+        out["profile_memory"] = "the trace has [memory] events"
+    if (r.rollups or {}).get("has_modules"):
+        out["with_modules"] = "the trace has module frames"
+    return out
+
+
+def capture_flags(r: DiagnosisResult) -> list[tuple[str, str, str]]:
+    """(flag, state, note) per flag: state "on", "off" (recorded off, or absent from a header
+    that records the others) or "not recorded" (a header without any); the note says what the
+    events show for a flag not recorded."""
+    flags = (r.trace or {}).get("capture_flags") or {}
+    recorded = any(flags.get(k) is not None for k in FLAGS)
+    ev = _evidence(r)
+    out = []
+    for k in FLAGS:
+        v = flags.get(k)
+        if v is None and not recorded:
+            out.append((k, NOT_RECORDED, ev.get(k, "")))
+        elif v is None:
+            out.append((k, OFF, ""))
+        else:
+            out.append((k, ON if v else OFF, ""))
+    return out
+
+
+def capture_text(r: DiagnosisResult) -> str:
+    """One line, flags grouped by state: 'record_shapes on; with_stack off; with_modules,
+    with_flops not recorded' ('' for an input that is not a Kineto trace)."""
+    if "kineto" not in str((r.trace or {}).get("format") or ""):
+        return ""
+    groups: dict[str, list[str]] = {}
+    for k, state, note in capture_flags(r):
+        groups.setdefault(state, []).append(f"{k} ({note})" if note else k)
+    return "; ".join(
+        f"{', '.join(groups[st])} {st}" for st in (ON, OFF, NOT_RECORDED) if st in groups
+    )
+
+
+def memory_empty_text(mem: Mapping[str, Any] | None) -> str | None:
+    """Why the memory section has no curve although [memory] events were recorded, or None
+    when none were."""
+    rec = (mem or {}).get("recorded") or {}
+    n = int(rec.get("events") or 0)
+    if not n:
+        return None
+    gpu = int(rec.get("gpu_events") or 0)
+    if not gpu:
+        what = f"{n:,} [memory] events, none on a GPU"
+    else:
+        what = (
+            f"{n:,} [memory] events ({gpu:,} on a GPU), without Total Allocated/Reserved "
+            "(PyTorch < 1.10)"
+        )
+    return (
+        f"{what}: no allocated or reserved curve can be drawn from them and the memory rules "
+        "are not evaluated. Record with PyTorch 1.10 or later and profile_memory=True, or add "
+        "an allocator snapshot (--memory-snapshot)."
+    )
+
+
+def count_text(d: Mapping[str, Any]) -> str:
+    """'436 events' for a diagnostic's count: the unit it counts (``count_of``, filled in by
+    :func:`traceinsight.diagnose.quality.explain`), '436 affected' when not known."""
+    c = d.get("count")
+    if not isinstance(c, int) or isinstance(c, bool) or c <= 0:
+        return ""
+    unit = d.get("count_of")
+    return f"{c:,} {unit}" if unit else f"{c:,} affected"
+
+
+def diagnostic_text(d: Mapping[str, Any]) -> str:
+    """A data-quality line: its message, what its count counts and whether it affects the
+    figures (the diagnostic's ``impact``), e.g. '…; 436 events; does not affect the figures'."""
+    parts = [str(d.get("message") or "")]
+    cnt = count_text(d)
+    if cnt and not parts[0].startswith(f"{d.get('count'):,} ") and cnt not in parts[0]:
+        parts.append(cnt)
+    imp = d.get("impact")
+    if imp:
+        parts.append(str(imp))
+    return " — ".join(p for p in parts if p)
