@@ -92,9 +92,13 @@ def attribute(store: TraceStore) -> Attribution:
     once (a single-rank store is not copied), so memory stays near one copy of the rank's
     rows."""
     from traceinsight.analysis import attribution_parts
+    from traceinsight.util.memory import release
 
     parts = attribution_parts.by_partition(store)
-    return finish(attribution_parts.join(parts) if parts is not None else attribute_part(store))
+    out = finish(attribution_parts.join(parts) if parts is not None else attribute_part(store))
+    del parts
+    release()  # the tables and partial frames attribution dropped
+    return out
 
 
 @dataclass

@@ -45,11 +45,14 @@ def by_partition(store: TraceStore) -> list[Part] | None:
     for a store that is not partitioned on disk (or is served through a time window, which
     the workers would not see)."""
     from traceinsight.util.distributed import current
+    from traceinsight.util.memory import release
 
     names = partitions.names(store.meta)
     if len(names) < 2 or not store.path.is_dir() or getattr(store, "window", None) is not None:
         return None
-    return current().map(attribute_partition, [str(store.path / n) for n in names])
+    parts = current().map(attribute_partition, [str(store.path / n) for n in names])
+    release()  # what the partitions' frames took in transit
+    return parts
 
 
 def attribute_partition(path: str) -> Part:
@@ -85,13 +88,19 @@ def join(parts: list[Part]) -> Part:
         steps.extend(p.steps)
         has_steps.update(p.has_step_markers)
     nonempty_syncs = [p.syncs for p in parts if len(p.syncs)]
+    syncs = _concat(nonempty_syncs) if nonempty_syncs else parts[0].syncs
+    frames = {}
+    for what in ("ops", "gpu", "runtime"):  # the largest first; each part's dropped once joined
+        frames[what] = _concat([getattr(p, what) for p in parts])
+        for p in parts:
+            setattr(p, what, None)
     return Part(
-        gpu=_concat([p.gpu for p in parts]),
-        ops=_concat([p.ops for p in parts]),
+        gpu=frames["gpu"],
+        ops=frames["ops"],
         steps=steps,
         has_step_markers=has_steps,
-        syncs=_concat(nonempty_syncs) if nonempty_syncs else parts[0].syncs,
-        runtime=_concat([p.runtime for p in parts]),
+        syncs=syncs,
+        runtime=frames["runtime"],
         diagnostics=diags,
         comm_diagnostics=comm,
     )
