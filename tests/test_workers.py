@@ -150,3 +150,27 @@ def test_large_tables_of_a_partitioned_store_are_read_per_use(
     got = st2.table("cpu_ops", ["name", "start_ns"])
     assert "cpu_ops" not in st2._tables
     assert got.column_names == ["name", "start_ns"] and got.equals(kept)
+
+
+def test_per_rank_products_from_the_workers_equal_the_whole_store(
+    straggler_store: TraceStore,
+) -> None:
+    """The step table and the rank summaries each partition's worker computed next to its
+    attribution are the whole store's, and the analysis uses them instead of recomputing."""
+    import traceinsight.metrics  # noqa: F401 - registers the products
+    from traceinsight.analysis import Analysis
+    from traceinsight.metrics.rank_summary import summaries
+    from traceinsight.metrics.steps import step_stats
+
+    assert {"step_stats", "rank_summaries"} <= set(attribution_parts.PRODUCTS)
+    with plain_strings():
+        whole = Analysis(straggler_store)
+        whole.__dict__["attribution"] = finish(attribute_part(straggler_store))
+    want_steps, want_sums = step_stats(whole), summaries(whole)
+    assert len(want_steps) == 4 * 4 and [s["rank"] for s in want_sums] == [0, 1, 2, 3]
+    with using(Runner(jobs=2)):
+        an = Analysis(TraceStore.open(straggler_store.path))
+        an.attribution  # noqa: B018 - the workers' products land in the cache
+    assert an.cache["step_stats"] == want_steps
+    assert an.cache["rank_summaries"] == want_sums
+    assert step_stats(an) is an.cache["step_stats"]

@@ -91,14 +91,23 @@ def attribute(store: TraceStore) -> Attribution:
     Otherwise each table is read once with the columns attribution needs and split by rank
     once (a single-rank store is not copied), so memory stays near one copy of the rank's
     rows."""
+    return attribute_with_products(store)[0]
+
+
+def attribute_with_products(store: TraceStore) -> tuple[Attribution, dict[str, Any]]:
+    """:func:`attribute`, and the per-rank products the partitions' workers computed with it
+    (joined; empty for a store attributed here)."""
     from traceinsight.analysis import attribution_parts
     from traceinsight.util.memory import release
 
     parts = attribution_parts.by_partition(store)
-    out = finish(attribution_parts.join(parts) if parts is not None else attribute_part(store))
+    part = attribution_parts.join(parts) if parts is not None else attribute_part(store)
     del parts
+    products, part.products = part.products, {}
+    out = finish(part)
+    del part
     release()  # the tables and partial frames attribution dropped
-    return out
+    return out, products
 
 
 @dataclass
@@ -114,11 +123,14 @@ class Part:
     runtime: pd.DataFrame
     diagnostics: DiagnosticLog  #: those of the ranks' attribution, rank by rank
     comm_diagnostics: DiagnosticLog  #: the ranks' ``no-communication-found`` checks
+    #: per-rank results computed next to the attribution (``attribution_parts.PRODUCTS``)
+    products: dict[str, Any] = field(default_factory=dict)
 
 
-def finish(p: Part) -> Attribution:
-    """The attribution of a part: its repeated strings as categories."""
-    gpu = p.gpu
+def finish(p: Part, copy: bool = False) -> Attribution:
+    """The attribution of a part: its repeated strings as categories (``copy``: the part's
+    own frame is left as it is)."""
+    gpu = p.gpu.copy(deep=False) if copy else p.gpu
     for c in ("kind", "cls", "cls_how", "method", "phase"):
         if c in gpu.columns:
             gpu[c] = gpu[c].astype("category")

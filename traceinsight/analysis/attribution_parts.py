@@ -17,7 +17,9 @@ diagnostics in the same order.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -30,7 +32,7 @@ from traceinsight.store import partitions
 if TYPE_CHECKING:
     from traceinsight.store.core import TraceStore
 
-__all__ = ["attribute_partition", "by_partition", "join"]
+__all__ = ["PRODUCTS", "PartitionTask", "attribute_partition", "by_partition", "join", "product"]
 
 #: the columns of each frame that hold a row of the job's ops (-1: none)
 OP_INDEX_COLUMNS = {
@@ -40,28 +42,98 @@ OP_INDEX_COLUMNS = {
 }
 
 
+@dataclass(frozen=True)
+class Product:
+    """A per-rank result that a worker computes from its partition's analysis, next to the
+    attribution: ``compute(analysis)`` there, and the partitions' values joined in rank order
+    (``join``) into the value the whole store's analysis keeps in its ``cache[name]``."""
+
+    name: str
+    module: str  #: imported by the worker before computing (it registers the product)
+    compute: Callable[[Any], Any]
+    join: Callable[[list[Any]], Any]
+
+
+#: the per-rank products, by the ``Analysis.cache`` key they fill (registered by the modules
+#: that compute them, in the order they are computed)
+PRODUCTS: dict[str, Product] = {}
+
+
+def product(
+    name: str, module: str, compute: Callable[[Any], Any], join: Callable[[list[Any]], Any]
+) -> None:
+    """Register a per-rank product (see :class:`Product`)."""
+    PRODUCTS[name] = Product(name, module, compute, join)
+
+
+def concat_lists(values: list[list[Any]]) -> list[Any]:
+    """Lists of the partitions one after the other (rank order)."""
+    return [x for v in values for x in v]
+
+
+@dataclass(frozen=True)
+class PartitionTask:
+    """Attribute the partition folder ``path`` and compute the products ``products`` (names
+    with the module that registers each)."""
+
+    path: str
+    products: tuple[tuple[str, str], ...] = ()
+
+
 def by_partition(store: TraceStore) -> list[Part] | None:
-    """Every partition's attribution, in rank order, computed by the current runner; None
-    for a store that is not partitioned on disk (or is served through a time window, which
-    the workers would not see)."""
+    """Every partition's attribution (and its products, :data:`PRODUCTS`), in rank order,
+    computed by the current runner; None for a store that is not partitioned on disk (or is
+    served through a time window, which the workers would not see)."""
     from traceinsight.util.distributed import current
     from traceinsight.util.memory import release
 
     names = partitions.names(store.meta)
     if len(names) < 2 or not store.path.is_dir() or getattr(store, "window", None) is not None:
         return None
-    parts = current().map(attribute_partition, [str(store.path / n) for n in names])
+    wanted = tuple((p.name, p.module) for p in PRODUCTS.values())
+    tasks = [PartitionTask(str(store.path / n), wanted) for n in names]
+    parts = current().map(attribute_partition, tasks)
     release()  # what the partitions' frames took in transit
     return parts
 
 
-def attribute_partition(path: str) -> Part:
-    """The attribution of the partition folder ``path`` (runs in a worker)."""
-    from traceinsight.analysis import plain_strings
+def joined_products(parts: list[Part]) -> dict[str, Any]:
+    """The products every partition computed, joined (a product one of them lacks is left
+    to the whole store's analysis)."""
+    out: dict[str, Any] = {}
+    for name, prod in PRODUCTS.items():
+        values = [p.products.get(name, _MISSING) for p in parts]
+        if all(v is not _MISSING for v in values):
+            out[name] = prod.join(values)
+    return out
+
+
+_MISSING = object()
+
+
+def attribute_partition(task: PartitionTask | str) -> Part:
+    """The attribution of a partition folder and its products (runs in a worker)."""
+    import importlib
+
+    from traceinsight.analysis import Analysis, plain_strings
+    from traceinsight.analysis.attribution import finish
     from traceinsight.store.core import TraceStore
 
+    if isinstance(task, str):
+        task = PartitionTask(task)
+    store = TraceStore.open(task.path)
     with plain_strings():
-        return attribute_part(TraceStore.open(path))
+        part = attribute_part(store)
+        if task.products:
+            for _name, module in task.products:
+                importlib.import_module(module)
+            an = Analysis(store)
+            an.__dict__["attribution"] = finish(part, copy=True)
+            for name, _module in task.products:
+                prod = PRODUCTS.get(name)
+                if prod is not None:
+                    part.products[name] = prod.compute(an)
+    return part
 
 
 def join(parts: list[Part]) -> Part:
@@ -103,6 +175,7 @@ def join(parts: list[Part]) -> Part:
         runtime=frames["runtime"],
         diagnostics=diags,
         comm_diagnostics=comm,
+        products=joined_products(parts),
     )
 
 

@@ -113,7 +113,8 @@ def rank_summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, 
     if parts and store.path.is_dir() and runner.scheduler:
         tasks = [RankTask(str(store.path / name), runner.fresh) for name in parts]
         return [s for found in runner.map(summarize_partition, tasks) for s in found]
-    return summaries(an, ms)
+    done = an.cache.get("rank_summaries")  # computed by the partitions' workers
+    return done if done is not None else summaries(an, ms)
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
