@@ -60,12 +60,17 @@ def _assert_same(a, b) -> None:
     assert a.diagnostics.to_list() == b.diagnostics.to_list()
 
 
-def test_partitions_attributed_apart_equal_the_whole_store(straggler_store: TraceStore) -> None:
+def test_partitions_attributed_apart_equal_the_whole_store(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     names = partitions.names(straggler_store.meta)
     assert len(names) == 4
     with plain_strings():
         whole = finish(attribute_part(straggler_store))  # every table read here at once
     ops_per_rank = [len(TraceStore.open(straggler_store.path / n).table("cpu_ops")) for n in names]
+    with using(Runner(jobs=1)):  # one process, a small store: read at once
+        assert attribution_parts.by_partition(straggler_store) is None
+    monkeypatch.setattr(attribution_parts, "SPLIT_ALONE_MB", 0.0)  # one process, too large
     for jobs in (1, 2):
         with using(Runner(jobs=jobs)):
             parts = attribution_parts.by_partition(straggler_store)

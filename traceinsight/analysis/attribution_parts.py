@@ -4,14 +4,15 @@ A store of several ranks written by the per-rank ingest keeps each rank in its o
 (``rank=N/``, :mod:`traceinsight.store.partitions`). Attribution links a rank's activities to its
 own runtime calls, ops, ranges and module frames only, so each partition is attributed by
 itself, in a worker of the current runner (``--jobs N`` local processes, or a Dask task with
-``--scheduler``; with one job, here, one partition after the other). A worker reads its own
+``--scheduler``; with one job, a store too large to read at once is attributed here, one
+partition after the other, and a smaller one is read whole). A worker reads its own
 rank's tables, and only the attributed frames travel back: the raw tables of every rank are
 never held here at once.
 
 The parts are joined in rank order, the order of a whole-store table: op, runtime and GPU rows
 follow each other as they would in one read, and every op index (``op_idx``, ``parent``,
 ``bwd_node``, ``fwd_op``) moves by the ops of the partitions before it. The result is the
-attribution of the whole store read at once (``tests/test_attribution_parts.py``), its
+attribution of the whole store read at once (``tests/test_workers.py``), its
 diagnostics in the same order.
 """
 
@@ -28,12 +29,16 @@ from pandas.api.types import union_categoricals
 from traceinsight.analysis.attribution import Part, attribute_part
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.store import partitions
+from traceinsight.store.window import estimate_mb
 
 if TYPE_CHECKING:
     from traceinsight.store.core import TraceStore
 
 __all__ = ["PRODUCTS", "PartitionTask", "attribute_partition", "by_partition", "join", "product"]
 
+#: with one process, a store whose analysis is estimated above this is still attributed one
+#: partition at a time (its raw tables never all held at once); a smaller one is read at once
+SPLIT_ALONE_MB = 1024.0
 #: the columns of each frame that hold a row of the job's ops (-1: none)
 OP_INDEX_COLUMNS = {
     "ops": ("op_idx", "parent", "bwd_node", "fwd_op"),
@@ -90,9 +95,12 @@ def by_partition(store: TraceStore) -> list[Part] | None:
     names = partitions.names(store.meta)
     if len(names) < 2 or not store.path.is_dir() or getattr(store, "window", None) is not None:
         return None
+    runner = current()
+    if not (runner.scheduler or runner.workers > 1) and estimate_mb(store) < SPLIT_ALONE_MB:
+        return None  # one process and a small store: read at once (no per-partition cost)
     wanted = tuple((p.name, p.module) for p in PRODUCTS.values())
     tasks = [PartitionTask(str(store.path / n), wanted) for n in names]
-    parts = current().map(attribute_partition, tasks)
+    parts = runner.map(attribute_partition, tasks)
     release()  # what the partitions' frames took in transit
     return parts
 
