@@ -5,8 +5,7 @@ rank summary (``analysis/attribution_parts.py``) and, with a scheduler, the per-
 (``metrics/rank_summary.py``) hand a :class:`Runner` one small task per rank partition; each
 task reads the store's rank folder itself, so only its results travel back. The default
 runner uses local worker processes, one per core (``--jobs N``). ``--scheduler`` runs the same
-tasks as
-``dask.distributed`` tasks (``pip install 'traceinsight-doctor[dask]'``):
+tasks as ``dask.distributed`` tasks (``pip install 'traceinsight-doctor[dask]'``):
 
 - ``local``: a ``LocalCluster`` on this machine (``--jobs`` workers);
 - ``tcp://HOST:8786`` (any address a ``dask.distributed.Client`` takes): a running scheduler;
