@@ -73,10 +73,18 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
     ]
 
 
+def _partition_summaries(an: Analysis) -> list[dict[str, Any]]:
+    """The summaries of a partition's ranks from its own analysis, saved in the partition as
+    :func:`summarize_partition` saves them (read back by a later ``--scheduler`` run)."""
+    out = summaries(an)
+    an.store.write_derived(_cache_name(an.store), json.dumps(out))
+    return out
+
+
 # every rank's summary, computed per rank partition next to its attribution (in the worker that
 # reads it), as the partition's own analysis gives it (``summarize_partition``)
 attribution_parts.product(
-    "rank_summaries", __name__, lambda an: summaries(an), attribution_parts.concat_lists
+    "rank_summaries", __name__, _partition_summaries, attribution_parts.concat_lists
 )
 
 
