@@ -11,7 +11,7 @@ SAMPLE ?= sample_traces/synthetic_straggler_4rank
 PIP    := $(PY) -m pip install --disable-pip-version-check --progress-bar on
 SHARED := $(or $(TRACEINSIGHT_SHARED),../shared)
 
-.PHONY: demo test lint setup browser bench docs clean
+.PHONY: demo test lint setup browser bench bench-ranks docs clean
 
 $(VENV)/bin/python:
 	@echo "==> [1/3] creating the virtual environment $(VENV) with $(PYTHON)"
@@ -83,6 +83,10 @@ lint: $(VENV)/.dev
 
 bench: $(VENV)/.dev
 	$(PY) bench/bench_ingest.py --repeat 3 --hta-repeat 2 --fixed
+
+bench-ranks: $(VENV)/.dev
+	$(PY) bench/bench_ranks.py --many 0 --no-dask --repeat 2 --shape hta_a100 --shape-mb 88 \
+		--shape-ranks 16 --out bench/results/ranks_workers.json
 
 docs: $(VENV)/.base
 	$(PY) -m traceinsight.store.schema > docs/STORE.md

@@ -14,14 +14,23 @@ RSS of the process and of its whole process tree, workers included):
   ``--scheduler local --jobs 2`` (a Dask LocalCluster of 2 worker processes),
 * diagnose (``traceinsight diagnose STORE --no-cache --json R``) with the same runners (with a
   scheduler, the per-rank summaries are Dask tasks over the rank partitions),
-* for the large job: ``--jobs 2`` only, and the HTML report's size.
+* for the large job: ``--jobs 2`` only, and the HTML report's size;
+* with ``--shape NAME`` a real-shaped job (``bench/rank_shapes.py``: the shape's trace of
+  ``--shape-mb`` as each of ``--shape-ranks`` ranks): ingest with ``--jobs 2``, diagnose with
+  ``--jobs 1`` and ``--jobs 2`` (each rank partition attributed, with its step table and
+  summary, in its own worker), every step of every rank.
 
-Results go to ``bench/results/ranks.json`` (and a table on stdout).
+With ``--repeat N`` each diagnose runs N times and its figures are the fastest run's (the
+machine is shared: memory figures are stable, timings are not). Each job records
+``diagnose_speedup``: the wall time with 1 worker over that with 2, from the same run. Results
+go to ``bench/results/ranks.json`` (and a table on stdout).
 
 Usage::
 
     .venv/bin/python bench/bench_ranks.py                   # 64 and 1,024 ranks
     .venv/bin/python bench/bench_ranks.py --ranks 8 --many 0 --out /tmp/quick.json
+    .venv/bin/python bench/bench_ranks.py --many 0 --shape hta_a100 --shape-mb 88 \\
+        --shape-ranks 16 --out bench/results/ranks_workers.json
 """
 
 from __future__ import annotations
@@ -138,27 +147,49 @@ RUNNERS = (
 )
 
 
-def bench_job(folder: Path, work: Path, env: dict[str, str], runners: tuple) -> dict:
+def bench_job(
+    folder: Path,
+    work: Path,
+    env: dict[str, str],
+    runners: tuple,
+    *,
+    repeat: int = 1,
+    ingest_runners: tuple | None = None,
+) -> dict:
     store = work / "store"
-    size = sum(p.stat().st_size for p in folder.glob("rank-*.json.gz"))
+    files = sorted(folder.glob("rank-*.json*"))
+    size = sum(p.stat().st_size for p in files)
     out: dict = {
         "folder": folder.name,
-        "ranks": len(list(folder.glob("rank-*.json.gz"))),
+        "ranks": len(files),
         "input_mb": round(size / 2**20, 1),
         "ingest": [],
         "diagnose": [],
     }
     for name, jobs, sched in runners:
-        out["ingest"].append(
-            run(f"ingest, {name}", ["ingest", str(folder), str(store), jobs, sched], env)
-        )
-        out["diagnose"].append(
+        if ingest_runners is None or name in ingest_runners or not store.is_dir():
+            out["ingest"].append(
+                run(f"ingest, {name}", ["ingest", str(folder), str(store), jobs, sched], env)
+            )
+        runs = [
             run(
                 f"diagnose, {name}",
                 ["diagnose", str(store), str(work / "r.json"), jobs, sched],
                 env,
             )
+            for _ in range(repeat)
+        ]
+        best = min(runs, key=lambda r: r["wall_s"])
+        out["diagnose"].append(
+            {
+                **best,
+                "runs": len(runs),
+                "peak_pss_mb_max": max(r.get("tree_peak_pss_mb", 0) for r in runs),
+            }
         )
+    walls = {d["label"]: d["wall_s"] for d in out["diagnose"]}
+    one, two = walls.get("diagnose, 1 worker"), walls.get("diagnose, 2 workers")
+    out["diagnose_speedup"] = round(one / two, 2) if one and two else None
     html = work / "r.html"
     run(
         "report (HTML of the saved result)",
@@ -171,6 +202,7 @@ def bench_job(folder: Path, work: Path, env: dict[str, str], runners: tuple) -> 
     out["matched_collectives"] = (cross.get("matching") or {}).get("matched")
     out["straggler"] = cross.get("straggler")
     out["findings"] = [f["rule"] for f in r.get("findings", [])]
+    out["steps_analysed"] = sum(x.get("steps") or 0 for x in r["summary"].get("ranks", []))
     out["result_json_mb"] = round((work / "r.json").stat().st_size / 2**20, 2)
     return out
 
@@ -180,6 +212,11 @@ def main() -> None:
     ap.add_argument("--ranks", type=int, default=64)
     ap.add_argument("--many", type=int, default=1024, help="ranks of the tiny job (0: skip)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "ranks.json")
+    ap.add_argument("--repeat", type=int, default=1, help="runs of each diagnose (the fastest)")
+    ap.add_argument("--no-dask", action="store_true", help="local processes only")
+    ap.add_argument("--shape", help="also a real-shaped job of this shape (bench/shapes.py)")
+    ap.add_argument("--shape-mb", type=float, default=88)
+    ap.add_argument("--shape-ranks", type=int, default=16)
     a = ap.parse_args()
     work = Path(os.environ.get("TMPDIR", "/tmp")) / f"ti-bench-ranks-{os.getpid()}"
     work.mkdir(parents=True, exist_ok=True)
@@ -196,7 +233,22 @@ def main() -> None:
         if a.ranks:
             folder = build(job(a.ranks, tiny=False))
             print(f"{a.ranks}-rank job:", file=sys.stderr)
-            res["job"] = bench_job(folder, work / "job", env, RUNNERS)
+            runners = RUNNERS[:2] if a.no_dask else RUNNERS
+            res["job"] = bench_job(folder, work / "job", env, runners, repeat=a.repeat)
+        if a.shape:
+            from rank_shapes import ensure_job
+
+            folder = ensure_job(a.shape, a.shape_mb, a.shape_ranks)
+            print(f"{a.shape_ranks} ranks of {a.shape} ({a.shape_mb:g} MB each):", file=sys.stderr)
+            res["shaped"] = bench_job(
+                folder,
+                work / "shaped",
+                env,
+                RUNNERS[1::-1],  # ingested once, with 2 workers
+                repeat=1,
+                ingest_runners=("2 workers",),
+            )
+            res["shaped"]["shape"] = a.shape
         if a.many:
             folder = build(job(a.many, tiny=True))
             print(f"{a.many}-rank job of small traces:", file=sys.stderr)

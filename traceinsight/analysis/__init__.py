@@ -11,7 +11,7 @@ from functools import cached_property, wraps
 import pandas as pd
 
 from traceinsight.analysis import rollups
-from traceinsight.analysis.attribution import Attribution, StepWindow, attribute
+from traceinsight.analysis.attribution import Attribution, StepWindow
 from traceinsight.analysis.breakdown import Breakdown, WindowBreakdown, breakdown
 from traceinsight.store.core import TraceStore
 from traceinsight.util.vocab import UNATTRIBUTED
@@ -77,8 +77,13 @@ class Analysis:
 
     @cached_property
     def attribution(self) -> Attribution:
+        from traceinsight.analysis.attribution import attribute_with_products
+
         with plain_strings():
-            return attribute(self.store)
+            attr, products = attribute_with_products(self.store)
+        for k, v in products.items():  # per-rank results the partitions' workers computed
+            self.cache.setdefault(k, v)
+        return attr
 
     @cached_property
     def breakdown(self) -> Breakdown:

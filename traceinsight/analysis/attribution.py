@@ -85,8 +85,63 @@ class Attribution:
 def attribute(store: TraceStore) -> Attribution:
     """Attribute every GPU activity of every rank in ``store``.
 
-    Each table is read once with the columns attribution needs and split by rank once (a
-    single-rank store is not copied), so memory stays near one copy of the rank's rows."""
+    A store of rank partitions is attributed one partition at a time, in the workers of the
+    current runner (:mod:`traceinsight.analysis.attribution_parts`): each reads its own rank's
+    rows only, and the parts are joined here into the attribution the whole store would give.
+    Otherwise each table is read once with the columns attribution needs and split by rank
+    once (a single-rank store is not copied), so memory stays near one copy of the rank's
+    rows."""
+    return attribute_with_products(store)[0]
+
+
+def attribute_with_products(store: TraceStore) -> tuple[Attribution, dict[str, Any]]:
+    """:func:`attribute`, and the per-rank products the partitions' workers computed with it
+    (joined; empty for a store attributed here)."""
+    from traceinsight.analysis import attribution_parts
+    from traceinsight.util.memory import release
+
+    parts = attribution_parts.by_partition(store)
+    part = attribution_parts.join(parts) if parts is not None else attribute_part(store)
+    del parts
+    products, part.products = part.products, {}
+    out = finish(part)
+    del part
+    release()  # the tables and partial frames attribution dropped
+    return out, products
+
+
+@dataclass
+class Part:
+    """The attribution of a store, before its categorical columns: what one partition's worker
+    returns (its op, runtime and GPU rows indexed within the partition)."""
+
+    gpu: pd.DataFrame
+    ops: pd.DataFrame
+    steps: list[StepWindow]
+    has_step_markers: dict[int, bool]
+    syncs: pd.DataFrame
+    runtime: pd.DataFrame
+    diagnostics: DiagnosticLog  #: those of the ranks' attribution, rank by rank
+    comm_diagnostics: DiagnosticLog  #: the ranks' ``no-communication-found`` checks
+    #: per-rank results computed next to the attribution (``attribution_parts.PRODUCTS``)
+    products: dict[str, Any] = field(default_factory=dict)
+
+
+def finish(p: Part, copy: bool = False) -> Attribution:
+    """The attribution of a part: its repeated strings as categories (``copy``: the part's
+    own frame is left as it is)."""
+    gpu = p.gpu.copy(deep=False) if copy else p.gpu
+    for c in ("kind", "cls", "cls_how", "method", "phase"):
+        if c in gpu.columns:
+            gpu[c] = gpu[c].astype("category")
+    diags = DiagnosticLog()
+    diags.extend(p.diagnostics)
+    diags.extend(p.comm_diagnostics)
+    return Attribution(gpu, p.ops, p.steps, p.has_step_markers, p.syncs, p.runtime, diags)
+
+
+def attribute_part(store: TraceStore) -> Part:
+    """The attribution of every rank in ``store``, read here (before :func:`finish`)."""
     diags = DiagnosticLog()
     gpu_all = frame(store.table("gpu_activities", GPU_COLUMNS), own=True)
     rt_all = frame(store.table("runtime_calls", all_columns("runtime_calls")), own=True)
@@ -150,13 +205,11 @@ def attribute(store: TraceStore) -> Attribution:
 
     gpu = pd.concat(gpu_parts, ignore_index=True) if gpu_parts else _empty_gpu()
     gpu["cls"], gpu["cls_how"] = categories.classify(gpu, ops_all)
-    categories.check_communication(store, gpu, ops_all, diags)
+    comm_diags = DiagnosticLog()
+    categories.check_communication(store, gpu, ops_all, comm_diags)
     syncs = pd.concat(sync_parts, ignore_index=True) if sync_parts else gpu_all.iloc[0:0].copy()
     del gpu_all
-    for c in ("kind", "cls", "cls_how", "method", "phase"):
-        if c in gpu.columns:
-            gpu[c] = gpu[c].astype("category")
-    return Attribution(gpu, ops_all, steps, has_steps, syncs, rt_all, diags)
+    return Part(gpu, ops_all, steps, has_steps, syncs, rt_all, diags, comm_diags)
 
 
 def _empty_gpu() -> pd.DataFrame:

@@ -80,6 +80,8 @@ GROUPS: list[MetricGroup] = [
 def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> MetricSet:
     """Run every group of :data:`GROUPS` over ``an``; a group that fails is recorded, not
     fatal."""
+    from traceinsight.util.memory import release
+
     ms = MetricSet()
     opts = options or RooflineOptions()
     errors = []
@@ -99,5 +101,6 @@ def compute_metrics(an: Analysis, options: RooflineOptions | None = None) -> Met
                     "traceback": traceback.format_exc(limit=6),
                 }
             )
+        release()  # what the group built and dropped (its selections of whole tables)
     ms.evidence["metric_errors"] = errors
     return ms

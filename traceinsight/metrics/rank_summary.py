@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import Analysis, attribution_parts, by_rank
 from traceinsight.metrics.registry import MetricSet
 from traceinsight.store import schema
 from traceinsight.util.resources import code_digest
@@ -71,6 +71,21 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
         rank_summary(an, rank, ms, by_rank.get(rank, g.iloc[:0]) if by_rank else None)
         for rank in ranks
     ]
+
+
+def _partition_summaries(an: Analysis) -> list[dict[str, Any]]:
+    """The summaries of a partition's ranks from its own analysis, saved in the partition as
+    :func:`summarize_partition` saves them (read back by a later ``--scheduler`` run)."""
+    out = summaries(an)
+    an.store.write_derived(_cache_name(an.store), json.dumps(out))
+    return out
+
+
+# every rank's summary, computed per rank partition next to its attribution (in the worker that
+# reads it), as the partition's own analysis gives it (``summarize_partition``)
+attribution_parts.product(
+    "rank_summaries", __name__, _partition_summaries, attribution_parts.concat_lists
+)
 
 
 def _q(values: list[float]) -> dict[str, float] | None:

@@ -104,13 +104,17 @@ BEFORE_TEXT = {
 
 
 def rank_summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]:
-    """Every rank's summary: with a Dask scheduler, from each rank's partition (one task per
-    rank on the cluster, cached in the partition); else from ``an``, the whole store's
-    analysis this process has made anyway (the same summaries, without analysing each rank
-    twice)."""
+    """Every rank's summary: those the partitions' attribution workers computed (each from
+    its rank's partition, saved there); else, with a Dask scheduler, from each rank's
+    partition (one task per rank on the cluster, cached in the partition); else from ``an``,
+    the whole store's analysis this process has made anyway (the same summaries, without
+    analysing each rank twice)."""
     store = an.store
     parts = partitions.names(store.meta)
     runner = current()
+    done = an.cache.get("rank_summaries")  # computed by the partitions' attribution workers
+    if done is not None:
+        return done
     if parts and store.path.is_dir() and runner.scheduler:
         tasks = [RankTask(str(store.path / name), runner.fresh) for name in parts]
         return [s for found in runner.map(summarize_partition, tasks) for s in found]

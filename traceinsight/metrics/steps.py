@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis, StepWindow, WindowBreakdown, by_rank
+from traceinsight.analysis import Analysis, StepWindow, WindowBreakdown, attribution_parts, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.attribution import name_matches
 from traceinsight.analysis.idle import (
@@ -193,6 +193,10 @@ def step_stats(an: Analysis) -> list[StepStat]:
     if "step_stats" not in an.cache:
         an.cache["step_stats"] = _step_stats(an)
     return an.cache["step_stats"]
+
+
+# computed per rank partition next to its attribution (in the worker that reads it)
+attribution_parts.product("step_stats", __name__, step_stats, attribution_parts.concat_lists)
 
 
 def representative(stats: list[StepStat]) -> list[StepStat]:

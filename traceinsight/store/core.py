@@ -99,6 +99,10 @@ class TraceStore:
         if t is None:
             f = self.path / f"{name}.parquet"
             if partitions.names(self.meta):
+                if self.row_counts.get(name, 0) > CACHE_MAX_ROWS:  # per use, what is asked
+                    return partitions.read_table(
+                        self.path, self.meta, name, _restore_schema, columns
+                    )
                 t = partitions.read_table(self.path, self.meta, name, _restore_schema)
             elif not f.is_file():
                 t = schema.empty_table(name)

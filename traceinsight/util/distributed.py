@@ -1,10 +1,11 @@
 """Where per-rank work runs: in this process, in local worker processes, or on a Dask cluster.
 
-The per-rank ingest (``ingest/ranks.py``) and the per-rank analysis (``analysis/collectives``)
-hand a :class:`Runner` one small task per rank; each task reads and writes the store's rank
-folder itself, so only small summaries travel back. The default runner uses local worker
-processes, one per core (``--jobs N``). ``--scheduler`` runs the same tasks as
-``dask.distributed`` tasks (``pip install 'traceinsight-doctor[dask]'``):
+The per-rank ingest (``ingest/ranks.py``), the per-rank attribution with its step table and
+rank summary (``analysis/attribution_parts.py``) and, with a scheduler, the per-rank summaries
+(``metrics/rank_summary.py``) hand a :class:`Runner` one small task per rank partition; each
+task reads the store's rank folder itself, so only its results travel back. The default
+runner uses local worker processes, one per core (``--jobs N``). ``--scheduler`` runs the same
+tasks as ``dask.distributed`` tasks (``pip install 'traceinsight-doctor[dask]'``):
 
 - ``local``: a ``LocalCluster`` on this machine (``--jobs`` workers);
 - ``tcp://HOST:8786`` (any address a ``dask.distributed.Client`` takes): a running scheduler;

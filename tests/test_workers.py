@@ -1,0 +1,181 @@
+"""Per-rank work where the data is: each rank partition attributed in a worker of its own,
+joined into exactly the attribution of the whole store, and a diagnosis that is the same,
+field by field, with one job or two (the bundled multi-rank samples, a generated job with
+process-group sequence numbers, and the corpus's 2-rank pair)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from conftest import KINETO, SAMPLES, requires_corpus
+
+from traceinsight.analysis import attribution_parts, plain_strings
+from traceinsight.analysis.attribution import attribute, attribute_part, finish
+from traceinsight.diagnose import diagnose
+from traceinsight.ingest import ingest
+from traceinsight.store import core, partitions
+from traceinsight.store.core import TraceStore
+from traceinsight.util.distributed import Runner, using
+
+STRAGGLER = SAMPLES / "synthetic_straggler_4rank"
+COMM = SAMPLES / "synthetic_comm_bound_4rank"
+PAIR = [KINETO / "hta" / "trace_filter" / f"sampled_rank-{r}.json.gz" for r in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def straggler_store(tmp_path_factory: pytest.TempPathFactory) -> TraceStore:
+    with using(Runner(jobs=2)):
+        return ingest([STRAGGLER], tmp_path_factory.mktemp("s") / "store", quiet=True)
+
+
+def _generated_job(tmp: Path) -> Path:
+    """Three ranks with process-group sequence numbers and a slow rank (written once)."""
+    from tracegen.workloads import MiB, Workload, build_ranks
+
+    w = Workload(
+        hidden=256,
+        seq=128,
+        batch=1,
+        layers=1,
+        steps=3,
+        world_size=3,
+        comm_bytes=4 * MiB,
+        straggler_rank=1,
+        straggler_slowdown=1.5,
+        with_stack=True,
+    )
+    for r, b in enumerate(build_ranks(w)):
+        b.write(str(tmp / f"rank-{r}.json.gz"))
+    return tmp
+
+
+def _assert_same(a, b) -> None:
+    for name in ("gpu", "ops", "runtime", "syncs"):
+        pd.testing.assert_frame_equal(getattr(a, name), getattr(b, name), obj=name)
+    assert a.steps == b.steps
+    assert a.has_step_markers == b.has_step_markers
+    assert a.diagnostics.to_list() == b.diagnostics.to_list()
+
+
+def test_partitions_attributed_apart_equal_the_whole_store(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = partitions.names(straggler_store.meta)
+    assert len(names) == 4
+    with plain_strings():
+        whole = finish(attribute_part(straggler_store))  # every table read here at once
+    ops_per_rank = [len(TraceStore.open(straggler_store.path / n).table("cpu_ops")) for n in names]
+    with using(Runner(jobs=1)):  # one process, a small store: read at once
+        assert attribution_parts.by_partition(straggler_store) is None
+    monkeypatch.setattr(attribution_parts, "SPLIT_ALONE_MB", 0.0)  # one process, too large
+    for jobs in (1, 2):
+        with using(Runner(jobs=jobs)):
+            parts = attribution_parts.by_partition(straggler_store)
+            assert parts is not None and len(parts) == 4
+            # each part is its own rank's, indexed within its partition
+            for p, n_ops, r in zip(parts, ops_per_rank, range(4), strict=True):
+                assert set(p.gpu["rank"].unique()) == {r}
+                assert len(p.ops) == n_ops
+                assert int(p.gpu["op_idx"].max()) < n_ops
+            with plain_strings():
+                got = attribute(straggler_store)
+        _assert_same(whole, got)
+    # the joined op indices point at the job's rows: rank 3's kernels at rank 3's ops
+    g = whole.gpu[(whole.gpu["rank"] == 3) & (whole.gpu["op_idx"] >= 0)]
+    assert len(g) and (whole.ops["rank"].to_numpy()[g["op_idx"].to_numpy()] == 3).all()
+    assert int(g["op_idx"].min()) >= sum(ops_per_rank[:3])
+
+
+def test_a_store_in_one_folder_or_a_window_is_attributed_here(tmp_path: Path) -> None:
+    st = ingest([SAMPLES / "synthetic_h100_healthy.json.gz"], tmp_path / "s", quiet=True)
+    with using(Runner(jobs=2)):
+        assert attribution_parts.by_partition(st) is None
+
+
+def _json(store: TraceStore, jobs: int) -> dict:
+    with using(Runner(jobs=jobs, fresh=True)):
+        return json.loads(diagnose(TraceStore.open(store.path), cache=False).to_json())
+
+
+def _diff(a, b, path: str = "") -> list[str]:
+    """Where two JSON values differ (field by field)."""
+    if type(a) is not type(b):
+        return [f"{path}: {type(a).__name__} vs {type(b).__name__}"]
+    if isinstance(a, dict):
+        out = [f"{path}/{k}: missing" for k in set(a) ^ set(b)]
+        for k in set(a) & set(b):
+            out += _diff(a[k], b[k], f"{path}/{k}")
+        return out
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} vs {len(b)} items"]
+        return [
+            d
+            for i, (x, y) in enumerate(zip(a, b, strict=True))
+            for d in _diff(x, y, f"{path}[{i}]")
+        ]
+    return [] if a == b else [f"{path}: {a!r} vs {b!r}"]
+
+
+@pytest.mark.parametrize("which", ["straggler", "comm_bound", "generated"])
+def test_diagnosis_is_the_same_with_one_job_or_two(which: str, tmp_path: Path) -> None:
+    if which == "generated":
+        (tmp_path / "job").mkdir()
+        src = _generated_job(tmp_path / "job")
+    else:
+        src = {"straggler": STRAGGLER, "comm_bound": COMM}[which]
+    store = ingest([src], tmp_path / "store", quiet=True)
+    assert len(partitions.names(store.meta)) >= 3
+    one, two = _json(store, 1), _json(store, 2)
+    assert _diff(one, two) == []
+    assert one["findings"] and one["summary"]["ranks"]
+
+
+@requires_corpus
+def test_corpus_rank_pair_is_the_same_with_one_job_or_two(tmp_path: Path) -> None:
+    store = ingest(PAIR, tmp_path / "store", quiet=True)
+    one, two = _json(store, 1), _json(store, 2)
+    assert _diff(one, two) == []
+    assert one["extra"]["cross_rank"]["matching"]["matched"] == 10
+
+
+def test_large_tables_of_a_partitioned_store_are_read_per_use(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above the cache limit a table is read, columns asked only, for each use, and not kept
+    (the analysis holds its own frames, not a second copy of every rank's tables)."""
+    st = TraceStore.open(straggler_store.path)
+    kept = st.table("cpu_ops", ["name", "start_ns"])
+    assert "cpu_ops" in st._tables
+    monkeypatch.setattr(core, "CACHE_MAX_ROWS", 10)
+    st2 = TraceStore.open(straggler_store.path)
+    got = st2.table("cpu_ops", ["name", "start_ns"])
+    assert "cpu_ops" not in st2._tables
+    assert got.column_names == ["name", "start_ns"] and got.equals(kept)
+
+
+def test_per_rank_products_from_the_workers_equal_the_whole_store(
+    straggler_store: TraceStore,
+) -> None:
+    """The step table and the rank summaries each partition's worker computed next to its
+    attribution are the whole store's, and the analysis uses them instead of recomputing."""
+    import traceinsight.metrics  # noqa: F401 - registers the products
+    from traceinsight.analysis import Analysis
+    from traceinsight.metrics.rank_summary import summaries
+    from traceinsight.metrics.steps import step_stats
+
+    assert {"step_stats", "rank_summaries"} <= set(attribution_parts.PRODUCTS)
+    with plain_strings():
+        whole = Analysis(straggler_store)
+        whole.__dict__["attribution"] = finish(attribute_part(straggler_store))
+    want_steps, want_sums = step_stats(whole), summaries(whole)
+    assert len(want_steps) == 4 * 4 and [s["rank"] for s in want_sums] == [0, 1, 2, 3]
+    with using(Runner(jobs=2)):
+        an = Analysis(TraceStore.open(straggler_store.path))
+        an.attribution  # noqa: B018 - the workers' products land in the cache
+    assert an.cache["step_stats"] == want_steps
+    assert an.cache["rank_summaries"] == want_sums
+    assert step_stats(an) is an.cache["step_stats"]
