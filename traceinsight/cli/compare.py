@@ -13,19 +13,21 @@ from traceinsight.cli.checks import COUNT, FINITE, POSITIVE, device_key
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, format_options, rule_options, strict, write_output
+from traceinsight.cli.options import (
+    CONTEXT,
+    format_options,
+    json_option,
+    rule_options,
+    strict,
+    write_output,
+)
 from traceinsight.cli.report import result_of
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path, allow_dash=True),
-    help="Write the comparison as JSON to FILE ('-' prints it instead).",
-)
+@json_option("the comparison")
 @click.option("--html", "html_out", type=click.Path(path_type=Path), help="Write an HTML report.")
 @click.option("--markdown", "md_out", type=click.Path(path_type=Path), help="Write Markdown.")
 @click.option(

@@ -15,17 +15,19 @@ from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, SEVERITY_CHOICES, rule_options, strict
+from traceinsight.cli.options import (
+    CONTEXT,
+    INPUTS,
+    SEVERITY_CHOICES,
+    json_option,
+    rule_options,
+    strict,
+)
 
 
 @click.command(context_settings=CONTEXT)
 @INPUTS
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path, allow_dash=True),
-    help="Write the result as JSON to FILE ('-' prints it instead of the terminal view).",
-)
+@json_option("the result")
 @click.option(
     "--markdown",
     "md_out",

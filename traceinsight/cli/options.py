@@ -57,6 +57,35 @@ def rule_options(f):
     return f
 
 
+def json_option(what: str):
+    """``--json [FILE]``, the same on every command: write ``what`` as JSON to FILE; ``-``, or
+    ``--json`` with no FILE (the older flag form), prints it instead of the terminal view."""
+    return click.option(
+        "--json",
+        "json_out",
+        type=click.Path(path_type=Path, allow_dash=True),
+        is_flag=False,
+        flag_value="-",
+        default=None,
+        metavar="[FILE]",
+        help=f"Write {what} as JSON to FILE ('-', or --json alone, prints it instead).",
+    )
+
+
+def json_target(
+    json_out: Path | None, out_format: str | None, output: Path | None
+) -> tuple[str | None, Path | None]:
+    """The format and the file of ``--json [FILE]`` with ``--format`` / ``-o``: (format,
+    output), or a usage error (exit 2) when they ask for two different things."""
+    if json_out is None:
+        return out_format, output
+    if out_format not in (None, "json"):
+        raise click.UsageError(f"--json and --format {out_format} ask for two formats: pick one")
+    if str(json_out) != "-" and output is not None and output != json_out:
+        raise click.UsageError("--json FILE and -o FILE name two files: pick one")
+    return "json", output if str(json_out) == "-" else json_out
+
+
 FORMATS = ["text", "json", "csv"]
 
 

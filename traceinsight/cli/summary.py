@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinsight.cli.checks import COUNT
+from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
@@ -16,6 +17,8 @@ from traceinsight.cli.options import (
     CONTEXT,
     INPUTS,
     format_options,
+    json_option,
+    json_target,
     resolve_format,
     strict,
     write_output,
@@ -24,17 +27,18 @@ from traceinsight.cli.options import (
 
 @click.command(context_settings=CONTEXT)
 @INPUTS
-@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON (--format json).")
+@json_option("the summary")
 @click.option(
     "-n", "--top", "top_n", default=10, show_default=True, type=COUNT, help="Kernels to list."
 )
 @format_options
 @strict
+@rank_options
 @click.pass_context
 def summary(
     ctx: click.Context,
     inputs: tuple[Path, ...],
-    as_json: bool,
+    json_out: Path | None,
     top_n: int,
     out_format: str | None,
     output: Path | None,
@@ -47,7 +51,9 @@ def summary(
     Examples:
       traceinsight summary trace.json.gz
       traceinsight summary traces/ -n 20
-      traceinsight summary run.tistore --json > summary.json
+      traceinsight summary run.tistore --json summary.json
+      traceinsight summary trace.json.gz --json -      (print the JSON)
+      traceinsight summary trace.json.gz --no-cache    (ingest afresh)
       traceinsight summary traces/ --format csv -o ranks.csv   (one row per rank)
     """
     from traceinsight.ingest import load
@@ -55,7 +61,8 @@ def summary(
 
     store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     s = summarize(store, top_n=top_n)
-    fmt_ = resolve_format(as_json, out_format)
+    out_format, output = json_target(json_out, out_format, output)
+    fmt_ = resolve_format(False, out_format)
     if fmt_ == "json":
         text = json.dumps(s, indent=2)
     elif fmt_ == "csv":

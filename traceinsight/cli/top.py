@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinsight.cli.checks import COUNT
+from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
@@ -17,6 +18,8 @@ from traceinsight.cli.options import (
     CONTEXT,
     INPUTS,
     format_options,
+    json_option,
+    json_target,
     resolve_format,
     strict,
     write_output,
@@ -38,9 +41,15 @@ from traceinsight.cli.options import (
 @click.option(
     "--rank", type=int, default=None, help="Only this rank (default: all ranks together)."
 )
-@click.option("--json", "as_json", is_flag=True, help="Print all rows as JSON (--format json).")
+@click.option(
+    "--wide",
+    is_flag=True,
+    help="Full kernel and op names and every column, however wide the terminal.",
+)
+@json_option("all rows")
 @format_options
 @strict
+@rank_options
 @click.pass_context
 def top(
     ctx: click.Context,
@@ -48,7 +57,8 @@ def top(
     by: str,
     top_n: int,
     rank: int | None,
-    as_json: bool,
+    wide: bool,
+    json_out: Path | None,
     out_format: str | None,
     output: Path | None,
 ) -> None:
@@ -70,8 +80,11 @@ def top(
                      (like nsys stats cuda_gpu_mem_time_sum / cuda_gpu_mem_size_sum)
 
     --by kernel also gives the median, min, max and sample stddev per kernel (nsys stats
-    cuda_gpu_kern_sum). --format csv prints every row (not just -n) as CSV with times in
-    integer ns, sizes in bytes; -o FILE writes it to a file.
+    cuda_gpu_kern_sum). Kernel names are shortened to fit the terminal
+    (elementwise<MulFunctor<bf16>>); --wide shows them in full, as JSON and CSV always do.
+    --format csv prints every row (not just -n) as CSV with times in integer ns, sizes in
+    bytes; -o FILE writes it to a file. --json FILE writes every row as JSON (--json alone
+    prints it).
 
     Kernels that cannot be linked to a CPU op are listed as [unattributed]: rows always add
     up to the total GPU time.
@@ -81,7 +94,8 @@ def top(
       traceinsight top trace.json.gz
       traceinsight top traces/ --by op -n 30
       traceinsight top trace.json.gz --by module-type
-      traceinsight top traces/ --by step --rank 2 --json
+      traceinsight top traces/ --by step --rank 2 --json steps.json
+      traceinsight top trace.json.gz --wide --no-cache
       traceinsight top report.sqlite --by api
       traceinsight top trace.json.gz --by memcpy --format csv -o memcpy.csv
     """
@@ -100,7 +114,8 @@ def top(
         cov = an.attribution.coverage(rank)
     finally:
         prog.done()
-    fmt_ = resolve_format(as_json, out_format)
+    out_format, output = json_target(json_out, out_format, output)
+    fmt_ = resolve_format(False, out_format)
     if fmt_ == "json":
         text = json.dumps(
             {"by": by, "rank": rank, "coverage": cov, "rows": rows}, indent=2, default=str
@@ -110,5 +125,7 @@ def top(
 
         text = to_csv(rows, list(an.rollup(by, rank).columns) if not rows else None)
     else:
-        text = render_top(rows, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank)
+        text = render_top(
+            rows, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank, wide=wide
+        )
     write_output(text, output, inputs)

@@ -13,6 +13,7 @@ from traceinsight.render import describe
 from traceinsight.render.critical_path import impact_line
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.safetext import for_terminal
 
 SEV_STYLE = {
@@ -28,13 +29,15 @@ def render_table(
 ) -> str:
     """An evidence table (its first ``max_rows`` rows), cells formatted by their column format."""
     cols = t["columns"]
+    kcols = [i for i, c in enumerate(cols) if c["format"] == "kernel" or c["name"] == "kernel"]
+    short = short_names(str(r[i]) for r in t["rows"] for i in kcols if r[i] is not None)
     rows = []
     for r in t["rows"][:max_rows]:
         cells = []
-        for c, v in zip(cols, r):
+        for i, (c, v) in enumerate(zip(cols, r)):
             s = fmt.format_cell(v, c["format"])
-            if c["format"] == "kernel" or c["name"] == "kernel":
-                s = fmt.short_kernel_name(s)
+            if i in kcols and v is not None:
+                s = short[str(v)]
             cells.append(s)
         rows.append(cells)
     align = "".join(
@@ -46,6 +49,7 @@ def render_table(
         align=align,
         max_width=(width or fmt.terminal_width()) - len(indent),
         flex=0,
+        middle=(0,) if 0 in kcols else (),
     )
     out = [indent + t["title"]] + [indent + line for line in text.splitlines()]
     if len(t["rows"]) > max_rows:

@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 
 from traceinsight.store.core import TraceStore
 from traceinsight.util import fmt
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.safetext import for_terminal
 
 SUMMARY_VERSION = 1
@@ -156,9 +157,10 @@ def render_summary(s: dict[str, Any]) -> str:
         )
         out.append("")
     if s["top_kernels"]:
+        short = short_names(k["name"] for k in s["top_kernels"])
         rows = [
             [
-                fmt.shorten(k["name"], 200),
+                short[k["name"]],
                 f"{k['count']:,}",
                 fmt.fmt_ns(k["total_ns"]),
                 fmt.fmt_ns(k["mean_ns"]),
@@ -167,7 +169,9 @@ def render_summary(s: dict[str, Any]) -> str:
             for k in s["top_kernels"]
         ]
         out.append(f"Top {len(rows)} kernels by total time")
-        out.append(fmt.table(rows, ["kernel", "calls", "total", "mean", "share"], flex=0))
+        out.append(
+            fmt.table(rows, ["kernel", "calls", "total", "mean", "share"], flex=0, middle=(0,))
+        )
     else:
         out.append("No GPU kernels in this trace.")
     warn = [d for d in s["diagnostics"] if d.get("severity") in ("warning", "error")]
