@@ -52,3 +52,40 @@ def test_the_result_keeps_the_trace_path(tmp_path) -> None:
     cmd = ["traceinsight", "diagnose", str(long_name), "--hf-token", "hf_abcdefghijklmnop"]
     result = diagnose(load([long_name], quiet=True), command=cmd)
     assert result.command == [*cmd[:3], "--hf-token", REDACTED]
+
+
+# --- profile: a failing command says how it failed ------------------------------------------
+
+
+def test_a_failing_command_reports_its_exit_status_and_last_stderr(tmp_path, capfd) -> None:
+    from conftest import invoke
+
+    script = tmp_path / "fails.sh"
+    script.write_text(
+        "echo 'Traceback: ValueError: bad config' >&2\n"
+        "printf 'token hf_abcdefghijklmnop \\033[31mred\\033[0m\\n' >&2\nexit 3\n"
+    )
+    res = invoke(["profile", "-o", tmp_path / "x", "--", "sh", str(script)], exit_code=3)
+    err = res.stderr
+    assert "no trace written: the command exited with status 3" in err
+    assert "never called optimizer.step()" not in err
+    assert "  Traceback: ValueError: bad config" in err  # its last stderr lines, repeated
+    assert "hf_abcdefghijklmnop" not in err.split("its last lines on stderr:")[1]
+    assert "\x1b" not in err.split("its last lines on stderr:")[1]
+
+
+def test_exit_texts() -> None:
+    from pathlib import Path
+
+    from traceinsight.capture.profile_run import Recording, Settings
+
+    def text(rc: int) -> str:
+        return Recording(rc, Path("o"), []).summary_lines(Settings(out="o"))[0]
+
+    assert text(3).endswith("the command exited with status 3")
+    assert text(-9).endswith("the command was killed by signal 9 (SIGKILL)")
+    assert text(130).endswith("the command was interrupted (status 130)")
+    assert (
+        "never called optimizer.step()"
+        in Recording(0, Path("o"), [], [{"steps": 0}]).summary_lines(Settings(out="o"))[0]
+    )
