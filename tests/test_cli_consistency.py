@@ -4,6 +4,8 @@ by op; a folder's stray non-Nsight ``.sqlite`` listed as skipped."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from traceinsight.util.redact import REDACTED, redact_command
@@ -89,3 +91,97 @@ def test_exit_texts() -> None:
         "never called optimizer.step()"
         in Recording(0, Path("o"), [], [{"steps": 0}]).summary_lines(Settings(out="o"))[0]
     )
+
+
+# --- the cache: list, clear, bound ----------------------------------------------------------
+
+
+def _fresh_cache(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_DIR", str(root))
+    return root
+
+
+def _ingest(name: str):
+    from conftest import SAMPLES
+
+    from traceinsight.ingest import load
+
+    return load([SAMPLES / name], quiet=True)
+
+
+def _age(path, days: float) -> None:
+    import os
+    import time
+
+    t = time.time() - days * 86400
+    os.utime(path, (t, t))
+
+
+def test_cache_list_shows_entries_and_foreign_files(tmp_path, monkeypatch) -> None:
+    import json
+
+    from conftest import invoke
+
+    root = _fresh_cache(tmp_path, monkeypatch)
+    a = _ingest("synthetic_h100_healthy.json.gz")
+    b = _ingest("synthetic_h100_launch_bound.json.gz")
+    (root / "stores" / "notes").mkdir()
+    (root / "stores" / "notes" / "mine.txt").write_text("keep me")
+    _age(a.path, 40)
+    data = json.loads(invoke(["cache", "list", "--json"]).stdout)
+    got = {Path(e["path"]).name: e for e in data["entries"]}
+    assert set(got) == {a.path.name, b.path.name, "notes"}
+    assert got[a.path.name]["kind"] == "store" and got[a.path.name]["owned"]
+    assert got["notes"]["owned"] is False and "not a cache store" in got["notes"]["foreign"]
+    assert 39.9 < got[a.path.name]["age_days"] < 40.1
+    assert data["total_bytes"] == sum(e["bytes"] for e in data["entries"])
+    assert data["entries"][-1]["path"] == str(a.path)  # most recently used first
+    text = invoke(["cache", "list"]).stdout
+    assert "3 entries" in text and "40 days ago" in text and "foreign" in text
+
+
+def test_cache_clear_older_than_then_all_keeps_foreign_files(tmp_path, monkeypatch) -> None:
+    from conftest import invoke
+
+    root = _fresh_cache(tmp_path, monkeypatch)
+    a = _ingest("synthetic_h100_healthy.json.gz")
+    b = _ingest("synthetic_h100_launch_bound.json.gz")
+    stray = root / "stores" / "0123456789abcdef0123456789abcdef"  # a store's name, a user's file
+    stray.mkdir()
+    (stray / "meta.json").write_text('{"format": "traceinsight-store"}')
+    (stray / "results.csv").write_text("mine")
+    _age(a.path, 40)
+    res = invoke(["cache", "clear", "--older-than", "30"])
+    assert "removed 1 entry" in res.stdout
+    assert not a.path.exists() and b.path.is_dir()
+    res = invoke(["cache", "clear"])
+    assert "removed 1 entry" in res.stdout and not b.path.exists()
+    assert (stray / "results.csv").read_text() == "mine"  # never a foreign file
+    assert "results.csv" in res.stderr
+
+
+def test_a_new_entry_evicts_the_least_recently_used(tmp_path, monkeypatch) -> None:
+    from traceinsight.ingest.cache_admin import entries
+
+    _fresh_cache(tmp_path, monkeypatch)
+    a = _ingest("synthetic_h100_healthy.json.gz")
+    b = _ingest("synthetic_h100_launch_bound.json.gz")
+    _age(a.path, 3)
+    _age(b.path, 2)
+    _ingest("synthetic_h100_healthy.json.gz")  # a cache hit: a is used now, b is the oldest
+    import time
+
+    assert {e.path: e for e in entries()}[a.path].used > time.time() - 60
+    _age(a.path, 1)  # (as if that hit was a day ago: out of the in-use minute)
+    sizes = {e.path: e.size for e in entries()}
+    assert set(sizes) == {a.path, b.path}
+    # a bound that holds two of the three stores
+    bound = sizes[a.path] + max(sizes.values()) * 1.5
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MAX_GB", str(bound / (1 << 30)))
+    c = _ingest("synthetic_mi300x.json.gz")
+    left = {e.path for e in entries()}
+    assert left == {a.path, c.path}, left  # b, used longest ago, went
+    monkeypatch.setenv("TRACEINSIGHT_CACHE_MAX_GB", "0")  # no bound
+    _ingest("synthetic_h100_fp32_gemms.json.gz")
+    assert len(entries()) == 3

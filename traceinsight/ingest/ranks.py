@@ -210,6 +210,10 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
             ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if job.out is None:
+        from traceinsight.ingest.cache_admin import evict
+
+        evict(target)  # the cache's size bound: least recently used entries go
     store = TraceStore.open(target)
     gpu = store.row_counts.get("gpu_activities", 0)
     prog.done(f"{gpu:,} GPU activities, {len(store.ranks)} rank(s) in {runner.label} -> {target}")
