@@ -185,3 +185,28 @@ def test_a_new_entry_evicts_the_least_recently_used(tmp_path, monkeypatch) -> No
     monkeypatch.setenv("TRACEINSIGHT_CACHE_MAX_GB", "0")  # no bound
     _ingest("synthetic_h100_fp32_gemms.json.gz")
     assert len(entries()) == 3
+
+
+# --- top --by op on a CPU-only trace ----------------------------------------------------------
+
+
+def test_top_by_op_lists_cpu_ops_of_a_cpu_only_trace() -> None:
+    import json
+
+    from conftest import SAMPLES, invoke
+
+    from traceinsight.diagnose import diagnose
+    from traceinsight.ingest import load
+
+    cpu = SAMPLES / "cpu_transformer_train.pt.trace.json.gz"
+    rows = json.loads(invoke(["top", cpu, "--by", "op", "--json"]).stdout)["rows"]
+    host = diagnose(load([cpu], quiet=True)).host
+    assert rows[: len(host["ops"])] == host["ops"]  # the host view's figures, every op listed
+    assert rows[0]["name"] == "aten::mm" and rows[0]["self_ns"] == 17_471_838
+    assert sum(r["self_ns"] for r in rows) <= host["window_ns"]
+    out = invoke(["top", cpu, "--by", "op", "-n", "5"]).stdout
+    assert "Nothing to list" not in out and "CPU ops by host self time" in out
+    assert "aten::mm" in out and "17.5 ms" in out
+    # a GPU trace keeps its device view
+    gpu = SAMPLES / "synthetic_h100_launch_bound.json.gz"
+    assert "device self" in invoke(["top", gpu, "--by", "op"]).stdout

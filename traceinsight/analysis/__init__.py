@@ -76,6 +76,13 @@ class Analysis:
             return breakdown(self.attribution)
 
     @with_plain_strings
+    def has_gpu_activities(self, rank: int | None = None) -> bool:
+        """Whether the trace (or ``rank``) holds any GPU kernel, copy or memset."""
+        from traceinsight.analysis import by_rank
+
+        g = self.attribution.gpu
+        return bool(len(g if rank is None else by_rank.rows(g, rank)))
+
     def rollup(self, by: str, rank: int | None = None) -> pd.DataFrame:
         if by == "kernel":
             return rollups.by_kernel(self.attribution, rank)

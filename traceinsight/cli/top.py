@@ -68,7 +68,8 @@ def top(
     \b
     --by kernel      GPU kernels (and copies) by total time, with their launching op
     --by op          framework ops: device self time (kernels launched directly), device
-                     total (with callees), host time, calls, the costliest input shapes
+                     total (with callees), host time, calls, the costliest input shapes;
+                     on a trace without GPU kernels: CPU ops by host self and total time
     --by layer       nn.Module paths (needs with_stack=True), forward vs backward
     --by module-type nn.Module types over all their instances (Qwen2Attention ×24), with
                      their sub-modules
@@ -110,7 +111,13 @@ def top(
     prog = Progress("analyse", quiet=ctx.obj["quiet"])
     prog.stage("attribution" if by != "step" else "breakdown", 0.0)
     try:
-        rows = records(an.rollup(by, rank))
+        if by == "op" and not an.has_gpu_activities(rank):  # a CPU-only trace: its CPU ops
+            from traceinsight.analysis.host import op_table
+
+            table = op_table(an.attribution, rank)
+        else:
+            table = an.rollup(by, rank)
+        rows = records(table)
         cov = an.attribution.coverage(rank)
     finally:
         prog.done()
@@ -123,7 +130,7 @@ def top(
     elif fmt_ == "csv":
         from traceinsight.render.csvout import to_csv
 
-        text = to_csv(rows, list(an.rollup(by, rank).columns) if not rows else None)
+        text = to_csv(rows, list(table.columns) if not rows else None)
     else:
         text = render_top(
             rows, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank, wide=wide

@@ -57,6 +57,13 @@ def render_top(
             if records
             else "No memory copies or memsets in this trace."
         )
+    host_ops = by == "op" and bool(records) and "self_ns" in records[0]
+    if host_ops:  # a trace without GPU kernels: its CPU ops
+        head = (
+            f"No GPU kernels in this trace: CPU ops by host self time "
+            f"({_count(sum(int(r['calls']) for r in records), 'call')} of "
+            f"{_count(len(records), 'op name')}; shares of step time)"
+        )
     lines = [*textwrap.wrap(head + rank_txt, width), ""]
     if not records:
         lines.append(f"Nothing to list by {by}.")
@@ -108,6 +115,25 @@ def render_top(
         )
     elif by in ("api", "memcpy"):
         table = _stats_table(df, by, width)
+    elif host_ops:
+        rows = [
+            [
+                r.name,
+                f"{r.calls:,}",
+                fmt.fmt_ns(r.self_ns),
+                fmt.fmt_pct(r.self_pct),
+                fmt.fmt_ns(r.total_ns),
+                fmt.fmt_pct(r.total_pct),
+            ]
+            for r in df
+        ]
+        table = fmt.table(
+            rows,
+            ["operator", "calls", "host self", "self share", "host total", "total share"],
+            align="lrrrrr",
+            flex=0,
+            max_width=width,
+        )
     elif by == "op":
         rows = [
             [
