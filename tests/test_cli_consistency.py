@@ -210,3 +210,30 @@ def test_top_by_op_lists_cpu_ops_of_a_cpu_only_trace() -> None:
     # a GPU trace keeps its device view
     gpu = SAMPLES / "synthetic_h100_launch_bound.json.gz"
     assert "device self" in invoke(["top", gpu, "--by", "op"]).stdout
+
+
+# --- a folder with one trace and a stray .sqlite -------------------------------------------
+
+
+def test_a_stray_sqlite_beside_one_trace_is_skipped_not_an_error(tmp_path) -> None:
+    import shutil
+    import sqlite3
+
+    from conftest import SAMPLES, invoke
+
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(SAMPLES / "synthetic_h100_healthy.json.gz", run)
+    db = sqlite3.connect(run / "notes.sqlite")
+    db.execute("create table t(x)")
+    db.commit()
+    db.close()
+    res = invoke(["diagnose", run])
+    assert "notes.sqlite skipped: is an SQLite database without Nsight Systems tables" in res.stderr
+    assert "cannot tell the rank" not in res.stderr
+    single = invoke(["top", SAMPLES / "synthetic_h100_healthy.json.gz", "-n", "3"]).stdout
+    assert invoke(["top", run, "-n", "3"]).stdout == single  # the same trace, the same table
+    # two traces without a rank still need one
+    shutil.copy(SAMPLES / "synthetic_h100_launch_bound.json.gz", run)
+    res = invoke(["diagnose", run], exit_code=2)
+    assert "cannot tell the rank of 2 of 2 files" in res.stderr

@@ -226,13 +226,14 @@ def _ranks_of(d: RankDone) -> list[dict[str, Any]]:
 
 def _check_ranks(parts: list[RankDone], display: str) -> None:
     """Every file's rank known, no rank claimed twice, one format (as the one-process ingest
-    checks them)."""
+    checks them). A single trace left (the folder's other trace-named files skipped: a stray
+    non-Nsight ``.sqlite``) needs no rank, as a single file does not."""
     unknown = [
         Path(d.path).name for d in parts for r in _ranks_of(d) if r.get("rank_source") == "default"
     ]
-    if unknown:
+    total = sum(len(_ranks_of(d)) for d in parts)
+    if unknown and total > 1:
         listing = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
-        total = sum(len(_ranks_of(d)) for d in parts)
         raise InputError(
             f"cannot tell the rank of {len(unknown)} of {total} files: {listing}",
             path=display,
