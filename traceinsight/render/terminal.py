@@ -43,13 +43,14 @@ def render_table(
     align = "".join(
         "l" if c["format"] in ("text", "kernel", "op", "dims", "class") else "r" for c in cols
     )
+    names = [i for i, a in enumerate(align) if a == "l"] or [0]
     text = fmt.table(
         rows,
         [c["name"] for c in cols],
         align=align,
         max_width=(width or fmt.terminal_width()) - len(indent),
-        flex=0,
-        middle=(0,) if 0 in kcols else (),
+        flex=names,  # every name column gives way, the widest first: their widths balance
+        middle=kcols,
     )
     out = [indent + t["title"]] + [indent + line for line in text.splitlines()]
     if len(t["rows"]) > max_rows:
@@ -302,7 +303,7 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     if cov.get("coverage_pct") is not None:
         extra.append(f"kernels linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}")
     if extra:
-        out.append("  " + " · ".join(extra))
+        out.append(_wrap(" · ".join(extra), "  ", width))
     hint = describe.viewer_hint(result)
     if hint:
         out.append(_wrap(f"Open in Perfetto: {hint}", "  ", width))

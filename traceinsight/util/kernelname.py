@@ -164,16 +164,15 @@ def _expr(e: str, keep_ints: bool) -> str | None:
     if base.startswith("(") or not base:
         return None if not keep_ints else e
     args = [x for x in (_expr(a, keep_ints) for a in targs or []) if x]
+    functors = [a for a in args if a not in _SCALARS]
     if base in _UNWRAP:
-        inner = [a for a in args if a not in _SCALARS]
-        return inner[-1] if inner else _render(base, _uniq(args))
-    if base in _FUNCTOR_WRAPPERS and args:
+        return functors[-1] if functors else _render(base, _uniq(args))
+    if base in _FUNCTOR_WRAPPERS and functors:
         dtype = args[0] if args[0] in _SCALARS else None
-        inner = [a for a in args if a not in _SCALARS]
-        if inner:
-            f_base, _, _ = _head_args(inner[-1])
-            f_args = [dtype] if dtype else []
-            return _render(f_base, f_args) if dtype or "<" not in inner[-1] else inner[-1]
+        f_base, _, _ = _head_args(functors[-1])
+        if dtype:
+            return _render(f_base, [dtype])
+        return functors[-1] if "<" in functors[-1] else f_base
     return _render(base, _uniq(args))
 
 
