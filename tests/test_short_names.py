@@ -192,3 +192,29 @@ def test_every_name_of_the_kernel_table_gets_its_own_short_name() -> None:
     assert len(set(names)) == len(set(short.values())) == 116
     templated = [n for n in names if "<" in n and not n.startswith("_Z")]
     assert all(len(short[n]) < len(n) for n in templated)
+
+
+def test_json_never_takes_an_input_for_its_file(tmp_path) -> None:
+    import shutil
+
+    trace = SAMPLES / "synthetic_h100_launch_bound.json.gz"
+    mine = tmp_path / "mine.json.gz"
+    shutil.copy(trace, mine)
+    before = mine.read_bytes()
+    plain = tmp_path / "plain.json"  # an uncompressed Kineto trace
+    plain.write_text('{"traceEvents": []}')
+    for target in (mine, plain, tmp_path):
+        res = invoke(["top", "--json", target, trace], exit_code=2)
+        assert "is a trace or a folder" in res.stderr
+    assert mine.read_bytes() == before
+    assert plain.read_text() == '{"traceEvents": []}'
+
+
+def test_json_file_on_ingest_and_devices(tmp_path) -> None:
+    trace = SAMPLES / "synthetic_h100_launch_bound.json.gz"
+    invoke(["ingest", trace, "--json", tmp_path / "i.json"])
+    assert json.loads((tmp_path / "i.json").read_text())["ranks"] == [0]
+    invoke(["devices", "--json", tmp_path / "d.json"])
+    assert json.loads((tmp_path / "d.json").read_text()) == json.loads(
+        invoke(["devices", "--json"]).stdout
+    )

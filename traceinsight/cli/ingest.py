@@ -12,7 +12,7 @@ from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, strict
+from traceinsight.cli.options import CONTEXT, INPUTS, json_option, strict, write_output
 
 
 @click.command(context_settings=CONTEXT)
@@ -29,9 +29,7 @@ from traceinsight.cli.options import CONTEXT, INPUTS, strict
     is_flag=True,
     help="Read the complete events of a truncated trace instead of refusing it.",
 )
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print the store's location and counts as JSON."
-)
+@json_option("the store's location and counts")
 @strict
 @rank_options
 @click.pass_context
@@ -41,7 +39,7 @@ def ingest(
     output: Path | None,
     force: bool,
     salvage: bool,
-    as_json: bool,
+    json_out: Path | None,
 ) -> None:
     """Read traces into a parquet trace store.
 
@@ -74,8 +72,8 @@ def ingest(
         "ranks": ranks,
         "diagnostics": len(store.meta.get("diagnostics", [])),
     }
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
+    if json_out is not None:
+        write_output(json.dumps(info, indent=2), json_out, inputs)
     else:
         rows = ", ".join(f"{k} {v:,}" for k, v in store.row_counts.items() if v)
         click.echo(f"store: {store.path}")

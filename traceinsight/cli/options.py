@@ -57,6 +57,34 @@ def rule_options(f):
     return f
 
 
+#: names of inputs that ``--json FILE`` must never take for its output
+_INPUT_ENDS = (".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".pickle", ".pkl")
+
+
+def _json_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+    """``--json``'s FILE, refused when it is an input the user meant to read (``top --json
+    trace.json.gz``, as the older flag form read): a folder, a trace or snapshot file name, an
+    existing Kineto trace."""
+    if value is None or str(value) == "-":
+        return value
+    name = value.name.lower()
+    trace = value.is_dir() or name.endswith(_INPUT_ENDS)
+    if not trace and value.is_file():
+        try:
+            with open(value, "rb") as f:
+                trace = b"traceEvents" in f.read(1 << 16)
+        except OSError:
+            trace = False
+    if trace:
+        raise click.BadParameter(
+            f"{value} is a trace or a folder, not a file to write the JSON to (give --json "
+            "a FILE, or '-' to print it, or put --json after the inputs)",
+            ctx=ctx,
+            param=param,
+        )
+    return value
+
+
 def json_option(what: str):
     """``--json [FILE]``, the same on every command: write ``what`` as JSON to FILE; ``-``, or
     ``--json`` with no FILE (the older flag form), prints it instead of the terminal view."""
@@ -68,6 +96,7 @@ def json_option(what: str):
         flag_value="-",
         default=None,
         metavar="[FILE]",
+        callback=_json_file,
         help=f"Write {what} as JSON to FILE ('-', or --json alone, prints it instead).",
     )
 

@@ -437,7 +437,8 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
     ):
         names = c[key]
         if names:
-            shown = ", ".join(fmt.shorten(fmt.short_kernel_name(x), 60) for x in names[:4])
+            short = short_names(names) if "kernel" in key else {x: x for x in names}
+            shown = ", ".join(fmt.shorten_middle(short[x], 60) for x in names[:4])
             more = f" (+{len(names) - 4})" if len(names) > 4 else ""
             lines.append(f"{label} ({len(names)}): {shown}{more}")
     for d in c["diagnostics"]:
