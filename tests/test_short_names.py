@@ -218,3 +218,26 @@ def test_json_file_on_ingest_and_devices(tmp_path) -> None:
     assert json.loads((tmp_path / "d.json").read_text()) == json.loads(
         invoke(["devices", "--json"]).stdout
     )
+
+
+@requires_corpus
+@pytest.mark.parametrize("columns", [100, 160])
+@pytest.mark.parametrize(("trace", "kernels"), [(QWEN, 28), (SGLANG, 29), (RESNET, 52)])
+def test_shown_kernel_names_stay_distinct_when_cut(trace, kernels, columns, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    lines = invoke(["top", trace, "-n", "100"]).stdout.splitlines()
+    assert max(len(line) for line in lines) <= columns
+    at = next(i for i, line in enumerate(lines) if line.startswith("─"))
+    width = len(lines[at].split("  ")[0])
+    rows = [line for line in lines[at + 1 :] if line and not line.startswith(("…", "("))]
+    assert len(rows) == kernels
+    assert len({line[:width] for line in rows}) == kernels
+
+
+def test_distinct_cuts() -> None:
+    a = "igemm_wrw_gtcx3_nhwc_bf16_bx0_ex1_bt128x256x32_wt32x32x8_ws1x2_tb1x4x1x8_gkgs"
+    b = a.replace("bt128x256x32", "bt256x128x32")
+    c = a.replace("_gkgs", "_vs1_gkgs")
+    cut = fmt.distinct_cuts([a, b, c], 30)
+    assert len(set(cut.values())) == 3 and all(len(x) <= 30 for x in cut.values())
+    assert fmt.distinct_cuts(["short", "short"], 30) == {"short": "short"}

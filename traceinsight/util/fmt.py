@@ -135,6 +135,46 @@ def shorten_middle(text: str, width: int) -> str:
     return text[: width - 1 - tail] + "…" + text[-tail:]
 
 
+def distinct_cuts(values: Sequence[str], width: int) -> dict[str, str]:
+    """Each of ``values`` cut to ``width`` in the middle (:func:`shorten_middle`); values that
+    would then read the same show, after their head, the part where they differ from the
+    others (``igemm_wrw_gtcx3_…bt128x256x32_wt32…``), so distinct names stay distinct."""
+    norm = {v: " ".join(str(v).split()) for v in values}
+    out = {v: shorten_middle(n, width) for v, n in norm.items()}
+    groups: dict[str, list[str]] = {}
+    for v, c in out.items():
+        groups.setdefault(c, []).append(v)
+    head = max(4, width // 3)
+    for group in (g for g in groups.values() if len(set(norm[v] for v in g)) > 1):
+        for v in group:
+            s = norm[v]
+            d = max(_common(s, norm[o]) for o in group if norm[o] != s)
+            start = max(head + 1, d - 4)
+            if len(s) <= width or start >= len(s):
+                continue
+            shown = s[:head] + "…" + s[start:]
+            out[v] = shown if len(shown) <= width else shown[: width - 1] + "…"
+    seen: dict[str, list[str]] = {}  # still alike (they differ in several places): numbered
+    for v in values:
+        if norm[v] not in seen.setdefault(out[v], []):
+            seen[out[v]].append(norm[v])
+    for v in values:
+        alike = seen.get(out[v], [])
+        if len(alike) > 1:
+            tag = f"#{alike.index(norm[v]) + 1}"
+            out[v] = out[v][: max(1, width - len(tag) - 1)].rstrip("…") + "…" + tag
+    return out
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def table(
     rows: Sequence[Sequence[Any]],
     headers: Sequence[str],
@@ -180,9 +220,10 @@ def table(
                 break
             widths[wide] -= 1
             excess -= 1
+        cut = {i: distinct_cuts([r[i] for r in cells], widths[i]) for i in middle if i in flexes}
         cells = [
             [
-                (shorten_middle if i in middle else shorten)(c, widths[i]) if i in flexes else c
+                cut[i][c] if i in cut else shorten(c, widths[i]) if i in flexes else c
                 for i, c in enumerate(r)
             ]
             for r in cells
