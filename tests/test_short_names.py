@@ -156,7 +156,8 @@ def test_top_wide_shows_full_names(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @requires_corpus
-def test_top_header_counts_are_the_rows_sum() -> None:
+def test_top_header_counts_are_the_rows_sum(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
     rows = json.loads(invoke(["top", QWEN, "--json"]).stdout)["rows"]
     kernels = sum(r["calls"] for r in rows if r["kind"] == "kernel")
     other = sum(r["calls"] for r in rows if r["kind"] != "kernel")
@@ -241,3 +242,18 @@ def test_distinct_cuts() -> None:
     cut = fmt.distinct_cuts([a, b, c], 30)
     assert len(set(cut.values())) == 3 and all(len(x) <= 30 for x in cut.values())
     assert fmt.distinct_cuts(["short", "short"], 30) == {"short": "short"}
+
+
+@requires_corpus
+@pytest.mark.parametrize(
+    ("by", "time_key"),
+    [("op", "device_self_ns"), ("layer", "total_ns"), ("annotation", "device_ns")],
+)
+def test_views_header_counts_are_their_rows_sum(by: str, time_key: str, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")
+    rows = json.loads(invoke(["top", QWEN, "--by", by, "--json"]).stdout)["rows"]
+    count = sum(r["kernels"] for r in rows)
+    assert count == 1465 + 242  # every kernel, copy and memset, once
+    head = invoke(["top", QWEN, "--by", by]).stdout.splitlines()[0]
+    assert head.startswith(f"GPU time {fmt.fmt_ns(sum(r[time_key] for r in rows))}: 1,465 kernels")
+    assert "242 copies and memsets" in head

@@ -133,6 +133,13 @@ def top(
         text = to_csv(rows, list(table.columns) if not rows else None)
     else:
         text = render_top(
-            rows, by, top_n, coverage=cov, ranks=len(store.ranks), rank=rank, wide=wide
+            rows,
+            by,
+            top_n,
+            coverage=cov,
+            ranks=len(store.ranks),
+            rank=rank,
+            wide=wide,
+            activity=an.activity(rank),
         )
     write_output(text, output, inputs)
