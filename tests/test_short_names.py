@@ -257,3 +257,13 @@ def test_views_header_counts_are_their_rows_sum(by: str, time_key: str, monkeypa
     head = invoke(["top", QWEN, "--by", by]).stdout.splitlines()[0]
     assert head.startswith(f"GPU time {fmt.fmt_ns(sum(r[time_key] for r in rows))}: 1,465 kernels")
     assert "242 copies and memsets" in head
+
+
+@requires_corpus
+@pytest.mark.parametrize("columns", [100, 160])
+def test_summary_fits_the_terminal(columns: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", str(columns))
+    out = invoke(["summary", RESNET]).stdout
+    assert max(len(line) for line in out.splitlines()) <= columns, out
+    assert "batch_norm_backward<bf16, fp32, i32>" in out  # short kernel names
+    assert "memory 210" in out  # a kind and its count on one line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import pyarrow as pa
@@ -151,10 +152,10 @@ def render_summary(s: dict[str, Any]) -> str:
         for k, v in r["event_counts"].items():
             counts[k] = counts.get(k, 0) + v
     if counts:
-        out.append(
-            "Events by kind: "
-            + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v)
-        )
+        items = [f"{k}\u00a0{v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v]
+        text = "Events by kind: " + ", ".join(items)  # a kind and its count never split
+        wrapped = textwrap.wrap(text, fmt.terminal_width(), subsequent_indent="  ")
+        out += [line.replace("\u00a0", " ") for line in wrapped]
         out.append("")
     if s["top_kernels"]:
         short = short_names(k["name"] for k in s["top_kernels"])
