@@ -151,12 +151,20 @@ def test_cache_clear_older_than_then_all_keeps_foreign_files(tmp_path, monkeypat
     stray.mkdir()
     (stray / "meta.json").write_text('{"format": "traceinsight-store"}')
     (stray / "results.csv").write_text("mine")
+    exports = root / "nsys-exports"
+    exports.mkdir()
+    export = exports / ("ab" * 16 + ".sqlite")
+    export.write_bytes(b"SQLite format 3\x00")
+    (exports / "report.sqlite").write_bytes(b"a user's database")
     _age(a.path, 40)
+    _age(export, 40)
     res = invoke(["cache", "clear", "--older-than", "30"])
-    assert "removed 1 entry" in res.stdout
+    assert "removed 2 entries" in res.stdout
+    assert not export.exists() and (exports / "report.sqlite").is_file()
     assert not a.path.exists() and b.path.is_dir()
     res = invoke(["cache", "clear"])
     assert "removed 1 entry" in res.stdout and not b.path.exists()
+    assert (exports / "report.sqlite").read_bytes() == b"a user's database"
     assert (stray / "results.csv").read_text() == "mine"  # never a foreign file
     assert "results.csv" in res.stderr
 
