@@ -120,7 +120,7 @@ FORMATS = ["text", "json", "csv"]
 
 def format_options(f):
     """``--format text|json|csv`` and ``-o/--output FILE``: the one way ``top``, ``summary``
-    and ``compare`` choose how their table is printed (``--json`` stays as the JSON shortcut)."""
+    and ``compare`` choose how their table is printed (``--json [FILE]``: :func:`json_option`)."""
     f = click.option(
         "-o",
         "--output",
@@ -150,11 +150,3 @@ def write_output(text: str, output: Path | None, inputs: tuple[Path, ...] = ()) 
     check_files([output], list(inputs))
     write_text(output, text)
     click.echo(f"wrote {output}", err=True)
-
-
-def resolve_format(as_json: bool, out_format: str | None) -> str:
-    """The output format of ``--json`` (the shortcut) and ``--format``; both naming different
-    formats is a usage error (exit 2)."""
-    if as_json and out_format not in (None, "json"):
-        raise click.UsageError(f"--json and --format {out_format} ask for two formats: pick one")
-    return "json" if as_json else (out_format or "text")

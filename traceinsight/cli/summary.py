@@ -19,7 +19,6 @@ from traceinsight.cli.options import (
     format_options,
     json_option,
     json_target,
-    resolve_format,
     strict,
     write_output,
 )
@@ -62,7 +61,7 @@ def summary(
     store = load(list(inputs), quiet=ctx.obj["quiet"], strict=ctx.obj.get("strict", False))
     s = summarize(store, top_n=top_n)
     out_format, output = json_target(json_out, out_format, output)
-    fmt_ = resolve_format(False, out_format)
+    fmt_ = out_format or "text"
     if fmt_ == "json":
         text = json.dumps(s, indent=2)
     elif fmt_ == "csv":

@@ -20,7 +20,6 @@ from traceinsight.cli.options import (
     format_options,
     json_option,
     json_target,
-    resolve_format,
     strict,
     write_output,
 )
@@ -122,7 +121,7 @@ def top(
     finally:
         prog.done()
     out_format, output = json_target(json_out, out_format, output)
-    fmt_ = resolve_format(False, out_format)
+    fmt_ = out_format or "text"
     if fmt_ == "json":
         text = json.dumps(
             {"by": by, "rank": rank, "coverage": cov, "rows": rows}, indent=2, default=str
