@@ -24,6 +24,10 @@ from traceinsight.util.fmt import short_kernel_name
 
 #: the longest short name before its deepest template arguments are collapsed to ``…``
 MAX_LEN = 48
+#: the characters of a name that are read (a trace's name may be any length)
+MAX_INPUT = 2048
+#: template levels simplified (deeper ones read ``…``)
+MAX_DEPTH = 12
 
 #: scalar types as the table shows them
 TYPES = {
@@ -124,15 +128,14 @@ def _render(base: str, args: list[str]) -> str:
 
 
 def _uniq(xs: Iterable[str]) -> list[str]:
-    out: list[str] = []
-    for x in xs:
-        if x not in out:
-            out.append(x)
-    return out
+    return list(dict.fromkeys(xs))
 
 
-def _expr(e: str, keep_ints: bool) -> str | None:
-    """One type or value expression simplified; None when it is dropped."""
+def _expr(e: str, keep_ints: bool, depth: int = 0) -> str | None:
+    """One type or value expression simplified; None when it is dropped. Below
+    :data:`MAX_DEPTH` template levels an expression reads ``…``."""
+    if depth > MAX_DEPTH:
+        return "…"
     e = " ".join(e.split())
     e = re.sub(r"\s*\b(const|volatile)\s*$", "", e).rstrip("&* ")
     if not e or _LITERAL.match(e):
@@ -150,20 +153,20 @@ def _expr(e: str, keep_ints: bool) -> str | None:
             return "lambda"
         base, targs, _ = _head_args(owner[-1])
         if base in _UNWRAP and targs:  # gpu_kernel_impl<Functor>(…)::{lambda(int)#1}
-            return _expr(_render(base, targs), keep_ints)
+            return _expr(_render(base, targs), keep_ints, depth + 1)
         base = re.sub(r"(_kernel)?(_impl)?(_cuda)?$", "", base) or base
         inner = comps[-1] if comps[-1].startswith("{lambda") else comps[lam]
         m = re.match(r"\{lambda\((.*)\)#\d+\}", inner)
         types = [_scalar(p) for p in _split(m.group(1), ",")] if m and m.group(1) else []
         shown = [t for t in types if t] or [
-            x for x in (_expr(a, keep_ints) for a in targs or []) if x and x in _SCALARS
+            x for x in (_expr(a, keep_ints, depth + 1) for a in targs or []) if x and x in _SCALARS
         ]
         return _render(base, _uniq(shown))
     comps = [c for c in comps if not c.startswith("operator()")] or comps
     base, targs, _ = _head_args(comps[-1])
     if base.startswith("(") or not base:
         return None if not keep_ints else e
-    args = [x for x in (_expr(a, keep_ints) for a in targs or []) if x]
+    args = [x for x in (_expr(a, keep_ints, depth + 1) for a in targs or []) if x]
     functors = [a for a in args if a not in _SCALARS]
     if base in _UNWRAP:
         return functors[-1] if functors else _render(base, _uniq(args))
@@ -207,9 +210,6 @@ def _balanced(s: str) -> str:
 
 def _mangled(name: str) -> str | None:
     """The last identifier of an Itanium-mangled nested name (``_ZN5aiter3fooI…`` → ``foo<…>``)."""
-    m = re.match(r"_ZN?((?:\d+\w+?)+?)(I|E|v|$)", name)
-    if not m:
-        return None
     pos, last, s = 0, None, name[3:] if name.startswith("_ZN") else name[2:]
     while pos < len(s) and s[pos].isdigit():
         n = re.match(r"\d+", s[pos:])
@@ -230,11 +230,15 @@ def simplify(name: str, *, keep_ints: bool = False, limit: int = MAX_LEN) -> str
         return _mangled(raw) or raw
     if "<" not in raw and "::" not in raw and " " in raw.split("(")[0].strip():
         return raw  # not a C signature: "Memcpy DtoH (Device -> Pinned)"
-    s = short_kernel_name(_balanced(raw)).replace("(anonymous namespace)::", "").strip()
+    s = short_kernel_name(_balanced(raw[:MAX_INPUT])).replace("(anonymous namespace)::", "")
+    s = s.strip()
     if "<" not in s and "::" not in s:
         return s
     natives = raw.startswith(("void at::native::", "void (anonymous namespace)::", "at::native::"))
-    out = _expr(s, keep_ints) or s
+    try:
+        out = _expr(s, keep_ints) or s
+    except RecursionError:  # a hostile nesting depth: the name as it is
+        return _collapse(s, limit)
     if natives:
         out = re.sub(r"^(\w*?)_kernel", r"\1", out, count=1)
     return _collapse(out, limit)
