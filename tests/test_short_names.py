@@ -204,11 +204,21 @@ def test_json_never_takes_an_input_for_its_file(tmp_path) -> None:
     before = mine.read_bytes()
     plain = tmp_path / "plain.json"  # an uncompressed Kineto trace
     plain.write_text('{"traceEvents": []}')
+    alone = json.loads(invoke(["top", trace, "--json"]).stdout)
+    # the older flag form before the inputs: the "FILE" is read as the first input, JSON printed
+    assert json.loads(invoke(["top", "--json", trace]).stdout) == alone
+    assert json.loads(invoke(["top", "--json", mine, "-n", "3"]).stdout) == alone
+    assert mine.read_bytes() == before
+    assert json.loads(invoke(["summary", "--json", tmp_path / "mine.json.gz"]).stdout)
+    # where --json FILE takes no input (diagnose), a trace or folder for FILE is refused
     for target in (mine, plain, tmp_path):
-        res = invoke(["top", "--json", target, trace], exit_code=2)
+        res = invoke(["diagnose", "--json", target, trace], exit_code=2)
         assert "is a trace or a folder" in res.stderr
     assert mine.read_bytes() == before
     assert plain.read_text() == '{"traceEvents": []}'
+    invoke(["top", "--json", tmp_path / "out.json"], exit_code=2)  # no input: nothing to read
+    assert "Missing argument 'INPUTS...'" in invoke(["top"], exit_code=2).stderr
+    assert not (tmp_path / "out.json").exists()
 
 
 def test_json_file_on_ingest_and_devices(tmp_path) -> None:

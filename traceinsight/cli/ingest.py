@@ -12,11 +12,18 @@ from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, json_option, strict, write_output
+from traceinsight.cli.options import (
+    CONTEXT,
+    INPUTS_AFTER_JSON,
+    json_option,
+    strict,
+    with_json_input,
+    write_output,
+)
 
 
 @click.command(context_settings=CONTEXT)
-@INPUTS
+@INPUTS_AFTER_JSON
 @click.option(
     "-o",
     "--output",
@@ -29,7 +36,7 @@ from traceinsight.cli.options import CONTEXT, INPUTS, json_option, strict, write
     is_flag=True,
     help="Read the complete events of a truncated trace instead of refusing it.",
 )
-@json_option("the store's location and counts")
+@json_option("the store's location and counts", takes_inputs=True)
 @strict
 @rank_options
 @click.pass_context
@@ -52,6 +59,7 @@ def ingest(
       traceinsight ingest trace.json.gz
       traceinsight ingest traces/ -o run.tistore
     """
+    inputs, json_out = with_json_input(ctx, inputs, json_out)
     from traceinsight.ingest.prehash import start as start_hashing
 
     start_hashing(inputs)  # the traces' sha256 (the content key) while the library imports

@@ -59,35 +59,48 @@ def rule_options(f):
 
 #: names of inputs that ``--json FILE`` must never take for its output
 _INPUT_ENDS = (".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".pickle", ".pkl")
+_JSON_INPUT = "traceinsight.json_input"
 
 
-def _json_file(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
-    """``--json``'s FILE, refused when it is an input the user meant to read (``top --json
-    trace.json.gz``, as the older flag form read): a folder, a trace or snapshot file name, an
-    existing Kineto trace."""
-    if value is None or str(value) == "-":
-        return value
-    name = value.name.lower()
-    trace = value.is_dir() or name.endswith(_INPUT_ENDS)
-    if not trace and value.is_file():
+def _is_input(value: Path) -> bool:
+    """Whether ``--json``'s value names an input rather than a file to write: a folder, a
+    trace or snapshot file name, an existing Kineto trace."""
+    if value.is_dir() or value.name.lower().endswith(_INPUT_ENDS):
+        return True
+    if value.is_file():
         try:
             with open(value, "rb") as f:
-                trace = b"traceEvents" in f.read(1 << 16)
+                return b"traceEvents" in f.read(1 << 16)
         except OSError:
-            trace = False
-    if trace:
+            return False
+    return False
+
+
+def _json_callback(takes_inputs: bool):
+    def check(ctx: click.Context, param: click.Parameter, value: Path | None) -> Path | None:
+        """``--json``'s FILE, unless it names an input: the older flag form before the inputs
+        (``top --json trace.json.gz``) reads it as one (the JSON is printed) where the command
+        takes inputs (:func:`with_json_input`), else it is a usage error, never overwritten."""
+        if value is None or str(value) == "-" or not _is_input(value):
+            return value
+        if takes_inputs:
+            ctx.meta[_JSON_INPUT] = value
+            return Path("-")
         raise click.BadParameter(
             f"{value} is a trace or a folder, not a file to write the JSON to (give --json "
             "a FILE, or '-' to print it, or put --json after the inputs)",
             ctx=ctx,
             param=param,
         )
-    return value
+
+    return check
 
 
-def json_option(what: str):
+def json_option(what: str, *, takes_inputs: bool = False):
     """``--json [FILE]``, the same on every command: write ``what`` as JSON to FILE; ``-``, or
-    ``--json`` with no FILE (the older flag form), prints it instead of the terminal view."""
+    ``--json`` with no FILE (the older flag form), prints it instead of the terminal view.
+    ``takes_inputs``: the command reads its INPUTS with :data:`INPUTS_AFTER_JSON` and
+    :func:`with_json_input`, so ``--json INPUT`` (the flag form before the inputs) reads it."""
     return click.option(
         "--json",
         "json_out",
@@ -96,9 +109,32 @@ def json_option(what: str):
         flag_value="-",
         default=None,
         metavar="[FILE]",
-        callback=_json_file,
+        callback=_json_callback(takes_inputs),
         help=f"Write {what} as JSON to FILE ('-', or --json alone, prints it instead).",
     )
+
+
+#: INPUTS of a command whose ``--json`` may have taken the first of them (checked by
+#: :func:`with_json_input`)
+INPUTS_AFTER_JSON = click.argument(
+    "inputs", nargs=-1, required=False, type=click.Path(path_type=Path)
+)
+
+
+def with_json_input(
+    ctx: click.Context, inputs: tuple[Path, ...], json_out: Path | None
+) -> tuple[tuple[Path, ...], Path | None]:
+    """The command's inputs and ``--json`` value, with the input ``--json`` took back among
+    the inputs: a trace or folder (see :func:`json_option`), or the only path given when no
+    INPUTS are left (``summary --json <(cat t.json)``: a pipe, which may also be a FIFO to
+    write to when inputs follow). No input at all is the usage error of a missing INPUTS."""
+    taken = ctx.meta.get(_JSON_INPUT)
+    if taken is None and not inputs and json_out is not None and str(json_out) != "-":
+        taken, json_out = json_out, Path("-")
+    got = (taken, *inputs) if taken is not None else tuple(inputs)
+    if not got:
+        raise click.UsageError("Missing argument 'INPUTS...'.", ctx=ctx)
+    return got, json_out
 
 
 def json_target(

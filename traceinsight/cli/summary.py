@@ -15,18 +15,19 @@ if TYPE_CHECKING:  # the commands import the library lazily: a quick start for e
     pass
 from traceinsight.cli.options import (
     CONTEXT,
-    INPUTS,
+    INPUTS_AFTER_JSON,
     format_options,
     json_option,
     json_target,
     strict,
+    with_json_input,
     write_output,
 )
 
 
 @click.command(context_settings=CONTEXT)
-@INPUTS
-@json_option("the summary")
+@INPUTS_AFTER_JSON
+@json_option("the summary", takes_inputs=True)
 @click.option(
     "-n", "--top", "top_n", default=10, show_default=True, type=COUNT, help="Kernels to list."
 )
@@ -55,6 +56,7 @@ def summary(
       traceinsight summary trace.json.gz --no-cache    (ingest afresh)
       traceinsight summary traces/ --format csv -o ranks.csv   (one row per rank)
     """
+    inputs, json_out = with_json_input(ctx, inputs, json_out)
     from traceinsight.ingest import load
     from traceinsight.store.summary import render_summary, summarize
 

@@ -16,17 +16,18 @@ if TYPE_CHECKING:  # the commands import the library lazily: a quick start for e
     pass
 from traceinsight.cli.options import (
     CONTEXT,
-    INPUTS,
+    INPUTS_AFTER_JSON,
     format_options,
     json_option,
     json_target,
     strict,
+    with_json_input,
     write_output,
 )
 
 
 @click.command(context_settings=CONTEXT)
-@INPUTS
+@INPUTS_AFTER_JSON
 @click.option(
     "--by",
     type=click.Choice(
@@ -45,7 +46,7 @@ from traceinsight.cli.options import (
     is_flag=True,
     help="Full kernel and op names and every column, however wide the terminal.",
 )
-@json_option("all rows")
+@json_option("all rows", takes_inputs=True)
 @format_options
 @strict
 @rank_options
@@ -99,6 +100,7 @@ def top(
       traceinsight top report.sqlite --by api
       traceinsight top trace.json.gz --by memcpy --format csv -o memcpy.csv
     """
+    inputs, json_out = with_json_input(ctx, inputs, json_out)
     from traceinsight.analysis import Analysis
     from traceinsight.analysis.rollups import records
     from traceinsight.ingest import load
