@@ -216,6 +216,11 @@ def test_json_never_takes_an_input_for_its_file(tmp_path) -> None:
         assert "is a trace or a folder" in res.stderr
     assert mine.read_bytes() == before
     assert plain.read_text() == '{"traceEvents": []}'
+    # an earlier result that quotes the key in a message is a file to write, not a trace
+    result = tmp_path / "result.json"
+    result.write_text(json.dumps({"message": 'no "traceEvents": key'}))
+    invoke(["diagnose", trace, "--json", result])
+    assert json.loads(result.read_text())["schema"] == "traceinsight.diagnosis"
     invoke(["top", "--json", tmp_path / "out.json"], exit_code=2)  # no input: nothing to read
     assert "Missing argument 'INPUTS...'" in invoke(["top"], exit_code=2).stderr
     assert not (tmp_path / "out.json").exists()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -60,6 +61,8 @@ def rule_options(f):
 #: names of inputs that ``--json FILE`` must never take for its output
 _INPUT_ENDS = (".json.gz", ".gz", ".sqlite", ".nsys-rep", ".qdrep", ".pickle", ".pkl")
 _JSON_INPUT = "traceinsight.json_input"
+#: a Kineto trace's events key (as a key: a message quoting it in a result is escaped)
+_TRACE_KEY = re.compile(rb'(?<!\\)"traceEvents"\s*:')
 
 
 def _is_input(value: Path) -> bool:
@@ -70,7 +73,7 @@ def _is_input(value: Path) -> bool:
     if value.is_file():
         try:
             with open(value, "rb") as f:
-                return b"traceEvents" in f.read(1 << 16)
+                return _TRACE_KEY.search(f.read(1 << 16)) is not None
         except OSError:
             return False
     return False
