@@ -174,8 +174,13 @@ def test_without_optimizer_steps_it_says_what_to_do(tmp_path: Path, capfd) -> No
 
 @requires_torch
 def test_the_commands_exit_code_is_kept(tmp_path: Path) -> None:
-    script = _script(tmp_path, "import sys; sys.exit(3)\n", "fails.py")
-    invoke(["profile", "-o", tmp_path / "x", "--", script], exit_code=3)
+    script = _script(
+        tmp_path, "import sys; print('bad flag', file=sys.stderr); sys.exit(3)\n", "fails.py"
+    )
+    res = invoke(["profile", "-o", tmp_path / "x", "--", script], exit_code=3)
+    assert "the command exited with status 3" in res.stderr
+    assert "never called optimizer.step()" not in res.stderr
+    assert "  bad flag" in res.stderr
 
 
 @requires_torch

@@ -439,7 +439,7 @@ def test_one_formatter_for_cells_and_metric_values() -> None:
     assert fmt.format_cell(-1500, "dns") == "−1.50 µs"
     assert fmt.format_cell(-2.5, "dpct") == "−2.5%"
     assert fmt.format_cell(float("nan"), "ns") == "–"
-    assert fmt.format_cell("[[8, 512],\n [512, 512]]", "dims") == "[[8,512], [512,512]]"
+    assert fmt.format_cell("[[8, 512],\n [512, 512]]", "dims") == "[8, 512]×[512, 512]"
     ev = {
         "title": "t",
         "columns": [{"name": "op", "format": "op"}, {"name": "delta", "format": "dns"}],

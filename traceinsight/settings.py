@@ -112,6 +112,14 @@ VARS: dict[str, Var] = {
             default_text="$XDG_CACHE_HOME/traceinsight, else ~/.cache/traceinsight",
         ),
         Var(
+            "TRACEINSIGHT_CACHE_MAX_GB",
+            "float",
+            20.0,
+            "size bound of the cache, GiB (0: none): a new entry evicts the least recently "
+            "used ones (`traceinsight cache list` shows them)",
+            minimum=0,
+        ),
+        Var(
             "TRACEINSIGHT_MAX_MEMORY_MB",
             "float",
             4096.0,

@@ -91,6 +91,27 @@ class Analysis:
             return breakdown(self.attribution)
 
     @with_plain_strings
+    def has_gpu_activities(self, rank: int | None = None) -> bool:
+        """Whether the trace (or ``rank``) holds any GPU kernel, copy or memset."""
+        from traceinsight.analysis import by_rank
+
+        g = self.attribution.gpu
+        return bool(len(g if rank is None else by_rank.rows(g, rank)))
+
+    def activity(self, rank: int | None = None) -> dict[str, tuple[int, int]]:
+        """The count and total time (ns) of the GPU kernels (``kernel``) and of the copies and
+        memsets (``other``) of the trace or of ``rank``."""
+        from traceinsight.analysis import by_rank
+
+        g = self.attribution.gpu
+        g = g if rank is None else by_rank.rows(g, rank)
+        is_k = (g["kind"] == "kernel").to_numpy()
+        dur = g["dur_ns"].to_numpy()
+        return {
+            "kernel": (int(is_k.sum()), int(dur[is_k].sum())),
+            "other": (int((~is_k).sum()), int(dur[~is_k].sum())),
+        }
+
     def rollup(self, by: str, rank: int | None = None) -> pd.DataFrame:
         if by == "kernel":
             return rollups.by_kernel(self.attribution, rank)

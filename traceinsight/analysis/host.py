@@ -96,6 +96,23 @@ def host_view(an: Any) -> dict[str, Any]:
     return view
 
 
+def op_table(attr: Any, rank: int | None = None) -> pd.DataFrame:
+    """Every CPU op name inside the step windows (of ``rank``, or all ranks): calls, host self
+    and total time (ns) and their shares of step time, most self time first: ``top --by op``
+    on a trace without GPU kernels."""
+    cols = ["name", "calls", "self_ns", "total_ns", "self_pct", "total_pct"]
+    ops = attr.ops if rank is None else attr.ops[attr.ops["rank"] == rank]
+    if not len(ops):
+        return pd.DataFrame(columns=cols)
+    windows = _windows(attr, ops)
+    wall = sum(iv.length(w) for w in windows.values())
+    rows = sorted(_all_ops(ops, windows), key=lambda r: (-r["self_ns"], r["name"]))
+    for r in rows:
+        r["self_pct"] = 100.0 * r["self_ns"] / wall if wall else None
+        r["total_pct"] = 100.0 * r["total_ns"] / wall if wall else None
+    return pd.DataFrame(rows, columns=cols)
+
+
 # --- windows and the split of step time -------------------------------------------------------
 
 Union = tuple[np.ndarray, np.ndarray]

@@ -14,16 +14,20 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from traceinsight.capture import DEFAULT_ACTIVE, DEFAULT_WAIT, DEFAULT_WARMUP
 from traceinsight.capture.profile_child import ENV
 from traceinsight.errors import InputError
+from traceinsight.util.redact import clean_text
 
 SITE_DIR = Path(__file__).resolve().parent / "_profile_site"
 TRACE_GLOB = "rank-*.pt.trace.json.gz"
@@ -52,6 +56,8 @@ class Recording:
     out: Path
     files: list[Path]
     notes: list[dict[str, Any]] = field(default_factory=list)
+    #: the command's last stderr lines (it printed them as it ran)
+    stderr_tail: list[str] = field(default_factory=list)
 
     def summary_lines(self, settings: Settings) -> list[str]:
         """What to tell the user: what was recorded (or why not) and the next command."""
@@ -75,7 +81,12 @@ class Recording:
         need = settings.wait + settings.warmup + settings.active
         seen = max((int(n.get("steps") or 0) for n in self.notes), default=0)
         errors = [str(n["error"]) for n in self.notes if n.get("error")]
-        if errors:
+        if self.returncode:  # it failed: why matters, not the schedule it never reached
+            lines.append(f"traceinsight profile: no trace written: {self.exit_text()}")
+            if self.stderr_tail:
+                lines.append("its last lines on stderr:")
+                lines += [f"  {line}" for line in self.stderr_tail]
+        elif errors:
             lines.append(f"traceinsight profile: no trace written: {errors[0]}")
         elif not self.notes:
             lines.append(
@@ -97,6 +108,43 @@ class Recording:
                 "run more steps"
             )
         return lines
+
+    def exit_text(self) -> str:
+        """``the command exited with status 3`` / ``was killed by signal 9 (SIGKILL)``."""
+        rc = self.returncode
+        if rc == 130:
+            return "the command was interrupted (status 130)"
+        if rc < 0:
+            try:
+                name = f" ({signal.Signals(-rc).name})"
+            except ValueError:
+                name = ""
+            return f"the command was killed by signal {-rc}{name}"
+        return f"the command exited with status {rc}"
+
+
+#: stderr lines of a failed command repeated in the summary
+STDERR_LINES = 8
+
+
+def _tail_line(raw: bytes) -> str:
+    """One stderr line as the summary shows it: no control characters, secrets redacted,
+    at most 200 characters."""
+    text = clean_text(raw.decode("utf-8", errors="replace").rstrip("\r\n"), limit=200)
+    return text.rstrip()
+
+
+def _relay(stream: IO[bytes], tail: deque[str]) -> None:
+    """Copy the command's stderr to ours as it comes, keeping its last lines."""
+    for raw in iter(stream.readline, b""):
+        try:
+            sys.stderr.write(raw.decode("utf-8", errors="replace"))
+            sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        line = _tail_line(raw)
+        if line.strip():
+            tail.append(line)
 
 
 def command_line(argv: list[str]) -> list[str]:
@@ -143,14 +191,28 @@ def record(argv: list[str], settings: Settings, *, force: bool = False) -> Recor
     prepare_out(out, force)
     with tempfile.TemporaryDirectory(prefix="traceinsight-profile-") as state:
         settings.state = state
+        tail: deque[str] = deque(maxlen=STDERR_LINES)
         try:
-            rc = subprocess.call(command_line(argv), env=environment(settings))
+            proc = subprocess.Popen(
+                command_line(argv), env=environment(settings), stderr=subprocess.PIPE
+            )
         except FileNotFoundError as e:
             raise InputError(
                 f"cannot run {argv[0]!r}: {e.strerror}", hint="check the command after --"
             ) from None
-        except KeyboardInterrupt:
+        assert proc.stderr is not None
+        relay = threading.Thread(target=_relay, args=(proc.stderr, tail), daemon=True)
+        relay.start()
+        try:
+            rc = proc.wait()
+        except KeyboardInterrupt:  # the command got the same SIGINT
+            try:
+                proc.wait(timeout=30)
+            except (subprocess.TimeoutExpired, KeyboardInterrupt):
+                proc.kill()
             rc = 130
+        relay.join(timeout=5)
+        proc.stderr.close()
         notes = []
         for p in sorted(Path(state).glob("rank-*.json")):
             try:
@@ -158,7 +220,7 @@ def record(argv: list[str], settings: Settings, *, force: bool = False) -> Recor
             except (OSError, ValueError):
                 continue
     files = sorted(out.glob(TRACE_GLOB), key=lambda p: _rank_of(p.name))
-    return Recording(rc, out, files, notes)
+    return Recording(rc, out, files, notes, list(tail))
 
 
 def _rank_of(name: str) -> int:

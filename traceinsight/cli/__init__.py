@@ -7,6 +7,7 @@ unless ``--debug``).
 
 from __future__ import annotations
 
+from traceinsight.cli.cache import cache
 from traceinsight.cli.compare import compare
 from traceinsight.cli.critical_path import critical_path
 from traceinsight.cli.devices import devices
@@ -33,6 +34,7 @@ COMMANDS = [
     rules,
     devices,
     profile,
+    cache,
 ]
 for _command in COMMANDS:
     main.add_command(_command)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the commands import the library lazily: a quick start for e
 from traceinsight.cli.options import (
     CONTEXT,
     format_options,
+    json_option,
     rule_options,
     salvage,
     strict,
@@ -27,12 +28,7 @@ from traceinsight.cli.report import result_of
 @click.command(context_settings=CONTEXT)
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path, allow_dash=True),
-    help="Write the comparison as JSON to FILE ('-' prints it instead).",
-)
+@json_option("the comparison")
 @click.option("--html", "html_out", type=click.Path(path_type=Path), help="Write an HTML report.")
 @click.option("--markdown", "md_out", type=click.Path(path_type=Path), help="Write Markdown.")
 @click.option(

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT
+from traceinsight.cli.options import CONTEXT, json_option, write_output
 
 
 @click.command(context_settings=CONTEXT)
-@click.option("--json", "as_json", is_flag=True, help="Print the table as JSON.")
-def devices(as_json: bool) -> None:
+@json_option("the table")
+def devices(json_out: Path | None) -> None:
     """The device peak table used for the roofline and MFU (dense FLOP/s, bandwidth).
 
     Extend or override it with a YAML file named by TRACEINSIGHT_DEVICES (same schema as the
@@ -23,15 +24,15 @@ def devices(as_json: bool) -> None:
     \b
     Examples:
       traceinsight devices
-      traceinsight devices --json
+      traceinsight devices --json              (print it; --json FILE writes it)
       TRACEINSIGHT_DEVICES=my_gpus.yaml traceinsight devices
     """
     from traceinsight.devices import table as dev
     from traceinsight.util import fmt
 
     specs = dev.list_devices()
-    if as_json:
-        click.echo(
+    if json_out is not None:
+        write_output(
             json.dumps(
                 [
                     {
@@ -45,7 +46,8 @@ def devices(as_json: bool) -> None:
                     for s in specs
                 ],
                 indent=2,
-            )
+            ),
+            json_out,
         )
         return
     rows = [

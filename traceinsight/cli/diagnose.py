@@ -19,6 +19,7 @@ from traceinsight.cli.options import (
     CONTEXT,
     INPUTS,
     SEVERITY_CHOICES,
+    json_option,
     loading,
     rule_options,
     salvage,
@@ -28,12 +29,7 @@ from traceinsight.cli.options import (
 
 @click.command(context_settings=CONTEXT)
 @INPUTS
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path, allow_dash=True),
-    help="Write the result as JSON to FILE ('-' prints it instead of the terminal view).",
-)
+@json_option("the result")
 @click.option(
     "--markdown",
     "md_out",

@@ -12,11 +12,18 @@ from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
     pass
-from traceinsight.cli.options import CONTEXT, INPUTS, strict
+from traceinsight.cli.options import (
+    CONTEXT,
+    INPUTS_AFTER_JSON,
+    json_option,
+    strict,
+    with_json_input,
+    write_output,
+)
 
 
 @click.command(context_settings=CONTEXT)
-@INPUTS
+@INPUTS_AFTER_JSON
 @click.option(
     "-o",
     "--output",
@@ -29,9 +36,7 @@ from traceinsight.cli.options import CONTEXT, INPUTS, strict
     is_flag=True,
     help="Read the complete events of a truncated trace instead of refusing it.",
 )
-@click.option(
-    "--json", "as_json", is_flag=True, help="Print the store's location and counts as JSON."
-)
+@json_option("the store's location and counts", takes_inputs=True)
 @strict
 @rank_options
 @click.pass_context
@@ -41,7 +46,7 @@ def ingest(
     output: Path | None,
     force: bool,
     salvage: bool,
-    as_json: bool,
+    json_out: Path | None,
 ) -> None:
     """Read traces into a parquet trace store.
 
@@ -54,6 +59,7 @@ def ingest(
       traceinsight ingest trace.json.gz
       traceinsight ingest traces/ -o run.tistore
     """
+    inputs, json_out = with_json_input(ctx, inputs, json_out)
     from traceinsight.ingest.prehash import start as start_hashing
 
     start_hashing(inputs)  # the traces' sha256 (the content key) while the library imports
@@ -74,8 +80,8 @@ def ingest(
         "ranks": ranks,
         "diagnostics": len(store.meta.get("diagnostics", [])),
     }
-    if as_json:
-        click.echo(json.dumps(info, indent=2))
+    if json_out is not None:
+        write_output(json.dumps(info, indent=2), json_out, inputs)
     else:
         rows = ", ".join(f"{k} {v:,}" for k, v in store.row_counts.items() if v)
         click.echo(f"store: {store.path}")

@@ -9,18 +9,13 @@ import click
 
 from traceinsight.cli.base import emit
 from traceinsight.cli.checks import FINITE
-from traceinsight.cli.options import CONTEXT
+from traceinsight.cli.options import CONTEXT, json_option
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("results", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--html", "html_out", type=click.Path(path_type=Path), help="Write an HTML page.")
-@click.option(
-    "--json",
-    "json_out",
-    type=click.Path(path_type=Path, allow_dash=True),
-    help="Write the trend as JSON to FILE ('-' prints it instead).",
-)
+@json_option("the trend")
 @click.option(
     "-m",
     "--metric",

@@ -19,7 +19,7 @@ from traceinsight.devices.table import ENV_VAR as DEVICES_ENV
 from traceinsight.errors import ConfigError
 from traceinsight.options import RooflineOptions
 from traceinsight.result import DiagnosisResult, clean, primary_of
-from traceinsight.util.redact import redact_text
+from traceinsight.util.redact import redact_command
 from traceinsight.util.resources import code_digest, data_dir
 
 if TYPE_CHECKING:
@@ -79,7 +79,7 @@ def diagnose(
     from traceinsight.util.distributed import current as current_runner
 
     store = bounded(store, max_memory_mb)
-    cmd = [redact_text(str(c)) for c in (command or [])]
+    cmd = redact_command(str(c) for c in (command or []))
     cache = cache and not current_runner().fresh  # --no-cache
     key = result_key(store, rules_dirs, overrides, options) if cache else None
     if key:

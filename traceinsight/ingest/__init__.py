@@ -30,7 +30,7 @@ from traceinsight.errors import (
     TraceInsightError,
     no_space,
 )
-from traceinsight.ingest import cache, prehash, ranks, readers, streamed
+from traceinsight.ingest import cache, cache_admin, prehash, ranks, readers, streamed
 from traceinsight.ingest.cache import cache_root
 from traceinsight.ingest.columns import arrow_without_pandas
 from traceinsight.ingest.memory_inputs import join as join_memory
@@ -238,6 +238,7 @@ def _lookup(job: _Job) -> TraceStore | None:
         return None
     cached = cache.store_path(job.key)
     if not job.force and read_meta(cached) is not None and is_valid_store(cached):
+        cache_admin.touch(cached)  # its last use, for the cache's least-recently-used bound
         return TraceStore.open(cached)
     return None
 
@@ -352,6 +353,8 @@ def _read_and_write_parts(job: _Job, prog: Progress, parts: streamed.Parts) -> T
             path=target,
             hint=f"check that {where} is writable (TRACEINSIGHT_CACHE_DIR sets the cache's place)",
         ) from None
+    if job.out is None:
+        cache_admin.evict(target)  # the cache's size bound: least recently used entries go
     prog.done(f"{rows['gpu_activities']:,} GPU activities, {len(reads)} rank(s) -> {target}")
     return store
 
@@ -364,6 +367,7 @@ def cached_twin(job: _Job, target: Path) -> TraceStore | None:
         return None
     meta = read_meta(target)
     if meta is not None and meta.get("content_key") == job.key and is_valid_store(target):
+        cache_admin.touch(target)
         return TraceStore.open(target)
     return None
 

@@ -211,6 +211,10 @@ def read_and_write(job: _Job, prog: Progress) -> TraceStore:
             ) from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if job.out is None:
+        from traceinsight.ingest.cache_admin import evict
+
+        evict(target)  # the cache's size bound: least recently used entries go
     store = TraceStore.open(target)
     gpu = store.row_counts.get("gpu_activities", 0)
     prog.done(f"{gpu:,} GPU activities, {len(store.ranks)} rank(s) in {runner.label} -> {target}")
@@ -223,7 +227,8 @@ def _ranks_of(d: RankDone) -> list[dict[str, Any]]:
 
 def _check_ranks(parts: list[RankDone], display: str) -> None:
     """Every file's rank known, no rank claimed twice, one format (as the one-process ingest
-    checks them)."""
+    checks them). A single trace left (the folder's other trace-named files skipped: a stray
+    non-Nsight ``.sqlite``) needs no rank, as a single file does not."""
     names = distinct_labels([Path(d.path) for d in parts])  # same-named files of two folders
     unknown = [
         name
@@ -231,9 +236,9 @@ def _check_ranks(parts: list[RankDone], display: str) -> None:
         for r in _ranks_of(d)
         if r.get("rank_source") == "default"
     ]
-    if unknown:
+    total = sum(len(_ranks_of(d)) for d in parts)
+    if unknown and total > 1:
         listing = ", ".join(unknown[:8]) + (" ..." if len(unknown) > 8 else "")
-        total = sum(len(_ranks_of(d)) for d in parts)
         raise InputError(
             f"cannot tell the rank of {len(unknown)} of {total} files: {listing}",
             path=display,

@@ -13,6 +13,7 @@ from traceinsight.render import describe, model_notes, overview_text, run_notes
 from traceinsight.render.critical_path import impact_line
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.safetext import for_terminal
 
 SEV_STYLE = {
@@ -28,24 +29,28 @@ def render_table(
 ) -> str:
     """An evidence table (its first ``max_rows`` rows), cells formatted by their column format."""
     cols = t["columns"]
+    kcols = [i for i, c in enumerate(cols) if c["format"] == "kernel" or c["name"] == "kernel"]
+    short = short_names(str(r[i]) for r in t["rows"] for i in kcols if r[i] is not None)
     rows = []
     for r in t["rows"][:max_rows]:
         cells = []
-        for c, v in zip(cols, r):
+        for i, (c, v) in enumerate(zip(cols, r)):
             s = fmt.format_cell(v, c["format"])
-            if c["format"] == "kernel" or c["name"] == "kernel":
-                s = fmt.short_kernel_name(s)
+            if i in kcols and v is not None:
+                s = short[str(v)]
             cells.append(s)
         rows.append(cells)
     align = "".join(
         "l" if c["format"] in ("text", "kernel", "op", "dims", "class") else "r" for c in cols
     )
+    names = [i for i, a in enumerate(align) if a == "l"] or [0]
     text = fmt.table(
         rows,
         [c["name"] for c in cols],
         align=align,
         max_width=(width or fmt.terminal_width()) - len(indent),
-        flex=0,
+        flex=names,  # every name column gives way, the widest first: their widths balance
+        middle=kcols,
     )
     out = [indent + t["title"]] + [indent + line for line in text.splitlines()]
     if len(t["rows"]) > max_rows:
@@ -301,7 +306,7 @@ def _breakdown_lines(result: DiagnosisResult, width: int) -> list[str]:
     if cov.get("coverage_pct") is not None:
         extra.append(f"kernels linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}")
     if extra:
-        out.append("  " + " · ".join(extra))
+        out.append(_wrap(" · ".join(extra), "  ", width))
     suffix = model_notes.mfu_suffix(result) if mv.get("mfu_pct") is not None else ""
     if suffix:
         out.append(_wrap(f"  FLOP model (MFU, roofline): {suffix}", "    ", width))
@@ -440,7 +445,8 @@ def render_compare(c: dict[str, Any], n: int = 12, width: int | None = None) -> 
     ):
         names = c[key]
         if names:
-            shown = ", ".join(fmt.shorten(fmt.short_kernel_name(x), 60) for x in names[:4])
+            short = short_names(names) if "kernel" in key else {x: x for x in names}
+            shown = ", ".join(fmt.shorten_middle(short[x], 60) for x in names[:4])
             more = f" (+{len(names) - 4})" if len(names) > 4 else ""
             lines.append(f"{label} ({len(names)}): {shown}{more}")
     for d in c["diagnostics"]:

@@ -4,11 +4,13 @@ layer: ``Analysis.rollup``), its rows as plain records (``analysis.rollups.recor
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
 from traceinsight.util import fmt
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.safetext import for_terminal
 
 
@@ -20,18 +22,29 @@ def render_top(
     coverage: dict[str, Any],
     ranks: int,
     rank: int | None = None,
+    wide: bool = False,
+    width: int | None = None,
+    activity: dict[str, tuple[int, int]] | None = None,
 ) -> str:
     """The first ``n`` rows of the rollup table ``records`` by ``by`` (kernel, op, layer,
     module-type, annotation, step) under a line on the kernel time and how much of it is linked
     to a launch (``coverage`` of the same rank selection); ``ranks``: how many ranks the store
-    holds."""
+    holds. Names and shapes are cut so the table fits ``width`` (the terminal's), kernel names
+    in their short form (:mod:`traceinsight.util.kernelname`); ``wide``: full names, uncut.
+    ``activity``: the count and time of the kernels and of the copies and memsets (``kernel``,
+    ``other``), for the header of the views whose rows add up to both."""
     cov = coverage
+    width = 100_000 if wide else (width or fmt.terminal_width())
     head = (
         f"GPU kernel time {fmt.fmt_ns(cov['kernel_time_ns'])} in {cov['kernels']:,} kernels; "
         f"linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}"
         if cov["kernel_time_ns"]
         else "No GPU kernels in this trace."
     )
+    if by == "kernel" and records:
+        head = _kernel_head(records, cov)
+    elif by in ("op", "layer", "annotation") and activity and cov["kernel_time_ns"]:
+        head = activity_head(activity, cov)  # their rows add up to every GPU activity
     rank_txt = (
         f" (rank {rank})" if rank is not None else (f" (all {ranks} ranks)" if ranks > 1 else "")
     )
@@ -49,16 +62,28 @@ def render_top(
             if records
             else "No memory copies or memsets in this trace."
         )
-    lines = [head + rank_txt, ""]
+    host_ops = by == "op" and bool(records) and "self_ns" in records[0]
+    if host_ops:  # a trace without GPU kernels: its CPU ops
+        head = (
+            f"No GPU kernels in this trace: CPU ops by host self time "
+            f"({_count(sum(int(r['calls']) for r in records), 'call')} of "
+            f"{_count(len(records), 'op name')}; shares of step time)"
+        )
+    lines = [*textwrap.wrap(head + rank_txt, width), ""]
     if not records:
         lines.append(f"Nothing to list by {by}.")
         return for_terminal("\n".join(lines))
     total_rows = len(records)
     df = [SimpleNamespace(**r) for r in records[:n]]
     if by == "kernel":
+        names = (
+            {r["name"]: " ".join(str(r["name"]).split()) for r in records}
+            if wide
+            else short_names(r["name"] for r in records)
+        )
         rows = [
             [
-                fmt.short_kernel_name(r.name),
+                names[r.name],
                 r.cls,
                 f"{r.calls:,}",
                 fmt.fmt_ns(r.total_ns),
@@ -72,7 +97,7 @@ def render_top(
             ]
             for r in df
         ]
-        table = fmt.table(
+        table = fitted(
             rows,
             [
                 "kernel",
@@ -88,10 +113,32 @@ def render_top(
                 "launched by",
             ],
             align="llrrrrrrrrl",
-            flex=0,
+            flex=(0, 10),
+            middle=(0,),
+            width=width,
+            optional=(8, 6, 7, 5, 1),
         )
     elif by in ("api", "memcpy"):
-        table = _stats_table(df, by)
+        table = _stats_table(df, by, width)
+    elif host_ops:
+        rows = [
+            [
+                r.name,
+                f"{r.calls:,}",
+                fmt.fmt_ns(r.self_ns),
+                fmt.fmt_pct(r.self_pct),
+                fmt.fmt_ns(r.total_ns),
+                fmt.fmt_pct(r.total_pct),
+            ]
+            for r in df
+        ]
+        table = fmt.table(
+            rows,
+            ["operator", "calls", "host self", "self share", "host total", "total share"],
+            align="lrrrrr",
+            flex=0,
+            max_width=width,
+        )
     elif by == "op":
         rows = [
             [
@@ -101,7 +148,7 @@ def render_top(
                 fmt.fmt_ns(r.device_total_ns),
                 fmt.fmt_ns(r.host_ns),
                 fmt.fmt_pct(r.share_pct),
-                fmt.shapes_text(r.input_dims, 40),
+                fmt.shapes_text(r.input_dims, 10_000),
             ]
             for r in df
         ]
@@ -117,7 +164,8 @@ def render_top(
                 "input shapes (top)",
             ],
             align="lrrrrrl",
-            flex=0,
+            flex=(0, 6),
+            max_width=width,
         )
     elif by == "shape":
         from traceinsight.render.overview_text import shape_table
@@ -136,7 +184,10 @@ def render_top(
             for r in df
         ]
         table = fmt.table(
-            rows, ["module (innermost)", "forward", "backward", "other", "total", "share"], flex=0
+            rows,
+            ["module (innermost)", "forward", "backward", "other", "total", "share"],
+            flex=0,
+            max_width=width,
         )
     elif by == "module-type":
         rows = [
@@ -163,6 +214,7 @@ def render_top(
                 "share",
             ],
             flex=0,
+            max_width=width,
         )
         if len(df):
             table += "\nshares overlap: a type's time includes its sub-modules (a block holds its "
@@ -172,7 +224,9 @@ def render_top(
             [r.annotation, f"{r.kernels:,}", fmt.fmt_ns(r.device_ns), fmt.fmt_pct(r.share_pct)]
             for r in df
         ]
-        table = fmt.table(rows, ["annotation", "kernels", "device time", "share"], flex=0)
+        table = fmt.table(
+            rows, ["annotation", "kernels", "device time", "share"], flex=0, max_width=width
+        )
     else:  # step
         rows = []
         for r in df:
@@ -205,6 +259,7 @@ def render_top(
                 "kernels",
             ],
             align="llrrrrrrr",
+            max_width=width,
         )
     lines.append(table)
     if total_rows > n:
@@ -220,7 +275,84 @@ def _bytes(v: float | None) -> str:
     return "unknown" if v is None else fmt.fmt_bytes(v)
 
 
-def _stats_table(df: Sequence[SimpleNamespace], by: str) -> str:
+#: the narrowest a name column may get before optional columns give way to it
+NAME_MIN = 32
+
+
+def fitted(
+    rows: Sequence[Sequence[Any]],
+    headers: Sequence[str],
+    *,
+    align: str,
+    flex: Sequence[int],
+    width: int,
+    optional: Sequence[int] = (),
+    middle: Sequence[int] = (),
+) -> str:
+    """:func:`fmt.table` within ``width``, its ``flex`` (name) columns balanced; the
+    ``optional`` columns (in that order) left out while the name columns would otherwise be
+    cut under :data:`NAME_MIN` characters, with a line naming them."""
+    cells = [[str(c) for c in r] for r in rows]
+    keep = list(range(len(headers)))
+
+    def need(cols: list[int]) -> int:  # the width of the fixed columns and the names' wish
+        w = {i: max([len(headers[i])] + [len(r[i]) for r in cells]) for i in cols}
+        fixed = sum(w[i] for i in cols if i not in flex) + 2 * (len(cols) - 1)
+        names = sum(min(w[i], NAME_MIN) for i in cols if i in flex)
+        return fixed + names
+
+    dropped = []
+    for i in optional:
+        if need(keep) <= width:
+            break
+        keep.remove(i)
+        dropped.append(headers[i])
+    text = fmt.table(
+        [[r[i] for i in keep] for r in cells],
+        [headers[i] for i in keep],
+        align="".join(align[i] for i in keep),
+        max_width=width,
+        flex=[keep.index(i) for i in flex if i in keep],
+        middle=[keep.index(i) for i in middle if i in keep],
+    )
+    if dropped:
+        note = f"(not shown, to fit the terminal: {', '.join(dropped)}; see --wide or --format csv)"
+        text += "\n" + "\n".join(textwrap.wrap(note, width))
+    return text
+
+
+def _kernel_head(records: Sequence[dict[str, Any]], cov: dict[str, Any]) -> str:
+    """The line over ``top --by kernel``: the time and count of its rows (kernels and the
+    copies and memsets listed with them: the counts add up to the rows' calls)."""
+    kern = [r for r in records if r.get("kind", "kernel") == "kernel"]
+    other = [r for r in records if r.get("kind", "kernel") != "kernel"]
+    return activity_head(
+        {
+            "kernel": (sum(int(r["calls"]) for r in kern), sum(int(r["total_ns"]) for r in kern)),
+            "other": (
+                sum(int(r["calls"]) for r in other),
+                sum(int(r["total_ns"]) for r in other),
+            ),
+        },
+        cov,
+    )
+
+
+def activity_head(activity: dict[str, tuple[int, int]], cov: dict[str, Any]) -> str:
+    """``GPU time 45.6 ms: 1,465 kernels (45.4 ms) and 242 copies and memsets (215 µs); …``
+    from ``activity`` (``kernel`` and ``other``: (count, ns)), the totals the rows of the
+    kernel, op, layer and annotation views add up to."""
+    (k_n, k_ns), (o_n, o_ns) = activity.get("kernel", (0, 0)), activity.get("other", (0, 0))
+    head = f"GPU time {fmt.fmt_ns(k_ns + o_ns)}: {_count(k_n, 'kernel')}"
+    if o_n:
+        what = "copy or memset" if o_n == 1 else "copies and memsets"
+        head += f" ({fmt.fmt_ns(k_ns)}) and {o_n:,} {what} ({fmt.fmt_ns(o_ns)})"
+    if cov.get("kernel_time_ns"):
+        head += f"; kernel time linked to a launch {fmt.fmt_pct(cov['coverage_pct'])}"
+    return head
+
+
+def _stats_table(df: Sequence[SimpleNamespace], by: str, width: int) -> str:
     """``top --by api`` (``nsys stats`` cuda_api_sum) and ``--by memcpy`` (cuda_gpu_mem_time_sum
     with the sizes of cuda_gpu_mem_size_sum)."""
     stats = ("total_ns", "mean_ns", "median_ns", "min_ns", "max_ns", "stddev_ns")
@@ -232,7 +364,13 @@ def _stats_table(df: Sequence[SimpleNamespace], by: str) -> str:
             + [fmt.fmt_pct(r.share_pct)]
             for r in df
         ]
-        return fmt.table(rows, ["API", "kind", "calls", *heads], align="llrrrrrrrr", flex=0)
+        return fmt.table(
+            rows,
+            ["API", "kind", "calls", *heads],
+            align="llrrrrrrrr",
+            flex=0,
+            max_width=width,
+        )
     rows = [
         ["memset" if r.kind == "memset" else f"memcpy {r.copy_kind or 'unknown'}", f"{r.count:,}"]
         + [fmt.fmt_ns(getattr(r, c)) for c in stats]
@@ -245,4 +383,5 @@ def _stats_table(df: Sequence[SimpleNamespace], by: str) -> str:
         ["operation", "count", *heads, "bytes", "median size", "max size"],
         align="lrrrrrrrrrrr",
         flex=0,
+        max_width=width,
     )

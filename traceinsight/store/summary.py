@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 import pyarrow as pa
@@ -9,6 +10,7 @@ import pyarrow.compute as pc
 
 from traceinsight.store.core import TraceStore
 from traceinsight.util import fmt
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.safetext import for_terminal
 
 SUMMARY_VERSION = 1
@@ -150,15 +152,16 @@ def render_summary(s: dict[str, Any]) -> str:
         for k, v in r["event_counts"].items():
             counts[k] = counts.get(k, 0) + v
     if counts:
-        out.append(
-            "Events by kind: "
-            + ", ".join(f"{k} {v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v)
-        )
+        items = [f"{k}\u00a0{v:,}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]) if v]
+        text = "Events by kind: " + ", ".join(items)  # a kind and its count never split
+        wrapped = textwrap.wrap(text, fmt.terminal_width(), subsequent_indent="  ")
+        out += [line.replace("\u00a0", " ") for line in wrapped]
         out.append("")
     if s["top_kernels"]:
+        short = short_names(k["name"] for k in s["top_kernels"])
         rows = [
             [
-                fmt.shorten(k["name"], 200),
+                short[k["name"]],
                 f"{k['count']:,}",
                 fmt.fmt_ns(k["total_ns"]),
                 fmt.fmt_ns(k["mean_ns"]),
@@ -167,7 +170,9 @@ def render_summary(s: dict[str, Any]) -> str:
             for k in s["top_kernels"]
         ]
         out.append(f"Top {len(rows)} kernels by total time")
-        out.append(fmt.table(rows, ["kernel", "calls", "total", "mean", "share"], flex=0))
+        out.append(
+            fmt.table(rows, ["kernel", "calls", "total", "mean", "share"], flex=0, middle=(0,))
+        )
     else:
         out.append("No GPU kernels in this trace.")
     warn = [d for d in s["diagnostics"] if d.get("severity") in ("warning", "error")]

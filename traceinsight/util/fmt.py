@@ -123,18 +123,73 @@ def terminal_width(default: int = 120) -> int:
     return max(60, min(200, shutil.get_terminal_size((default, 24)).columns))
 
 
+def shorten_middle(text: str, width: int) -> str:
+    """Cut to ``width`` characters in the middle (``head…tail``): names that differ at their
+    end (template arguments, tile sizes) stay apart."""
+    text = " ".join(str(text).split())
+    if len(text) <= width:
+        return text
+    if width < 8:
+        return text[: max(1, width - 1)] + "…"
+    tail = (width - 1) // 2
+    return text[: width - 1 - tail] + "…" + text[-tail:]
+
+
+def distinct_cuts(values: Sequence[str], width: int) -> dict[str, str]:
+    """Each of ``values`` cut to ``width`` in the middle (:func:`shorten_middle`); values that
+    would then read the same show, after their head, the part where they differ from the
+    others (``igemm_wrw_gtcx3_…bt128x256x32_wt32…``), so distinct names stay distinct."""
+    norm = {v: " ".join(str(v).split()) for v in values}
+    out = {v: shorten_middle(n, width) for v, n in norm.items()}
+    groups: dict[str, list[str]] = {}
+    for v, c in out.items():
+        groups.setdefault(c, []).append(v)
+    head = max(4, width // 3)
+    for group in (g for g in groups.values() if len(set(norm[v] for v in g)) > 1):
+        for v in group:
+            s = norm[v]
+            d = max(_common(s, norm[o]) for o in group if norm[o] != s)
+            start = max(head + 1, d - 4)
+            if len(s) <= width or start >= len(s):
+                continue
+            shown = s[:head] + "…" + s[start:]
+            out[v] = shown if len(shown) <= width else shown[: width - 1] + "…"
+    seen: dict[str, list[str]] = {}  # still alike (they differ in several places): numbered
+    for v in values:
+        if norm[v] not in seen.setdefault(out[v], []):
+            seen[out[v]].append(norm[v])
+    for v in values:
+        alike = seen.get(out[v], [])
+        if len(alike) > 1:
+            tag = f"#{alike.index(norm[v]) + 1}"
+            out[v] = out[v][: max(1, width - len(tag) - 1)].rstrip("…") + "…" + tag
+    return out
+
+
+def _common(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
 def table(
     rows: Sequence[Sequence[Any]],
     headers: Sequence[str],
     *,
     align: str | None = None,
     max_width: int | None = None,
-    flex: int | None = None,
+    flex: int | Sequence[int] | None = None,
     wrap: bool = False,
+    middle: Sequence[int] = (),
 ) -> str:
-    """A plain-text table. ``align``: one of l/r per column; ``flex``: the column that shrinks
-    (usually a name) when the table is wider than ``max_width``: cut short, or with ``wrap``
-    (for prose) continued on the next lines, so no sentence is ever cut."""
+    """A plain-text table. ``align``: one of l/r per column; ``flex``: the column (or columns)
+    that shrink (usually names) when the table is wider than ``max_width``: the widest of them
+    first, so their widths end balanced; cut short (in the middle for the columns in
+    ``middle``), or with ``wrap`` (for prose, one flex column) continued on the next lines, so
+    no sentence is ever cut."""
     cells = [[str(c) for c in r] for r in rows]
     ncol = len(headers)
     align = align or "l" + "r" * (ncol - 1)
@@ -144,20 +199,34 @@ def table(
             widths[i] = max(widths[i], len(c))
     max_width = max_width or terminal_width()
     total = sum(widths) + 2 * (ncol - 1)
-    if flex is not None and total > max_width and wrap:
-        widths[flex] = max(24, widths[flex] - (total - max_width))
+    flexes = [flex] if isinstance(flex, int) else list(flex or [])
+    if flexes and total > max_width and wrap:
+        f = flexes[0]
+        widths[f] = max(24, widths[f] - (total - max_width))
         wrapped: list[list[str]] = []
         for r in cells:
-            parts = textwrap.wrap(r[flex], widths[flex], break_on_hyphens=False) or [""]
+            parts = textwrap.wrap(r[f], widths[f], break_on_hyphens=False) or [""]
             first = list(r)
-            first[flex] = parts[0]
+            first[f] = parts[0]
             wrapped.append(first)
-            wrapped += [[p if i == flex else "" for i in range(ncol)] for p in parts[1:]]
+            wrapped += [[p if i == f else "" for i in range(ncol)] for p in parts[1:]]
         cells = wrapped
-    elif flex is not None and total > max_width:
-        widths[flex] = max(12, widths[flex] - (total - max_width))
+    elif flexes and total > max_width:
+        floor = {i: max(12, min(len(headers[i]), 24)) for i in flexes}
+        excess = total - max_width
+        while excess > 0:
+            wide = max(flexes, key=lambda i: widths[i] - floor[i])
+            if widths[wide] <= floor[wide]:
+                break
+            widths[wide] -= 1
+            excess -= 1
+        cut = {i: distinct_cuts([r[i] for r in cells], widths[i]) for i in middle if i in flexes}
         cells = [
-            [shorten(c, widths[flex]) if i == flex else c for i, c in enumerate(r)] for r in cells
+            [
+                cut[i][c] if i in cut else shorten(c, widths[i]) if i in flexes else c
+                for i, c in enumerate(r)
+            ]
+            for r in cells
         ]
 
     def line(vals: Sequence[str]) -> str:
@@ -195,25 +264,32 @@ def signed_pct(p: Any, digits: int = 1) -> str:
 
 
 def compact_dims(v: Any) -> str:
-    """Input dims as one compact line (traces may hold them as indented JSON)."""
-    return re.sub(r"\s+", "", str(v)).replace("],[", "], [") if v is not None else "–"
+    """Input dims as one line in the one shape format, ``[8, 1024]×[1024, 4096]`` (traces may
+    hold them as indented JSON; anything that is not a list of shapes stays as it is, on one
+    line)."""
+    if v is None:
+        return "–"
+    return shapes_text(v if isinstance(v, str) else json.dumps(v), 10_000) or "–"
 
 
 def shapes_text(dims: str | None, limit: int = 60) -> str:
-    """Input dims (a JSON list) as ``8x512; 512x512``, cut to ``limit`` characters."""
+    """Input dims (a JSON list) as ``[8, 512]×[512, 512]`` (the shape of each tensor input,
+    empty ones left out), cut to ``limit`` characters."""
     if not isinstance(dims, str) or not dims:
         return ""
     try:
         val = json.loads(dims)
-        text = "; ".join(
-            "x".join(str(d) for d in x)
-            if isinstance(x, list) and x and all(isinstance(d, int) for d in x)
-            else json.dumps(x)
+        if not isinstance(val, list):
+            raise ValueError
+        text = "×".join(
+            "[" + ", ".join(str(d) for d in x) + "]"
+            if isinstance(x, list) and all(isinstance(d, int) for d in x)
+            else json.dumps(x, separators=(", ", ": "))
             for x in val
             if x not in ([], "", None)
         )
-    except ValueError:
-        text = dims
+    except (ValueError, RecursionError):
+        text = re.sub(r"\s+", "", dims).replace("],[", "], [")
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -50,6 +50,52 @@ def redact_arg(arg: Any) -> str:
     return a
 
 
+#: credentials inside a URL (``https://user:password@host``)
+_URL_CRED_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^/\s:@]+(?::[^/\s@]*)?@")
+#: a whole argument (or ``key=`` value) that is a key: long hex, or base64 with mixed case
+#: and digits; a path (``/a/b``, ``./x``, ``~/y``, anything with a dot-extension) never is
+_BLOB_RE = re.compile(
+    r"[A-Fa-f0-9]{40,}|(?=.*[0-9])(?=.*[a-z])(?=.*[A-Z])[A-Za-z0-9+/_\-]{40,}={0,2}"
+)
+#: an option that takes a secret as its next argument (``--api-key VALUE``, ``-p VALUE``)
+_SECRET_OPTION_RE = re.compile(
+    r"(?i)^--?[\w.\-]*(token|secret|password|passwd|key|auth|cookie|credentials?)$"
+)
+
+
+def _pathish(value: str) -> bool:
+    """A file name or path: starts like one, or ends in a dot-extension."""
+    return value.startswith(("/", "./", "../", "~")) or bool(
+        re.search(r"\.[A-Za-z][A-Za-z0-9]{0,7}$", value)
+    )
+
+
+def _secretish(value: str) -> bool:
+    return not _pathish(value) and bool(_BLOB_RE.fullmatch(value))
+
+
+def redact_command(args: Any) -> list[str]:
+    """A command line with its secrets redacted and its paths kept: tokens of known shapes,
+    credentials in URLs, the value of a secret-named ``--key=value`` / ``key=value`` or of a
+    secret-named option given as the next argument (``--api-key VALUE``), a whole argument
+    that is a key (long hex or base64), home-directory user names (``/home/~``). A trace's
+    path, however long, stays readable."""
+    out: list[str] = []
+    secret_next = False
+    for raw in args or []:
+        a = _URL_CRED_RE.sub(lambda m: m.group(1) + REDACTED + "@", redact_tokens(raw))
+        name, eq, value = a.partition("=")
+        if secret_next and not a.startswith("-"):
+            a = REDACTED
+        elif eq and SECRET_KEY_RE.search(name) and value and not _pathish(value):
+            a = f"{name}={REDACTED}"
+        elif _secretish(value if eq else a):
+            a = f"{name}={REDACTED}" if eq else REDACTED
+        secret_next = not eq and bool(_SECRET_OPTION_RE.match(a))
+        out.append(_HOME_RE.sub(lambda m: m.group(1) + "~", a))
+    return out
+
+
 def redact_value(obj: Any, key: str = "") -> Any:
     """Recursively redact a JSON-like value: secret-named keys and secret-looking strings."""
     if key and SECRET_KEY_RE.search(key):

@@ -87,6 +87,9 @@ def exported(path: Path, data: bytes, name: str, progress: Callable[[str, float]
     folder = cache_root() / "nsys-exports"
     out = folder / f"{hashlib.sha256(data).hexdigest()[:32]}.sqlite"
     if _is_sqlite(out):
+        from traceinsight.ingest.cache_admin import touch
+
+        touch(out)  # its last use, for the cache's least-recently-used bound
         return out
     try:
         folder.mkdir(parents=True, exist_ok=True)
