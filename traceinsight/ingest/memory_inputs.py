@@ -205,7 +205,7 @@ def _origin(m: Any) -> dict[str, Any]:
 def _join_one(target: Any, m: Any) -> None:
     t, src = target.result, m.result
     rank = t.meta.rank
-    for name, table in src.tables.items():
+    for name, table in [*_stored(src), *src.tables.items()]:
         if not table.num_rows:
             continue
         table = table.set_column(
@@ -227,6 +227,15 @@ def _join_one(target: Any, m: Any) -> None:
     for name, n in src.counts.items():
         t.counts[name] = t.counts.get(name, 0) + n
     t.meta.diagnostics.extend(src.meta.diagnostics)
+
+
+def _stored(src: RankRead) -> list[tuple[str, pa.Table]]:
+    """The tables a streaming memory reader wrote (a timeline export), read back to join."""
+    import pyarrow.parquet as pq
+
+    out = [(name, pq.read_table(s.path)) for name, s in src.stored.items() if s.rows]
+    src.stored = {}
+    return out
 
 
 def _size(p: Path) -> int | None:
