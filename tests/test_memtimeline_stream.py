@@ -171,3 +171,37 @@ def test_a_100_mb_export_streams_in_memory_well_under_its_size(tmp_path: Path) -
     f = pq.ParquetFile(out[4])
     last = f.read_row_group(f.num_row_groups - 1, columns=["seq"])["seq"]
     assert last[-1].as_py() == 30_000 * reps - 1
+
+
+@pytest.mark.parametrize("stream", ["1", "0"])
+def test_a_streamed_timeline_joins_its_trace_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stream: str
+) -> None:
+    """Beside a rank-3 trace the export's rows take rank 3 (rewritten a row group at a time
+    when the trace streamed; as tables when it was read whole), the rows otherwise unchanged."""
+    from hostile import events, trace, write
+
+    from traceinsight.ingest import ingest
+
+    monkeypatch.setenv("TRACEINSIGHT_STREAM", stream)
+    monkeypatch.setattr(memtimeline, "CHUNK_BYTES", 97)
+    base = 1_750_000_000_000_000_000
+    t = write(
+        tmp_path / "trace_rank-3.json",
+        trace(
+            events(3),
+            baseTimeNanoseconds=base,
+            distributedInfo={"backend": "nccl", "rank": 3, "world_size": 4},
+        ),
+    )
+    rows = [[-1, 1, 4096, 0]] + [[base + 1000 * i, 2, (i + 1) << 10, i % 8] for i in range(300)]
+    tl = tmp_path / "tl.raw.json"
+    tl.write_text(str(rows))
+    store = ingest([t, tl], tmp_path / "s", quiet=True, use_cache=False)
+    mc = store.table("memory_categories")
+    assert mc.num_rows == 301 and set(mc["rank"].to_pylist()) == {3}
+    assert mc["delta_bytes"].to_pylist() == [r[2] for r in rows]
+    assert mc["ts_ns"].to_pylist() == [None] + [r[0] for r in rows[1:]]
+    assert mc["seq"].to_pylist() == list(range(301))
+    (rank,) = store.meta["ranks"]
+    assert [m["name"] for m in rank["memory"]["inputs"]] == ["tl.raw.json"]
