@@ -6,7 +6,8 @@ The memory file is not a rank of its own: its rows take the rank of its trace (t
 file name, else the only rank of the run), and the trace's rank metadata lists it under
 ``memory.inputs``. Without traces, memory files are the run: a snapshot and a timeline export
 of the same rank are joined the same way. A memory file whose wall-clock times lie far from
-its trace's (another run, another year) is not joined: a diagnostic says why.
+its trace's (another run, another year) is not joined: a diagnostic says why. A streamed memory
+input (a timeline export: its table already on disk) joins a streamed trace's rank on disk.
 """
 
 from __future__ import annotations
