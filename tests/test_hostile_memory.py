@@ -1,11 +1,13 @@
 """Hostile memory inputs and whole-file reads (the hostile-input style of tests/test_hostile.py:
 the CLI in a subprocess under the address-space cap, one-line errors, bounded peaks).
 
-- Files read whole (memory snapshots, memory-timeline exports, a damaged Kineto trace the
-  streaming reader hands back) hold their content in memory: gzip is decompressed up to a
-  quarter of TRACEINSIGHT_MAX_MEMORY_MB and no further, a plain memory input beyond it is
-  refused before it is read, and a timeline export is decoded a few MB of text at a time into
-  int64 columns (never a Python object per row).
+- Files read whole (memory snapshots, a damaged Kineto trace the streaming reader hands
+  back, a timeline export with TRACEINSIGHT_STREAM=0) hold their content in memory: gzip is
+  decompressed up to a quarter of TRACEINSIGHT_MAX_MEMORY_MB and no further, and a plain
+  memory input beyond it is refused before it is read.
+- A memory-timeline export streams: read from disk (a gzip one decompressed to a temporary
+  file first) a chunk of text at a time into int64 columns, written as they come, whatever
+  its size (never a Python object per row, never the whole file).
 - Large snapshot pickles (unpickled in a capped child process) give the same one-line errors
   as small ones (read in process) for values out of range and for deep nesting.
 """
@@ -66,9 +68,10 @@ def test_memory_timeline_decodes_in_bounded_memory(tmp_path: Path) -> None:
     assert mb > 50
     run = ok(cli(["ingest", p, "-o", "s", "--json"], tmp_path, timeout=300))
     assert json.loads(run.stdout)["tables"]["memory_categories"] == 1_500_000
-    # the file, its int64 columns and Arrow's copy: about 3x the text (a Python tuple per
-    # row took 8x: 984 MB for a 115 MB export)
-    bounded(run, 150 + 3.5 * mb)
+    # a chunk of text, its rows and the sink's pending row groups, whatever the file's size
+    # (held whole: the file, its int64 columns and Arrow's copies, ~2.7x the text; a Python
+    # tuple per row took 8x: 984 MB for a 115 MB export)
+    bounded(run, 150 + 1.0 * mb)
     import pyarrow.compute as pc
 
     from traceinsight.store.core import TraceStore
@@ -82,7 +85,6 @@ def test_memory_timeline_decodes_in_bounded_memory(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "name, head, tail",
     [
-        ("timeline.raw.json.gz", b"[[1, 2, 3, 0], [1, 2, 3, 0", b"]]"),
         ("snap.pickle.gz", b"\x80\x04\x95", b""),
         # damaged: the streaming reader hands it back, the whole-file reader would repair it
         ("damaged.json.gz", b'{"traceEvents": [', b"]}"),
@@ -100,14 +102,33 @@ def test_gzip_read_whole_stops_at_the_memory_bound(
     assert p.read_bytes() == before
 
 
-def test_plain_memory_input_beyond_the_bound_is_refused_before_it_is_read(
+def test_gzip_timeline_bomb_streams_to_a_bounded_error(tmp_path: Path) -> None:
+    """A timeline export streams (gzip decompressed to disk under the ratio guard): 40 MiB of
+    one digit is a row that never ends, refused once a chunk and a row's most text are held."""
+    p = _zeros_gz(tmp_path / "timeline.raw.json.gz", b"[[1, 2, 3, 0], [1, 2, 3, 0", 40, b"]]")
+    run = cli(["ingest", p, "-o", "s"], tmp_path, env=CAPPED)
+    error(run, "timeline.raw.json.gz", "not a memory-timeline export", "no row ends within")
+    bounded(run, 200)
+
+
+def test_plain_memory_input_beyond_the_bound_streams_or_is_refused_when_read_whole(
     tmp_path: Path,
 ) -> None:
     p, _ = _timeline(tmp_path / "tl.raw.json", 700_000)
     assert p.stat().st_size > WHOLE
-    run = cli(["ingest", p, "-o", "s"], tmp_path, env=CAPPED)
+    # read whole (streaming off): refused from its size, never read
+    run = cli(["ingest", p, "-o", "s"], tmp_path, env={**CAPPED, "TRACEINSIGHT_STREAM": "0"})
     error(run, "tl.raw.json", "memory input is over", "TRACEINSIGHT_MAX_MEMORY_MB")
-    bounded(run, 200)  # refused from its size: never read
+    bounded(run, 200)
+    # streamed (the default): read in bounded memory, the same table as read whole
+    run = ok(cli(["ingest", p, "-o", "s1", "--json"], tmp_path, env=CAPPED, timeout=300))
+    assert json.loads(run.stdout)["tables"]["memory_categories"] == 700_000
+    bounded(run, 200)
+    ok(cli(["ingest", p, "-o", "s0"], tmp_path, env={"TRACEINSIGHT_STREAM": "0"}, timeout=300))
+    import pyarrow.parquet as pq
+
+    a, b = (pq.read_table(tmp_path / s / "memory_categories.parquet") for s in ("s1", "s0"))
+    assert a.num_rows == 700_000 and a.equals(b)
     # a Kineto trace of the same size streams, whatever the bound
     from hostile import events, trace, write
 

@@ -148,7 +148,8 @@ VARS: dict[str, Var] = {
             "TRACEINSIGHT_STREAM",
             "bool",
             True,
-            "read Kineto JSON with the streaming reader (0: decode the whole file at once)",
+            "read Kineto JSON and memory-timeline exports with the streaming readers (0: decode "
+            "the whole file at once)",
         ),
         Var(
             "TRACEINSIGHT_GZIP_MAX_RATIO",

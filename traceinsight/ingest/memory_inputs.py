@@ -6,7 +6,8 @@ The memory file is not a rank of its own: its rows take the rank of its trace (t
 file name, else the only rank of the run), and the trace's rank metadata lists it under
 ``memory.inputs``. Without traces, memory files are the run: a snapshot and a timeline export
 of the same rank are joined the same way. A memory file whose wall-clock times lie far from
-its trace's (another run, another year) is not joined: a diagnostic says why.
+its trace's (another run, another year) is not joined: a diagnostic says why. A streamed memory
+input (a timeline export: its table already on disk) joins a streamed trace's rank on disk.
 """
 
 from __future__ import annotations
@@ -205,7 +206,7 @@ def _origin(m: Any) -> dict[str, Any]:
 def _join_one(target: Any, m: Any) -> None:
     t, src = target.result, m.result
     rank = t.meta.rank
-    for name, table in src.tables.items():
+    for name, table in [*_stored(src, t), *src.tables.items()]:
         if not table.num_rows:
             continue
         table = table.set_column(
@@ -227,6 +228,50 @@ def _join_one(target: Any, m: Any) -> None:
     for name, n in src.counts.items():
         t.counts[name] = t.counts.get(name, 0) + n
     t.meta.diagnostics.extend(src.meta.diagnostics)
+
+
+def _stored(src: RankRead, target: RankRead) -> list[tuple[str, pa.Table]]:
+    """The tables a streaming memory reader wrote (a timeline export), joined to ``target``:
+    when ``target``'s own rows of that table are stored and empty (a streamed trace), the file
+    is rewritten with the target's rank a row group at a time and stored in its place (memory
+    holds a row group); otherwise read back whole, to join as tables are."""
+    import pyarrow.parquet as pq
+
+    out = []
+    for name, stored in src.stored.items():
+        if not stored.rows:
+            continue
+        mine = target.stored.get(name)
+        if mine is not None and not mine.rows:
+            target.stored[name] = _with_rank(name, stored, target.meta.rank)
+        else:
+            out.append((name, pq.read_table(stored.path)))
+    src.stored = {}
+    return out
+
+
+def _with_rank(name: str, stored: Any, rank: int) -> Any:
+    """The parquet file of ``stored`` rewritten beside it with every row's rank ``rank``."""
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from traceinsight.ingest.sink import StoredTable
+    from traceinsight.ingest.sink import _write_options as write_options
+    from traceinsight.store import schema
+
+    sch = schema.TABLES[name].arrow_schema
+    path = stored.path.with_name(f"{stored.path.stem}.rank{rank}.parquet")
+    f = pq.ParquetFile(stored.path)
+    with pq.ParquetWriter(path, sch, **write_options(sch)) as w:
+        for i in range(f.num_row_groups):
+            g = f.read_row_group(i)
+            k = sch.get_field_index("rank")
+            g = g.set_column(k, sch.field(k), pa.array(np.full(g.num_rows, rank, np.int32)))
+            w.write_table(g, row_group_size=max(1, g.num_rows))
+            del g
+    f.close()
+    stored.path.unlink()
+    return StoredTable(path, stored.rows)
 
 
 def _size(p: Path) -> int | None:

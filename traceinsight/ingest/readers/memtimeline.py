@@ -13,14 +13,16 @@ numbers); a memory input like a snapshot: its rows join a trace's rank. It fills
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any
 
 import msgspec
 import numpy as np
 import pyarrow as pa
 
 from traceinsight.errors import EmptyTraceError, TraceFormatError
-from traceinsight.ingest.readers.base import RankMeta, RankRead, Reader
+from traceinsight.ingest.readers.base import RankMeta, RankRead, RankStreamed, Reader
 from traceinsight.ingest.source import json_start
 from traceinsight.store import schema
 
@@ -39,7 +41,10 @@ CATEGORIES = (
 _HEAD = re.compile(rb"^\[\s*\[\s*-?\d")
 _ROWS = msgspec.json.Decoder(list[tuple[int, int, int, int]])
 #: bytes of the export's text decoded at a time (its rows as Python objects are ~5x that)
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
+#: the most text a row may take (a real row is under 100 bytes): text without a row end
+#: beyond a chunk and this is not an export
+ROW_TEXT_MAX = 1 << 20
 
 
 def sniff(head: bytes) -> bool:
@@ -57,96 +62,184 @@ def read_timeline(
     progress: Callable[[str, float], None] | None = None,
     background: Callable[[], None] | None = None,
 ) -> RankRead:
-    """The ``memory_categories`` rows of one export, decoded :data:`CHUNK_BYTES` of text at a
-    time into int64 columns (a Python object per row would take several times the file)."""
+    """The ``memory_categories`` rows of one export held in memory (``data``), decoded
+    :data:`CHUNK_BYTES` of text at a time into int64 columns (a Python object per row would
+    take several times the file)."""
     if background:
         background()
-    t, act, size, cat = _decode(data, source, progress)
-    n = len(t)
+    view = memoryview(data)
+    pieces = (view[i : i + CHUNK_BYTES] for i in range(0, len(view), CHUNK_BYTES))
+    tables: list[pa.Table] = []
+    meta, n = _read(pieces, len(data), source, rank_hint, tables.append, progress)
+    view.release()
+    out = {name: schema.empty_table(name) for name in schema.TABLES}
+    out["memory_categories"] = pa.concat_tables(tables).combine_chunks()
+    return RankRead(out, meta, {"memory_categories": n})
+
+
+def stream_timeline(
+    path: Path,
+    sink: Any,
+    *,
+    source: str,
+    rank_hint: int | None = None,
+    progress: Callable[[str, float], None] | None = None,
+    background: Callable[[], None] | None = None,
+    salvage: bool = False,
+) -> RankStreamed:
+    """The ``memory_categories`` rows of the plain export at ``path``, read
+    :data:`CHUNK_BYTES` at a time (never the whole file) and handed to ``sink`` as they are
+    decoded: memory holds a chunk of text and the sink's pending rows, whatever the size."""
+    if background:
+        background()
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        pieces = iter(lambda: f.read(CHUNK_BYTES), b"")
+        meta, n = _read(
+            pieces, size, source, rank_hint, lambda t: sink.add("memory_categories", t), progress
+        )
+    return RankStreamed(meta, {"memory_categories": n})
+
+
+def _read(
+    pieces: Iterable[bytes | memoryview],
+    size: int,
+    source: str,
+    rank_hint: int | None,
+    put: Callable[[pa.Table], None],
+    progress: Callable[[str, float], None] | None,
+) -> tuple[RankMeta, int]:
+    """The export's text arriving as ``pieces`` (``size`` bytes in all), its rows handed to
+    ``put`` as ``memory_categories`` tables (one per decoded chunk); its rank's metadata and
+    row count."""
+    rank = rank_hint if rank_hint is not None else 0
+    n = 0
+    lo: int | None = None
+    hi: int | None = None
+    for t, act, nbytes, cat, done in _decode(pieces, source):
+        k = len(t)
+        known = t >= 0
+        if known.any():
+            a, b = int(t[known].min()), int(t[known].max())
+            lo, hi = (a, b) if lo is None or hi is None else (min(lo, a), max(hi, b))
+        cols = {
+            "rank": pa.array(np.full(k, rank, np.int32)),
+            "device": pa.nulls(k, pa.int32()),
+            "seq": pa.array(np.arange(n, n + k, dtype=np.int64)),
+            "ts_ns": pa.array(t, mask=~known),
+            "action": _dict(act - 1, list(ACTIONS.values())),
+            "delta_bytes": pa.array(nbytes),
+            "category": _dict(cat, list(CATEGORIES)),
+        }
+        del t, act, nbytes, cat, known
+        put(schema.conform("memory_categories", cols))
+        del cols
+        n += k
+        if progress:
+            progress("parse", min(0.99, done / size) if size else 0.99)
     if not n:
         raise EmptyTraceError(
             "memory-timeline export holds no rows",
             path=source,
             hint="record with profile_memory, record_shapes and with_stack",
         )
-    rank = rank_hint if rank_hint is not None else 0
-    known = t >= 0
-    cols = {
-        "rank": pa.array(np.full(n, rank, np.int32)),
-        "device": pa.nulls(n, pa.int32()),
-        "seq": pa.array(np.arange(n, dtype=np.int64)),
-        "ts_ns": pa.array(t, mask=~known),
-        "action": _dict(act - 1, list(ACTIONS.values())),
-        "delta_bytes": pa.array(size),
-        "category": _dict(cat, list(CATEGORIES)),
-    }
-    del act, size, cat
-    table = schema.conform("memory_categories", cols)
-    tables = {name: schema.empty_table(name) for name in schema.TABLES}
-    tables["memory_categories"] = table
-    any_known = bool(known.any())
     meta = RankMeta(
         rank=rank,
         rank_source="file name" if rank_hint is not None else "default",
         source=source,
         format=FORMAT,
-        time_origin="epoch" if any_known else "trace",
-        span_ns=[int(t[known].min()), int(t[known].max())] if any_known else None,
+        time_origin="epoch" if lo is not None else "trace",
+        span_ns=[lo, hi] if lo is not None and hi is not None else None,
     )
     if progress:
         progress("parse", 1.0)
-    return RankRead(tables, meta, {"memory_categories": n})
+    return meta, n
 
 
 def _dict(codes: np.ndarray, names: list[str]) -> pa.DictionaryArray:
     return pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), pa.array(names))
 
 
+_BLANK = b" \t\r\n\0"
+#: blanks and commas before a row
+_LEAD = re.compile(rb"[ \t\r\n,]*")
+
+
 def _decode(
-    data: bytes, source: str, progress: Callable[[str, float], None] | None
-) -> list[np.ndarray]:
-    """The columns of the export (time, action, bytes as int64; action and category as int8,
-    checked): the list's text cut after a row's ``]`` every :data:`CHUNK_BYTES`, each piece
-    decoded on its own."""
-    view = memoryview(data)
-    a = data.find(b"[")
-    z = len(data.rstrip(b" \t\r\n\0")) - 1
-    if a < 0 or z <= a or data[z : z + 1] != b"]":
-        raise _bad(source, "truncated" if a >= 0 else "no JSON list")
-    parts: list[list[np.ndarray]] = [[], [], [], []]
-    pos = a + 1
-    while pos < z:
-        cut = data.find(b"]", min(pos + CHUNK_BYTES, z), z) if pos + CHUNK_BYTES < z else -1
-        end = z if cut < 0 else cut + 1
-        piece = bytes(view[pos:end]).lstrip(b" \t\r\n,")
-        pos = end
-        if not piece.strip():
+    pieces: Iterable[bytes | memoryview], source: str
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]]:
+    """The columns of the export's rows, one batch per chunk of text (time, action, bytes as
+    int64; action and category as int8, checked), with the bytes read so far.
+
+    Each chunk is appended to the text carried from the one before, in one buffer that starts
+    with ``[``; it is cut after the last row end (``]``) but one (the last may close the list),
+    closed with ``]`` and decoded in place; what follows the cut is carried on. Memory holds
+    the buffer and its rows, never the file."""
+    done = 0
+    carry = b""
+    started = False
+    for raw in pieces:
+        done += len(raw)
+        doc = bytearray(b"[")
+        doc += carry
+        doc += raw
+        del raw
+        if not started:
+            a = doc.find(b"[", 1)
+            if a < 0:
+                if doc[1:].strip(_BLANK + b"\xef\xbb\xbf"):
+                    raise _bad(source, "no JSON list")
+                carry = b""
+                continue
+            del doc[1 : _LEAD.match(doc, a + 1).end()]  # type: ignore[union-attr]
+            started = True
+        last = doc.rfind(b"]")
+        cut = doc.rfind(b"]", 0, last) if last > 0 else -1
+        if cut < 0:
+            if len(doc) > CHUNK_BYTES + ROW_TEXT_MAX:
+                raise _bad(source, f"no row ends within {len(doc):,} bytes")
+            carry = bytes(doc[1:])
             continue
-        try:
-            got = _ROWS.decode(b"[" + piece + b"]")
-        except msgspec.DecodeError as e:
-            raise _bad(source, str(e)) from None
-        rows = np.array(got, dtype=np.int64).reshape(-1, 4)
-        del got
-        act, cat = rows[:, 1], rows[:, 3]
-        bad = np.flatnonzero(
-            (act < 1) | (act > len(ACTIONS)) | (cat < 0) | (cat >= len(CATEGORIES))
+        carry = bytes(doc[_LEAD.match(doc, cut + 1).end() :])  # type: ignore[union-attr]
+        del doc[cut + 1 :]
+        doc += b"]"
+        rows = _rows(doc, source)
+        del doc
+        yield (*rows, done)
+    if not started:
+        raise _bad(source, "no JSON list")
+    end = carry.rstrip(_BLANK)
+    if not end.endswith(b"]"):
+        raise _bad(source, "truncated")
+    if end[:-1].strip(b" \t\r\n,"):
+        yield (*_rows(b"[" + end, source), done)
+
+
+def _rows(
+    doc: bytes | bytearray, source: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows of ``doc`` (a JSON list of rows), checked."""
+    try:
+        got = _ROWS.decode(doc)
+    except msgspec.DecodeError as e:
+        raise _bad(source, str(e)) from None
+    rows = np.array(got, dtype=np.int64).reshape(-1, 4)
+    del got
+    act, cat = rows[:, 1], rows[:, 3]
+    bad = np.flatnonzero((act < 1) | (act > len(ACTIONS)) | (cat < 0) | (cat >= len(CATEGORIES)))
+    if len(bad):
+        raise TraceFormatError(
+            f"is not a memory-timeline export (a row {rows[bad[0]].tolist()} has an "
+            "unknown action or category)",
+            path=source,
+            hint="expected actions 1-4 and categories 0-7",
         )
-        if len(bad):
-            raise TraceFormatError(
-                f"is not a memory-timeline export (a row {rows[bad[0]].tolist()} has an "
-                "unknown action or category)",
-                path=source,
-                hint="expected actions 1-4 and categories 0-7",
-            )
-        for i, col in enumerate(parts):
-            col.append(rows[:, i].astype(np.int8 if i in (1, 3) else np.int64))
-        del rows
-        if progress:
-            progress("parse", min(0.99, pos / len(data)))
-    view.release()
-    kinds = (np.int64, np.int8, np.int64, np.int8)
-    return [np.concatenate(c) if c else np.zeros(0, k) for c, k in zip(parts, kinds, strict=True)]
+    return (
+        np.ascontiguousarray(rows[:, 0]),
+        rows[:, 1].astype(np.int8),
+        np.ascontiguousarray(rows[:, 2]),
+        rows[:, 3].astype(np.int8),
+    )
 
 
 def _bad(source: str, text: str) -> TraceFormatError:
@@ -173,6 +266,7 @@ READER = Reader(
     sniff=sniff,
     looks_for="a JSON list of [time_ns, action, bytes, category] rows",
     read=read_timeline,
+    stream=stream_timeline,
     memory=True,
     column_sources={
         "memory_categories": {
