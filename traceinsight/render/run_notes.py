@@ -55,8 +55,9 @@ def capture_flags(r: DiagnosisResult) -> list[tuple[str, str, str]]:
     if cap.tool == capture_hints.NSYS:
         ro = r.rollups or {}
         ann = ro.get("annotations") or []
-        ev = {
-            "gpu": (r.metrics or {}).get("values", {}).get("has_gpu"),
+        has_gpu = (r.metrics or {}).get("values", {}).get("has_gpu")
+        seen: dict[str, bool | None] = {
+            "gpu": None if has_gpu is None else bool(has_gpu),
             "steps": bool((r.trace or {}).get("has_step_markers")) or None,
             "nvtx": bool(
                 ro.get("has_modules")
@@ -68,7 +69,7 @@ def capture_flags(r: DiagnosisResult) -> list[tuple[str, str, str]]:
         }
         return [
             (k, NOT_RECORDED if v is None else ON if v else OFF, "")
-            for k, v in capture_hints.recorded_settings(cap, flags, ev)
+            for k, v in capture_hints.recorded_settings(cap, flags, seen)
         ]
     recorded = any(flags.get(k) is not None for k in FLAGS)
     ev = _evidence(r)

@@ -209,7 +209,7 @@ _NSYS_NOT_READ = frozenset({"with_stack"})
 
 
 def recorded_settings(
-    capture: Capture, flags: dict[str, Any], evidence: dict[str, bool] | None = None
+    capture: Capture, flags: dict[str, Any], evidence: dict[str, bool | None] | None = None
 ) -> list[tuple[str, bool | None]]:
     """What the capture recorded, in the input tool's vocabulary: (setting, True / False /
     None for not recorded). ``flags`` are the reader's ``trace.capture_flags`` (Kineto:
