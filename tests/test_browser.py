@@ -399,6 +399,27 @@ def test_kernels_launched_by_column_is_not_clipped(straggler_page) -> None:
 
 
 @requires_chromium
+def test_kernel_cells_show_the_short_names_with_the_full_name_on_hover(
+    straggler_page, sample_results
+) -> None:
+    from traceinsight.util.kernelname import short_names
+
+    page = straggler_page
+    _expand(page, "tbl-kernels")
+    cells = page.evaluate("""() => Array.from(document.querySelectorAll(
+      '#tbl-kernels tbody td.name')).map(c => [c.textContent.trim(), c.title])""")
+    full = [str(k["name"]) for k in sample_results["straggler"].rollups["kernels"]]
+    full = [n for n in full if not n.startswith("[")]
+    short = short_names(n for n in full if re.search(r"[<(]|^_Z", n))
+    assert len(cells) == len(full) and any(n in short for n in full)
+    for (text, title), name in zip(cells, full):
+        want = short.get(name, " ".join(name.split()))
+        assert text == want, (text, name)
+        assert title == (name if want != " ".join(name.split()) else ""), (title, name)
+    assert len({t for t, _ in cells}) == len(cells)  # distinct
+
+
+@requires_chromium
 def test_step_chart_draws_one_line_per_rank_over_all_steps(straggler_page, sample_results) -> None:
     r = sample_results["straggler"]
     ranks = len(r.trace["ranks"])

@@ -21,8 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from traceinsight.result import DiagnosisResult
-from traceinsight.util import fmt
-from traceinsight.util.vocab import mark_steps_hint
+from traceinsight.util import capture_hints, fmt
 
 #: fewer representative steps than this on a side: the step time is not a stable measurement
 MIN_STEPS = 3
@@ -153,6 +152,12 @@ def signature(r: DiagnosisResult, tokens_per_step: float | None = None) -> dict[
     ranks = int(b.get("ranks") or 0) or 1
     devices = [str(d) for d in t.get("devices") or []]
     ws = t.get("world_size") or len(t.get("ranks") or []) or None
+    given = (r.extra or {}).get("capture")
+    cap = (
+        capture_hints.Capture.from_dict(given)
+        if isinstance(given, dict)
+        else capture_hints.Capture(capture_hints.tool_of(t.get("format")))
+    )
     return {
         "device": t.get("device") or (devices[0] if devices else None),
         "vendor": t.get("vendor"),
@@ -175,7 +180,8 @@ def signature(r: DiagnosisResult, tokens_per_step: float | None = None) -> dict[
         "has_step_markers": t.get("has_step_markers"),
         "format": t.get("format"),
         "slice": (r.rollups or {}).get("slice"),
-        "hint": mark_steps_hint(t.get("format")) if t.get("has_step_markers") is False else None,
+        "hint": capture_hints.steps_hint(cap) if t.get("has_step_markers") is False else None,
+        "capture": cap,
     }
 
 
@@ -277,21 +283,9 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict], list[
             out.append(_diff("run mode", a["mode"], b["mode"], f"{a['mode']} → {b['mode']}"))
     elif not (a["recorded"] and b["recorded"]):
         unknown("run mode", None if a["recorded"] else old, None if b["recorded"] else old)
-    for what, key, count, unit, why in (
-        (
-            "module tree",
-            "module_signature",
-            "module_count",
-            "module paths",
-            "no nn.Module hierarchy (record with with_stack=True, with_modules=True)",
-        ),
-        (
-            "op shapes",
-            "op_shape_signature",
-            "op_shape_count",
-            "(op, input shape) pairs",
-            "no input shapes (record with record_shapes=True)",
-        ),
+    for what, key, count, unit, setting in (
+        ("module tree", "module_signature", "module_count", "module paths", capture_hints.MODULES),
+        ("op shapes", "op_shape_signature", "op_shape_count", "(op, input shape) pairs", "shapes"),
     ):
         sa, sb = a[key], b[key]
         if sa and sb:
@@ -311,8 +305,8 @@ def differences(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict], list[
         else:
             unknown(
                 what,
-                None if sa else (why if a["recorded"] else old),
-                None if sb else (why if b["recorded"] else old),
+                None if sa else (_missing(setting, a) if a["recorded"] else old),
+                None if sb else (_missing(setting, b) if b["recorded"] else old),
             )
     for what, key, show in (
         ("parameters", "params", _num),
@@ -482,8 +476,23 @@ def assess(
     }
 
 
+def _missing(setting: str, side: dict[str, Any]) -> str:
+    """Why a side has no module tree / op shapes, and how to record them, in the vocabulary of
+    the tool that wrote it (:mod:`traceinsight.util.capture_hints`)."""
+    cap = side.get("capture") or capture_hints.Capture()
+    nsys = cap.tool == capture_hints.NSYS
+    what = {
+        capture_hints.MODULES: "no NVTX layer ranges" if nsys else "no nn.Module hierarchy",
+        capture_hints.SHAPES: "no input shapes",
+    }[setting]
+    how = capture_hints.hint(setting, cap)
+    return f"{what} ({how})" if how else what
+
+
 def _public(s: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in s.items() if k != "recorded"}
+    out = {k: v for k, v in s.items() if k not in ("recorded", "capture")}
+    out["capture"] = s["capture"].to_dict()  # the tool that wrote the side (its vocabulary)
+    return out
 
 
 def phrase(d: dict[str, Any]) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from traceinsight.util.fmt import fmt_ns, fmt_pct, table
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.safetext import for_terminal
 
 #: category -> (label, colour)
@@ -70,13 +71,14 @@ def render_models(
     ]
     if detail:
         for m, top in zip(models, tops, strict=False):
+            short = short_names(str(r["name"]) for r in top if r.get("kind") == "gpu")
             out.append("")
             out.append(f"rank {m.graph.rank} step {m.graph.step}: top items on the path")
             out.append(
                 table(
                     [
                         [
-                            for_terminal(r["name"])[:70],
+                            for_terminal(short.get(str(r["name"]), str(r["name"])))[:70],
                             SHORT.get(r["category"], r["category"]),
                             fmt_ns(r["ns"]),
                             fmt_pct(r["pct"]),

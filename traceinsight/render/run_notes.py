@@ -16,9 +16,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from traceinsight.result import DiagnosisResult
+from traceinsight.util import capture_hints
 
 #: the capture flags shown, in this order
-FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_modules", "with_flops")
+FLAGS = capture_hints.KINETO_FLAGS
 ON, OFF, NOT_RECORDED = "on", "off", "not recorded"
 
 
@@ -36,11 +37,40 @@ def _evidence(r: DiagnosisResult) -> dict[str, str]:
     return out
 
 
+def capture_of(r: DiagnosisResult) -> capture_hints.Capture:
+    """The tool that wrote the input (``extra.capture``, else the trace's format)."""
+    cap = (r.extra or {}).get("capture")
+    if isinstance(cap, dict):
+        return capture_hints.Capture.from_dict(cap)
+    return capture_hints.Capture(capture_hints.tool_of((r.trace or {}).get("format")))
+
+
 def capture_flags(r: DiagnosisResult) -> list[tuple[str, str, str]]:
     """(flag, state, note) per flag: state "on", "off" (recorded off, or absent from a header
     that records the others) or "not recorded" (a header without any); the note says what the
-    events show for a flag not recorded."""
+    events show for a flag not recorded. An Nsight capture lists the ``nsys profile`` options
+    that record the same (:func:`capture_hints.recorded_settings`), never Kineto's flags."""
     flags = (r.trace or {}).get("capture_flags") or {}
+    cap = capture_of(r)
+    if cap.tool == capture_hints.NSYS:
+        ro = r.rollups or {}
+        ann = ro.get("annotations") or []
+        has_gpu = (r.metrics or {}).get("values", {}).get("has_gpu")
+        seen: dict[str, bool | None] = {
+            "gpu": None if has_gpu is None else bool(has_gpu),
+            "steps": bool((r.trace or {}).get("has_step_markers")) or None,
+            "nvtx": bool(
+                ro.get("has_modules")
+                or flags.get("record_shapes") is not None
+                # a bracketed annotation is the bucket of the kernels outside any range
+                or any(not str(a.get("annotation", "[")).startswith("[") for a in ann)
+            )
+            or None,
+        }
+        return [
+            (k, NOT_RECORDED if v is None else ON if v else OFF, "")
+            for k, v in capture_hints.recorded_settings(cap, flags, seen)
+        ]
     recorded = any(flags.get(k) is not None for k in FLAGS)
     ev = _evidence(r)
     out = []
@@ -68,13 +98,22 @@ def capture_text(r: DiagnosisResult) -> str:
     )
 
 
-def memory_empty_text(mem: Mapping[str, Any] | None) -> str | None:
+def memory_empty_text(
+    mem: Mapping[str, Any] | None, capture: capture_hints.Capture | None = None
+) -> str | None:
     """Why the memory section has no curve although [memory] events were recorded, or None
-    when none were."""
+    when none were (an Nsight capture: in nsys terms)."""
     rec = (mem or {}).get("recorded") or {}
     n = int(rec.get("events") or 0)
     if not n:
         return None
+    if capture is not None and capture.tool == capture_hints.NSYS:
+        return (
+            f"{n:,} memory usage events (--cuda-memory-usage=true), without the allocator's "
+            "allocated total (an Nsight export does not hold it): no allocated or reserved "
+            "curve is drawn from them and the memory rules are not evaluated. Add an allocator "
+            "snapshot of the same run (--memory-snapshot)."
+        )
     gpu = int(rec.get("gpu_events") or 0)
     if not gpu:
         what = f"{n:,} [memory] events, none on a GPU"

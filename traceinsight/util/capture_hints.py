@@ -40,7 +40,9 @@ DEVICE = "device"  #: the GPU's peaks (a command-line option, not a capture sett
 RANKS = "ranks"  #: every rank of the job
 WARM = "warm"  #: a window of steady-state iterations
 TRACE = "trace"  #: a memory file alone: the profiler trace of the same run
-SETTINGS = (GPU, CPU, STEPS, MEMORY, SHAPES, DEVICE, RANKS, WARM, TRACE)
+MODULES = "modules"  #: the layer hierarchy (nn.Module paths, NVTX layer ranges)
+STACK = "stack"  #: the call stack of each op
+SETTINGS = (GPU, CPU, STEPS, MEMORY, SHAPES, DEVICE, RANKS, WARM, TRACE, MODULES, STACK)
 #: settings whose rules are about GPU work: a run without GPU activity needs GPU activity first
 GPU_SETTINGS = frozenset({GPU, SHAPES, DEVICE, MEMORY})
 
@@ -125,6 +127,8 @@ _KINETO = {
     SHAPES: "record with record_shapes=True",
     RANKS: "pass the folder with every rank's trace",
     WARM: "profile steady-state steps (e.g. `schedule(wait=1, warmup=1, active=3)`)",
+    MODULES: "record with with_stack=True and with_modules=True",
+    STACK: "record with with_stack=True",
 }
 
 
@@ -153,6 +157,15 @@ def _nsys(setting: str, torch: bool) -> str | None:
         )
     if setting == RANKS:
         return "pass every rank's export (one `nsys profile` report per rank, or one for the node)"
+    if setting == MODULES:  # user NVTX ranges name the layers of an Nsight capture
+        layer = (
+            "torch.cuda.nvtx.range_push(name) / range_pop() around each module's forward"
+            if torch
+            else 'nvtxRangePushA("layer") / nvtxRangePop()'
+        )
+        return f"push an NVTX range per layer ({layer}) and record with `nsys profile {NSYS_TRACE}`"
+    if setting == STACK:  # Nsight's backtraces are not read from the export
+        return None
     if setting == WARM:
         return (
             f"record warm iterations only (`nsys profile --capture-range=cudaProfilerApi` with "
@@ -176,6 +189,48 @@ def hint(setting: str | None, capture: Capture | None = None) -> str | None:
     if cap.tool == NSYS:
         return _nsys(str(setting), cap.torch)
     return _KINETO.get(str(setting))
+
+
+# --- what the capture recorded (the report's Run section) -----------------------------------------
+
+#: Kineto's capture flags, as the profiler's header names them (``trace.capture_flags``)
+KINETO_FLAGS = ("record_shapes", "profile_memory", "with_stack", "with_modules", "with_flops")
+#: what an Nsight Systems capture records, by the ``nsys profile`` option (or the PyTorch call)
+#: that records it: (label, the ``trace.capture_flags`` keys that say it did, PyTorch only)
+_NSYS_OPTIONS: tuple[tuple[str, tuple[str, ...], bool], ...] = (
+    ("-t cuda (kernels, copies)", ("gpu",), False),
+    ("-t nvtx (ranges)", ("nvtx", "with_modules", "steps"), False),
+    ("emit_nvtx(record_shapes=True) (op shapes)", ("record_shapes",), True),
+    ("--cuda-memory-usage=true", ("profile_memory",), False),
+    ("--python-backtrace / --sample (call stacks)", ("with_stack",), False),
+)
+#: what the Nsight reader does not read from an export: never said to be off
+_NSYS_NOT_READ = frozenset({"with_stack"})
+
+
+def recorded_settings(
+    capture: Capture, flags: dict[str, Any], evidence: dict[str, bool | None] | None = None
+) -> list[tuple[str, bool | None]]:
+    """What the capture recorded, in the input tool's vocabulary: (setting, True / False /
+    None for not recorded). ``flags`` are the reader's ``trace.capture_flags`` (Kineto:
+    ``record_shapes``, ``profile_memory`` ...); ``evidence`` what the events show (``gpu``:
+    GPU work, ``steps``: step markers, ``nvtx``: NVTX ranges). An Nsight option whose events
+    the export lacks was off; one whose events are not read (call stacks) is None. A Kineto
+    trace lists its profiler flags; an Nsight capture the ``nsys profile`` options that record
+    the same (a program without PyTorch: none of PyTorch's)."""
+    ev = {k: bool(v) for k, v in (evidence or {}).items() if v is not None}
+    if capture.tool != NSYS:
+        return [(k, flags.get(k)) for k in KINETO_FLAGS]
+    out: list[tuple[str, bool | None]] = []
+    for label, keys, torch_only in _NSYS_OPTIONS:
+        if torch_only and not capture.torch:
+            continue
+        seen = [v for k in keys for v in (flags.get(k), ev.get(k)) if v is not None]
+        if any(seen):
+            out.append((label, True))
+        else:  # the export holds what the option records, or it was off
+            out.append((label, None if set(keys) <= _NSYS_NOT_READ else False))
+    return out
 
 
 #: data-quality notes about PyTorch's own NVTX ranges: nothing to say to a program without it

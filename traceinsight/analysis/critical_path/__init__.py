@@ -125,11 +125,11 @@ def _missing_dependency(G: gr.StepGraph) -> str:
             "every GPU item starts on its known dependencies: the host time between calls "
             "depends on something the trace does not record (another thread, a peer rank)"
         )
-    from traceinsight.util.fmt import short_kernel_name
+    from traceinsight.util.kernelname import simplify
     from traceinsight.util.safetext import for_terminal
 
-    # the kernel's name without its template arguments (plain text in every output)
-    name = for_terminal(short_kernel_name(str(G.g_name[k])).split("<")[0])[:80]
+    # the kernel's short name, as the tables show it (plain text in every output)
+    name = for_terminal(simplify(str(G.g_name[k])))[:80]
     return (
         f"{name} on stream {int(G.g_stream[k])} started {late[k] / 1000:.1f} µs after its "
         "last known dependency (launch, stream order, event wait): a dependency the trace "

@@ -8,15 +8,19 @@ row of a capped rollup goes to the footer (it never sorts).
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from traceinsight.render.html.svg import num
 from traceinsight.util.fmt import format_cell
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.vocab import CLASSES, is_more_row
 
 #: input dims longer than this (characters; about three lines of their cell) get a tooltip
 DIMS_TITLE_OVER = 100
+#: a demangled C++ kernel signature or a mangled name (what :mod:`kernelname` shortens)
+_CXX_SIGNATURE = re.compile(r"[<(]|^_Z")
 #: rows shown before a table folds the rest behind "show all"
 TABLE_LIMIT = 25
 #: column formats that hold numbers (right-aligned, sorted by value)
@@ -154,6 +158,7 @@ def table(
         cells = [cell(v, c["format"]) for c, v in zip(cols, list(r) + [None] * len(cols))]
         first = r[0] if len(r) else None
         (foot if is_more_row(first) else body).append(cells)
+    _short_kernel_cells(cols, body + foot)
     for i, c in enumerate(cols):  # share bars relative to the largest share in the column
         if c["format"] == "share":
             top = max((row[i]["bar"] for row in body), default=0.0) or 1.0
@@ -169,6 +174,24 @@ def table(
         "note": note,
         "sortable": sortable and len(body) > 1,
     }
+
+
+def _short_kernel_cells(cols: list[dict[str, Any]], rows: list[list[dict[str, Any]]]) -> None:
+    """Kernel cells read the table's distinct short names (:func:`kernelname.short_names`, as
+    the terminal shows them), the full name on hover. Only C++ kernel signatures (template
+    arguments, an argument list, a mangled name) are shortened: an operator in a mixed column
+    (``aten::mm``) keeps its namespace."""
+    for i, c in enumerate(cols):
+        if c["format"] != "kernel":
+            continue
+        cells = [row[i] for row in rows if row[i]["kind"] == "kernel"]
+        full = {id(x): x["title"] or x["t"] for x in cells}
+        cells = [x for x in cells if _CXX_SIGNATURE.search(full[id(x)])]
+        short = short_names(full[id(x)] for x in cells)
+        for x in cells:
+            name = full[id(x)]
+            x["t"] = short.get(name, x["t"])
+            x["title"] = name if x["t"] != " ".join(name.split()) else ""
 
 
 def evidence_columns(cols: list[dict[str, Any]]) -> list[dict[str, str]]:

@@ -15,7 +15,9 @@ from traceinsight.render.html.charts.waterfall import waterfall_rows
 from traceinsight.render.html.environment import render_page
 from traceinsight.result import SEVERITY_RANK
 from traceinsight.util import fmt
+from traceinsight.util.capture_hints import MODULES, NSYS, Capture, hint
 from traceinsight.util.fmt import signed_ns, signed_pct
+from traceinsight.util.kernelname import short_names
 from traceinsight.util.redact import redact_tokens
 
 #: name lists (new / gone kernels and ops) longer than this start collapsed
@@ -104,8 +106,7 @@ def build_compare_view(c: dict[str, Any]) -> dict[str, Any]:
             "layers",
             "tbl-cmp-layers",
             "module",
-            "No nn.Module hierarchy on either side: record with with_stack=True "
-            "(and with_modules=True) to align layers by module path.",
+            _no_layers(c),
         ),
         "ops": _aligned(
             c, "ops", "tbl-cmp-ops", "kernel", "No operators with device time on either side."
@@ -542,6 +543,19 @@ def _share(x: dict[str, Any], total: int) -> float | None:
     return 100.0 * x["delta_ns"] / abs(total) if total else None
 
 
+def _no_layers(c: dict[str, Any]) -> str:
+    """Why no layers align, and how to record them, in the vocabulary of the sides' tool."""
+    comp = c.get("comparability") or {}
+    caps = [Capture.from_dict((comp.get(k) or {}).get("capture")) for k in ("before", "after")]
+    hints = list(dict.fromkeys(hint(MODULES, cap) for cap in caps))
+    if all(cap.tool == NSYS for cap in caps):
+        text = "No NVTX layer ranges on either side"
+    else:
+        text = "No nn.Module hierarchy on either side"
+    how = "; ".join(h for h in hints if h)
+    return f"{text}: {how}, to align layers by path." if how else f"{text}."
+
+
 def _aligned(c: dict[str, Any], key: str, tid: str, name_fmt: str, why: str) -> dict[str, Any]:
     rows = c.get(key) or []
     if not any(x.get("name") and not str(x["name"]).startswith("[") for x in rows):
@@ -593,8 +607,9 @@ def _new_gone(c: dict[str, Any]) -> dict[str, Any]:
     ):
         names = [str(x) for x in c.get(key) or []]
         items = []
+        short_of = short_names(names) if kernel else {}
         for n in names:
-            short = fmt.short_kernel_name(n) if kernel else " ".join(n.split())
+            short = short_of.get(n) or " ".join(n.split())
             items.append({"t": short, "title": n if short != n else ""})
         lists.append(
             {

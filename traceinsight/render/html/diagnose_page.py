@@ -555,8 +555,16 @@ def _layers(r: DiagnosisResult) -> dict[str, Any]:
         return {"empty": f"No GPU kernels to attribute to layers ({why})."}
     if not ro.get("has_modules") or not rows:
         return {
-            "empty": "No nn.Module hierarchy in this trace: record with with_stack=True "
-            "(and with_modules=True) to see device time per layer; operators below."
+            "empty": describe.with_capture_hint(
+                (
+                    "No NVTX layer ranges in this capture"
+                    if run_notes.capture_of(r).tool == "nsys"
+                    else "No nn.Module hierarchy in this trace"
+                )
+                + ", so no device time per layer (operators below)",
+                r,
+                "modules",
+            )
         }
     data = [
         [
@@ -896,6 +904,9 @@ def _metadata(r: DiagnosisResult) -> dict[str, Any]:
         "rows": rows,
         "facts": describe.run_rows(r),
         "flags": flag_rows,
+        "flags_title": "Capture options"
+        if run_notes.capture_of(r).tool == "nsys"
+        else "Capture flags",
         "versions": versions,
         "sources": sources,
         "more_sources": max(0, len(t.get("sources") or []) - 64),

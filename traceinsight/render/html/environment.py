@@ -17,7 +17,7 @@ from typing import Any
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from markupsafe import Markup
 
-from traceinsight.util import fmt
+from traceinsight.util import fmt, kernelname
 from traceinsight.util.resources import data_dir
 from traceinsight.util.safetext import scrubbed
 
@@ -43,7 +43,7 @@ def env() -> Environment:
         pct=fmt.fmt_pct,
         num=fmt.fmt_num,
         rate=fmt.fmt_rate,
-        kname=fmt.short_kernel_name,
+        kname=kernelname.simplify,
         cell=fmt.format_cell,
     )
     e.globals["include_file"] = include_file

@@ -13,7 +13,7 @@ from traceinsight.render import describe
 from traceinsight.render.html.cells import table
 from traceinsight.render.html.charts import CHARTS
 from traceinsight.render.html.charts.segments import LEGEND as SEGMENT_LEGEND
-from traceinsight.render.run_notes import memory_empty_text
+from traceinsight.render.run_notes import capture_of, memory_empty_text
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
 
@@ -60,7 +60,7 @@ def memory_view(r: DiagnosisResult) -> dict[str, Any]:
     if not (out["events"] or out["snapshot"] or out["categories"]):
         # [memory] events without totals are counted, as the rules say, never "no events"
         hint = describe.capture_hint(r, "memory")
-        out["empty"] = memory_empty_text(mem) or f"{NO_MEMORY}: " + (
+        out["empty"] = memory_empty_text(mem, capture_of(r)) or f"{NO_MEMORY}: " + (
             NO_MEMORY_WHY.format(hint=hint)
             if hint
             else "add an allocator snapshot (--memory-snapshot)."

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from traceinsight.render import describe
 from traceinsight.render.html.charts.step_parts import PARTS
 from traceinsight.result import DiagnosisResult
 from traceinsight.util import fmt
@@ -139,10 +140,12 @@ def html_view(r: DiagnosisResult) -> dict[str, Any] | None:
         )
         if op_rows
         else None,
-        "ops_note": (
-            ""
-            if ob.get("has_stack")
-            else "No call stacks: record with with_stack=True to see where each op is called."
-        )
-        + ("" if ob.get("has_shapes") else " No input shapes: record with record_shapes=True."),
+        "ops_note": " ".join(
+            describe.with_capture_hint(text, r, setting)
+            for text, setting, has in (
+                ("No call stacks, so not where each op is called", "stack", "has_stack"),
+                ("No input shapes", "shapes", "has_shapes"),
+            )
+            if not ob.get(has)
+        ),
     }

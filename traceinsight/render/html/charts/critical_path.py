@@ -9,6 +9,7 @@ from typing import Any
 from traceinsight.render.critical_path import CATEGORY_STYLE, focus_step
 from traceinsight.render.html.svg import Svg, ticks
 from traceinsight.util import fmt
+from traceinsight.util.kernelname import short_names
 
 MAX_RECTS = 3000
 
@@ -72,6 +73,8 @@ def critical_path_chart(cp: dict[str, Any] | None, tl: dict[str, Any] | None) ->
             svg.line(prev[0], prev[1] + lane_h / 2, x, y + lane_h / 2, "cp-link")
         prev = (x + w, y)
         n += 1
+    gpu = [str(t.get("name") or "") for t in row.get("top") or [] if t.get("kind") == "gpu"]
+    short = short_names(gpu)  # kernels by the tables' short names, the full name on hover
     return {
         "empty": "",
         "chart": svg.to_dict(),
@@ -84,7 +87,8 @@ def critical_path_chart(cp: dict[str, Any] | None, tl: dict[str, Any] | None) ->
         "rects": n,
         "top": [
             {
-                "name": t.get("name"),
+                "name": short.get(str(t.get("name") or ""), t.get("name")),
+                "full": t.get("name"),
                 "category": CATEGORY_STYLE.get(t.get("category"), (t.get("category"), ""))[0],
                 "time": fmt.fmt_ns(t.get("ns")),
                 "share": fmt.fmt_pct(t.get("pct")),
