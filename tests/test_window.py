@@ -158,6 +158,14 @@ def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> N
     r = dg.diagnose(store, cache=False, max_memory_mb=_limit_for(store, 0.45))
     assert r.trace["window"]["steps"] == 4 and r.trace["ranks"] == [0, 1]
     assert [x["rank"] for x in r.summary["ranks"]] == [0, 1]
+    # every step of every rank is in the step table, as the whole store's analysis has it
+    whole = dg.diagnose(store, cache=False)
+    assert [x["steps"] for x in r.summary["ranks"]] == [STEPS, STEPS]
+    for k in ("steps", "step_time_p50_ns", "step_time_max_ns", "step_time_cv_pct"):
+        assert r.metrics["values"][k] == whole.metrics["values"][k], k
+    assert [x["step_time_ns"] for x in r.summary["ranks"]] == [
+        x["step_time_ns"] for x in whole.summary["ranks"]
+    ]
 
 
 @pytest.mark.parametrize("steps", ["none", "one"])
