@@ -7,7 +7,9 @@ measured to use for them. When the estimate is above the limit (``--max-memory``
 4 GB), :func:`plan` picks the longest run of the trace's *last* steps that fits, and
 :class:`WindowedStore` serves every table filtered to that time window, reading only the
 parquet row groups whose time statistics reach it. Everything downstream runs unchanged on
-the window.
+the window. The steps before it are cut into step chunks (:func:`chunks`), each served by a
+:class:`WindowedStore` with ``bounds`` and analysed by itself for the step table
+(:mod:`traceinsight.diagnose.chunks`), so the step statistics cover every step.
 
 What the window is, what the whole trace would have needed, and how the window's step times
 compare with all steps' (from the ``ProfilerStep`` host ranges, read for the whole trace:
