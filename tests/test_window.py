@@ -96,13 +96,14 @@ def test_windowed_diagnosis_says_which_steps(store) -> None:
     assert d["count"] == STEPS - 4
     assert f"its last 4 of {STEPS} steps (#{win['first_step']}-#{win['last_step']})" in d["message"]
     assert "--max-memory" in d["hint"]
-    # the step metrics describe the window's steps only; the first one, whose GPU was still
-    # busy with work launched before the window, is excluded as pre-trace work
+    assert win["chunked_steps"] == STEPS - 4 + 1  # the steps before it, and its first
+    assert "the step table and step statistics cover every step" in d["message"]
+    # the step metrics describe every step (the earlier ones analysed in step chunks): the
+    # window's first one, whose GPU was still busy with work launched before the window, is
+    # measured in its chunk, from where its predecessor ended, so not left out
     rank = r.summary["ranks"][0]
-    assert rank["steps"] == 4
-    assert [(x["step"], x["reason"]) for x in rank["steps_excluded"]] == [
-        (win["first_step"], "pre-trace work")
-    ]
+    assert rank["steps"] == STEPS and rank["steps_representative"] == STEPS
+    assert rank["steps_excluded"] == []
 
 
 def test_window_is_part_of_the_cache_key(store) -> None:
@@ -157,6 +158,14 @@ def test_a_rank_partitioned_store_is_windowed_on_every_rank(tmp_path: Path) -> N
     r = dg.diagnose(store, cache=False, max_memory_mb=_limit_for(store, 0.45))
     assert r.trace["window"]["steps"] == 4 and r.trace["ranks"] == [0, 1]
     assert [x["rank"] for x in r.summary["ranks"]] == [0, 1]
+    # every step of every rank is in the step table, as the whole store's analysis has it
+    whole = dg.diagnose(store, cache=False)
+    assert [x["steps"] for x in r.summary["ranks"]] == [STEPS, STEPS]
+    for k in ("steps", "step_time_p50_ns", "step_time_max_ns", "step_time_cv_pct"):
+        assert r.metrics["values"][k] == whole.metrics["values"][k], k
+    assert [x["step_time_ns"] for x in r.summary["ranks"]] == [
+        x["step_time_ns"] for x in whole.summary["ranks"]
+    ]
 
 
 @pytest.mark.parametrize("steps", ["none", "one"])
@@ -174,3 +183,84 @@ def test_without_two_steps_the_window_is_the_last_part_of_the_span(
     assert w is not None and w.first_step is None and w.steps == 0
     assert w.start_ns == int(hi - 0.25 * (hi - lo))
     assert "its last 25% of the span (too few step markers to choose steps by)" in w.message()
+
+
+def _own_kernels(store) -> dict[int, tuple[int, int]]:
+    """Per step, independently of the analysis: (kernels, kernel ns) whose launching runtime
+    call starts inside the step's ProfilerStep host range."""
+    rng = store.table("ranges").to_pandas()
+    st = window.host_steps(rng)
+    rt = store.table("runtime_calls", ["correlation", "start_ns"]).to_pandas()
+    g = store.table("gpu_activities", ["kind", "correlation", "dur_ns"]).to_pandas()
+    k = g[g["kind"] == "kernel"].merge(rt, on="correlation")
+    out = {}
+    for step, hs, dur in zip(st["step"], st["start_ns"], st["dur_ns"]):
+        m = k[(k["start_ns"] >= hs) & (k["start_ns"] < hs + dur)]
+        out[int(step)] = (len(m), int(m["dur_ns"].sum()))
+    return out
+
+
+@pytest.mark.parametrize("fraction", [0.45, 0.25])
+def test_step_chunks_give_every_step_exactly(store, fraction: float) -> None:
+    """Over the limit, every step is in the step table with the figures of the whole trace's
+    analysis (exact ns), its host time the ProfilerStep range and its kernels those launched
+    in it (counted from the raw tables); the step statistics are the whole trace's."""
+    from traceinsight.diagnose import chunks
+    from traceinsight.metrics.steps import step_stats
+
+    limit = _limit_for(store, fraction)
+    ws = window.bounded(store, limit)
+    assert isinstance(ws, window.WindowedStore) and ws.window is not None
+    n_win = ws.window.steps
+    assert n_win < STEPS
+    parts = ws.step_chunks
+    assert sum(len(c.keep) for c in parts) == STEPS - n_win + 1 == ws.window.chunked_steps
+    assert all(c.lo_ns is not None for c in parts[1:]) and parts[0].lo_ns is None
+
+    def rows(stats):
+        return [
+            (s.rank, s.step, s.start_ns, s.wall_ns, s.host_ns, s.gpu_ns, s.kernel_ns, s.kernels)
+            for s in stats
+        ]
+
+    whole = step_stats(Analysis(store))
+    an = Analysis(ws)
+    chunked = chunks.analyse_chunks(ws)
+    assert chunked is not None
+    chunks.merge_into(an, chunked)
+    got = step_stats(an)
+    assert len(got) == STEPS
+    assert rows(got) == rows(whole)
+    assert [s.parts for s in got] == [s.parts for s in whole]
+    host = window._steps(store)
+    assert [s.host_ns for s in got] == [int(x) for x in host[2]]
+    own = _own_kernels(store)
+    assert {s.step: (s.kernels, s.kernel_ns) for s in got} == own
+    assert all(n == 96 for n, _ in own.values())
+    # the diagnosis: the step metrics equal the whole trace's
+    a = dg.diagnose(store, cache=False).metrics["values"]
+    b = dg.diagnose(store, cache=False, max_memory_mb=limit).metrics["values"]
+    for name in (
+        "steps",
+        "steps_representative",
+        "step_time_p50_ns",
+        "step_time_p90_ns",
+        "step_time_max_ns",
+        "step_time_mean_ns",
+        "step_time_cv_pct",
+        "slow_steps",
+    ):
+        assert b[name] == a[name], name
+
+
+def test_without_chunks_the_window_is_the_last_steps_only(store) -> None:
+    """The chunks are what puts the earlier steps in: a window without them has its own."""
+    ws = window.bounded(store, _limit_for(store, 0.45))
+    assert isinstance(ws, window.WindowedStore)
+    bare = window.WindowedStore(ws.path, ws.meta, window=ws.window)
+    assert bare.step_chunks == ()
+    from traceinsight.diagnose import chunks
+
+    assert chunks.analyse_chunks(bare) is None
+    r = dg.diagnose(store, cache=False, max_memory_mb=_limit_for(store, 0.45))
+    assert r.metrics["values"]["steps"] == STEPS

@@ -74,7 +74,8 @@ def diagnose(
     folder instead of recomputed (only ``command`` differs); a new result is saved there.
     ``progress`` is told each phase (attribution, metrics, rules, sections). A store whose
     analysis would need more than ``max_memory_mb`` (default: ``$TRACEINSIGHT_MAX_MEMORY_MB``
-    or 4096) is diagnosed on its last steps that fit (:mod:`traceinsight.store.window`)."""
+    or 4096) is diagnosed on its last steps that fit (:mod:`traceinsight.store.window`), its
+    step table on every step (:mod:`traceinsight.diagnose.chunks`)."""
     from traceinsight.store.window import bounded
     from traceinsight.util.distributed import current as current_runner
 
@@ -185,8 +186,8 @@ def _diagnose_plain(
 ) -> DiagnosisResult:
     from traceinsight.analysis import Analysis
     from traceinsight.analysis.host import host_view
+    from traceinsight.diagnose import chunks, quality, sections
     from traceinsight.diagnose import memory as memory_parts
-    from traceinsight.diagnose import quality, sections
     from traceinsight.diagnose.critical import critical_path
     from traceinsight.diagnose.viewer import open_in_viewer
     from traceinsight.engine.evaluate import evaluate
@@ -196,9 +197,12 @@ def _diagnose_plain(
     from traceinsight.util.capture_hints import Capture, fit_diagnostics
 
     compute_metrics = _load("compute_metrics")  # a module global (a test may replace it)
-    an = Analysis(store)
     progress.stage("attribution", 0.0)
+    chunked = chunks.analyse_chunks(store)  # a windowed store's earlier steps, before the window
+    an = Analysis(store)
     an.attribution  # noqa: B018 - computed here so that the phase shows as its own
+    if chunked is not None:
+        chunks.merge_into(an, chunked)
     progress.stage("metrics", 0.4)
     ms = compute_metrics(an, options)
     progress.stage("rules", 0.75)

@@ -126,6 +126,8 @@ def rank_rows(an: Analysis, ms: MetricSet) -> list[dict[str, Any]]:
         w = an.breakdown.ranks.get(rank)
         steps = steps_of.get(rank, [])
         stats = stats_of.get(rank, [])
+        # a windowed trace's step table holds more steps than its window (step chunks)
+        every = stats if len(stats) > len(steps) else steps
         pr = ms.per_rank.get(rank, {})
         cov = an.attribution.coverage(rank)
         out.append(
@@ -146,10 +148,10 @@ def rank_rows(an: Analysis, ms: MetricSet) -> list[dict[str, Any]]:
                 "gpu_idle_ns": int(w.idle_ns) if w else None,
                 "compute_ns": int(w.compute_ns) if w else None,
                 "comm_exposed_ns": int(w.comm_exposed_ns) if w else None,
-                "steps": len(steps),
+                "steps": len(every),
                 # every step window (the raw fact), and the statistics of the representative
                 # steps, as the step metrics, the reports and compare count them
-                "step_time_ns": _q([s.wall_ns for s in steps]),
+                "step_time_ns": _q([s.wall_ns for s in every]),
                 "step_time_representative_ns": _q(
                     [s.wall_ns for s in representative(stats)]
                     if stats

@@ -503,6 +503,7 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> bool:
     host_end: dict[tuple[int, int | None], int] = {
         (w.rank, w.step): w.host_end_ns for w in attr.steps if w.step is not None
     }
+    host_end.update(an.cache.get("step_host_end") or {})  # steps analysed in step chunks
     lags = {r: gpu_lag(by_rank[r], host_end) for r in ranks}
     ms.set("gpu_lag_ns", float(max(lags.values(), default=0)))
     for r, lag in lags.items():

@@ -7,7 +7,9 @@ measured to use for them. When the estimate is above the limit (``--max-memory``
 4 GB), :func:`plan` picks the longest run of the trace's *last* steps that fits, and
 :class:`WindowedStore` serves every table filtered to that time window, reading only the
 parquet row groups whose time statistics reach it. Everything downstream runs unchanged on
-the window.
+the window. The steps before it are cut into step chunks (:func:`chunks`), each served by a
+:class:`WindowedStore` with ``bounds`` and analysed by itself for the step table
+(:mod:`traceinsight.diagnose.chunks`), so the step statistics cover every step.
 
 What the window is, what the whole trace would have needed, and how the window's step times
 compare with all steps' (from the ``ProfilerStep`` host ranges, read for the whole trace:
@@ -33,9 +35,11 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_MB",
     "ENV_VAR",
+    "Chunk",
     "Window",
     "WindowedStore",
     "bounded",
+    "chunks",
     "estimate_mb",
     "host_steps",
     "max_memory_mb",
@@ -98,6 +102,9 @@ class Window:
     estimate_mb: float  #: estimated memory for the whole trace
     max_mb: float  #: the limit it exceeded
     step_ms: dict[str, Any] = field(default_factory=dict)  #: host step time, whole vs window
+    #: steps before the window whose step-table rows were analysed in step chunks
+    #: (:func:`chunks`): the step statistics cover ``steps_total`` steps, the rest the window
+    chunked_steps: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -114,8 +121,14 @@ class Window:
             f"trace too large to analyse whole within {self.max_mb:,.0f} MB (needs about "
             f"{self.estimate_mb:,.0f} MB): diagnosed {steps}"
         )
+        if self.chunked_steps:
+            text += (
+                f"; the step table and step statistics cover every step (the earlier "
+                f"{self.chunked_steps:,} analysed in step chunks), the other figures "
+                "(breakdown, kernels, ops, findings' evidence) the window"
+            )
         w, a = self.step_ms.get("window") or {}, self.step_ms.get("all") or {}
-        if w and a:
+        if w and a and not self.chunked_steps:
             text += (
                 f"; host step time p50 {w['p50']:.1f} ms in the window vs "
                 f"{a['p50']:.1f} ms over all steps (p90 {w['p90']:.1f} vs {a['p90']:.1f}, "
@@ -164,6 +177,7 @@ def plan(store: TraceStore, max_mb: float) -> Window | None:
         est,
         max_mb,
         step_ms={"all": _quantiles(durs), "window": _quantiles(durs[first:])},
+        chunked_steps=first + 1 if first > 0 else 0,  # the rows of :func:`chunks`
     )
 
 
@@ -175,27 +189,142 @@ def bounded(store: TraceStore, max_mb: float | None = None) -> TraceStore:
     w = plan(store, max_memory_mb(max_mb))
     if w is None:
         return store
-    return WindowedStore(store.path, {**store.meta, "window": w.to_dict()}, window=w)
+    parts = tuple(chunks(store, w))
+    return WindowedStore(
+        store.path, {**store.meta, "window": w.to_dict()}, window=w, step_chunks=parts
+    )
 
 
 @dataclass
 class WindowedStore(TraceStore):
-    """A store on disk whose time-stamped tables are served from ``window.start_ns`` on."""
+    """A store on disk whose time-stamped tables are served from ``window.start_ns`` on, or,
+    with ``bounds`` (a step chunk), from ``bounds[0]`` (None: the start) to before
+    ``bounds[1]`` (None: the end)."""
 
     window: Window | None = None
+    bounds: tuple[int | None, int | None] | None = None
+    #: the step chunks before the window (:func:`chunks`), analysed for the step table
+    step_chunks: tuple[Chunk, ...] = ()
+    _gpu_end: int | None = field(default=None, repr=False, compare=False)
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
         col = TIME_COLUMN.get(name)
         if col is None or self.window is None:
             return super().table(name, columns)
+        if self.bounds is None:
+            return self._read(name, columns, self.window.start_ns, None)
+        if name == "gpu_activities":
+            return self._launched(columns)
+        return self._read(name, columns, self.bounds[0], self._host_end())
+
+    def _read(
+        self, name: str, columns: list[str] | None, lo: int | None, hi: int | None
+    ) -> pa.Table:
+        col = TIME_COLUMN[name]
+        filters: list[tuple[str, str, Any]] = []
+        if lo is not None:
+            filters.append((col, ">=", int(lo)))
+        if hi is not None:
+            filters.append((col, "<", int(hi)))
         return partitions.read_table(
-            self.path,
-            self.meta,
-            name,
-            _restore_schema,
-            columns,
-            filters=[(col, ">=", self.window.start_ns)],
+            self.path, self.meta, name, _restore_schema, columns, filters=filters or None
         )
+
+    def _host_end(self) -> int | None:
+        """Where a step chunk's host rows end: past its launch range, as long as the GPU work
+        launched in it runs (the host events while that work waits explain its idle gaps)."""
+        hi = self.bounds[1] if self.bounds is not None else None
+        if hi is None:
+            return None
+        if self._gpu_end is None:
+            g = self._launched(["start_ns", "dur_ns"])
+            end = pc.max(pc.add(g["start_ns"], g["dur_ns"])).as_py() if g.num_rows else None
+            self._gpu_end = max(int(hi), int(end) + 1 if end is not None else int(hi))
+        return self._gpu_end
+
+    def _launched(self, columns: list[str] | None) -> pa.Table:
+        """A step chunk's GPU activities: those launched in it, wherever they run (the GPU
+        may run steps behind the host), chosen by launch correlation (ids rise with launch
+        time on each rank: an activity whose id falls within the chunk's runtime calls' ids
+        on its rank was launched in the chunk, or has no recorded launch and runs there);
+        without a correlation id, those starting in the chunk."""
+        import pyarrow.dataset as ds
+
+        lo, hi = self.bounds or (None, None)
+        rt = self._read("runtime_calls", ["rank", "correlation"], lo, hi).drop_null()
+        span = rt.group_by("rank").aggregate([("correlation", "min"), ("correlation", "max")])
+        start = ds.field("start_ns")
+        timed = ds.field("correlation").is_null()
+        if lo is not None:
+            timed = timed & (start >= int(lo))
+        if hi is not None:
+            timed = timed & (start < int(hi))
+        expr = timed
+        if span.num_rows:
+            cmin = pc.min(span["correlation_min"]).as_py()
+            cmax = pc.max(span["correlation_max"]).as_py()
+            expr = timed | ((ds.field("correlation") >= cmin) & (ds.field("correlation") <= cmax))
+        want = None if columns is None else list(dict.fromkeys([*columns, "rank", "correlation"]))
+        t = partitions.read_table(
+            self.path, self.meta, "gpu_activities", _restore_schema, want, filters=expr
+        )
+        if span.num_rows and t.num_rows:  # each rank's own id range
+            rank_mins = dict(zip(span["rank"].to_pylist(), span["correlation_min"].to_pylist()))
+            rank_maxs = dict(zip(span["rank"].to_pylist(), span["correlation_max"].to_pylist()))
+            ranks = t["rank"]
+            lo_c = pc.fill_null(pc.index_in(ranks, pa.array(list(rank_mins))), -1)
+            keys = list(rank_mins)
+            mins = pa.array([rank_mins[k] for k in keys] + [None])
+            maxs = pa.array([rank_maxs[k] for k in keys] + [None])
+            idx = pc.if_else(pc.equal(lo_c, -1), len(keys), lo_c)
+            cm, cx = pc.take(mins, idx), pc.take(maxs, idx)
+            c = t["correlation"]
+            launched = pc.and_(pc.greater_equal(c, cm), pc.less_equal(c, cx))
+            keep = pc.or_kleene(pc.fill_null(launched, False), pc.is_null(c))
+            t = t.filter(keep)
+        return t.select(columns) if columns is not None else t
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A run of steps analysed by itself for the step table: rows from ``lo_ns`` (None: the
+    trace's start) to before ``hi_ns`` (None: its end), of which the rows of the steps
+    ``keep`` (step numbers) are used. The range holds ``OVERLAP_BEFORE`` step before the kept
+    ones (the first kept window starts where the step before it ended on the GPU) and
+    ``OVERLAP_AFTER`` steps after them (GPU work queued behind the host ends there)."""
+
+    lo_ns: int | None
+    hi_ns: int | None
+    keep: frozenset[int]
+
+
+OVERLAP_BEFORE = 1
+OVERLAP_AFTER = 2
+
+
+def chunks(store: TraceStore, window: Window) -> list[Chunk]:
+    """The step chunks covering the steps from the trace's first through the window's first
+    (the window's own first step starts at its host start, not where its predecessor ended, so
+    its row comes from a chunk too); each holds about as many steps as the window. Empty when
+    the window was not chosen by steps or starts at the first step."""
+    if window.first_step is None:
+        return []
+    steps = _steps(store)
+    if steps is None:
+        return []
+    nums, starts = steps[0], steps[1]
+    total = len(nums)
+    first = total - window.steps
+    if first <= 0:
+        return []
+    size = max(1, window.steps - OVERLAP_BEFORE - OVERLAP_AFTER)
+    out = []
+    for a in range(0, first + 1, size):
+        b = min(a + size, first + 1)  # the kept steps: indices a .. b-1
+        lo = int(starts[a - OVERLAP_BEFORE]) if a >= OVERLAP_BEFORE else None
+        hi = int(starts[b + OVERLAP_AFTER]) if b + OVERLAP_AFTER < total else None
+        out.append(Chunk(lo, hi, frozenset(int(x) for x in nums[a:b])))
+    return out
 
 
 def host_steps(rng: pd.DataFrame) -> pd.DataFrame:
