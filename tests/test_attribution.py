@@ -280,7 +280,10 @@ def test_corpus_attribution_conserves_time(path: Path, tmp_path: Path) -> None:
 def test_top_command(by: str) -> None:
     path = next(p for p in FILES if p.name.startswith("Qwen_Qwen1.5") and "h100" in str(p))
     res = invoke(["top", path, "--by", by, "-n", "5"])
-    assert "GPU kernel time" in res.stdout
+    if by == "step":
+        assert "GPU kernel time 45.4 ms in 1,465 kernels" in res.stdout
+    else:  # the header counts what the rows add up to: kernels, copies and memsets
+        assert "GPU time 45.6 ms: 1,465 kernels (45.4 ms) and 242 copies and memsets" in res.stdout
     data = invoke(["top", path, "--by", by, "--json"]).stdout
     import json
 

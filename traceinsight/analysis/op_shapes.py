@@ -12,13 +12,13 @@ of a row is that of its first call, innermost first: the stack recorded on the o
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from traceinsight.analysis.intervals import Nesting
-from traceinsight.util.fmt import compact_dims
 from traceinsight.util.safetext import for_terminal
 
 TOP_N = 50
@@ -120,7 +120,7 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
         else np.full(n, None, object)
     )
     dcodes, duniq = pd.factorize(pd.Series(dims, dtype=object))
-    texts = [compact_dims(d) if isinstance(d, str) and d else NO_SHAPE for d in duniq]
+    texts = [_one_line(d) if isinstance(d, str) and d else NO_SHAPE for d in duniq]
     shape = np.array([*texts, NO_SHAPE], dtype=object)[np.where(dcodes >= 0, dcodes, len(duniq))]
     df = pd.DataFrame(
         {
@@ -184,3 +184,10 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
         "has_stack": has_stack,
         "rows": rows,
     }
+
+
+def _one_line(dims: str) -> str:
+    """Recorded input dims on one line, every entry kept (empty ones too, so two signatures
+    that differ only in their non-tensor arguments stay two groups); renderers show them in
+    the one shape format (``fmt.shapes_text``)."""
+    return re.sub(r"\s+", "", dims).replace("],[", "], [")

@@ -350,7 +350,7 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     tc = has.assign(tc=name_matches(kn, TENSOR_CORE_RE) & ~name_matches(kn, FP32_GEMM_RE))
     agg["tensor_core"] = tc.groupby("op_idx")["tc"].any()
     from traceinsight.metrics import flops
-    from traceinsight.metrics.flops_context import op_contexts
+    from traceinsight.metrics.flops.context import op_contexts
 
     ops = an.attribution.ops.loc[agg.index]
     ctx = op_contexts(an.attribution.ops, agg.index.to_numpy())

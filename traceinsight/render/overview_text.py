@@ -80,7 +80,16 @@ def markdown_lines(ov: dict[str, Any] | None) -> list[str]:
         return []
     out = [f"**Overview**: {esc(summary_line(ov))}.", ""]
     rows = mean_rows(ov)
-    if rows:
+    if len(rows) == 1:  # one rank: its mean step on one line (the ticket body stays compact)
+        _, step, parts = rows[0]
+        out[0] = out[0][:-1] + (
+            f"; mean step {fmt.fmt_ns(step)}: "
+            + ", ".join(
+                f"{esc(label)} {fmt.fmt_ns(ns)} ({fmt.fmt_pct(pct)})" for label, ns, pct in parts
+            )
+            + "."
+        )
+    elif rows:
         headers = ["rank", "mean step", *PART_LABELS.values()]
         out += md_table(
             headers,
