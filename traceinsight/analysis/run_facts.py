@@ -261,6 +261,23 @@ def _pg_names(an: Analysis) -> list[str]:
     return sorted(out)
 
 
+#: the matrix dtypes a rule condition may name (``matrix_dtypes.<dtype>_share``)
+MATRIX_DTYPES = (
+    "fp32",
+    "tf32",
+    "bf16",
+    "fp16",
+    "fp8",
+    "fp4",
+    "mxfp4",
+    "nvfp4",
+    "mxfp8",
+    "int8",
+    "fp64",
+    UNKNOWN,
+)
+
+
 def flat_values(facts: dict[str, Fact]) -> dict[str, Any]:
     """The dotted names rule conditions read: a fact's value, or for a mapping its keys
     (``optimizer.impl``); ``matrix_dtypes.<dtype>_share`` for every dtype (0 when absent)."""
@@ -270,20 +287,7 @@ def flat_values(facts: dict[str, Fact]) -> dict[str, Any]:
         if k == "matrix_dtypes" and isinstance(v, dict):
             shares = v.get("shares") or {}
             out["matrix_dtypes.dominant"] = v.get("dominant")
-            for d in (
-                "fp32",
-                "tf32",
-                "bf16",
-                "fp16",
-                "fp8",
-                "fp4",
-                "mxfp4",
-                "nvfp4",
-                "mxfp8",
-                "int8",
-                "fp64",
-                UNKNOWN,
-            ):
+            for d in MATRIX_DTYPES:
                 out[f"matrix_dtypes.{d}_share"] = float(shares.get(d, 0.0))
             low = 0.0 + sum(
                 float(shares.get(d, 0.0)) for d in shares if d not in ("fp32", "fp64", UNKNOWN)
@@ -315,23 +319,7 @@ FLAT_NAMES = {
     "matrix_dtypes.dominant": "the dtype with the most matrix kernel time",
     "matrix_dtypes.low_precision_share": "% of matrix kernel time in TF32 or narrower",
     "matrix_dtypes.wide_share": "% of matrix kernel time in fp32, TF32 or fp64",
-    **{
-        f"matrix_dtypes.{d}_share": f"% of matrix kernel time in {d}"
-        for d in (
-            "fp32",
-            "tf32",
-            "bf16",
-            "fp16",
-            "fp8",
-            "fp4",
-            "mxfp4",
-            "nvfp4",
-            "mxfp8",
-            "int8",
-            "fp64",
-            UNKNOWN,
-        )
-    },
+    **{f"matrix_dtypes.{d}_share": f"% of matrix kernel time in {d}" for d in MATRIX_DTYPES},
     "optimizer": "the optimizer class(es), e.g. SGD, AdamW, FusedAdam",
     "optimizer.class": "the optimizer class(es)",
     "optimizer.impl": "fused | foreach | 8bit | for-loop | unknown",
