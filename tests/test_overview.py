@@ -241,7 +241,7 @@ def test_sm_efficiency_sums_concurrent_kernels_and_caps_at_one(tmp_path: Path) -
 def test_sm_efficiency_from_grid_and_sm_count(tmp_path: Path) -> None:
     """Without ``blocks per SM`` the grid over the device's SM count is used."""
     an = _sm_trace(tmp_path, grid=[66, 1, 1])
-    k = ov._kernels(an)
+    k = ov._kernels(an, ov._SM_COLUMNS)
     k = k.assign(blocks_per_sm=float("nan"))
     bps = ov.blocks_per_sm(an, k)
     sms = ov.sm_counts(an.store)

@@ -179,3 +179,82 @@ def test_per_rank_products_from_the_workers_equal_the_whole_store(
     assert an.cache["step_stats"] == want_steps
     assert an.cache["rank_summaries"] == want_sums
     assert step_stats(an) is an.cache["step_stats"]
+
+
+def test_idle_splits_and_step_models_come_from_the_workers(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each partition's worker classifies its rank's idle gaps and builds its step models;
+    the client reads them (no rank's gaps classified again, no graph built here) and the
+    diagnosis equals the one computed in one process."""
+    import traceinsight.analysis.critical_path as cp
+    import traceinsight.metrics  # registers the products
+    from traceinsight.analysis import Analysis
+    from traceinsight.analysis import idle as idle_mod
+    from traceinsight.metrics import idle_metrics
+
+    assert {"idle_rank_splits", "step_models"} <= set(attribution_parts.PRODUCTS)
+    with using(Runner(jobs=2)):
+        an = Analysis(TraceStore.open(straggler_store.path))
+        an.attribution  # noqa: B018 - the workers' products land in the cache
+    splits, packed = an.cache["idle_rank_splits"], an.cache["step_models"]
+    assert sorted(splits) == [0, 1, 2, 3]
+    assert all(len(s["split"].gaps) <= idle_metrics.EVIDENCE_GAPS for s in splits.values())
+    assert [p.rank for p in packed] == [0, 1, 2, 3]
+    assert [len(p.compute_ns) for p in packed] == [4, 4, 4, 4]  # one model per step
+    # the packed models are each rank's own: unpacked, the rank's four steps in order
+    steps = [[m.graph.step for m in p.models()] for p in packed]
+    assert all(len(s) == 4 and s == sorted(s) for s in steps)
+
+    calls: list[int] = []
+    real = idle_mod._idle_split
+
+    def counted(an_, rank, g, windows):
+        calls.append(rank)
+        return real(an_, rank, g, windows)
+
+    monkeypatch.setattr(idle_mod, "_idle_split", counted)
+    built: list[int] = []
+    real_models = cp._models
+    monkeypatch.setattr(cp, "_models", lambda *a: (built.append(1), real_models(*a))[1])
+    from traceinsight.metrics import MetricSet
+
+    ms = MetricSet()
+    traceinsight.metrics.timing.compute(an, ms)
+    assert calls == []  # every rank's idle split came from its worker
+    sec = cp.analyse(an, ["comm-bound"])
+    assert built == [] and sec["replay"]["steps"] == 16
+    with plain_strings():
+        whole = Analysis(straggler_store)
+        whole.__dict__["attribution"] = finish(attribute_part(straggler_store))
+    ms_whole = MetricSet()
+    traceinsight.metrics.timing.compute(whole, ms_whole)
+    assert {k: v for k, v in ms.values.items() if k.startswith("idle_")} == {
+        k: v for k, v in ms_whole.values.items() if k.startswith("idle_")
+    }
+    assert ms.evidence["idle_gaps"] == ms_whole.evidence["idle_gaps"]
+    assert sec == cp.analyse(whole, ["comm-bound"])
+
+
+def test_ops_by_shape_grouped_rank_by_rank_equal_the_whole_table(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank's ops grouped by themselves and summed equal one grouping of every op."""
+    from traceinsight.analysis import Analysis, op_shapes
+
+    with plain_strings():
+        an = Analysis(straggler_store)
+        an.__dict__["attribution"] = finish(attribute_part(straggler_store))
+        n = len(an.attribution.ops)
+        assert len(op_shapes._rank_slices(an.attribution.ops, None)) == 4
+        per_rank = op_shapes.ops_by_shape(an, top=1 << 30)
+        one_rank = op_shapes.ops_by_shape(an, top=1 << 30, rank=2)
+        monkeypatch.setattr(op_shapes, "_rank_slices", lambda ops, rank: [(0, n)])
+        whole = op_shapes.ops_by_shape(an, top=1 << 30)
+        whole_rank = op_shapes.ops_by_shape(an, top=1 << 30, rank=2)
+    assert per_rank == whole and per_rank is not None and per_rank["groups"] > 10
+    assert one_rank is not None and whole_rank is not None
+    assert one_rank["rows"] == whole_rank["rows"]
+    assert sum(r["calls"] for r in per_rank["rows"]) == 4 * sum(
+        r["calls"] for r in one_rank["rows"]
+    )

@@ -30,6 +30,7 @@ from traceinsight.analysis.attribution import Part, attribute_part
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.store import partitions
 from traceinsight.store.window import estimate_mb
+from traceinsight.util.memory import release
 
 if TYPE_CHECKING:
     from traceinsight.store.core import TraceStore
@@ -90,7 +91,6 @@ def by_partition(store: TraceStore) -> list[Part] | None:
     computed by the current runner; None for a store that is not partitioned on disk (or is
     served through a time window, which the workers would not see)."""
     from traceinsight.util.distributed import current
-    from traceinsight.util.memory import release
 
     names = partitions.names(store.meta)
     if len(names) < 2 or not store.path.is_dir() or getattr(store, "window", None) is not None:
@@ -100,8 +100,8 @@ def by_partition(store: TraceStore) -> list[Part] | None:
         return None  # one process and a small store: read at once (no per-partition cost)
     wanted = tuple((p.name, p.module) for p in PRODUCTS.values())
     tasks = [PartitionTask(str(store.path / n), wanted) for n in names]
-    parts = runner.map(attribute_partition, tasks)
-    release()  # what the partitions' frames took in transit
+    # what each partition's frames took in transit, handed back as they arrive
+    parts = runner.map(attribute_partition, tasks, done=lambda _k, _n: release())
     return parts
 
 
@@ -141,6 +141,8 @@ def attribute_partition(task: PartitionTask | str) -> Part:
                 prod = PRODUCTS.get(name)
                 if prod is not None:
                     part.products[name] = prod.compute(an)
+            del an
+    release()  # the worker's analysis, before its result is sent and the next rank read
     return part
 
 
@@ -190,9 +192,28 @@ def join(parts: list[Part]) -> Part:
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     """``frames`` one after the other with a fresh index; a column categorical in every frame
     stays categorical (its categories in order of first appearance, as a table's unified
-    dictionary reads)."""
+    dictionary reads). Joined column by column, each part's column dropped once joined, so
+    the job's frame and the parts are never both held whole (the parts are consumed)."""
     if len(frames) == 1:
         return frames[0].reset_index(drop=True)
+    cols = list(frames[0].columns)
+    if any(list(f.columns) != cols for f in frames[1:]):  # parts of different columns
+        return _concat_whole(frames)
+    out: dict[str, Any] = {}
+    for c in cols:
+        parts = [f[c] for f in frames]
+        if all(isinstance(x.dtype, pd.CategoricalDtype) for x in parts):
+            out[c] = pd.Series(union_categoricals(parts), name=c)
+        else:
+            out[c] = pd.concat(parts, ignore_index=True)
+        del parts
+        for f in frames:
+            del f[c]
+        release()  # the parts' column, freed in small pieces the allocator would keep
+    return pd.DataFrame(out, copy=False)
+
+
+def _concat_whole(frames: list[pd.DataFrame]) -> pd.DataFrame:
     first = frames[0]
     cats = [
         c

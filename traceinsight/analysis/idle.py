@@ -390,7 +390,20 @@ def idle_split(
     an: Analysis, rank: int, g: pd.DataFrame, windows, top: int | None = 20
 ) -> tuple[IdleSplit, list[dict]]:
     """Classify the idle gaps of one rank's step windows; returns the split and the largest
-    ``top`` gaps (all of them with ``top=None``)."""
+    ``top`` gaps (all of them with ``top=None``). The last split is kept: the same rank's same
+    windows asked again next (the step table, then the idle metrics) are not classified twice.
+    The split returned is shared: callers read it."""
+    key = (rank, len(g), tuple((w.step, w.start_ns, w.end_ns) for w in windows))
+    last = an.cache.get("idle_split_last")
+    if last is not None and last[0] == key:
+        out, gaps = last[1]
+    else:
+        out, gaps = _idle_split(an, rank, g, windows)
+        an.cache["idle_split_last"] = (key, (out, gaps))
+    return out, gaps if top is None else gaps[:top]
+
+
+def _idle_split(an: Analysis, rank: int, g: pd.DataFrame, windows) -> tuple[IdleSplit, list[dict]]:
     out = IdleSplit()
     if not len(g):
         return out, []
@@ -546,7 +559,7 @@ def idle_split(
     out.calls = _call_table(host, cs, ce, windows)
     gaps.sort(key=lambda x: -x["dur_ns"])
     out.gaps = gaps
-    return out, gaps if top is None else gaps[:top]
+    return out, gaps
 
 
 #: the causes idle inside an incompletely recorded replay is taken from, first to last

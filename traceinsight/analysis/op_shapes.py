@@ -75,20 +75,40 @@ def _representatives(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return rep
 
 
-def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str, Any] | None:
-    """The ``top`` (name, input dims) groups by device self time, then host self time (of
-    ``rank`` only when given); None without CPU ops."""
-    attr = an.attribution
-    ops = attr.ops
-    if not len(ops):
-        return None
+class _CrossRange(Exception):
+    """An op whose parent lies outside its rank's range of ops."""
+
+
+def _rank_slices(ops: pd.DataFrame, rank: int | None) -> list[tuple[int, int]]:
+    """The op index ranges to group one at a time: each rank's ops when every rank's ops are
+    contiguous (an op's parent is then in its range; ``rank``: that rank's range only), else
+    the whole table."""
     n = len(ops)
+    if "rank" not in ops.columns:
+        return [(0, n)]
+    r = ops["rank"].to_numpy(np.int64)
+    cut = np.flatnonzero(r[1:] != r[:-1]) + 1
+    lo = np.concatenate(([0], cut))
+    hi = np.concatenate((cut, [n]))
+    if len(np.unique(r[lo])) != len(lo):  # a rank in several runs: group the whole table
+        return [(0, n)]
+    return [(int(a), int(b)) for a, b in zip(lo, hi) if rank is None or int(r[a]) == rank]
+
+
+def _slice_groups(attr: Any, lo: int, hi: int, rank: int | None) -> tuple[pd.DataFrame, bool]:
+    """The (name, shape) groups of the ops ``lo:hi`` (their sums, ``first``: the index of the
+    first op of each group) and whether any of those ops has recorded shapes."""
+    ops = attr.ops.iloc[lo:hi]
+    n = hi - lo
     dur = ops["dur_ns"].to_numpy(np.int64)
     names = ops["name"].astype(str).to_numpy(object)
-    rep = _representatives(names, ops["parent"].to_numpy(np.int64))
+    raw_parent = ops["parent"].to_numpy(np.int64)
+    raw_parent = np.where(raw_parent >= 0, raw_parent - lo, -1)
+    if ((raw_parent >= n) | (raw_parent < -1)).any():
+        raise _CrossRange
+    rep = _representatives(names, raw_parent)
     keep = rep == np.arange(n)
     # parents after folding: a kept op's parent is its parent's representative
-    raw_parent = ops["parent"].to_numpy(np.int64)
     parent = np.where(raw_parent >= 0, rep[np.clip(raw_parent, 0, None)], -1)
     has_p = keep & (parent >= 0)
     child = np.zeros(n, np.int64)
@@ -96,16 +116,16 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
     rt = attr.runtime
     if len(rt) and "op_idx" in rt.columns:  # runtime calls are children too (host self)
         ri = rt["op_idx"].to_numpy(np.int64)
-        ok = (ri >= 0) & (ri < n)
-        np.add.at(child, rep[ri[ok]], rt["dur_ns"].to_numpy(np.int64)[ok])
+        ok = (ri >= lo) & (ri < hi)
+        np.add.at(child, rep[ri[ok] - lo], rt["dur_ns"].to_numpy(np.int64)[ok])
     dev_self = np.zeros(n, np.int64)
     dev_total = np.zeros(n, np.int64)
     g = attr.gpu
     if len(g) and "op_idx" in g.columns:
         idx = g["op_idx"].to_numpy(np.int64)
         gd = g["dur_ns"].to_numpy(np.int64)
-        ok = (idx >= 0) & (idx < n)
-        cur, w = rep[idx[ok]], gd[ok]
+        ok = (idx >= lo) & (idx < hi)
+        cur, w = rep[idx[ok] - lo], gd[ok]
         np.add.at(dev_self, cur, w)
         for _ in range(512):
             if not len(cur):
@@ -131,14 +151,14 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
             "host_self_ns": np.maximum(dur - child, 0),
             "device_self_ns": dev_self,
             "device_total_ns": dev_total,
-            "first": np.arange(n),
+            "first": np.arange(lo, hi),
         }
     )
     if rank is not None:
         keep = keep & (ops["rank"].to_numpy(np.int64) == rank)
-    df = df[keep]
     grp = (
-        df.groupby(["name", "shape"], sort=False)
+        df[keep]
+        .groupby(["name", "shape"], sort=False)
         .agg(
             calls=("calls", "sum"),
             host_total_ns=("host_total_ns", "sum"),
@@ -148,11 +168,46 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
             first=("first", "min"),
         )
         .reset_index()
-        .sort_values(
-            ["device_self_ns", "host_self_ns", "name", "shape"],
-            ascending=[False, False, True, True],
-            kind="stable",
+    )
+    return grp, bool((shape != NO_SHAPE).any())
+
+
+def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str, Any] | None:
+    """The ``top`` (name, input dims) groups by device self time, then host self time (of
+    ``rank`` only when given); None without CPU ops. Each rank's ops are grouped by
+    themselves (its frames only built at a time), the groups then summed over the ranks."""
+    attr = an.attribution
+    ops = attr.ops
+    if not len(ops):
+        return None
+    n = len(ops)
+    parts, has_shapes = [], False
+    try:
+        for lo, hi in _rank_slices(ops, rank):
+            grp_r, shaped = _slice_groups(attr, lo, hi, rank)
+            parts.append(grp_r)
+            has_shapes = has_shapes or shaped
+    except _CrossRange:  # an op's parent in another rank's rows: the whole table at once
+        grp_r, has_shapes = _slice_groups(attr, 0, n, rank)
+        parts = [grp_r]
+    grp = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
+    if len(parts) > 1:
+        grp = (
+            grp.groupby(["name", "shape"], sort=False)
+            .agg(
+                calls=("calls", "sum"),
+                host_total_ns=("host_total_ns", "sum"),
+                host_self_ns=("host_self_ns", "sum"),
+                device_self_ns=("device_self_ns", "sum"),
+                device_total_ns=("device_total_ns", "sum"),
+                first=("first", "min"),
+            )
+            .reset_index()
         )
+    grp = grp.sort_values(
+        ["device_self_ns", "host_self_ns", "name", "shape"],
+        ascending=[False, False, True, True],
+        kind="stable",
     )
     frames = an.store.df("python_frames", ["rank", "name", "thread", "start_ns", "dur_ns"])
     recorded = _recorded_stacks(an, n)
@@ -180,7 +235,7 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
         rows.append(row)
     return {
         "groups": len(grp),
-        "has_shapes": bool((shape != NO_SHAPE).any()),
+        "has_shapes": has_shapes,
         "has_stack": has_stack,
         "rows": rows,
     }

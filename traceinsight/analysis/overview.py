@@ -84,9 +84,22 @@ def uses_tensor_cores(name: str, cls: str = "") -> bool:
     return cls in MATRIX_CLASSES and dtype in TC_DTYPES and not is_matrix_helper(name)
 
 
-def _kernels(an: Any) -> pd.DataFrame:
+def _kernels(an: Any, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The kernels' rows with ``columns`` only (those the frame has): a copy of those columns
+    of the kernel rows, not of every GPU column."""
     g = an.attribution.gpu
-    return g[g["kind"].astype(object) == "kernel"] if len(g) else g
+    cols = [c for c in columns if c in g.columns]
+    if not len(g):
+        return g[cols]
+    return g.loc[(g["kind"].astype(object) == "kernel").to_numpy(), cols]
+
+
+#: the kernel columns each figure below reads
+_TC_COLUMNS = ("name", "cls", "dur_ns", "op_idx")
+_SM_COLUMNS = (
+    "dur_ns", "rank", "device", "start_ns", "end_ns", "blocks_per_sm", "grid_x", "grid_y", "grid_z"
+)  # fmt: skip
+_OCC_COLUMNS = ("dur_ns", "rank", "start_ns", "end_ns", "occupancy_pct")
 
 
 @lru_cache(maxsize=65536)
@@ -125,7 +138,7 @@ def kernel_dtypes(an: Any, k: pd.DataFrame) -> np.ndarray:
 def tensor_cores(an: Any) -> dict[str, Any] | None:
     """Tensor-core kernel time: the totals and the kernels by name and dtype (None without
     kernels)."""
-    k = _kernels(an)
+    k = _kernels(an, _TC_COLUMNS)
     if not len(k):
         return None
     ncode, nuniq = pd.factorize(k["name"])
@@ -220,7 +233,7 @@ def _window(an: Any, rank: int) -> tuple[int, int] | None:
 def sm_efficiency(an: Any) -> dict[str, Any]:
     """Est. SM efficiency per rank (%, None where no kernel records blocks per SM or a grid
     with a known SM count) and the share of kernel time it rests on."""
-    k = _kernels(an)
+    k = _kernels(an, _SM_COLUMNS)
     out: dict[str, Any] = {"rule": SM_RULE, "per_rank": {}, "known_pct": None}
     if not len(k):
         return out
@@ -266,7 +279,7 @@ def _capped_integral(s: np.ndarray, e: np.ndarray, w: np.ndarray) -> float:
 
 def achieved_occupancy(an: Any) -> dict[str, Any]:
     """Est. achieved occupancy per rank (%) and the share of kernel time recording it."""
-    k = _kernels(an)
+    k = _kernels(an, _OCC_COLUMNS)
     out: dict[str, Any] = {"rule": OCC_RULE, "per_rank": {}, "known_pct": None}
     if not len(k) or "occupancy_pct" not in k.columns:
         return out

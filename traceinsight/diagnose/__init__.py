@@ -184,6 +184,7 @@ def _diagnose_plain(
     cmd: list[str],
     progress: Progress,
 ) -> DiagnosisResult:
+    import traceinsight.analysis.critical_path  # noqa: F401 - registers its per-rank product
     from traceinsight.analysis import Analysis
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import chunks, quality, sections

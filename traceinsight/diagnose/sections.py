@@ -12,7 +12,7 @@ import pandas as pd
 
 from traceinsight.analysis import Analysis, by_rank
 from traceinsight.diagnose.signature import signature_fields
-from traceinsight.metrics import MetricSet
+from traceinsight.metrics import MetricSet, idle_metrics
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.rank_summary import rank_rows
 from traceinsight.metrics.steps import representative, step_stats
@@ -281,6 +281,11 @@ def _idle_split_of(an: Analysis, rep: set[tuple[int, int, int]]) -> dict[str, in
         if (w.rank, w.step, w.start_ns) in rep:
             by.setdefault(w.rank, []).append(w)
     for r, ws in sorted(by.items()):
+        pre = idle_metrics.representative_split(an, r, ws)  # from the rank's worker
+        if pre is not None:
+            for c in total.ns:
+                total.ns[c] += pre[c]
+            continue
         s, _ = idle_split(an, r, by_rank.rows(an.attribution.gpu, r), ws, top=None)
         total.add(s)
     return dict(total.ns)

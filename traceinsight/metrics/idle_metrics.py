@@ -11,11 +11,12 @@ gpu_idle``
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pandas as pd
 
-from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import Analysis, attribution_parts, by_rank
 from traceinsight.analysis.idle import (
     BLOCKING_MIN_NS,
     CAUSES,
@@ -222,6 +223,80 @@ def _pct(x: float, total: float) -> float | None:
     return 100.0 * x / total if total else None
 
 
+#: the largest gaps of a rank a partition's worker sends back (the evidence keeps the job's
+#: :data:`EVIDENCE_GAPS` largest, which are among them)
+EVIDENCE_GAPS = 10
+
+
+def _window_key(w: Any) -> tuple[int, int | None, int]:
+    return (w.rank, w.step, w.start_ns)
+
+
+def rank_splits(an: Analysis) -> dict[int, dict[str, Any]]:
+    """Per rank of ``an`` (a rank partition's analysis, in its worker): the idle split of all
+    its step windows as :func:`compute` asks for it (its gaps cut to the
+    :data:`EVIDENCE_GAPS` largest), and the idle ns by cause over its representative windows
+    (those the step statistics use, for ``step_basis``), keyed by those windows. The client's
+    analysis of the whole job reads them instead of classifying every rank's gaps again
+    (:func:`split_of`, :func:`representative_split`)."""
+    from traceinsight.metrics.steps import step_stats
+
+    attr = an.attribution
+    out: dict[int, dict[str, Any]] = {}
+    if not len(attr.gpu):
+        return out
+    wins: dict[int, list] = {}
+    for w in attr.steps:
+        wins.setdefault(w.rank, []).append(w)
+    own_rep: dict[int, set] = {}
+    for st in step_stats(an):
+        if st.excluded is None:
+            own_rep.setdefault(st.rank, set()).add((st.rank, st.step, st.start_ns))
+    for r in sorted(an.breakdown.ranks):
+        g = by_rank.rows(attr.gpu, r)
+        mine = wins.get(r, [])
+        s, _ = idle_split(an, r, g, mine, top=None)  # the step table's split, when it has one
+        entry: dict[str, Any] = {
+            "windows": [_window_key(w) for w in mine],
+            "split": dataclasses.replace(s, gaps=s.gaps[:EVIDENCE_GAPS]),
+            "rep": None,
+        }
+        keys = own_rep.get(r)
+        if keys:
+            ws = [w for w in mine if _window_key(w) in keys]
+            ns = s.ns if len(ws) == len(mine) else idle_split(an, r, g, ws, top=None)[0].ns
+            entry["rep"] = (frozenset(keys), dict(ns))
+        out[r] = entry
+    return out
+
+
+def _joined(values: list[dict[int, dict[str, Any]]]) -> dict[int, dict[str, Any]]:
+    return {r: v for d in values for r, v in d.items()}
+
+
+# computed per rank partition next to its attribution (in the worker that reads it)
+attribution_parts.product("idle_rank_splits", __name__, rank_splits, _joined)
+
+
+def split_of(an: Analysis, rank: int, g: pd.DataFrame, windows: list) -> IdleSplit:
+    """The idle split of ``rank``'s step ``windows`` (all of its windows, in step order) as
+    its partition's worker computed it (its gaps: the largest only), else computed here."""
+    pre = (an.cache.get("idle_rank_splits") or {}).get(rank)
+    if pre is not None and pre["windows"] == [_window_key(w) for w in windows]:
+        return pre["split"]
+    return idle_split(an, rank, g, windows, top=None)[0]
+
+
+def representative_split(an: Analysis, rank: int, windows: list) -> dict[str, int] | None:
+    """The idle ns by cause over ``rank``'s representative ``windows`` when its partition's
+    worker computed them for the same windows; None otherwise."""
+    pre = (an.cache.get("idle_rank_splits") or {}).get(rank)
+    if pre is None or pre["rep"] is None:
+        return None
+    keys, ns = pre["rep"]
+    return dict(ns) if keys == frozenset(_window_key(w) for w in windows) else None
+
+
 def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     """Idle split over all ranks' step windows: the idle_* metrics, the not-steady-state share,
     the evidence (largest gaps, host stalls, the calls behind each cause) and text facts."""
@@ -236,7 +311,7 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     for w in attr.steps:
         wins.setdefault(w.rank, []).append(w)
     for r in ranks:
-        s, _ = idle_split(an, r, by_rank.rows(g_all, r), wins.get(r, []), top=None)
+        s = split_of(an, r, by_rank.rows(g_all, r), wins.get(r, []))
         total.add(s)
         wall_r = bd.ranks[r].wall_ns
         ms.rank_set(r, "idle_launch_pct", _pct(s.launch_ns, wall_r))

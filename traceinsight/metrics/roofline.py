@@ -131,6 +131,10 @@ def resolve_device(an: Analysis, opts: RooflineOptions):
     ), props
 
 
+#: the kernel columns the roofline reads
+_KERNEL_COLUMNS = ("name", "dur_ns", "op_idx", "rank")
+
+
 def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     res, props = resolve_device(an, opts)
     ms.evidence["device"] = {
@@ -144,7 +148,8 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     }
     spec = res.spec
     g = an.attribution.gpu
-    kern = g[(g["kind"] == "kernel")]
+    # the kernel rows with the columns read here (not a copy of every GPU column)
+    kern = g.loc[(g["kind"] == "kernel").to_numpy(), [c for c in _KERNEL_COLUMNS if c in g.columns]]
     windows = [w for w in an.attribution.steps]
     wall = float(sum(w.dur_ns for w in windows)) or 0.0
     n_ranks = max(1, len({w.rank for w in windows}))

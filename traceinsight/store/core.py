@@ -32,7 +32,7 @@ from traceinsight.util.outputs import clean_stale
 META_FILE = "meta.json"
 #: a table with more rows is read for each use, only the columns asked for, and not kept in
 #: memory: a large store's analysis holds its own frames, not a second copy of every table
-CACHE_MAX_ROWS = 2_000_000
+CACHE_MAX_ROWS = 200_000
 #: sub-folder of cached analysis results (``diagnose`` keys them by code, rules and options)
 DERIVED_DIR = "derived"
 DERIVED_KEEP = 8

@@ -10,6 +10,7 @@ after the trim, with the same frames alive.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import sys
@@ -31,7 +32,12 @@ def _libc() -> Any:
 
 
 def release() -> None:
-    """Return the allocator's free memory to the system (glibc; elsewhere a no-op)."""
+    """Return the allocators' free memory to the system: glibc's (elsewhere a no-op) and, once
+    Arrow is loaded, its memory pool's (tables read from the store and dropped)."""
     libc = _libc()
     if libc is not None:
         libc.malloc_trim(0)
+    pa = sys.modules.get("pyarrow")
+    if pa is not None:
+        with contextlib.suppress(AttributeError, NotImplementedError):  # an old pyarrow
+            pa.default_memory_pool().release_unused()

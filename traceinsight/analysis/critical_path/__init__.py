@@ -9,12 +9,12 @@ path on the recorded timeline (:mod:`.path`) and replays it (:mod:`.replay`);
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from traceinsight.analysis import by_rank
+from traceinsight.analysis import attribution_parts, by_rank
 from traceinsight.analysis.critical_path import graph as gr
 from traceinsight.analysis.critical_path import whatif as wi
 from traceinsight.analysis.critical_path.path import CriticalPath, top_items, walk
@@ -32,6 +32,14 @@ class StepModel:
     path: CriticalPath
     replayed_ns: int
     base: tuple[Any, int]  #: the recorded replay inputs and their replayed end
+    #: the path's top items by ``top_n``, computed once (in the worker that built the model)
+    tops: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def top(self, top_n: int) -> list[dict[str, Any]]:
+        """The path's ``top_n`` largest items (:func:`.path.top_items`)."""
+        if top_n not in self.tops:
+            self.tops[top_n] = top_items(self.graph, self.path, top_n)
+        return self.tops[top_n]
 
     @property
     def error_pct(self) -> float:
@@ -55,11 +63,70 @@ def _host_ranges(store) -> tuple[dict[int, tuple[str, str]], dict[int, Any]]:
 
 
 def step_models(an, ranks: Iterable[int] | None = None, step: int | None = None) -> list[StepModel]:
-    """Every step window's model, rank by rank (``step``: that step only)."""
+    """Every step window's model, rank by rank (``step``: that step only). Every step of
+    every rank is what each rank partition's worker built next to its attribution, when it
+    did (:class:`PackedModels`)."""
     from traceinsight.analysis import plain_strings
 
+    if ranks is None and step is None and "step_models" in an.cache:
+        return [m for p in an.cache["step_models"] for m in p.models()]
     with plain_strings():
         return list(_models(an, ranks, step))
+
+
+#: the top items a worker's models carry (the diagnosis's ``top_n``)
+PARTITION_TOP_N = 8
+
+
+@dataclass
+class PackedModels:
+    """One rank's step models as the worker that built them sends them back: pickled and
+    compressed (a 90 MB rank's 33 models: 18.3 MB pickled, 2.5 MB packed), unpacked one rank
+    at a time by :func:`analyse`, so the client never holds every rank's graphs at once.
+    ``compute_ns`` (per model: rank, step, compute kernel ns) is what the cross-rank
+    straggler what-if needs before any model is unpacked."""
+
+    rank: int
+    compute_ns: list[tuple[int, int | None, int]]
+    blob: bytes
+
+    @classmethod
+    def pack(cls, rank: int, models: list[StepModel]) -> PackedModels:
+        import pickle
+        import zlib
+
+        for m in models:
+            m.top(PARTITION_TOP_N)
+        blob = zlib.compress(pickle.dumps(models, protocol=pickle.HIGHEST_PROTOCOL), 1)
+        return cls(rank, [_compute_of(m) for m in models], blob)
+
+    def models(self) -> list[StepModel]:
+        import pickle
+        import zlib
+
+        # the bytes a worker of this run pickled (never read from a file or a trace)
+        return pickle.loads(zlib.decompress(self.blob))
+
+
+def _compute_of(m: StepModel) -> tuple[int, int | None, int]:
+    G = m.graph
+    return (G.rank, G.step, int(G.g_dur[G.g_cat == gr.CAT["compute"]].sum()))
+
+
+def _partition_models(an) -> list[PackedModels]:
+    """A rank partition's step models, packed rank by rank (none without GPU work)."""
+    if not len(an.attribution.gpu):
+        return []
+    by: dict[int, list[StepModel]] = {}
+    for m in step_models(an):
+        by.setdefault(m.graph.rank, []).append(m)
+    return [PackedModels.pack(r, ms) for r, ms in by.items()]
+
+
+# every step's model, built per rank partition next to its attribution (in its worker)
+attribution_parts.product(
+    "step_models", __name__, _partition_models, attribution_parts.concat_lists
+)
 
 
 def _models(an, ranks: Iterable[int] | None, step: int | None) -> Iterator[StepModel]:
@@ -137,11 +204,11 @@ def _missing_dependency(G: gr.StepGraph) -> str:
     )
 
 
-def _straggler_ctx(models: list[StepModel]) -> dict[str, Any]:
+def _straggler_ctx(computes: list[tuple[int, int | None, int]]) -> dict[str, Any]:
+    """The straggler what-if's context from each step model's (rank, step, compute ns)."""
     comp: dict[int, list[int]] = {}
-    for m in models:
-        G = m.graph
-        comp.setdefault(G.rank, []).append(int(G.g_dur[G.g_cat == gr.CAT["compute"]].sum()))
+    for rank, _step, c in computes:
+        comp.setdefault(rank, []).append(c)
     if len(comp) < 2:
         return {}
     med = {r: float(np.median(v)) for r, v in comp.items()}
@@ -151,12 +218,11 @@ def _straggler_ctx(models: list[StepModel]) -> dict[str, Any]:
         return {}
     scale = typical / med[s]
     waits = {}
-    for m in models:
-        G = m.graph
-        if G.rank == s:
+    for rank, step, _c in computes:
+        if rank == s:
             continue
         excess = med[s] - typical
-        waits[(G.rank, G.step)] = int(excess)
+        waits[(rank, step)] = int(excess)
     return {"straggler_scale": {s: scale}, "straggler_wait_ns": waits, "straggler_rank": s}
 
 
@@ -205,53 +271,93 @@ def analyse(
 ) -> dict[str, Any]:
     """The ``critical_path`` result section: per rank and step, the measured and replayed
     step, the path by category and its top items; the what-if of each fired rule that has one
-    (marginal, in the order of their standalone gain, so they add up to ``whatif.all``)."""
-    models = step_models(an) if models is None else models
-    if not models:
-        return {}
-    ctx: dict[str, Any] = {"tensor_speedup": tensor_speedup, **_straggler_ctx(models)}
+    (marginal, in the order of their standalone gain, so they add up to ``whatif.all``).
+
+    The models come rank by rank: packed by the workers that built them (unpacked once for
+    the rows and the standalone gains, and once more for the combined what-ifs when two or
+    more fired), or ``models`` / built here, in memory."""
+    packed: list[PackedModels] | None = an.cache.get("step_models") if models is None else None
+    if packed is None:
+        models = step_models(an) if models is None else models
+        if not models:
+            return {}
+        held = models
+        computes = [_compute_of(m) for m in held]
+
+        def groups() -> Iterator[list[StepModel]]:
+            yield held
+    else:
+        computes = [c for p in packed for c in p.compute_ns]
+        if not computes:
+            return {}
+
+        def groups() -> Iterator[list[StepModel]]:
+            for p in packed:
+                yield p.models()
+
+    ctx: dict[str, Any] = {"tensor_speedup": tensor_speedup, **_straggler_ctx(computes)}
     fired = [w.key for w in wi.WHATIFS if any(r in w.rules for r in rules)]
-    measured = sum(m.graph.measured_ns for m in models)
-    alone_steps = {k: [_gain(m, [k], ctx) for m in models] for k in fired}
+    alone_steps: dict[str, list[int]] = {k: [] for k in fired}
+    measured = 0
+    n_steps = 0
+    within = 0
+    ranks: dict[int, dict[str, Any]] = {}
+    rows: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []  #: the first five steps whose replay is off
+    n_bad = 0
+    for group in groups():  # the rows and each what-if alone
+        for m in group:
+            G = m.graph
+            measured += G.measured_ns
+            n_steps += 1
+            err = m.error_pct
+            within += abs(err) <= REPLAY_TOLERANCE_PCT
+            if abs(err) > REPLAY_TOLERANCE_PCT:
+                n_bad += 1
+                if len(bad) < 5:
+                    bad.append(_bad_message(m, err))
+            row: dict[str, Any] = {
+                "step": G.step,
+                "start_ns": int(G.origin_ns + G.ws),
+                "measured_ns": G.measured_ns,
+                "replayed_ns": m.replayed_ns,
+                "replay_error_pct": err,
+                "path_ns": dict(m.path.by_cat),
+                "top": m.top(top_n),
+                "events": G.n,
+            }
+            if focus is not None and (G.rank, G.step) == focus:
+                row["segments"] = path_segments(m)
+            r = ranks.setdefault(
+                G.rank, {"rank": G.rank, "launch_latency_ns": G.latency_ns, "steps": []}
+            )
+            r["steps"].append(row)
+            rows.append(row)
+            for k in fired:
+                alone_steps[k].append(_gain(m, [k], ctx))
     alone = {k: sum(v) for k, v in alone_steps.items()}
     order = sorted(fired, key=lambda k: (-alone[k], k))
+    # the what-ifs applied together, in that order: each prefix of the order per step
+    combos = [order[: i + 1] for i in range(1, len(order))]
+    combo_steps: list[list[int]] = [[] for _ in combos]
+    if combos:
+        for group in groups():
+            for m in group:
+                for j, keys in enumerate(combos):
+                    combo_steps[j].append(_gain(m, keys, ctx))
     marginal: dict[str, int] = {}
-    done: list[str] = []
     prev = 0
     per_step_all: list[int] = []
-    for k in order:
-        done.append(k)
+    for i, k in enumerate(order):
         # the first what-if of the order alone is already known
-        per_step_all = alone_steps[k] if len(done) == 1 else [_gain(m, done, ctx) for m in models]
+        per_step_all = alone_steps[k] if i == 0 else combo_steps[i - 1]
         tot = sum(per_step_all)
         marginal[k] = max(tot - prev, 0)
         prev = max(tot, prev)
-    n_steps = len(models)
+    if per_step_all:
+        for row, gain in zip(rows, per_step_all, strict=True):
+            row["whatif_all_ns"] = row["measured_ns"] - gain
     mean_step = measured / n_steps
-    ranks: dict[int, dict[str, Any]] = {}
-    within = 0
-    for i, m in enumerate(models):
-        G = m.graph
-        err = m.error_pct
-        within += abs(err) <= REPLAY_TOLERANCE_PCT
-        row: dict[str, Any] = {
-            "step": G.step,
-            "start_ns": int(G.origin_ns + G.ws),
-            "measured_ns": G.measured_ns,
-            "replayed_ns": m.replayed_ns,
-            "replay_error_pct": err,
-            "path_ns": dict(m.path.by_cat),
-            "top": top_items(G, m.path, top_n),
-            "events": G.n,
-        }
-        if per_step_all:
-            row["whatif_all_ns"] = G.measured_ns - per_step_all[i]
-        if focus is not None and (G.rank, G.step) == focus:
-            row["segments"] = path_segments(m)
-        r = ranks.setdefault(
-            G.rank, {"rank": G.rank, "launch_latency_ns": G.latency_ns, "steps": []}
-        )
-        r["steps"].append(row)
     all_gain = sum(per_step_all) if per_step_all else 0
     out: dict[str, Any] = {
         "categories": {c: gr.CATEGORY_LABELS[c] for c in gr.CATEGORIES},
@@ -282,22 +388,30 @@ def analyse(
         "pct": 100.0 * all_gain / measured if measured else 0.0,
         "applied": list(order),
     }
-    bad = [m for m in models if abs(m.error_pct) > REPLAY_TOLERANCE_PCT]
     out["diagnostics"] = [
         {
             "code": "replay-error",
             "severity": "warning",
-            "source": f"rank {m.graph.rank}",
-            "message": ("the window" if m.graph.step is None else f"step {m.graph.step}")
-            + ": the replay of its dependency graph is "
-            f"{m.error_pct:+.1f}% off the measured step; " + _missing_dependency(m.graph),
+            "source": f"rank {msg['rank']}",
+            "message": msg["message"],
             "hint": "what-if impacts of this step are less certain",
         }
-        for m in bad[:5]
+        for msg in bad
     ]
-    if len(bad) > 5:
-        out["diagnostics"][-1]["count"] = len(bad)
+    if n_bad > 5:
+        out["diagnostics"][-1]["count"] = n_bad
     return out
+
+
+def _bad_message(m: StepModel, err: float) -> dict[str, Any]:
+    """A step whose replay is off the measured step: its rank and what may be missing."""
+    G = m.graph
+    return {
+        "rank": G.rank,
+        "message": ("the window" if G.step is None else f"step {G.step}")
+        + ": the replay of its dependency graph is "
+        f"{err:+.1f}% off the measured step; " + _missing_dependency(G),
+    }
 
 
 def impacts(findings: list, section: dict[str, Any]) -> None:
