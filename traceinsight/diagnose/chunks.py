@@ -60,8 +60,9 @@ class StepFigures:
     rollups: RollupSums | None = None
     idle_ns: dict[str, int] = field(default_factory=dict)  #: every step window, by cause
     idle_rep_ns: dict[str, int] = field(default_factory=dict)  #: representative windows
-    #: compute kernel time of the representative windows by layer / op / class
+    #: compute kernel time of the step windows by layer / op / class: all, representative
     basis: dict[str, dict[str, int]] = field(default_factory=dict)
+    basis_rep: dict[str, dict[str, int]] = field(default_factory=dict)
     windows_all: int = 0  #: attribution windows (the rollups' ``windows``)
 
     def add(self, o: StepFigures) -> None:
@@ -73,10 +74,11 @@ class StepFigures:
         for mine, theirs in ((self.idle_ns, o.idle_ns), (self.idle_rep_ns, o.idle_rep_ns)):
             for k, v in theirs.items():
                 mine[k] = mine.get(k, 0) + v
-        for part, d in o.basis.items():
-            tgt = self.basis.setdefault(part, {})
-            for k, v in d.items():
-                tgt[k] = tgt.get(k, 0) + v
+        for mine_b, theirs_b in ((self.basis, o.basis), (self.basis_rep, o.basis_rep)):
+            for part, d in theirs_b.items():
+                tgt = mine_b.setdefault(part, {})
+                for k, v in d.items():
+                    tgt[k] = tgt.get(k, 0) + v
         self.windows_all += o.windows_all
 
 
@@ -114,12 +116,12 @@ def owned_figures(
     g, ops = attr.gpu, attr.ops
     step = g["step"]
     in_keep = step.isin(list(keep)).to_numpy()
-    s = g["start_ns"].to_numpy(np.int64)
+    start = g["start_ns"].to_numpy(np.int64)
     free = step.isna().to_numpy().copy()
     if lo_ns is not None:
-        free &= s >= lo_ns
+        free &= start >= lo_ns
     if hi_ns is not None:
-        free &= s < hi_ns
+        free &= start < hi_ns
     og = g[in_keep | free]
     os_ = ops["start_ns"].to_numpy(np.int64)
     own_ops = np.ones(len(ops), dtype=bool)
@@ -150,25 +152,31 @@ def owned_figures(
         elif rw:
             total_rep.add(idle_split(an, r, rows, rw, top=None)[0])
     out.idle_ns, out.idle_rep_ns = dict(total.ns), dict(total_rep.ns)
-    # the step basis: compute kernels of the representative windows
-    st = og["step"]
-    at = list(zip(og["rank"].to_numpy(np.int64).tolist(), st.tolist()))
-    is_rep = np.fromiter(((r, x) in rep for r, x in at), dtype=bool, count=len(at))
-    comp = og[
-        is_rep & (og["kind"] == "kernel").to_numpy() & (og["cls"] != "communication").to_numpy()
-    ]
+    # the step basis: compute kernels of the step windows, all and the representative ones
+    import pandas as pd
+
+    step_i = pd.to_numeric(og["step"], errors="coerce").fillna(-1).to_numpy(np.int64)
+    at = pd.MultiIndex.from_arrays([og["rank"].to_numpy(np.int64), step_i])
+    is_rep = at.isin(pd.MultiIndex.from_tuples(sorted(rep))) if rep else np.zeros(len(og), bool)
+    compute = (og["kind"] == "kernel").to_numpy() & (og["cls"] != "communication").to_numpy()
+    out.basis = _basis(og[compute & (step_i >= 0)])
+    out.basis_rep = _basis(og[compute & is_rep])
+    return out
+
+
+def _basis(comp: pd.DataFrame) -> dict[str, dict[str, int]]:
+    """Compute kernel time by layer, top-level op and class (the step basis' splits)."""
     from traceinsight.util.vocab import NO_MODULE
 
     mods = comp["module"].astype(object)
     mods = mods.where(mods.notna(), NO_MODULE)
     dur = comp["dur_ns"]
-    out.basis = {
+    return {
         "by_layer_ns": _sums(dur.groupby(mods.to_numpy()).sum()),
         "by_op_ns": _sums(dur.groupby(comp["top_op"].astype(str).to_numpy()).sum()),
         "by_class_ns": _sums(dur.groupby(comp["cls"].astype(str).to_numpy()).sum()),
         "compute_kernel_sum_ns": {"": int(dur.sum())},
     }
-    return out
 
 
 def _sums(s: pd.Series) -> dict[str, int]:

@@ -257,7 +257,7 @@ def step_basis(
         split = merged.idle_rep_ns if partial else merged.idle_ns
         ints = {("device_wait" if k == "dependency" else k): int(x) for k, x in split.items()}
         ints["device_wait"] = ints.get("device_wait", 0) + tot["idle_ns"] - sum(ints.values())
-        b = merged.basis
+        b = merged.basis_rep if partial else merged.basis
         return {
             "windows": len(wins),
             "windows_all": len(bd.steps),
