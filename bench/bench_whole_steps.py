@@ -62,6 +62,13 @@ def _facts(path: Path) -> dict:
     }
 
 
+def _commit(code: Path) -> str | None:
+    r = subprocess.run(
+        ["git", "-C", str(code), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+    )
+    return r.stdout.strip() or None
+
+
 def _same(a: Path, b: Path) -> dict[str, bool]:
     x, y = json.loads(a.read_text()), json.loads(b.read_text())
     out = {"breakdown": x.get("breakdown") == y.get("breakdown")}
@@ -131,6 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             res["runs"][name] = measure(
                 [
                     py,
+                    "-P",  # the code of PYTHONPATH, not of the working directory
                     "-m",
                     "traceinsight",
                     "--quiet",
@@ -147,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 pss_every=2,
             )
             res["runs"][name]["load_avg_after"] = os.getloadavg()
+            res["runs"][name]["code"] = {"path": str(code), "commit": _commit(code)}
             print(json.dumps(res["runs"][name]), file=sys.stderr, flush=True)
             if out.exists():
                 res["diagnosis"][name] = _facts(out)
