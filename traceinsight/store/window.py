@@ -1,20 +1,30 @@
-"""A trace too large to analyse in memory: the diagnosis of its last steps, said so.
+"""A trace too large to analyse in memory at once: its steps in chunks that fit, said so.
 
 Attribution holds every GPU activity, runtime call and CPU op of a rank at once (the op tree,
 the launch links and the module paths need them together). Its peak memory grows with the
 rows of the store: :func:`estimate_mb` prices each table's rows at what the analysis was
 measured to use for them. When the estimate is above the limit (``--max-memory``, default
-4 GB), :func:`plan` picks the longest run of the trace's *last* steps that fits, and
-:class:`WindowedStore` serves every table filtered to that time window, reading only the
-parquet row groups whose time statistics reach it. Everything downstream runs unchanged on
-the window. The steps before it are cut into step chunks (:func:`chunks`), each served by a
-:class:`WindowedStore` with ``bounds`` and analysed by itself for the step table
-(:mod:`traceinsight.diagnose.chunks`), so the step statistics cover every step.
+4 GB), :func:`plan` picks the longest run of the trace's *last* steps that fits (the window),
+and :class:`WindowedStore` serves every table filtered to that time window, reading only the
+parquet row groups whose time statistics reach it. The steps before it are cut into step
+chunks of about the window's size (:func:`chunks`), each served by a :class:`WindowedStore`
+with ``bounds`` (its GPU work chosen by launch correlation, with a step of context before and
+two after). :mod:`traceinsight.diagnose.chunks` analyses the chunks one at a time, then the
+window, and merges the exact sums of the rows each owns: the step table, the time breakdown,
+the rollups, the idle split and the step basis cover every step and equal the unbounded
+diagnosis. The figures that need one analysis of the steps together (the metrics'
+percentages, findings, timeline, critical path, per-rank summary) come from the window.
+
+``--steps`` (:func:`parse_steps`: ``last:N``, ``A:B``, ``A:``, ``:B``) chooses the steps
+instead (:func:`select`): a :class:`WindowedStore` of those steps and the one before them
+(so that the first one's window starts where its predecessor's GPU work ended, as in the
+whole trace), of which the diagnosis keeps the chosen steps
+(:func:`traceinsight.diagnose.chunks.restrict`); every figure then describes them only.
 
 What the window is, what the whole trace would have needed, and how the window's step times
 compare with all steps' (from the ``ProfilerStep`` host ranges, read for the whole trace:
-they are few) go into the result (``trace.window``) and a ``analysis-window`` diagnostic, so a
-reader knows which steps the figures describe and whether they are typical.
+they are few) go into the result (``trace.window``) and an ``analysis-window`` diagnostic,
+which names the figures that cover every step and those that rest on the window's steps.
 """
 
 from __future__ import annotations
