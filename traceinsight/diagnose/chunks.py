@@ -10,7 +10,7 @@ whose analysis the diagnosis keeps). Each chunk's analysis is dropped before the
 - its step-table rows (:class:`traceinsight.metrics.steps.StepStat`, exact integers);
 - its step windows' time breakdown (:class:`traceinsight.analysis.breakdown.WindowBreakdown`:
   busy, idle, compute, communication, copy and memset time), so the per-rank totals are sums;
-- the kernel, op, layer, module-type and class rollups as sums
+- the kernel, op, layer, module-type, annotation and class rollups as sums
   (:class:`traceinsight.analysis.rollups.RollupSums`: time and counts per name, a kernel's
   durations as value counts, so means, medians and deviations are recomputed exactly);
 - the idle split by cause of its step windows (all of them, and the representative ones) and
