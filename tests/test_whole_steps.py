@@ -100,6 +100,32 @@ def test_chunked_figures_equal_the_whole_diagnosis(store, whole, fraction: float
         assert r.metrics["values"][k] == whole.metrics["values"][k], k
 
 
+@pytest.fixture(scope="module")
+def cold(tmp_path_factory: pytest.TempPathFactory):
+    """A trace whose first kernel launch blocks 200 ms: its first step is a warm-up step."""
+    d = tmp_path_factory.mktemp("cold")
+    build(Workload(layers=2, steps=STEPS, cold_start_ns=200_000_000)).write(str(d / "c.json.gz"))
+    return ingest([d / "c.json.gz"], d / "c.tistore", quiet=True)
+
+
+@pytest.mark.parametrize("fraction", [0.45, 0.25])
+def test_a_warm_up_step_is_left_out_as_in_the_whole(cold, fraction: float) -> None:
+    """The step basis over the representative steps (the warm-up step out), the step table's
+    exclusions, the breakdown and the rollups: the whole store's, exactly (a chunk's host rows
+    read on past its steps hold no later step of its own)."""
+    a = dg.diagnose(cold, cache=False)
+    assert [x["reason"] for x in a.summary["ranks"][0]["steps_excluded"]] == ["warm-up"]
+    assert a.rollups["step_basis"]["windows"] == STEPS - 1
+    b = dg.diagnose(cold, cache=False, max_memory_mb=_limit_for(cold, fraction))
+    assert b.trace["window"]["chunks"] >= 2
+    assert b.summary["ranks"][0]["steps_excluded"] == a.summary["ranks"][0]["steps_excluded"]
+    assert same(b.breakdown, a.breakdown) == []
+    for k in MERGED:
+        assert same(b.rollups[k], a.rollups[k], k) == [], k
+    assert b.rollups["step_basis"]["windows"] == STEPS - 1
+    assert b.metrics["values"]["steps_representative"] == STEPS - 1
+
+
 def test_without_the_merge_the_figures_are_the_last_steps(store, whole) -> None:
     """What the chunks add: the window's own analysis has the last steps' kernels only."""
     ws = window.bounded(store, _limit_for(store, 0.45))

@@ -378,9 +378,15 @@ class WindowedStore(TraceStore):
             return self._launched(columns)
         t = self._read(name, columns, self.bounds[0], self._host_end())
         hi = self.bounds[1]
-        chosen = name == "ranges" and self.keep_steps is not None and hi is not None
-        if chosen and t.num_rows and {"kind", "start_ns"} <= set(t.column_names):
-            # a chosen range's steps only (its host rows are read on while its GPU work runs)
+        if (
+            name == "ranges"
+            and hi is not None
+            and t.num_rows
+            and {"kind", "start_ns"} <= set(t.column_names)
+        ):
+            # the chunk's steps only: its host rows are read on while its GPU work runs, but a
+            # later step's ProfilerStep range there would be an empty step of its own (and
+            # sway which steps look representative: a warm-up step among empty ones is kept)
             later = pc.and_(pc.equal(t["kind"], "step"), pc.greater_equal(t["start_ns"], hi))
             t = t.filter(pc.invert(pc.fill_null(later, False)))
         return t
