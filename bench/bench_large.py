@@ -7,9 +7,10 @@ peak PSS of its process tree sampled (``measure.py``): ``traceinsight ingest TRA
 (chunks read and written as parquet row groups as they come), then ``traceinsight diagnose
 STORE`` (the analysis reads the store's tables; the result is cached in the store). Target:
 both at most 4 GB. The whole store's analysis would need more, so ``diagnose`` analyses the
-trace's last steps that fit its default ``--max-memory`` of 4096 MB
-(:mod:`traceinsight.store.window`;
-the window is recorded with the figures). The figures go to ``bench/results/10gb.json``.
+trace in step chunks that fit its default ``--max-memory`` of 4096 MB, one at a time, the
+last of them the trace's last steps that fit (:mod:`traceinsight.store.window`,
+:mod:`traceinsight.diagnose.chunks`; the window is recorded with the figures). The figures
+go to ``bench/results/10gb.json``.
 
 Usage::
 

@@ -1,6 +1,7 @@
-"""A store whose analysis would need more memory than ``--max-memory`` is diagnosed on its last
-steps that fit (``traceinsight.store.window``), and the result says so; a store that fits is
-diagnosed whole, unchanged."""
+"""A store whose analysis would need more memory than ``--max-memory`` is analysed in step
+chunks, the rest of the diagnosis on its last steps that fit (``traceinsight.store.window``),
+and the result says so; a store that fits is diagnosed whole, unchanged (every step's figures:
+tests/test_whole_steps.py)."""
 
 from __future__ import annotations
 
@@ -94,10 +95,11 @@ def test_windowed_diagnosis_says_which_steps(store) -> None:
     d = r.diagnostics[0]
     assert d["code"] == "analysis-window" and d["severity"] == "warning"
     assert d["count"] == STEPS - 4
-    assert f"its last 4 of {STEPS} steps (#{win['first_step']}-#{win['last_step']})" in d["message"]
-    assert "--max-memory" in d["hint"]
+    assert f"rest on its last 4 steps (#{win['first_step']}-#{win['last_step']})" in d["message"]
+    assert "--max-memory" in d["hint"] and "--steps" in d["hint"]
     assert win["chunked_steps"] == STEPS - 4 + 1  # the steps before it, and its first
-    assert "the step table and step statistics cover every step" in d["message"]
+    assert f"every step analysed, in {win['chunks'] + 1} runs of steps" in d["message"]
+    assert f"cover all {STEPS} steps (exact sums)" in d["message"]
     # the step metrics describe every step (the earlier ones analysed in step chunks): the
     # window's first one, whose GPU was still busy with work launched before the window, is
     # measured in its chunk, from where its predecessor ended, so not left out
@@ -116,7 +118,7 @@ def test_window_is_part_of_the_cache_key(store) -> None:
 def test_cli_max_memory(store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     limit = _limit_for(store, 0.25)
     res = invoke(["diagnose", str(store.path), "--max-memory", f"{limit:.3f}", "--no-color"])
-    assert f"diagnosed its last 2 of {STEPS} steps" in " ".join(res.stdout.split())
+    assert "rest on its last 2 steps" in " ".join(res.stdout.split())
     monkeypatch.setenv(window.ENV_VAR, f"{limit:.3f}")
     assert window.max_memory_mb() == pytest.approx(float(f"{limit:.3f}"))
     assert window.max_memory_mb(123) == 123.0

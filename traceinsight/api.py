@@ -183,11 +183,13 @@ class Trace:
         overrides: Sequence[str] = (),
         recompute: bool = False,
         max_memory_mb: float | None = None,
+        steps: str | None = None,
     ) -> Diagnosis:
         """The diagnosis, as ``traceinsight diagnose`` computes it: the keyword arguments are
         its options (``--device``, ``--peak-tflops``, ``--peak-bw`` in GB/s, ``--params``,
         ``--tokens-per-step``, ``--mode``, ``--rules``, ``--set`` as ``overrides``,
-        ``--recompute``, ``--max-memory``). The result is cached in the store like the CLI's."""
+        ``--recompute``, ``--max-memory``, ``--steps`` as ``steps``, e.g. ``"last:100"`` or
+        ``"20:80"``). The result is cached in the store like the CLI's."""
         from traceinsight.diagnose import diagnose as run_diagnose
         from traceinsight.options import RooflineOptions
 
@@ -207,6 +209,7 @@ class Trace:
             command=["traceinsight", "diagnose", *(str(p) for p in self.paths)],
             cache=not recompute,
             max_memory_mb=max_memory_mb,
+            steps=steps,
         )
         from traceinsight.ingest.inputs import skipped_entries
 

@@ -92,7 +92,7 @@ class TraceInfo(TypedDict, total=False):
     flops_per_step: float | None
     dtypes: list[str]
     compiled: bool
-    window: dict[str, Any]  #: only when the trace was too large for --max-memory
+    window: dict[str, Any]  #: only when the trace was too large for --max-memory, or --steps
     #: with memory inputs (snapshots, memory-timeline exports)
     memory_only: bool
     memory_inputs: list[Row]

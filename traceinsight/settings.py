@@ -123,8 +123,8 @@ VARS: dict[str, Var] = {
             "TRACEINSIGHT_MAX_MEMORY_MB",
             "float",
             4096.0,
-            "memory limit of one diagnosis, MB (--max-memory wins): a larger trace is diagnosed "
-            "on its last steps",
+            "memory limit of one diagnosis, MB (--max-memory wins): a larger trace is analysed "
+            "in step chunks, one at a time",
             minimum=1,
         ),
         Var(

@@ -204,6 +204,11 @@ def _sum(rank: int, parts: list[WindowBreakdown]) -> WindowBreakdown:
     )
 
 
+def rank_total(rank: int, parts: list[WindowBreakdown]) -> WindowBreakdown:
+    """One rank's breakdown: the sums over its windows ``parts``."""
+    return _sum(rank, parts)
+
+
 def breakdown(attr: Attribution) -> Breakdown:
     steps: list[WindowBreakdown] = []
     ranks: dict[int, WindowBreakdown] = {}

@@ -59,3 +59,16 @@ def device_key(ctx: click.Context, param: click.Parameter, value: str | None) ->
             param=param,
         )
     return value
+
+
+def step_range(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """``--steps``: ``last:N``, ``A:B``, ``A:`` or ``:B`` (the forms, when it is none)."""
+    if value is None:
+        return None
+    from traceinsight.errors import ConfigError
+    from traceinsight.store.window import parse_steps
+
+    try:
+        return parse_steps(value).text
+    except ConfigError as e:
+        raise click.BadParameter(str(e).removeprefix(f"--steps {value!r}: "), ctx, param) from None

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from traceinsight.cli.base import emit, with_skipped
-from traceinsight.cli.checks import POSITIVE, device_key
+from traceinsight.cli.checks import POSITIVE, device_key, step_range
 from traceinsight.cli.ranks import rank_options
 
 if TYPE_CHECKING:  # the commands import the library lazily: a quick start for every command
@@ -86,8 +86,19 @@ from traceinsight.cli.options import (
     metavar="MB",
     default=None,
     help="Memory the analysis may use (default 4096, or $TRACEINSIGHT_MAX_MEMORY_MB). "
-    "A trace that would need more is diagnosed on its last steps that fit, "
-    "and the report says which.",
+    "A trace that would need more is analysed in step chunks, one at a time: every step in "
+    "the step table, time breakdown and rollups; the report says what rests on its last "
+    "steps.",
+)
+@click.option(
+    "--steps",
+    "steps",
+    metavar="RANGE",
+    default=None,
+    callback=step_range,
+    help="Diagnose only these steps: last:N (the last N), A:B (ProfilerStep#A through #B), "
+    "A: or :B; e.g. --steps last:100, --steps 20:80. Every figure then describes those "
+    "steps, and the report says so.",
 )
 @click.option(
     "--memory-snapshot",
@@ -121,6 +132,7 @@ def diagnose(
     color: bool | None,
     recompute: bool,
     max_memory: float | None = None,
+    steps: str | None = None,
     memory_snapshots: tuple[Path, ...] = (),
 ) -> None:
     """Why was this run slow? Findings with evidence and advice, ordered by impact.
@@ -138,6 +150,7 @@ def diagnose(
       traceinsight diagnose trace.json.gz --set launch-bound.min_idle_launch_pct=25
       traceinsight diagnose trace.json.gz --memory-snapshot snapshot.pickle
       traceinsight diagnose huge.pt.trace.json --max-memory 8000
+      traceinsight diagnose huge.pt.trace.json --steps last:100
       traceinsight diagnose snapshot.pickle
     """
     from traceinsight.ingest.prehash import start as start_hashing
@@ -176,6 +189,7 @@ def diagnose(
             cache=not recompute,
             progress=prog,
             max_memory_mb=max_memory,
+            steps=steps,
         )
     except BaseException:
         prog.stop()

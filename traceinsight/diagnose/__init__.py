@@ -68,18 +68,22 @@ def diagnose(
     cache: bool = True,
     progress: Progress | None = None,
     max_memory_mb: float | None = None,
+    steps: str | None = None,
 ) -> DiagnosisResult:
     """Diagnose a store. With ``cache`` a result computed before from the same store by the
     same code, rules, thresholds and options is read back from the store's ``derived/``
     folder instead of recomputed (only ``command`` differs); a new result is saved there.
     ``progress`` is told each phase (attribution, metrics, rules, sections). A store whose
     analysis would need more than ``max_memory_mb`` (default: ``$TRACEINSIGHT_MAX_MEMORY_MB``
-    or 4096) is diagnosed on its last steps that fit (:mod:`traceinsight.store.window`), its
-    step table on every step (:mod:`traceinsight.diagnose.chunks`)."""
+    or 4096) is analysed in step chunks, one at a time, every step in its step table, time
+    breakdown, rollups and idle split (:mod:`traceinsight.diagnose.chunks`), the rest on its
+    last steps that fit (:mod:`traceinsight.store.window`). ``steps`` (``"last:100"``,
+    ``"20:80"``: :func:`traceinsight.store.window.parse_steps`) diagnoses exactly those steps
+    (a :class:`~traceinsight.errors.ConfigError` for a bad value)."""
     from traceinsight.store.window import bounded
     from traceinsight.util.distributed import current as current_runner
 
-    store = bounded(store, max_memory_mb)
+    store = bounded(store, max_memory_mb, steps)
     cmd = redact_command(str(c) for c in (command or []))
     cache = cache and not current_runner().fresh  # --no-cache
     key = result_key(store, rules_dirs, overrides, options) if cache else None
@@ -204,6 +208,12 @@ def _diagnose_plain(
     an.attribution  # noqa: B018 - computed here so that the phase shows as its own
     if chunked is not None:
         chunks.merge_into(an, chunked)
+    chosen = getattr(store, "keep_steps", None)  # --steps: the chosen steps' rows only
+    merged = (
+        chunks.restrict(an, chosen, getattr(store, "own_from_ns", None))
+        if chosen is not None
+        else None
+    )
     progress.stage("metrics", 0.4)
     ms = compute_metrics(an, options)
     progress.stage("rules", 0.75)
@@ -252,6 +262,21 @@ def _diagnose_plain(
     summary = sections.summary(an, ms)
     timeline = sections.timeline(an, ms)
     critical = critical_path(an, ms, findings, diags, timeline) if has_gpu else None
+    if chunked is not None:  # every step's breakdown and rollups, from the chunks' sums
+        m = chunks.finish(an, chunked)
+        an.breakdown = m.breakdown  # read by the sections below
+        merged = m.figures
+    breakdown = sections.breakdown(an)
+    rollups = {
+        **sections.rollups(an, merged),
+        "step_basis": sections.step_basis(an, ms, merged),
+        "slice": slice_rates(an, sections.trace_format(store)),
+        "module_types": (
+            merged.rollups.module_types()
+            if merged is not None and merged.rollups is not None
+            else an.rollup("module-type")
+        ).to_dict("records"),
+    }
     # the sections as built (plain dicts); from_dict below reads them back as the typed result
     parts: dict[str, Any] = dict(
         tool={"name": "traceinsight", "version": __version__},
@@ -279,13 +304,8 @@ def _diagnose_plain(
             "per_rank": {str(k): v for k, v in ms.per_rank.items()},
             "coverage": coverage_table(ms.values),
         },
-        breakdown=sections.breakdown(an),
-        rollups={
-            **sections.rollups(an),
-            "step_basis": sections.step_basis(an, ms),
-            "slice": slice_rates(an, sections.trace_format(store)),
-            "module_types": an.rollup("module-type").to_dict("records"),
-        },
+        breakdown=breakdown,
+        rollups=rollups,
         roofline=ms.evidence.get("roofline") or sections.roofline_why(ms),
         memory=mem,
         timeline=timeline,

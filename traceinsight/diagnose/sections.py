@@ -5,7 +5,7 @@ roofline (or why it is empty), memory and the representative-step timeline (the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -19,6 +19,9 @@ from traceinsight.metrics.steps import representative, step_stats
 from traceinsight.metrics.timing import idle_split
 from traceinsight.store.core import TraceStore
 from traceinsight.util.vocab import NO_MODULE
+
+if TYPE_CHECKING:
+    from traceinsight.diagnose.chunks import StepFigures
 
 MAX_ROWS = 500
 MAX_STEP_ROWS = 4096
@@ -136,21 +139,30 @@ def _df_records(df: pd.DataFrame, cols: list[str], n: int = MAX_ROWS) -> list[di
     return rows
 
 
-def rollups(an: Analysis) -> dict[str, Any]:
+def rollups(an: Analysis, merged: StepFigures | None = None) -> dict[str, Any]:
+    """The rollup tables of ``an``; with ``merged`` (a trace analysed in step chunks) the
+    kernels, ops, layers and classes of every step, from the chunks' sums."""
     n_steps = max(1, len([w for w in an.attribution.steps]))
-    k = an.rollup("kernel")
-    ops = an.rollup("op")
-    layers = an.rollup("layer")
-    ann = an.rollup("annotation")
-    g = an.attribution.gpu
-    classes = (
-        g.assign(cls=g["cls"].astype(str))
-        .groupby("cls")["dur_ns"]
-        .agg(["sum", "size"])
-        .reset_index()
-        .sort_values("sum", ascending=False)
-    )
-    total = float(g["dur_ns"].sum()) or 1.0
+    sums = merged.rollups if merged is not None else None
+    if sums is not None and merged is not None:
+        n_steps = max(1, merged.windows_all)
+        k, ops, layers, ann = sums.kernels(), sums.ops(), sums.layers(), sums.annotations()
+        classes = sums.classes.sort_values("sum", ascending=False)
+        total = float(sums.total_ns) or 1.0
+    else:
+        k = an.rollup("kernel")
+        ann = an.rollup("annotation")
+        ops = an.rollup("op")
+        layers = an.rollup("layer")
+        g = an.attribution.gpu
+        classes = (
+            g.assign(cls=g["cls"].astype(str))
+            .groupby("cls")["dur_ns"]
+            .agg(["sum", "size"])
+            .reset_index()
+            .sort_values("sum", ascending=False)
+        )
+        total = float(g["dur_ns"].sum()) or 1.0
     return {
         "windows": n_steps,
         "kernels": _df_records(
@@ -209,7 +221,9 @@ def rollups(an: Analysis) -> dict[str, Any]:
     }
 
 
-def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
+def step_basis(
+    an: Analysis, ms: MetricSet, merged: StepFigures | None = None
+) -> dict[str, Any] | None:
     """Sums over the representative step windows of all ranks (the steps the step statistics
     use, :func:`traceinsight.metrics.steps.representative`; every window of a trace without
     step markers) that decompose the step time exactly:
@@ -218,7 +232,8 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
     union) = compute kernel time (a sum, split by layer / op / class) - concurrency, and idle =
     the sum over its causes (launch, input, sync, copy, host, alloc, device wait, start-up,
     capture, compile, unknown). ``compare`` divides by ``windows``: its mean step is the mean
-    of the same steps whose p50, p90 and max the diagnosis reports.
+    of the same steps whose p50, p90 and max the diagnosis reports. With ``merged`` (a trace
+    analysed in step chunks: ``an.breakdown`` is then every step's) the sums are the chunks'.
     """
     bd = an.breakdown
     if not bd.steps:
@@ -238,6 +253,21 @@ def step_basis(an: Analysis, ms: MetricSet) -> dict[str, Any] | None:
             "idle_ns",
         )
     }
+    if merged is not None:
+        split = merged.idle_rep_ns if partial else merged.idle_ns
+        ints = {("device_wait" if k == "dependency" else k): int(x) for k, x in split.items()}
+        ints["device_wait"] = ints.get("device_wait", 0) + tot["idle_ns"] - sum(ints.values())
+        b = merged.basis_rep if partial else merged.basis
+        return {
+            "windows": len(wins),
+            "windows_all": len(bd.steps),
+            "statistic": "representative steps" if stats else "whole trace",
+            "ranks": len(bd.ranks),
+            **tot,
+            "compute_kernel_sum_ns": int(sum(b.get("compute_kernel_sum_ns", {}).values())),
+            "idle_split_ns": ints,
+            **{k: dict(b.get(k, {})) for k in ("by_layer_ns", "by_op_ns", "by_class_ns")},
+        }
     g = an.attribution.gpu
     in_win = g[g["step"].notna()] if any(w.step is not None for w in bd.steps) else g
     if partial and rep is not None:

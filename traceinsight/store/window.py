@@ -1,20 +1,30 @@
-"""A trace too large to analyse in memory: the diagnosis of its last steps, said so.
+"""A trace too large to analyse in memory at once: its steps in chunks that fit, said so.
 
 Attribution holds every GPU activity, runtime call and CPU op of a rank at once (the op tree,
 the launch links and the module paths need them together). Its peak memory grows with the
 rows of the store: :func:`estimate_mb` prices each table's rows at what the analysis was
 measured to use for them. When the estimate is above the limit (``--max-memory``, default
-4 GB), :func:`plan` picks the longest run of the trace's *last* steps that fits, and
-:class:`WindowedStore` serves every table filtered to that time window, reading only the
-parquet row groups whose time statistics reach it. Everything downstream runs unchanged on
-the window. The steps before it are cut into step chunks (:func:`chunks`), each served by a
-:class:`WindowedStore` with ``bounds`` and analysed by itself for the step table
-(:mod:`traceinsight.diagnose.chunks`), so the step statistics cover every step.
+4 GB), :func:`plan` picks the longest run of the trace's *last* steps that fits (the window),
+and :class:`WindowedStore` serves every table filtered to that time window, reading only the
+parquet row groups whose time statistics reach it. The steps before it are cut into step
+chunks of about the window's size (:func:`chunks`), each served by a :class:`WindowedStore`
+with ``bounds`` (its GPU work chosen by launch correlation, with a step of context before and
+two after). :mod:`traceinsight.diagnose.chunks` analyses the chunks one at a time, then the
+window, and merges the exact sums of the rows each owns: the step table, the time breakdown,
+the rollups, the idle split and the step basis cover every step and equal the unbounded
+diagnosis. The figures that need one analysis of the steps together (the metrics'
+percentages, findings, timeline, critical path, per-rank summary) come from the window.
+
+``--steps`` (:func:`parse_steps`: ``last:N``, ``A:B``, ``A:``, ``:B``) chooses the steps
+instead (:func:`select`): a :class:`WindowedStore` of those steps and the one before them
+(so that the first one's window starts where its predecessor's GPU work ended, as in the
+whole trace), of which the diagnosis keeps the chosen steps
+(:func:`traceinsight.diagnose.chunks.restrict`); every figure then describes them only.
 
 What the window is, what the whole trace would have needed, and how the window's step times
 compare with all steps' (from the ``ProfilerStep`` host ranges, read for the whole trace:
-they are few) go into the result (``trace.window``) and a ``analysis-window`` diagnostic, so a
-reader knows which steps the figures describe and whether they are typical.
+they are few) go into the result (``trace.window``) and an ``analysis-window`` diagnostic,
+which names the figures that cover every step and those that rest on the window's steps.
 """
 
 from __future__ import annotations
@@ -35,7 +45,9 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MAX_MB",
     "ENV_VAR",
+    "STEPS_HELP",
     "Chunk",
+    "StepRange",
     "Window",
     "WindowedStore",
     "bounded",
@@ -43,7 +55,9 @@ __all__ = [
     "estimate_mb",
     "host_steps",
     "max_memory_mb",
+    "parse_steps",
     "plan",
+    "select",
 ]
 
 #: the limit when neither ``--max-memory`` nor the environment says otherwise
@@ -105,45 +119,77 @@ class Window:
     #: steps before the window whose step-table rows were analysed in step chunks
     #: (:func:`chunks`): the step statistics cover ``steps_total`` steps, the rest the window
     chunked_steps: int = 0
+    chunks: int = 0  #: step chunks analysed before the window
+    #: the ``--steps`` choice (:func:`parse_steps`) that made this window; None: the limit did
+    selected: str | None = None
+    end_ns: int | None = None  #: rows before this (a chosen range that ends before the trace)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def message(self) -> str:
-        steps = (
-            f"its last {self.steps:,} of {self.steps_total:,} steps "
-            f"(#{self.first_step}-#{self.last_step})"
-            if self.first_step is not None
-            else f"its last {100 * self.fraction:.0f}% of the span (too few step markers "
-            "to choose steps by)"
-        )
-        text = (
-            f"trace too large to analyse whole within {self.max_mb:,.0f} MB (needs about "
-            f"{self.estimate_mb:,.0f} MB): diagnosed {steps}"
-        )
-        if self.chunked_steps:
-            text += (
-                f"; the step table and step statistics cover every step (the earlier "
-                f"{self.chunked_steps:,} analysed in step chunks), the other figures "
-                "(breakdown, kernels, ops, findings' evidence) the window"
+        span = f"#{self.first_step}-#{self.last_step}"
+        if self.selected is not None:
+            text = (
+                f"diagnosed steps {span} ({self.steps:,} of {self.steps_total:,}), as chosen "
+                f"with --steps {self.selected}: every figure describes those steps only"
             )
+        else:
+            text = (
+                f"trace too large to analyse whole within {self.max_mb:,.0f} MB (needs about "
+                f"{self.estimate_mb:,.0f} MB): "
+            )
+            if self.first_step is None:
+                return text + (
+                    f"diagnosed its last {100 * self.fraction:.0f}% of the span (too few step "
+                    "markers to choose steps by)"
+                )
+            if self.chunked_steps:
+                return (
+                    text
+                    + (
+                        f"every step analysed, in {self.chunks + 1:,} runs of steps one at a time; "
+                        "the step table and statistics, the time breakdown, the kernel, op, "
+                        "layer, module-type and annotation rollups, the idle split and the step "
+                        f"basis cover all {self.steps_total:,} steps (exact sums); the metrics' "
+                        "percentages, findings and their evidence, the timeline, critical path, "
+                        f"per-rank summary and roofline rest on its last {self.steps:,} steps "
+                        f"({span})"
+                    )
+                    + self._compare()
+                )
+            text += f"diagnosed its last {self.steps:,} of {self.steps_total:,} steps ({span})"
+        return text + self._compare()
+
+    def _compare(self) -> str:
         w, a = self.step_ms.get("window") or {}, self.step_ms.get("all") or {}
-        if w and a and not self.chunked_steps:
-            text += (
-                f"; host step time p50 {w['p50']:.1f} ms in the window vs "
-                f"{a['p50']:.1f} ms over all steps (p90 {w['p90']:.1f} vs {a['p90']:.1f}, "
-                f"max {w['max']:.1f} vs {a['max']:.1f})"
-            )
-        return text
+        if not (w and a):
+            return ""
+        return (
+            f"; host step time p50 {w['p50']:.1f} ms in those steps vs "
+            f"{a['p50']:.1f} ms over all steps (p90 {w['p90']:.1f} vs {a['p90']:.1f}, "
+            f"max {w['max']:.1f} vs {a['max']:.1f})"
+        )
 
     def diagnostic(self) -> dict[str, Any]:
+        if self.selected is not None:
+            hint = "drop --steps to analyse every step"
+        elif self.chunked_steps:
+            hint = (
+                "raise the limit with --max-memory MB (or TRACEINSIGHT_MAX_MEMORY_MB) to base "
+                "every figure on every step; --steps A:B chooses the steps to diagnose"
+            )
+        else:
+            hint = (
+                "raise the limit with --max-memory MB (or TRACEINSIGHT_MAX_MEMORY_MB) "
+                "to analyse more steps, or record fewer steps per trace"
+            )
         return {
             "code": "analysis-window",
             "severity": "warning",
             "message": self.message(),
             "count": self.steps_total - self.steps,
-            "hint": "raise the limit with --max-memory MB (or TRACEINSIGHT_MAX_MEMORY_MB) "
-            "to analyse more steps, or record fewer steps per trace",
+            "hint": hint,
         }
 
 
@@ -178,14 +224,27 @@ def plan(store: TraceStore, max_mb: float) -> Window | None:
         max_mb,
         step_ms={"all": _quantiles(durs), "window": _quantiles(durs[first:])},
         chunked_steps=first + 1 if first > 0 else 0,  # the rows of :func:`chunks`
+        chunks=_n_chunks(first, n),
     )
 
 
-def bounded(store: TraceStore, max_mb: float | None = None) -> TraceStore:
-    """``store`` itself, or a :class:`WindowedStore` of its last steps when the whole would
-    need more than the limit."""
+def _n_chunks(first: int, n: int) -> int:
+    """How many step chunks :func:`chunks` cuts steps 0..``first`` into (windows of ``n``)."""
+    if first <= 0:
+        return 0
+    size = max(1, n - OVERLAP_BEFORE - OVERLAP_AFTER)
+    return len(range(0, first + 1, size))
+
+
+def bounded(store: TraceStore, max_mb: float | None = None, steps: str | None = None) -> TraceStore:
+    """``store`` itself when the whole fits the limit; else a :class:`WindowedStore` of its
+    last steps that fit, with the step chunks before them (:func:`chunks`, analysed one at a
+    time by :mod:`traceinsight.diagnose.chunks`). With ``steps`` (:func:`parse_steps`) the
+    store of exactly those steps, whatever the limit."""
     if isinstance(store, WindowedStore):
         return store
+    if steps is not None:
+        return select(store, parse_steps(steps), max_memory_mb(max_mb))
     w = plan(store, max_memory_mb(max_mb))
     if w is None:
         return store
@@ -195,16 +254,118 @@ def bounded(store: TraceStore, max_mb: float | None = None) -> TraceStore:
     )
 
 
+@dataclass(frozen=True)
+class StepRange:
+    """A ``--steps`` choice: ``last`` steps, or step numbers ``first`` through ``stop``
+    (None: open)."""
+
+    text: str
+    last: int | None = None
+    first: int | None = None
+    stop: int | None = None
+
+
+STEPS_HELP = (
+    "last:N (the last N steps), A:B (ProfilerStep#A through #B), A: (from #A on) or :B (up to #B)"
+)
+
+
+def parse_steps(text: str) -> StepRange:
+    """``--steps`` as given: ``last:N``, ``A:B``, ``A:`` or ``:B`` (step numbers, inclusive);
+    a :class:`~traceinsight.errors.ConfigError` naming the forms otherwise."""
+    from traceinsight.errors import ConfigError
+
+    t = str(text).strip()
+    bad = ConfigError(f"--steps {text!r}: expected {STEPS_HELP}, e.g. --steps last:100")
+    head, sep, tail = t.partition(":")
+    if not sep:
+        raise bad
+    try:
+        if head.strip().lower() == "last":
+            n = int(tail)
+            if n < 1:
+                raise bad
+            return StepRange(t, last=n)
+        a = int(head) if head.strip() else None
+        b = int(tail) if tail.strip() else None
+    except ValueError:
+        raise bad from None
+    if (a is None and b is None) or (a is not None and a < 0) or (b is not None and b < 0):
+        raise bad
+    if a is not None and b is not None and a > b:
+        raise ConfigError(f"--steps {text!r}: the first step ({a}) is after the last ({b})")
+    return StepRange(t, first=a, stop=b)
+
+
+def select(store: TraceStore, rng: StepRange, max_mb: float) -> WindowedStore:
+    """The store of the steps ``rng`` chooses (the lowest rank's step numbers; the same time
+    range on every rank): the GPU work launched in them and in the step before them, the host
+    rows from that step's start until that work ends; the diagnosis keeps only the chosen
+    steps' rows (:func:`traceinsight.diagnose.chunks.restrict`), each as the whole trace's
+    analysis measures it."""
+    from traceinsight.errors import ConfigError
+
+    steps = _steps(store)
+    if steps is None or not len(steps[0]):
+        raise ConfigError(f"--steps {rng.text}: the trace has no step markers to choose from")
+    nums, starts, durs = steps
+    total = len(nums)
+    if rng.last is not None:
+        i, j = max(0, total - rng.last), total - 1
+    else:
+        idx = [
+            k
+            for k, x in enumerate(nums)
+            if (rng.first is None or x >= rng.first) and (rng.stop is None or x <= rng.stop)
+        ]
+        if not idx:
+            raise ConfigError(
+                f"--steps {rng.text}: no such step (the trace has steps "
+                f"#{int(nums.min())}-#{int(nums.max())})"
+            )
+        i, j = idx[0], idx[-1]
+    hi = int(starts[j + 1]) if j + 1 < total else None
+    n = j - i + 1
+    w = Window(
+        int(starts[i]),
+        int(nums[i]),
+        int(nums[j]),
+        n,
+        total,
+        n / total,
+        estimate_mb(store),
+        max_mb,
+        step_ms={"all": _quantiles(durs), "window": _quantiles(durs[i : j + 1])},
+        selected=rng.text,
+        end_ns=hi,
+    )
+    lead = int(starts[i - OVERLAP_BEFORE]) if i >= OVERLAP_BEFORE else None
+    return WindowedStore(
+        store.path,
+        {**store.meta, "window": w.to_dict()},
+        window=w,
+        bounds=(lead, hi),
+        keep_steps=frozenset(int(x) for x in nums[i : j + 1]),
+        own_from_ns=int(starts[i]) if i > 0 else None,
+    )
+
+
 @dataclass
 class WindowedStore(TraceStore):
-    """A store on disk whose time-stamped tables are served from ``window.start_ns`` on, or,
-    with ``bounds`` (a step chunk), from ``bounds[0]`` (None: the start) to before
+    """A store on disk whose time-stamped tables are served from ``window.start_ns`` on (to
+    before ``window.end_ns`` for a chosen range that ends before the trace: :func:`select`),
+    or, with ``bounds`` (a step chunk), from ``bounds[0]`` (None: the start) to before
     ``bounds[1]`` (None: the end)."""
 
     window: Window | None = None
     bounds: tuple[int | None, int | None] | None = None
     #: the step chunks before the window (:func:`chunks`), analysed for the step table
     step_chunks: tuple[Chunk, ...] = ()
+    #: a chosen range (:func:`select`): its steps (the store holds the step before them too,
+    #: so that the first one's window starts where its predecessor's GPU work ended) ...
+    keep_steps: frozenset[int] | None = None
+    #: ... and where its step-less GPU rows and CPU ops begin (None: the trace's start)
+    own_from_ns: int | None = None
     _gpu_end: int | None = field(default=None, repr=False, compare=False)
 
     def table(self, name: str, columns: list[str] | None = None) -> pa.Table:
@@ -215,7 +376,20 @@ class WindowedStore(TraceStore):
             return self._read(name, columns, self.window.start_ns, None)
         if name == "gpu_activities":
             return self._launched(columns)
-        return self._read(name, columns, self.bounds[0], self._host_end())
+        t = self._read(name, columns, self.bounds[0], self._host_end())
+        hi = self.bounds[1]
+        if (
+            name == "ranges"
+            and hi is not None
+            and t.num_rows
+            and {"kind", "start_ns"} <= set(t.column_names)
+        ):
+            # the chunk's steps only: its host rows are read on while its GPU work runs, but a
+            # later step's ProfilerStep range there would be an empty step of its own (and
+            # sway which steps look representative: a warm-up step among empty ones is kept)
+            later = pc.and_(pc.equal(t["kind"], "step"), pc.greater_equal(t["start_ns"], hi))
+            t = t.filter(pc.invert(pc.fill_null(later, False)))
+        return t
 
     def _read(
         self, name: str, columns: list[str] | None, lo: int | None, hi: int | None
@@ -296,6 +470,10 @@ class Chunk:
     lo_ns: int | None
     hi_ns: int | None
     keep: frozenset[int]
+    #: the chunk owns the step-less GPU rows and the CPU ops starting from its first kept
+    #: step's host start (None: the trace's start) to before the next chunk's (None: the end)
+    own_lo_ns: int | None = None
+    own_hi_ns: int | None = None
 
 
 OVERLAP_BEFORE = 1
@@ -323,7 +501,15 @@ def chunks(store: TraceStore, window: Window) -> list[Chunk]:
         b = min(a + size, first + 1)  # the kept steps: indices a .. b-1
         lo = int(starts[a - OVERLAP_BEFORE]) if a >= OVERLAP_BEFORE else None
         hi = int(starts[b + OVERLAP_AFTER]) if b + OVERLAP_AFTER < total else None
-        out.append(Chunk(lo, hi, frozenset(int(x) for x in nums[a:b])))
+        out.append(
+            Chunk(
+                lo,
+                hi,
+                frozenset(int(x) for x in nums[a:b]),
+                int(starts[a]) if a > 0 else None,
+                int(starts[b]) if b < total else None,
+            )
+        )
     return out
 
 
