@@ -75,6 +75,11 @@ def _representatives(names: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return rep
 
 
+#: a job of fewer ops is grouped at once (the same result; per rank, each rank's frames only are
+#: built at a time, which pays once the job's frames are large)
+SLICE_MIN_OPS = 500_000
+
+
 class _CrossRange(Exception):
     """An op whose parent lies outside its rank's range of ops."""
 
@@ -84,7 +89,7 @@ def _rank_slices(ops: pd.DataFrame, rank: int | None) -> list[tuple[int, int]]:
     contiguous (an op's parent is then in its range; ``rank``: that rank's range only), else
     the whole table."""
     n = len(ops)
-    if "rank" not in ops.columns:
+    if "rank" not in ops.columns or (n <= SLICE_MIN_OPS and rank is None):
         return [(0, n)]
     r = ops["rank"].to_numpy(np.int64)
     cut = np.flatnonzero(r[1:] != r[:-1]) + 1

@@ -260,6 +260,83 @@ def _host_end(G: gr.StepGraph, rp) -> int:
     return int(G.he)
 
 
+@dataclass
+class _Group:
+    """One rank's step models (in memory, or packed by the worker that built them) and what
+    a pass over them needs: the fired what-ifs, their context, and for the second pass the
+    what-ifs applied together (each prefix of the order)."""
+
+    models: list[StepModel] | None
+    packed: PackedModels | None
+    fired: tuple[str, ...]
+    ctx: dict[str, Any]
+    top_n: int
+    focus: tuple[int, int | None] | None
+    combos: tuple[tuple[str, ...], ...] = ()
+
+    def each(self) -> list[StepModel]:
+        if self.models is not None:
+            return self.models
+        assert self.packed is not None
+        return self.packed.models()
+
+
+def _rows_pass(g: _Group) -> dict[str, Any]:
+    """A group's rows and each fired what-if alone, per step (a worker's task when packed)."""
+    from traceinsight.analysis import plain_strings
+
+    out: dict[str, Any] = {"rows": [], "latency": {}, "alone": {k: [] for k in g.fired}}
+    out.update(measured=0, within=0, bad=[], n_bad=0)
+    with plain_strings():
+        for m in g.each():
+            G = m.graph
+            out["measured"] += G.measured_ns
+            err = m.error_pct
+            out["within"] += abs(err) <= REPLAY_TOLERANCE_PCT
+            if abs(err) > REPLAY_TOLERANCE_PCT:
+                out["n_bad"] += 1
+                if len(out["bad"]) < 5:
+                    out["bad"].append(_bad_message(m, err))
+            row: dict[str, Any] = {
+                "step": G.step,
+                "start_ns": int(G.origin_ns + G.ws),
+                "measured_ns": G.measured_ns,
+                "replayed_ns": m.replayed_ns,
+                "replay_error_pct": err,
+                "path_ns": dict(m.path.by_cat),
+                "top": m.top(g.top_n),
+                "events": G.n,
+            }
+            if g.focus is not None and (G.rank, G.step) == g.focus:
+                row["segments"] = path_segments(m)
+            out["latency"].setdefault(G.rank, G.latency_ns)
+            out["rows"].append((G.rank, row))
+            for k in g.fired:
+                out["alone"][k].append(_gain(m, [k], g.ctx))
+    return out
+
+
+def _combos_pass(g: _Group) -> list[list[int]]:
+    """Per combination of what-ifs (``g.combos``), the gain of each of the group's steps."""
+    out: list[list[int]] = [[] for _ in g.combos]
+    for m in g.each():
+        for j, keys in enumerate(g.combos):
+            out[j].append(_gain(m, list(keys), g.ctx))
+    return out
+
+
+def _run(fn: Any, groups: list[_Group]) -> list[Any]:
+    """``fn`` of every group: in the current runner's workers when the models are packed
+    (a rank's graphs unpacked and replayed where the task runs), else here."""
+    if len(groups) > 1 and all(g.packed is not None for g in groups):
+        from traceinsight.util.distributed import current
+
+        runner = current()
+        if runner.scheduler or runner.workers > 1:
+            return runner.map(fn, groups)
+    return [fn(g) for g in groups]
+
+
 def analyse(
     an,
     rules: Iterable[str] = (),
@@ -273,78 +350,45 @@ def analyse(
     step, the path by category and its top items; the what-if of each fired rule that has one
     (marginal, in the order of their standalone gain, so they add up to ``whatif.all``).
 
-    The models come rank by rank: packed by the workers that built them (unpacked once for
-    the rows and the standalone gains, and once more for the combined what-ifs when two or
-    more fired), or ``models`` / built here, in memory."""
+    The models come rank by rank: packed by the workers that built them, unpacked and
+    replayed in the current runner's workers again (once for the rows and the standalone
+    gains, once more for the combined what-ifs when two or more fired), or ``models`` /
+    built here, in memory."""
     packed: list[PackedModels] | None = an.cache.get("step_models") if models is None else None
+    fired = tuple(w.key for w in wi.WHATIFS if any(r in w.rules for r in rules))
     if packed is None:
         models = step_models(an) if models is None else models
         if not models:
             return {}
-        held = models
-        computes = [_compute_of(m) for m in held]
-
-        def groups() -> Iterator[list[StepModel]]:
-            yield held
+        computes = [_compute_of(m) for m in models]
+        ctx: dict[str, Any] = {"tensor_speedup": tensor_speedup, **_straggler_ctx(computes)}
+        groups = [_Group(models, None, fired, ctx, top_n, focus)]
     else:
         computes = [c for p in packed for c in p.compute_ns]
         if not computes:
             return {}
-
-        def groups() -> Iterator[list[StepModel]]:
-            for p in packed:
-                yield p.models()
-
-    ctx: dict[str, Any] = {"tensor_speedup": tensor_speedup, **_straggler_ctx(computes)}
-    fired = [w.key for w in wi.WHATIFS if any(r in w.rules for r in rules)]
-    alone_steps: dict[str, list[int]] = {k: [] for k in fired}
-    measured = 0
-    n_steps = 0
-    within = 0
-    ranks: dict[int, dict[str, Any]] = {}
-    rows: list[dict[str, Any]] = []
-    bad: list[dict[str, Any]] = []  #: the first five steps whose replay is off
-    n_bad = 0
-    for group in groups():  # the rows and each what-if alone
-        for m in group:
-            G = m.graph
-            measured += G.measured_ns
-            n_steps += 1
-            err = m.error_pct
-            within += abs(err) <= REPLAY_TOLERANCE_PCT
-            if abs(err) > REPLAY_TOLERANCE_PCT:
-                n_bad += 1
-                if len(bad) < 5:
-                    bad.append(_bad_message(m, err))
-            row: dict[str, Any] = {
-                "step": G.step,
-                "start_ns": int(G.origin_ns + G.ws),
-                "measured_ns": G.measured_ns,
-                "replayed_ns": m.replayed_ns,
-                "replay_error_pct": err,
-                "path_ns": dict(m.path.by_cat),
-                "top": m.top(top_n),
-                "events": G.n,
-            }
-            if focus is not None and (G.rank, G.step) == focus:
-                row["segments"] = path_segments(m)
-            r = ranks.setdefault(
-                G.rank, {"rank": G.rank, "launch_latency_ns": G.latency_ns, "steps": []}
-            )
-            r["steps"].append(row)
-            rows.append(row)
-            for k in fired:
-                alone_steps[k].append(_gain(m, [k], ctx))
+        ctx = {"tensor_speedup": tensor_speedup, **_straggler_ctx(computes)}
+        groups = [_Group(None, p, fired, ctx, top_n, focus) for p in packed if p.compute_ns]
+    parts = _run(_rows_pass, groups)
+    alone_steps = {k: [x for p in parts for x in p["alone"][k]] for k in fired}
+    measured = sum(p["measured"] for p in parts)
+    within = sum(p["within"] for p in parts)
+    bad = [b for p in parts for b in p["bad"]][:5]
+    n_bad = sum(p["n_bad"] for p in parts)
+    rows = [row for p in parts for row in p["rows"]]
+    latency = {r: lat for p in parts for r, lat in p["latency"].items()}
+    n_steps = len(rows)
     alone = {k: sum(v) for k, v in alone_steps.items()}
     order = sorted(fired, key=lambda k: (-alone[k], k))
     # the what-ifs applied together, in that order: each prefix of the order per step
-    combos = [order[: i + 1] for i in range(1, len(order))]
+    combos = tuple(tuple(order[: i + 1]) for i in range(1, len(order)))
     combo_steps: list[list[int]] = [[] for _ in combos]
     if combos:
-        for group in groups():
-            for m in group:
-                for j, keys in enumerate(combos):
-                    combo_steps[j].append(_gain(m, keys, ctx))
+        for g in groups:
+            g.combos = combos
+        for got in _run(_combos_pass, groups):
+            for j, gains in enumerate(got):
+                combo_steps[j].extend(gains)
     marginal: dict[str, int] = {}
     prev = 0
     per_step_all: list[int] = []
@@ -354,9 +398,12 @@ def analyse(
         tot = sum(per_step_all)
         marginal[k] = max(tot - prev, 0)
         prev = max(tot, prev)
-    if per_step_all:
-        for row, gain in zip(rows, per_step_all, strict=True):
-            row["whatif_all_ns"] = row["measured_ns"] - gain
+    ranks: dict[int, dict[str, Any]] = {}
+    for j, (rank, row) in enumerate(rows):
+        if per_step_all:
+            row["whatif_all_ns"] = row["measured_ns"] - per_step_all[j]
+        r = ranks.setdefault(rank, {"rank": rank, "launch_latency_ns": latency[rank], "steps": []})
+        r["steps"].append(row)
     mean_step = measured / n_steps
     all_gain = sum(per_step_all) if per_step_all else 0
     out: dict[str, Any] = {
