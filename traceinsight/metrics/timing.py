@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import Analysis, attribution_parts, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
 from traceinsight.metrics import completeness, idle_metrics, steps
@@ -220,6 +220,56 @@ def _launch_latency(kern: pd.DataFrame, rt: pd.DataFrame) -> np.ndarray:
     )
 
 
+def _host_parts(an: Analysis, r: int, ws: list) -> tuple[int, int, int, dict[str, list[int]]]:
+    """Rank ``r``'s host figures over its step windows ``ws``: the DataLoader ns inside them,
+    the sync calls inside them (count, ns) and their durations by launching op and call."""
+    attr = an.attribution
+    dl_s, dl_e, _ = rank_ranges(an, r, DATALOADER_RE)
+    DL = iv.union(dl_s, dl_e)
+    dl = int(
+        iv.overlap_with_windows(
+            DL, np.array([w.host_start_ns for w in ws]), np.array([w.host_end_ns for w in ws])
+        ).sum()
+    )
+    rt = by_rank.rows(attr.runtime, r)
+    sync = rt[rt["name"].astype(str).str.match(SYNC_RE)]
+    hs = np.array([w.host_start_ns for w in ws])
+    he = np.array([w.host_end_ns for w in ws])
+    t = sync["start_ns"].to_numpy(np.int64)
+    k = np.searchsorted(hs, t, side="right") - 1
+    inside = (k >= 0) & (t < he[np.clip(k, 0, None)])
+    sync = sync[inside]
+    sync_ops: dict[str, list[int]] = {}
+    names = attr.ops["name"].to_numpy()
+    for idx, call, dur in zip(sync["op_idx"].to_numpy(), sync["name"].astype(str), sync["dur_ns"]):
+        who = f"{names[idx]} → {call}" if idx >= 0 else call
+        sync_ops.setdefault(who, []).append(int(dur))
+    return dl, len(sync), int(sync["dur_ns"].sum()), sync_ops
+
+
+def _step_windows_of(an: Analysis) -> dict[int, list]:
+    wins: dict[int, list] = {}
+    for w in an.attribution.steps:
+        if w.step is not None:
+            wins.setdefault(w.rank, []).append(w)
+    return wins
+
+
+def rank_host_parts(an: Analysis) -> dict[int, tuple[int, int, int, dict[str, list[int]]]]:
+    """:func:`_host_parts` of every rank of ``an`` (a rank partition's, in its worker)."""
+    wins = _step_windows_of(an)
+    return {r: _host_parts(an, r, wins.get(r, [])) for r in sorted(an.breakdown.ranks)}
+
+
+# computed per rank partition next to its attribution (in the worker that reads it)
+attribution_parts.product(
+    "host_parts",
+    __name__,
+    rank_host_parts,
+    lambda values: {r: v for d in values for r, v in d.items()},
+)
+
+
 def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool) -> None:
     attr = an.attribution
     windows = [w for w in attr.steps if w.step is not None]
@@ -232,34 +282,15 @@ def _host_metrics(an: Analysis, ms: MetricSet, ranks: list[int], has_steps: bool
     sync_count = 0
     sync_ns = 0
     sync_ops: dict[str, list[int]] = {}
-    wins: dict[int, list] = {}
-    for w in windows:
-        wins.setdefault(w.rank, []).append(w)
+    wins = _step_windows_of(an)
+    pre = an.cache.get("host_parts") or {}  # the ranks' workers' figures
     for r in ranks:
-        ws = wins.get(r, [])
-        dl_s, dl_e, _ = rank_ranges(an, r, DATALOADER_RE)
-        DL = iv.union(dl_s, dl_e)
-        dl_total += int(
-            iv.overlap_with_windows(
-                DL, np.array([w.host_start_ns for w in ws]), np.array([w.host_end_ns for w in ws])
-            ).sum()
-        )
-        rt = by_rank.rows(attr.runtime, r)
-        sync = rt[rt["name"].astype(str).str.match(SYNC_RE)]
-        hs = np.array([w.host_start_ns for w in ws])
-        he = np.array([w.host_end_ns for w in ws])
-        t = sync["start_ns"].to_numpy(np.int64)
-        k = np.searchsorted(hs, t, side="right") - 1
-        inside = (k >= 0) & (t < he[np.clip(k, 0, None)])
-        sync = sync[inside]
-        sync_count += len(sync)
-        sync_ns += int(sync["dur_ns"].sum())
-        names = attr.ops["name"].to_numpy()
-        for idx, call, dur in zip(
-            sync["op_idx"].to_numpy(), sync["name"].astype(str), sync["dur_ns"]
-        ):
-            who = f"{names[idx]} → {call}" if idx >= 0 else call
-            sync_ops.setdefault(who, []).append(int(dur))
+        dl, n_sync, sync_dur, ops = pre[r] if r in pre else _host_parts(an, r, wins.get(r, []))
+        dl_total += dl
+        sync_count += n_sync
+        sync_ns += sync_dur
+        for who, durs in ops.items():
+            sync_ops.setdefault(who, []).extend(durs)
     n_steps = len(windows)
     ms.set("dataloader_pct", 100.0 * dl_total / wall)
     ms.set("syncs_per_step", sync_count / n_steps)
