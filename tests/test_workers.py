@@ -259,3 +259,22 @@ def test_ops_by_shape_grouped_rank_by_rank_equal_the_whole_table(
     assert sum(r["calls"] for r in per_rank["rows"]) == 4 * sum(
         r["calls"] for r in one_rank["rows"]
     )
+
+
+@pytest.mark.parametrize("sample", ["synthetic_h100_healthy.json.gz", "synthetic_straggler_4rank"])
+def test_rank_peaks_are_the_memory_groups_per_rank_peaks(sample: str, tmp_path: Path) -> None:
+    """A rank's summary reads only the memory group's per-rank peaks: computed alone, they
+    are the group's own."""
+    from traceinsight.analysis import Analysis
+    from traceinsight.metrics import MetricSet, memory
+
+    st = ingest([SAMPLES / sample], tmp_path / "s", quiet=True)
+    full, light = MetricSet(), MetricSet()
+    with plain_strings():
+        memory.compute(Analysis(st), full)
+        memory.rank_peaks(Analysis(st), light)
+    want = {
+        r: {k: v for k, v in d.items() if k in ("peak_allocated_bytes", "peak_reserved_bytes")}
+        for r, d in full.per_rank.items()
+    }
+    assert light.per_rank == {r: d for r, d in want.items() if d}

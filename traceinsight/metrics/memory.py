@@ -85,6 +85,23 @@ declare(
 )
 
 
+def rank_peaks(an: Analysis, ms: MetricSet) -> None:
+    """Only the per-rank peaks :func:`compute` sets (``peak_allocated_bytes``,
+    ``peak_reserved_bytes`` by rank; a rank's last device's, as there), for a rank's summary
+    without the rest of the memory group."""
+    cols = ["rank", "device", "device_type", "ts_ns", "total_allocated_bytes"]
+    mem = an.store.table("memory_events", [*cols, "total_reserved_bytes"]).to_pandas()
+    if not len(mem):
+        return
+    gpu = mem[mem["device_type"].isin(GPU_DEVICE_TYPES) & (mem["device"].fillna(-1) >= 0)]
+    gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
+    for (rank, _dev), d in gpu.groupby(["rank", "device"], sort=True):
+        alloc = d["total_allocated_bytes"].to_numpy(np.int64)
+        res = d["total_reserved_bytes"].fillna(0).to_numpy(np.int64)
+        ms.rank_set(int(rank), "peak_reserved_bytes", float(res[int(np.argmax(res))]))
+        ms.rank_set(int(rank), "peak_allocated_bytes", float(alloc[int(np.argmax(alloc))]))
+
+
 def compute(an: Analysis, ms: MetricSet) -> None:
     mem = an.store.table("memory_events").to_pandas()
     mem["kind"] = mem["kind"].astype(str)

@@ -63,7 +63,7 @@ def summaries(an: Analysis, ms: MetricSet | None = None) -> list[dict[str, Any]]
         from traceinsight.metrics import memory
 
         ms = MetricSet()
-        memory.compute(an, ms)
+        memory.rank_peaks(an, ms)  # all a rank's summary reads of the memory group
     ranks = sorted({int(r["rank"]) for r in an.store.ranks})
     g = an.attribution.gpu
     by_rank = {int(k): v for k, v in g.groupby("rank", sort=False)} if len(ranks) > 1 else {}
