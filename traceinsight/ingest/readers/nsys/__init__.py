@@ -21,7 +21,7 @@ from traceinsight.ingest.source import SQLITE_MAGIC
 
 # the modules that read an export (``db``, ``export_read``, ``report`` and what they import,
 # sqlite3 among them) are imported when a file is an nsys export: a Kineto ingest never needs
-# them, and importing them cost every start-up about 15 ms
+# them, and importing them cost every start-up several milliseconds
 
 __all__ = ["FORMAT", "READER", "confirm", "read_nsys", "sniff"]
 
