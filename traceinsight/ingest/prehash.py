@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Partial", "pause", "start", "take"]
+__all__ = ["Partial", "hash_file", "pause", "start", "take"]
 
 #: files smaller than this are hashed where they are needed (a thread costs more)
 MIN_BYTES = 8 << 20
@@ -59,20 +59,33 @@ def _stamp(st: os.stat_result) -> Stamp:
     return (st.st_size, st.st_mtime_ns, st.st_ino, st.st_dev)
 
 
+def hash_file(h: Any, f: Any, stop: threading.Event | None = None) -> int:
+    """Feed the rest of the unbuffered binary file ``f`` to ``h``, piece by piece into one
+    reused buffer (a new 8 MiB bytes object per piece cost a third more CPU: fresh pages);
+    returns the bytes read. With ``stop``: returns after the piece in which it was set."""
+    buf = bytearray(PIECE)
+    view = memoryview(buf)
+    done = 0
+    try:
+        while n := f.readinto(buf):
+            h.update(view[:n])
+            done += n
+            if stop is not None and stop.is_set():
+                break
+    finally:
+        view.release()
+    return done
+
+
 def _hash(path: str, out: dict[str, object], stop: threading.Event) -> None:
     try:
         before = _stamp(os.stat(path))
         h = hashlib.sha256()
-        done = 0
-        with open(path, "rb") as f:
-            while chunk := f.read(PIECE):
-                h.update(chunk)
-                done += len(chunk)
-                if stop.is_set():
-                    if f.read(1):  # more to read: hand over what was hashed
-                        out["partial"] = Partial(h, done, before)
-                        return
-                    break
+        with open(path, "rb", buffering=0) as f:
+            done = hash_file(h, f, stop)
+            if stop.is_set() and f.read(1):  # more to read: hand over what was hashed
+                out["partial"] = Partial(h, done, before)
+                return
         if _stamp(os.stat(path)) == before:
             out["stamp"] = before
             out["digest"] = h.hexdigest()

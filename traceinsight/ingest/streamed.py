@@ -97,12 +97,11 @@ class FileHasher:
         try:
             part, self._resume = self._resume, None
             h = hashlib.sha256()
-            with open(self.path, "rb") as f:
+            with open(self.path, "rb", buffering=0) as f:
                 if part is not None and part.resumable(self.path):
                     h = part.h
                     f.seek(part.offset)
-                while chunk := f.read(8 << 20):
-                    h.update(chunk)
+                prehash.hash_file(h, f)
             self._digest = h.hexdigest()
         except BaseException as e:
             self._error = e
