@@ -146,3 +146,12 @@ def test_dict_col_of_mixed_types_converts_each_distinct_value_once() -> None:
     got = dict_col([1, "a", 1, None, 2.5])
     assert got.to_pylist() == ["1", "a", "1", None, "2.5"]
     assert got.dictionary.to_pylist() == ["1", "a", "", "2.5"]  # None: a null code
+
+
+def test_hash_file_reads_the_rest_of_the_file_into_one_buffer(tmp_path: Path) -> None:
+    p = _big(tmp_path, 2 * prehash.PIECE + 5)
+    h = hashlib.sha256()
+    with open(p, "rb", buffering=0) as f:
+        f.seek(7)
+        assert prehash.hash_file(h, f) == p.stat().st_size - 7
+    assert h.hexdigest() == hashlib.sha256(p.read_bytes()[7:]).hexdigest()
