@@ -208,10 +208,13 @@ class _Job:
     force: bool
     use_cache: bool
     digests: list[str | None] = field(default_factory=list)
+    #: what the start-up hashing had read of each file without a digest (``prehash.pause``)
+    partials: list[prehash.Partial | None] = field(default_factory=list)
     _key: str | None = None
 
     def __post_init__(self) -> None:
         self.digests = [None] * len(self.inputs.files)
+        self.partials = [None] * len(self.inputs.files)
 
     @property
     def key(self) -> str:
@@ -295,12 +298,20 @@ class _Read:
 
 
 def _read_and_write(job: _Job, prog: Progress) -> TraceStore:
-    for i, p in enumerate(job.inputs.files):  # hashed while the command started (joined:
-        if job.digests[i] is None:  # no thread may run when the reader forks)
-            job.digests[i] = prehash.take(p)
+    # hashed while the command started; no thread may run when the reader forks, so a file's
+    # hashing is stopped here (one file: the reader's hashing thread goes on from where it
+    # stopped once the parse helper has forked; several rank files: waited for)
+    several = ranks.applies(job.inputs.files)
+    for i, p in enumerate(job.inputs.files):
+        if job.digests[i] is None:
+            got = prehash.take(p) if several else prehash.pause(p)
+            if isinstance(got, prehash.Partial):
+                job.partials[i] = got
+            else:
+                job.digests[i] = got
     parent = job.out.parent if job.out is not None else cache.store_path("-").parent
     try:
-        if ranks.applies(job.inputs.files):  # several rank files: one task and partition each
+        if several:  # several rank files: one task and partition each
             return ranks.read_and_write(job, prog)
         parts = streamed.Parts(parent, job.out.name if job.out is not None else "ingest")
         try:
@@ -427,7 +438,8 @@ def _read_all(
         warm.join()  # before the parser forks: no thread may run then
         # hash the file in a thread while it is parsed (hashlib releases the GIL); the parser
         # starts it once it has forked its helper process
-        hasher = streamed.FileHasher(p) if job.digests[i] is None else None
+        hasher = streamed.FileHasher(p, job.partials[i]) if job.digests[i] is None else None
+        job.partials[i] = None
         try:
             r = streamed.read_streamed(
                 p,

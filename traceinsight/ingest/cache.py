@@ -51,18 +51,17 @@ def content_key(files: list[Path], digests: list[str], options: dict[str, Any]) 
 
 
 def file_digest(path: Path) -> str:
-    """sha256 of a file, read in 8 MiB pieces (or taken from ``prehash``, which may have
+    """sha256 of a file, read piece by piece (or taken from ``prehash``, which may have
     hashed the unchanged file while the command started)."""
-    from traceinsight.ingest.prehash import take
+    from traceinsight.ingest.prehash import hash_file, take
 
     got = take(path)
     if got is not None:
         return got
     h = hashlib.sha256()
     try:
-        with open(path, "rb") as f:
-            while chunk := f.read(8 << 20):
-                h.update(chunk)
+        with open(path, "rb", buffering=0) as f:
+            hash_file(h, f)
     except OSError as e:
         raise InputError(f"cannot read: {e.strerror}", path=path, hint="check permissions") from e
     return h.hexdigest()

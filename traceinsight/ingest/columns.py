@@ -42,6 +42,7 @@ __all__ = [
 _INT64 = pa.int64()
 _FLOAT64 = pa.float64()
 _INT32 = pa.int32()
+_DICT_STR = pa.dictionary(_INT32, pa.string())
 _NUMPY = {_INT32.id: np.int32, _INT64.id: np.int64, _FLOAT64.id: np.float64}
 
 
@@ -193,11 +194,13 @@ def dict_col(values: Sequence[Any]) -> pa.Array:
     Python dict (one hash per value), so each distinct value is converted once."""
     n = len(values)
     try:
-        arr = pa.array(values, type=pa.string())
+        # straight into a dictionary builder (first occurrence order, as dictionary_encode
+        # of a string array has it): one pass instead of building the strings, then hashing
+        arr = pa.array(values, type=_DICT_STR)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         arr = None
     if arr is not None and arr.null_count < n:  # (counted by Arrow: no pass over the list)
-        return arr.dictionary_encode()
+        return arr
     if arr is not None or values.count(None) == n:
         return pa.DictionaryArray.from_arrays(pa.nulls(n, pa.int32()), pa.array([], pa.string()))
     d: dict = {}

@@ -21,7 +21,7 @@ from typing import Any
 
 from traceinsight import settings
 from traceinsight.errors import InputError, TraceFormatError
-from traceinsight.ingest import readers
+from traceinsight.ingest import prehash, readers
 from traceinsight.ingest.readers.base import RankRead
 from traceinsight.ingest.sink import StoredTable, TableSink, join_parts
 from traceinsight.ingest.source import GZIP_MAGIC, gunzip_pieces
@@ -74,10 +74,12 @@ def head_of(p: Path) -> bytes:
 
 class FileHasher:
     """sha256 of a file read from disk in a background thread once ``start`` is called
-    (``result`` computes it in place if it never was)."""
+    (``result`` computes it in place if it never was); with ``resume`` (what the start-up
+    hashing had read, ``prehash.pause``) it goes on from there when the file is unchanged."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, resume: prehash.Partial | None = None) -> None:
         self.path = path
+        self._resume = resume
         self._digest: str | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
@@ -93,10 +95,13 @@ class FileHasher:
 
     def _run(self) -> None:
         try:
+            part, self._resume = self._resume, None
             h = hashlib.sha256()
-            with open(self.path, "rb") as f:
-                while chunk := f.read(8 << 20):
-                    h.update(chunk)
+            with open(self.path, "rb", buffering=0) as f:
+                if part is not None and part.resumable(self.path):
+                    h = part.h
+                    f.seek(part.offset)
+                prehash.hash_file(h, f)
             self._digest = h.hexdigest()
         except BaseException as e:
             self._error = e

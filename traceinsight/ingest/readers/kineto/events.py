@@ -11,14 +11,13 @@ from __future__ import annotations
 import operator
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
-from msgspec.structs import astuple
 
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.ingest.columns import TableBuilder
@@ -217,9 +216,33 @@ def decode_args(events: list[Event], typ: type, dec_cache: dict) -> list:
 _EMPTY: dict[type, Any] = {}
 
 
+class _ArgColumns(dict):
+    """Field name -> the values of that field over a batch of args structs, each gathered
+    (one ``attrgetter`` pass in C) the first time it is read: a family reads only some
+    fields, and transposing every struct into tuples costs more than that."""
+
+    def __init__(self, rows: list, fields: tuple[str, ...]) -> None:
+        super().__init__()
+        self._rows = rows
+        self._fields = fields
+
+    def __missing__(self, key: str) -> list:
+        if key not in self._fields:
+            raise KeyError(key)
+        getter = _GETTERS.get(key)
+        if getter is None:
+            getter = _GETTERS[key] = operator.attrgetter(key)
+        values = self[key] = list(map(getter, self._rows))
+        return values
+
+
+_GETTERS: dict[str, Callable[[Any], Any]] = {}
+
+
 def arg_columns(events: list[Event], typ: type, dec_cache: dict) -> dict[str, Sequence[Any]]:
     """The ``args`` of ``events`` decoded into ``typ`` (:func:`decode_args`), one sequence of
-    values per field of ``typ``; events without args read as ``typ()`` (its defaults)."""
+    values per field of ``typ`` (gathered when first read); events without args read as
+    ``typ()`` (its defaults)."""
     a = decode_args(events, typ, dec_cache)
     if events and events[0].__class__ is OpEvent:
         typ = OpMetaArgs  # the struct the args were decoded into (its keys include typ's)
@@ -231,7 +254,7 @@ def arg_columns(events: list[Event], typ: type, dec_cache: dict) -> dict[str, Se
         if empty is None:
             empty = _EMPTY[typ] = typ()
         a = [x if x is not None else empty for x in a]
-    return dict(zip(fields, zip(*map(astuple, a))))
+    return _ArgColumns(a, fields)
 
 
 # --- Kineto's vocabulary -> the store's ----------------------------------------------------

@@ -288,7 +288,7 @@ def _gpu(st: State, evs: list[Event], kind: str, out: dict[str, TableBuilder]) -
     dev = a["device"]
     cols["device"] = int_col(_either(dev, list(map(PID, evs))) if None in dev else dev)
     stream = list(a["stream"])
-    if kind != "sync" and all(s.__class__ is int for s in stream):  # the usual case
+    if kind != "sync" and set(map(type, stream)) == {int}:  # the usual case
         cols["stream"] = int_col(stream)
     else:
         for i, (s, e) in enumerate(zip(stream, evs)):
@@ -362,8 +362,9 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
     cols["concrete_inputs"] = json_text_col(a["concrete_inputs"])
     cols["call_stack"] = _call_stack_col(a["call_stack"])
     cols["flops"] = float_col(a["flops"])
-    comm = [i for i, x in enumerate(a["collective_name"]) if x is not None]
+    named = a["collective_name"]
     n = len(evs)
+    comm = [i for i, x in enumerate(named) if x is not None] if named.count(None) != n else []
     if comm:
         ca = decode_args([evs[i] for i in comm], CommArgs, st.args_dec)
 

@@ -11,24 +11,27 @@ mapping and the parity with ``nsys stats``.
 
 from __future__ import annotations
 
-import sqlite3
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from urllib.parse import quote
 
 from traceinsight.errors import TraceFormatError
 from traceinsight.ingest.readers.base import RankRead, Reader, column_sources
-from traceinsight.ingest.readers.nsys.db import NSYS_TABLES
-from traceinsight.ingest.readers.nsys.export_read import FORMAT, read_export
-from traceinsight.ingest.readers.nsys.report import exported, is_report
 from traceinsight.ingest.source import SQLITE_MAGIC
 
-__all__ = ["READER", "confirm", "read_nsys", "sniff"]
+# the modules that read an export (``db``, ``export_read``, ``report`` and what they import,
+# sqlite3 among them) are imported when a file is an nsys export: a Kineto ingest never needs
+# them, and importing them cost every start-up several milliseconds
+
+__all__ = ["FORMAT", "READER", "confirm", "read_nsys", "sniff"]
+
+FORMAT = "nsys"
 
 
 def sniff(head: bytes) -> bool:
     """An SQLite database (its tables are checked by :func:`confirm`) or an nsys report."""
+    from traceinsight.ingest.readers.nsys.report import is_report
+
     return head.startswith(SQLITE_MAGIC) or is_report(head)
 
 
@@ -47,6 +50,11 @@ def confirm(head: bytes, path: Path, data: bytes | None) -> bool:
 
 
 def _has_export_tables(path: Path) -> bool:
+    import sqlite3
+    from urllib.parse import quote
+
+    from traceinsight.ingest.readers.nsys.db import NSYS_TABLES
+
     uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
     try:
         con = sqlite3.connect(uri, uri=True)
@@ -74,6 +82,9 @@ def read_nsys(
     """Read one export (or report) into one rank per process that ran GPU work (the first is
     returned; the others are in ``.more``). ``data`` is the file's content, ``path`` the file
     (opened read-only in place when it holds ``data`` as is)."""
+    from traceinsight.ingest.readers.nsys.export_read import read_export
+    from traceinsight.ingest.readers.nsys.report import exported, is_report
+
     if background:
         background()
     prog = progress or (lambda stage, frac: None)

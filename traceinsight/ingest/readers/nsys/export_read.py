@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.ingest.readers.base import RankMeta, RankRead
+from traceinsight.ingest.readers.nsys import FORMAT
 from traceinsight.ingest.readers.nsys.cuda import (
     RUNTIME,
     gpu_families,
@@ -32,7 +33,6 @@ from traceinsight.ingest.readers.nsys.nvtx import NvtxRead, read_nvtx
 from traceinsight.store import schema
 from traceinsight.util.redact import clean_text, program_name, redact_text, version_value
 
-FORMAT = "nsys"
 _MPI_RANK = re.compile(r"^MPI Rank (\d+)$")
 #: TARGET_INFO_GPU column -> the deviceProperties key Kineto uses (docs/STORE.md)
 GPU_KEYS = {

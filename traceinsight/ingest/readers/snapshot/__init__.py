@@ -18,8 +18,9 @@ from typing import Any
 from traceinsight.diagnostics import DiagnosticLog
 from traceinsight.errors import EmptyTraceError
 from traceinsight.ingest.readers.base import RankMeta, RankRead, Reader
-from traceinsight.ingest.readers.snapshot import tables, unpickle
 from traceinsight.store import schema
+
+# ``tables`` and ``unpickle`` are imported when a snapshot is read (not at every start-up)
 
 __all__ = ["FORMAT", "READER", "read_snapshot", "sniff"]
 
@@ -46,6 +47,8 @@ def read_snapshot(
 ) -> RankRead:
     """The tables and metadata of one snapshot file (``salvage`` does not apply: a truncated
     pickle holds no complete object)."""
+    from traceinsight.ingest.readers.snapshot import tables, unpickle
+
     rank = rank_hint if rank_hint is not None else 0
     budget = max(MIN_ROW_BUDGET, int(len(data) * ROWS_PER_BYTE))
 
