@@ -166,3 +166,31 @@ def test_store_reference_doc_is_current() -> None:
 
     want = schema.markdown(readers.documented()) + "\n"
     assert (REPO / "docs" / "STORE.md").read_text() == want
+
+
+def test_a_table_of_no_rows_is_not_read(tmp_path, monkeypatch) -> None:
+    """A table the store's metadata counts no row of comes from the schema, not from disk
+    (six of a small rank's twelve tables, read per partition and per rank)."""
+    from traceinsight.ingest import ingest
+    from traceinsight.store import core, schema
+
+    st = ingest(
+        [Path(__file__).parent.parent / "sample_traces" / "synthetic_h100_healthy.json.gz"],
+        tmp_path / "s",
+        quiet=True,
+    )
+    empty = [n for n, c in st.meta["tables"].items() if c == 0]
+    full = [n for n, c in st.meta["tables"].items() if c > 0]
+    assert empty and full
+    reads: list[str] = []
+    real = core.pq.read_table
+    monkeypatch.setattr(
+        core.pq, "read_table", lambda f, **k: (reads.append(str(f)), real(f, **k))[1]
+    )
+    st2 = core.TraceStore.open(st.path)
+    for n in empty:
+        t = st2.table(n)
+        assert t.num_rows == 0 and t.schema.equals(schema.empty_table(n).schema)
+    assert reads == []
+    assert st2.table(full[0]).num_rows == st.meta["tables"][full[0]]
+    assert len(reads) == 1
