@@ -161,9 +161,14 @@ def _slice_groups(attr: Any, lo: int, hi: int, rank: int | None) -> tuple[pd.Dat
     )
     if rank is not None:
         keep = keep & (ops["rank"].to_numpy(np.int64) == rank)
-    grp = (
-        df[keep]
-        .groupby(["name", "shape"], sort=False)
+    return _sum_groups(df[keep]), bool((shape != NO_SHAPE).any())
+
+
+def _sum_groups(df: pd.DataFrame) -> pd.DataFrame:
+    """Rows (ops, or groups of ops) summed per (name, shape), in order of first appearance;
+    ``first``: the smallest op index."""
+    return (
+        df.groupby(["name", "shape"], sort=False)
         .agg(
             calls=("calls", "sum"),
             host_total_ns=("host_total_ns", "sum"),
@@ -174,7 +179,6 @@ def _slice_groups(attr: Any, lo: int, hi: int, rank: int | None) -> tuple[pd.Dat
         )
         .reset_index()
     )
-    return grp, bool((shape != NO_SHAPE).any())
 
 
 def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str, Any] | None:
@@ -195,20 +199,7 @@ def ops_by_shape(an: Any, top: int = TOP_N, rank: int | None = None) -> dict[str
     except _CrossRange:  # an op's parent in another rank's rows: the whole table at once
         grp_r, has_shapes = _slice_groups(attr, 0, n, rank)
         parts = [grp_r]
-    grp = parts[0] if len(parts) == 1 else pd.concat(parts, ignore_index=True)
-    if len(parts) > 1:
-        grp = (
-            grp.groupby(["name", "shape"], sort=False)
-            .agg(
-                calls=("calls", "sum"),
-                host_total_ns=("host_total_ns", "sum"),
-                host_self_ns=("host_self_ns", "sum"),
-                device_self_ns=("device_self_ns", "sum"),
-                device_total_ns=("device_total_ns", "sum"),
-                first=("first", "min"),
-            )
-            .reset_index()
-        )
+    grp = parts[0] if len(parts) == 1 else _sum_groups(pd.concat(parts, ignore_index=True))
     grp = grp.sort_values(
         ["device_self_ns", "host_self_ns", "name", "shape"],
         ascending=[False, False, True, True],

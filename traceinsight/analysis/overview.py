@@ -84,14 +84,17 @@ def uses_tensor_cores(name: str, cls: str = "") -> bool:
     return cls in MATRIX_CLASSES and dtype in TC_DTYPES and not is_matrix_helper(name)
 
 
-def _kernels(an: Any, columns: tuple[str, ...]) -> pd.DataFrame:
-    """The kernels' rows with ``columns`` only (those the frame has): a copy of those columns
-    of the kernel rows, not of every GPU column."""
-    g = an.attribution.gpu
+def kernel_rows(g: pd.DataFrame, columns: tuple[str, ...]) -> pd.DataFrame:
+    """The kernel rows of the GPU activities ``g`` with ``columns`` only (those the frame
+    has): a copy of those columns of the kernel rows, not of every GPU column."""
     cols = [c for c in columns if c in g.columns]
     if not len(g):
         return g[cols]
     return g.loc[(g["kind"].astype(object) == "kernel").to_numpy(), cols]
+
+
+def _kernels(an: Any, columns: tuple[str, ...]) -> pd.DataFrame:
+    return kernel_rows(an.attribution.gpu, columns)
 
 
 #: the kernel columns each figure below reads

@@ -20,6 +20,21 @@ from traceinsight.analysis.breakdown import Breakdown
 from traceinsight.util.vocab import NO_MODULE
 
 NO_ANNOTATION = "[no annotation]"
+#: the columns of :func:`by_kernel`, and of the kernel rollup merged from runs of steps
+KERNEL_COLUMNS = [
+    "name",
+    "kind",
+    "cls",
+    "calls",
+    "total_ns",
+    "mean_ns",
+    "median_ns",
+    "min_ns",
+    "max_ns",
+    "stddev_ns",
+    "share_pct",
+    "top_op",
+]
 
 
 def _share(df: pd.DataFrame, col: str, total: float) -> pd.Series:
@@ -37,22 +52,7 @@ def by_kernel(attr: Attribution, rank: int | None = None) -> pd.DataFrame:
     share of the GPU time and the op that launched most of its time."""
     g = _sel(attr, rank)
     if not len(g):
-        return pd.DataFrame(
-            columns=[
-                "name",
-                "kind",
-                "cls",
-                "calls",
-                "total_ns",
-                "mean_ns",
-                "median_ns",
-                "min_ns",
-                "max_ns",
-                "stddev_ns",
-                "share_pct",
-                "top_op",
-            ]
-        )
+        return pd.DataFrame(columns=KERNEL_COLUMNS)
     agg = (
         g.groupby(["name", "kind"], observed=True, sort=False)
         .agg(
@@ -490,21 +490,6 @@ def by_memcpy(gpu: pd.DataFrame, rank: int | None = None) -> pd.DataFrame:
 
 
 # --- rollups of a trace analysed in runs of steps: exact sums, merged -------------------------
-
-KERNEL_COLUMNS = [
-    "name",
-    "kind",
-    "cls",
-    "calls",
-    "total_ns",
-    "mean_ns",
-    "median_ns",
-    "min_ns",
-    "max_ns",
-    "stddev_ns",
-    "share_pct",
-    "top_op",
-]
 
 
 def _sum_by(frames: list[pd.DataFrame], keys: list[str]) -> pd.DataFrame:

@@ -17,6 +17,7 @@ reported as memory pressure.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -85,27 +86,46 @@ declare(
 )
 
 
+def _gpu_events(mem: pd.DataFrame) -> pd.DataFrame:
+    """The [memory] events of a GPU (a device id, a GPU device type)."""
+    return mem[mem["device_type"].isin(GPU_DEVICE_TYPES) & (mem["device"].fillna(-1) >= 0)]
+
+
+def _with_totals(gpu: pd.DataFrame) -> pd.DataFrame:
+    """The GPU events that record totals, in time order."""
+    return gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
+
+
+def _device_totals(
+    gpu: pd.DataFrame,
+) -> Iterator[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]]:
+    """Per (rank, device), in that order, of the events ``gpu`` (:func:`_with_totals`): the
+    times, total allocated and total reserved bytes."""
+    for (rank, dev), d in gpu.groupby(["rank", "device"], sort=True):
+        yield (
+            int(rank),
+            int(dev),
+            d["ts_ns"].to_numpy(np.int64),
+            d["total_allocated_bytes"].to_numpy(np.int64),
+            d["total_reserved_bytes"].fillna(0).to_numpy(np.int64),
+        )
+
+
 def rank_peaks(an: Analysis, ms: MetricSet) -> None:
     """Only the per-rank peaks :func:`compute` sets (``peak_allocated_bytes``,
     ``peak_reserved_bytes`` by rank; a rank's last device's, as there), for a rank's summary
     without the rest of the memory group."""
     cols = ["rank", "device", "device_type", "ts_ns", "total_allocated_bytes"]
     mem = an.store.table("memory_events", [*cols, "total_reserved_bytes"]).to_pandas()
-    if not len(mem):
-        return
-    gpu = mem[mem["device_type"].isin(GPU_DEVICE_TYPES) & (mem["device"].fillna(-1) >= 0)]
-    gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
-    for (rank, _dev), d in gpu.groupby(["rank", "device"], sort=True):
-        alloc = d["total_allocated_bytes"].to_numpy(np.int64)
-        res = d["total_reserved_bytes"].fillna(0).to_numpy(np.int64)
-        ms.rank_set(int(rank), "peak_reserved_bytes", float(res[int(np.argmax(res))]))
-        ms.rank_set(int(rank), "peak_allocated_bytes", float(alloc[int(np.argmax(alloc))]))
+    for rank, _dev, _ts, alloc, res in _device_totals(_with_totals(_gpu_events(mem))):
+        ms.rank_set(rank, "peak_reserved_bytes", float(res.max()))
+        ms.rank_set(rank, "peak_allocated_bytes", float(alloc.max()))
 
 
 def compute(an: Analysis, ms: MetricSet) -> None:
     mem = an.store.table("memory_events").to_pandas()
     mem["kind"] = mem["kind"].astype(str)
-    gpu = mem[mem["device_type"].isin(GPU_DEVICE_TYPES) & (mem["device"].fillna(-1) >= 0)]
+    gpu = _gpu_events(mem)
     ms.set(
         "oom_events",
         float((mem["kind"] == "oom").sum()) if len(mem) else None,
@@ -151,14 +171,11 @@ def compute(an: Analysis, ms: MetricSet) -> None:
         ):
             ms.set(n, None, why_missing=why, setting=setting)
         return
-    gpu = gpu[gpu["total_allocated_bytes"].notna()].sort_values("ts_ns", kind="stable")
+    gpu = _with_totals(gpu)
     worst: dict[str, Any] | None = None
     timelines = []
     growth = []
-    for (rank, dev), d in gpu.groupby(["rank", "device"], sort=True):
-        alloc = d["total_allocated_bytes"].to_numpy(np.int64)
-        res = d["total_reserved_bytes"].fillna(0).to_numpy(np.int64)
-        ts = d["ts_ns"].to_numpy(np.int64)
+    for rank, dev, ts, alloc, res in _device_totals(gpu):
         ia, ir = int(np.argmax(alloc)), int(np.argmax(res))
         row: dict[str, Any] = {
             "rank": int(rank),

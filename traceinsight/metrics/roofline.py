@@ -18,6 +18,7 @@ import pandas as pd
 from traceinsight.analysis import Analysis
 from traceinsight.analysis.attribution import name_matches
 from traceinsight.analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
+from traceinsight.analysis.overview import kernel_rows
 from traceinsight.metrics.options import RooflineOptions
 from traceinsight.metrics.registry import MetricSet, declare
 from traceinsight.metrics.roofline_checks import above_peak, excluded_rows, note_rows
@@ -148,8 +149,7 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
     }
     spec = res.spec
     g = an.attribution.gpu
-    # the kernel rows with the columns read here (not a copy of every GPU column)
-    kern = g.loc[(g["kind"] == "kernel").to_numpy(), [c for c in _KERNEL_COLUMNS if c in g.columns]]
+    kern = kernel_rows(g, _KERNEL_COLUMNS)
     windows = [w for w in an.attribution.steps]
     wall = float(sum(w.dur_ns for w in windows)) or 0.0
     n_ranks = max(1, len({w.rank for w in windows}))
