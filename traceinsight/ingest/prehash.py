@@ -116,32 +116,37 @@ def start(paths: Sequence[str | Path]) -> None:
 def take(path: str | Path) -> str | None:
     """The digest of ``path`` hashed by :func:`start` (waiting for it), when the file is
     unchanged since; None otherwise (the caller hashes it)."""
-    key = os.path.realpath(path)
-    with _lock:
-        job = _jobs.pop(key, None)
-    if job is None:
-        return None
-    t, out, _ = job
-    t.join()
-    return _digest(key, out)
+    got = _end(path, stop=False)
+    return None if got is None else _digest(*got)
 
 
 def pause(path: str | Path) -> str | Partial | None:
     """Stop hashing ``path`` after the piece being read (no thread runs once this returns):
     its digest when the thread had finished and the file is unchanged, else what it had
     hashed (:class:`Partial`), or None (not hashed here: the caller hashes it)."""
+    got = _end(path, stop=True)
+    if got is None:
+        return None
+    part = got[1].get("partial")
+    if isinstance(part, Partial):
+        return part
+    return _digest(*got)
+
+
+def _end(path: str | Path, *, stop: bool) -> tuple[str, dict[str, object]] | None:
+    """The hashing job of ``path`` taken off the list and its thread joined (``stop``: asked
+    to stop after the piece being read first): the file's real path and the thread's output;
+    None when :func:`start` hashes no such file."""
     key = os.path.realpath(path)
     with _lock:
         job = _jobs.pop(key, None)
     if job is None:
         return None
-    t, out, stop = job
-    stop.set()
+    t, out, ev = job
+    if stop:
+        ev.set()
     t.join()
-    part = out.get("partial")
-    if isinstance(part, Partial):
-        return part
-    return _digest(key, out)
+    return key, out
 
 
 def _digest(key: str, out: dict[str, object]) -> str | None:

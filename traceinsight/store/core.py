@@ -96,7 +96,7 @@ class TraceStore:
         if name not in schema.TABLES:
             raise KeyError(name)
         t = self._tables.get(name)
-        if t is None and self.meta.get("tables", {}).get(name) == 0:
+        if t is None and self.row_counts.get(name) == 0:
             # a table the store counts no row of (in any partition) is not read from disk
             t = self._tables[name] = schema.empty_table(name)
         if t is None:
