@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traceinsight.diagnostics import Diagnostic
@@ -112,8 +113,10 @@ class TraceStore:
             else:
                 try:
                     if self.row_counts.get(name, 0) > CACHE_MAX_ROWS:  # per use, what is asked
-                        return _restore_schema(name, pq.read_table(f, columns=columns), columns)
-                    t = _restore_schema(name, pq.read_table(f))
+                        return _restore_schema(
+                            name, partitions.read_file(f, columns, None), columns
+                        )
+                    t = _restore_schema(name, partitions.read_file(f, None, None))
                 except (pa.ArrowException, OSError, ValueError) as e:
                     raise StoreError(
                         f"{name}.parquet cannot be read ({str(e)[:120]})",
@@ -121,6 +124,20 @@ class TraceStore:
                         hint=_REINGEST,
                     ) from None
             self._tables[name] = t
+        return t.select(columns) if columns else t
+
+    def rank_table(self, name: str, rank: int, columns: list[str] | None = None) -> pa.Table:
+        """Rank ``rank``'s rows of table ``name``: read from the rank's partition alone when the
+        store is partitioned and the whole table is not in memory (one file, not every
+        rank's), else the whole table's rows of the rank."""
+        parts = partitions.names(self.meta)
+        name_of = partitions.folder_name(rank)
+        src: TraceStore = self
+        if parts and name not in self._tables and name_of in parts and self.path.is_dir():
+            src = TraceStore.open(self.path / name_of)
+        want = columns if columns is None or "rank" in columns else [*columns, "rank"]
+        t = src.table(name, want)
+        t = t.filter(pc.equal(t["rank"], rank)) if t.num_rows else t
         return t.select(columns) if columns else t
 
     def df(self, name: str, columns: list[str] | None = None):  # -> pandas.DataFrame

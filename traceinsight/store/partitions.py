@@ -19,6 +19,7 @@ partition alone (:func:`open_partition`), so it reads one rank's events, never t
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -33,10 +34,23 @@ from traceinsight.store import schema
 if TYPE_CHECKING:
     from traceinsight.store.core import TraceStore
 
-__all__ = ["PREFIX", "folder_name", "names", "open_partition", "partition_of", "read_table"]
+__all__ = [
+    "PREFIX",
+    "folder_name",
+    "names",
+    "open_group",
+    "open_partition",
+    "partition_of",
+    "read_file",
+    "read_table",
+]
 
 #: a partition folder is ``rank=N``
 PREFIX = "rank="
+#: a table of at least this many partition files is read by :data:`READ_THREADS` threads
+#: (a file's reader set-up is ~1 ms; 64 small ranks' cpu_ops 78 -> 48 ms)
+THREADS_FROM = 8
+READ_THREADS = 4
 _HINT = "the store is damaged: re-ingest the traces with -o STORE --force"
 
 
@@ -89,24 +103,68 @@ def read_table(
     has none): ``columns`` only, the rows that pass ``filters`` (parquet row groups outside
     them are skipped by their statistics); ``restore`` conforms each part to the schema.
     Dictionary columns are unified, as a single file would read."""
-    parts = []
-    for folder in names(meta) or [""]:
-        f = path / folder / f"{name}.parquet"
-        if not f.is_file():
-            continue
+    files = [
+        f for folder in names(meta) or [""] if (f := path / folder / f"{name}.parquet").is_file()
+    ]
+
+    def one(f: Path) -> pa.Table:
         try:
-            t = restore(name, pq.read_table(f, columns=columns, filters=filters), columns)
+            return restore(name, read_file(f, columns, filters), columns)
         except (pa.ArrowException, OSError, ValueError) as e:
             raise StoreError(
                 f"{f.relative_to(path)} cannot be read ({str(e)[:120]})", path=path, hint=_HINT
             ) from None
-        if t.num_rows:
-            parts.append(t)
+
+    if len(files) >= THREADS_FROM:  # many small files: their set-up, in threads, overlaps
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(READ_THREADS) as pool:
+            read = list(pool.map(one, files))
+    else:
+        read = [one(f) for f in files]
+    parts = [t for t in read if t.num_rows]
+    del read
     if not parts:
         t = schema.empty_table(name)
         return t.select(columns) if columns else t
     t = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     return t.unify_dictionaries() if len(parts) > 1 else t
+
+
+def read_file(
+    f: Path, columns: list[str] | None, filters: list[tuple[str, str, Any]] | None
+) -> pa.Table:
+    """One table file (the file reader itself without filters: a third less time than
+    ``pq.read_table``'s dataset set-up, which a job's many small files pay once each)."""
+    if filters is not None:
+        return pq.read_table(f, columns=columns, filters=filters)
+    with pq.ParquetFile(f) as pf:
+        return pf.read(columns=columns)
+
+
+def open_group(path: Path, parts: list[str]) -> TraceStore:
+    """Partitions ``parts`` (consecutive, in rank order) of the store at ``path`` as one store
+    of their ranks: each partition's tables one after the other, as the whole store's tables
+    hold them. Its metadata is the partitions' (their ranks, sources, diagnostics; the table
+    counts summed); one partition is opened as itself."""
+    from traceinsight.store.core import TraceStore
+
+    if len(parts) == 1:
+        return TraceStore.open(path / parts[0])
+    metas = [TraceStore.open(path / name).meta for name in parts]
+    meta = dict(metas[0])
+    meta["partitions"] = list(parts)
+    for key in ("ranks", "sources", "diagnostics"):
+        meta[key] = [x for m in metas for x in m.get(key, [])]
+    meta["event_counts"] = {k: v for m in metas for k, v in m.get("event_counts", {}).items()}
+    tables: dict[str, int] = {}
+    for m in metas:
+        for name, n in m.get("tables", {}).items():
+            tables[name] = tables.get(name, 0) + int(n)
+    meta["tables"] = tables
+    keys = "+".join(str(m.get("content_key")) for m in metas)
+    meta["content_key"] = hashlib.sha256(keys.encode()).hexdigest()[:32]
+    return TraceStore(path, meta)
 
 
 def partition_of(store: TraceStore, rank: int) -> Path | None:
