@@ -87,8 +87,12 @@ class Analysis:
 
     @cached_property
     def breakdown(self) -> Breakdown:
+        attr = self.attribution  # (fills the cache with the partitions' products)
+        joined = self.cache.pop("breakdown", None)  # the rank partitions' own, joined
+        if joined is not None:
+            return joined
         with plain_strings():
-            return breakdown(self.attribution)
+            return breakdown(attr)
 
     @with_plain_strings
     def has_gpu_activities(self, rank: int | None = None) -> bool:

@@ -223,3 +223,11 @@ def breakdown(attr: Attribution) -> Breakdown:
         if parts:
             ranks[rank] = _sum(rank, parts)
     return Breakdown(steps, ranks)
+
+
+def joined(parts: list[Breakdown]) -> Breakdown:
+    """The breakdowns of rank partitions (in rank order) as the whole store's: a rank's
+    windows and total are its own, whichever partition measured them."""
+    steps = [w for b in parts for w in b.steps]
+    ranks = {r: t for b in parts for r, t in b.ranks.items()}
+    return Breakdown(steps, dict(sorted(ranks.items())))

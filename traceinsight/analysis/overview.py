@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceinsight.analysis import attribution_parts
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.categories import MATRIX_CLASSES, is_matrix_helper, kernel_dtype
 from traceinsight.analysis.host import DATALOADER_RE
@@ -358,7 +359,13 @@ def _rank_sets(an: Any, rank: int, ranges: pd.DataFrame) -> list[tuple[np.ndarra
 
 def step_breakdown(an: Any) -> dict[str, Any]:
     """Per rank and step window: the step's ns split into :data:`STEP_PARTS` (summing exactly
-    to the window), and per rank the mean over its steps."""
+    to the window), and per rank the mean over its steps (a partitioned store's: its rank
+    partitions' own, joined)."""
+    joined = an.cache.get("step_breakdown")
+    return joined if joined is not None else _step_breakdown(an)
+
+
+def _step_breakdown(an: Any) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     by_rank: dict[int, list] = {}
     for w in an.attribution.steps:
@@ -402,3 +409,18 @@ def step_breakdown(an: Any) -> dict[str, Any]:
         "steps": rows,
         "mean": means,
     }
+
+
+def _joined_breakdowns(values: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step breakdowns of rank partitions (in rank order) as the whole store's."""
+    first = values[0]
+    return {
+        "parts": first["parts"],
+        "definition": first["definition"],
+        "steps": [r for v in values for r in v["steps"]],
+        "mean": [m for v in values for m in v["mean"]],
+    }
+
+
+# measured per rank partition next to its attribution (in the worker that reads its ranges)
+attribution_parts.product("step_breakdown", __name__, _step_breakdown, _joined_breakdowns)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
+from traceinsight.analysis import attribution_parts
 from traceinsight.analysis.run_names import (  # noqa: F401 - the names mode.py and tests use
     FACT_NAMES,
     UNKNOWN,
@@ -248,11 +249,24 @@ def compute(
     }
 
 
-def _pg_names(an: Analysis) -> list[str]:
+def _table_pg_names(an: Analysis) -> set[str]:
+    """The process-group names the ops and GPU activities of ``an``'s store carry."""
     out: set[str] = set()
     for tbl in ("cpu_ops", "gpu_activities"):
         s = an.store.df(tbl, ["pg_name"])["pg_name"]
         out |= {str(x) for x in s.dropna().astype(object).unique()}
+    return out
+
+
+# read per rank partition next to its attribution (in the worker, from the tables it read)
+attribution_parts.product(
+    "pg_names", __name__, _table_pg_names, lambda values: set().union(*values)
+)
+
+
+def _pg_names(an: Analysis) -> list[str]:
+    pre = an.cache.get("pg_names")  # the rank partitions' own, joined
+    out: set[str] = set(pre) if pre is not None else _table_pg_names(an)
     for r in an.store.ranks:
         d = r.get("distributed") or r.get("distributed_info") or {}
         for pg in (d.get("pg_config") or []) if isinstance(d, dict) else []:

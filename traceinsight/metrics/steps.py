@@ -43,6 +43,7 @@ import pandas as pd
 from traceinsight.analysis import Analysis, StepWindow, WindowBreakdown, attribution_parts, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.attribution import name_matches
+from traceinsight.analysis.breakdown import joined as breakdown_joined
 from traceinsight.analysis.idle import (
     BLOCKING_MIN_NS,
     COPY_CALL_RE,
@@ -197,6 +198,15 @@ def step_stats(an: Analysis) -> list[StepStat]:
 
 # computed per rank partition next to its attribution (in the worker that reads it)
 attribution_parts.product("step_stats", __name__, step_stats, attribution_parts.concat_lists)
+
+
+def _breakdown(an: Analysis) -> Any:
+    return an.breakdown  # what the step table above measured (computed once)
+
+
+# the rank's window breakdowns, which the step table reads, sent along (the whole store's
+# ``Analysis.breakdown``; no rank's windows measured twice)
+attribution_parts.product("breakdown", __name__, _breakdown, breakdown_joined)
 
 
 def representative(stats: list[StepStat]) -> list[StepStat]:
