@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import pandas as pd
+import pyarrow.compute as pc
 import pytest
 from conftest import KINETO, SAMPLES, requires_corpus
 
@@ -71,6 +72,7 @@ def test_partitions_attributed_apart_equal_the_whole_store(
     with using(Runner(jobs=1)):  # one process, a small store: read at once
         assert attribution_parts.by_partition(straggler_store) is None
     monkeypatch.setattr(attribution_parts, "SPLIT_ALONE_MB", 0.0)  # one process, too large
+    monkeypatch.setattr(attribution_parts, "GROUP_MB", 0.0)  # each partition a task of its own
     for jobs in (1, 2):
         with using(Runner(jobs=jobs)):
             parts = attribution_parts.by_partition(straggler_store)
@@ -83,6 +85,22 @@ def test_partitions_attributed_apart_equal_the_whole_store(
             with plain_strings():
                 got = attribute(straggler_store)
         _assert_same(whole, got)
+    monkeypatch.undo()
+    monkeypatch.setattr(attribution_parts, "SPLIT_ALONE_MB", 0.0)
+    # small partitions in groups: four ranks are four tasks for two workers (two each), two
+    # tasks of two ranks for one; the same attribution
+    assert attribution_parts.groups(straggler_store, names, 2) == [[n] for n in names]
+    assert attribution_parts.groups(straggler_store, names, 1) == [names[:2], names[2:]]
+    with using(Runner(jobs=1)):
+        parts = attribution_parts.by_partition(straggler_store)
+        assert parts is not None and [sorted(p.gpu["rank"].unique()) for p in parts] == [
+            [0, 1],
+            [2, 3],
+        ]
+        assert [len(p.ops) for p in parts] == [sum(ops_per_rank[:2]), sum(ops_per_rank[2:])]
+        with plain_strings():
+            got = attribute(straggler_store)
+    _assert_same(whole, got)
     # the joined op indices point at the job's rows: rank 3's kernels at rank 3's ops
     g = whole.gpu[(whole.gpu["rank"] == 3) & (whole.gpu["op_idx"] >= 0)]
     assert len(g) and (whole.ops["rank"].to_numpy()[g["op_idx"].to_numpy()] == 3).all()
@@ -132,6 +150,34 @@ def test_diagnosis_is_the_same_with_one_job_or_two(which: str, tmp_path: Path) -
     one, two = _json(store, 1), _json(store, 2)
     assert _diff(one, two) == []
     assert one["findings"] and one["summary"]["ranks"]
+
+
+@pytest.mark.parametrize("which", ["straggler", "generated"])
+def test_diagnosis_of_partitions_in_groups_is_the_same(
+    which: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Small partitions analysed several to a task (their tables, attribution and products
+    as one store of their ranks) give the diagnosis of one process, field by field; each
+    partition keeps its own cached rank summary."""
+    from traceinsight.metrics import rank_summary
+
+    if which == "generated":
+        (tmp_path / "job").mkdir()
+        src = _generated_job(tmp_path / "job")
+    else:
+        src = STRAGGLER
+    store = ingest([src], tmp_path / "store", quiet=True)
+    names = partitions.names(store.meta)
+    monkeypatch.setattr(attribution_parts, "TASKS_PER_WORKER", 1)  # two tasks for two workers
+    tasks = attribution_parts.groups(store, names, 2)
+    assert len(tasks) == 2 and max(len(t) for t in tasks) >= 2
+    assert [n for t in tasks for n in t] == names  # consecutive, in rank order
+    one, two = _json(store, 1), _json(store, 2)
+    assert _diff(one, two) == []
+    for n in names:  # the group's summaries saved rank by rank, as a partition's own task would
+        part = TraceStore.open(store.path / n)
+        saved = json.loads(part.read_derived(rank_summary._cache_name(part)) or "null")
+        assert saved == rank_summary.summarize_store(part)
 
 
 @requires_corpus
@@ -278,3 +324,59 @@ def test_rank_peaks_are_the_memory_groups_per_rank_peaks(sample: str, tmp_path: 
         for r, d in full.per_rank.items()
     }
     assert light.per_rank == {r: d for r, d in want.items() if d}
+
+
+def test_breakdown_names_and_step_parts_come_from_the_workers(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window breakdowns, the event names with their counts (ties in the whole table's
+    order), the TensorBoard step parts and the process-group names each partition's worker
+    measured are the whole store's, and the client neither reads those tables nor measures a
+    window again."""
+    import traceinsight.analysis as analysis_mod
+    import traceinsight.metrics  # noqa: F401 - registers the products
+    from traceinsight.analysis import Analysis, overview, run_facts, run_names
+
+    assert {"breakdown", "run_names", "step_breakdown", "pg_names"} <= set(
+        attribution_parts.PRODUCTS
+    )
+    with plain_strings():
+        whole = Analysis(straggler_store)
+        whole.__dict__["attribution"] = finish(attribute_part(straggler_store))
+        want_bd, want_names = whole.breakdown, run_names.read_names(whole)
+        want_parts, want_pgs = overview.step_breakdown(whole), run_facts._pg_names(whole)
+    with using(Runner(jobs=2)):
+        an = Analysis(TraceStore.open(straggler_store.path))
+        an.attribution  # noqa: B018 - the workers' products land in the cache
+
+    def boom(*_a, **_k):
+        raise AssertionError("computed in the client")
+
+    monkeypatch.setattr(run_names, "_read_names", boom)
+    monkeypatch.setattr(overview, "_step_breakdown", boom)
+    monkeypatch.setattr(analysis_mod, "breakdown", boom)
+    monkeypatch.setattr(run_facts, "_table_pg_names", boom)
+    assert an.breakdown == want_bd and len(want_bd.steps) == 16
+    got = run_names.read_names(an)
+    for field in ("ops", "ranges", "frames", "kernels", "runtime", "memcpy"):
+        a, b = getattr(got, field), getattr(want_names, field)
+        assert list(a.items()) == list(b.items()), field  # same order, ties included
+        assert a.dtype == b.dtype and a.index.dtype == b.index.dtype, field
+    assert got.graph_kernels == want_names.graph_kernels
+    assert len(want_names.ops) > 10 and want_names.ops.duplicated().any()  # ties to keep
+    assert overview.step_breakdown(an) == want_parts and len(want_parts["steps"]) == 16
+    assert run_facts._pg_names(an) == want_pgs
+
+
+def test_a_ranks_rows_are_read_from_its_partition_alone(straggler_store: TraceStore) -> None:
+    """``rank_table`` reads one rank's partition file when the whole table is not in memory,
+    and the whole table's rows of the rank otherwise; the same rows either way."""
+    st = TraceStore.open(straggler_store.path)
+    cols = ["name", "start_ns", "dur_ns"]
+    alone = st.rank_table("ranges", 2, cols)
+    assert "ranges" not in st._tables  # not read whole for it
+    whole = st.table("ranges")
+    want = whole.filter(pc.equal(whole["rank"], 2)).select(cols)
+    assert alone.num_rows == want.num_rows > 0
+    assert alone.to_pylist() == want.to_pylist()
+    assert st.rank_table("ranges", 2, cols).to_pylist() == want.to_pylist()  # from the cache

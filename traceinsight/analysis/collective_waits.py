@@ -67,9 +67,27 @@ def matched_waits(summaries: list[dict[str, Any]]) -> pd.DataFrame:
 
 
 def _compute_union(an: Analysis, rank: int) -> tuple[np.ndarray, np.ndarray]:
-    g = by_rank.rows(an.attribution.gpu, rank)
-    c = g[(g["kind"] == "kernel") & (g["cls"] != "communication")]
-    return iv.union(c["start_ns"].to_numpy(np.int64), c["end_ns"].to_numpy(np.int64))
+    """The union of ``rank``'s compute (non-communication) kernels."""
+    key = "collective_waits_compute"
+    g = an.attribution.gpu
+    if an.cache.get(key, (None,))[0] is not g:  # every rank's, selected once (not rank by rank)
+        if len(g):
+            m = (g["kind"].astype(object) == "kernel").to_numpy(bool) & (
+                g["cls"].astype(object) != "communication"
+            ).to_numpy(bool)
+            r = g["rank"].to_numpy()[m]
+            s = g["start_ns"].to_numpy(np.int64)[m]
+            e = g["end_ns"].to_numpy(np.int64)[m]
+            order = np.argsort(r, kind="stable")
+            r, s, e = r[order], s[order], e[order]
+            ranks, first = np.unique(r, return_index=True)
+            bounds = [*first[1:], len(r)]
+            per = {int(k): (s[a:b], e[a:b]) for k, a, b in zip(ranks, first, bounds, strict=True)}
+        else:
+            per = {}
+        an.cache[key] = (g, per)
+    s, e = an.cache[key][1].get(rank, (np.empty(0, np.int64), np.empty(0, np.int64)))
+    return iv.union(s, e)
 
 
 def exposed_waits(an: Analysis, waits: pd.DataFrame) -> pd.Series:

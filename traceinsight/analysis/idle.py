@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceinsight.analysis import Analysis, by_rank
@@ -49,6 +50,7 @@ from traceinsight.analysis.oneoff import (
     STARTUP_RANGE_RE,
     first_calls,
 )
+from traceinsight.store import partitions
 from traceinsight.util import fmt
 
 #: the causes, in the order the host side of a gap is painted (dependency is decided first;
@@ -138,19 +140,41 @@ def _py_frames(an: Analysis, rank: int) -> pd.DataFrame:
     """Python frames of the rank lasting at least ``STALL_MIN_NS`` (cached)."""
     key = ("idle_py", rank)
     if key not in an.cache:
-        if "idle_py_long" not in an.cache:
-            py = an.store.table("python_frames", ["rank", "name", "start_ns", "dur_ns"])
-            an.cache["idle_py_long"] = (
-                py.filter(pc.greater_equal(py["dur_ns"], STALL_MIN_NS)).to_pandas()
-                if py.num_rows
-                else None
-            )
-        if an.cache["idle_py_long"] is not None:
+        cols = ["rank", "name", "start_ns", "dur_ns"]
+        alone = _alone(an, "idle_py_long")
+        if not alone and "idle_py_long" not in an.cache:
+            an.cache["idle_py_long"] = _long(an.store.table("python_frames", cols))
+        long = _long(an.store.rank_table("python_frames", rank, cols)) if alone else None
+        if alone and long is not None:
+            df = long.reset_index(drop=True)
+        elif not alone and an.cache["idle_py_long"] is not None:
             df = by_rank.rows(an.cache["idle_py_long"], rank).reset_index(drop=True)
         else:
             df = pd.DataFrame({"name": [], "start_ns": [], "dur_ns": []})
         an.cache[key] = df[["name", "start_ns", "dur_ns"]].astype({"name": object})
     return an.cache[key]
+
+
+def _alone(an: Analysis, whole: str) -> bool:
+    """Whether a rank's host rows are read from its partition alone: a partitioned store whose
+    ranks were analysed in workers (the client asks for a rank or two: the straggler's, the
+    timeline's), while the whole table (``whole``, cached) was not read here."""
+    return (
+        whole not in an.cache
+        and "idle_rank_splits" in an.cache
+        and bool(partitions.names(an.store.meta))
+    )
+
+
+def _annotations(rng: pd.DataFrame) -> pd.DataFrame:
+    return rng[rng["kind"].astype(str).isin(["annotation"])]
+
+
+def _long(py: pa.Table) -> pd.DataFrame | None:
+    """The python frames lasting at least ``STALL_MIN_NS`` (None: no frame recorded)."""
+    return (
+        py.filter(pc.greater_equal(py["dur_ns"], STALL_MIN_NS)).to_pandas() if py.num_rows else None
+    )
 
 
 def _host_events(
@@ -161,12 +185,15 @@ def _host_events(
     are asked for one rank after another)."""
     key = ("idle_host_events", frames)
     if an.cache.get(key, (None,))[0] != rank:
-        if "idle_annotations" not in an.cache:
-            rng = an.store.table(
-                "ranges", ["rank", "kind", "name", "start_ns", "dur_ns", "thread"]
-            ).to_pandas()
-            an.cache["idle_annotations"] = rng[rng["kind"].astype(str).isin(["annotation"])]
-        rng = by_rank.rows(an.cache["idle_annotations"], rank)
+        cols = ["rank", "kind", "name", "start_ns", "dur_ns", "thread"]
+        if _alone(an, "idle_annotations"):  # the rank's partition, not every rank's ranges
+            rng = _annotations(an.store.rank_table("ranges", rank, cols).to_pandas())
+        else:
+            if "idle_annotations" not in an.cache:
+                an.cache["idle_annotations"] = _annotations(
+                    an.store.table("ranges", cols).to_pandas()
+                )
+            rng = by_rank.rows(an.cache["idle_annotations"], rank)
         ops = by_rank.rows(an.attribution.ops, rank)[["name", "start_ns", "dur_ns", "thread"]]
         parts = [rng[["name", "start_ns", "dur_ns", "thread"]], ops]
         if frames:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from traceinsight.analysis import Analysis, attribution_parts, by_rank
 from traceinsight.metrics.registry import MetricSet
-from traceinsight.store import schema
+from traceinsight.store import partitions, schema
 from traceinsight.util.resources import code_digest
 
 if TYPE_CHECKING:
@@ -77,7 +77,12 @@ def _partition_summaries(an: Analysis) -> list[dict[str, Any]]:
     """The summaries of a partition's ranks from its own analysis, saved in the partition as
     :func:`summarize_partition` saves them (read back by a later ``--scheduler`` run)."""
     out = summaries(an)
-    an.store.write_derived(_cache_name(an.store), json.dumps(out))
+    store = an.store
+    group = partitions.names(store.meta)  # a task's group of partitions: each saves its own
+    for part in [partitions.open_group(store.path, [n]) for n in group] if group else [store]:
+        ranks = {int(r["rank"]) for r in part.ranks}
+        mine = [s for s in out if s["rank"] in ranks] if group else out
+        part.write_derived(_cache_name(part), json.dumps(mine))
     return out
 
 
