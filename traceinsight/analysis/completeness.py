@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import Analysis, attribution_parts, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.attribution import name_matches
 
@@ -59,6 +59,20 @@ def completeness(an: Analysis, rank: int) -> RankCompleteness:
     if rank not in cache:
         cache[rank] = _rank(an, rank)
     return cache[rank]
+
+
+def _ranks(an: Analysis) -> dict[int, RankCompleteness]:
+    """The checks of every rank of ``an``'s store (a rank partition's, in its worker)."""
+    ranks = {int(r["rank"]) for r in an.store.ranks if r.get("rank") is not None}
+    return {r: completeness(an, r) for r in sorted(ranks)}
+
+
+def _joined(values: list[dict[int, RankCompleteness]]) -> dict[int, RankCompleteness]:
+    return {r: c for d in values for r, c in d.items()}
+
+
+# checked per rank partition next to its attribution (in the worker that reads it)
+attribution_parts.product("completeness", __name__, _ranks, _joined)
 
 
 def _rank(an: Analysis, rank: int) -> RankCompleteness:

@@ -27,7 +27,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis, by_rank
+from traceinsight.analysis import Analysis, attribution_parts, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.metrics.registry import MetricSet, declare
 
@@ -86,24 +86,25 @@ def classify(names: np.ndarray, directions: np.ndarray) -> tuple[np.ndarray, np.
     return kinds, dirs
 
 
-def compute(an: Analysis, ms: MetricSet) -> None:
-    g = an.attribution.gpu
-    windows = an.attribution.steps
-    wall = float(sum(w.dur_ns for w in windows))
-    names = [f"memcpy_exposed_{k}_pct" for k in KINDS[:-1]] + ["memcpy_exposed_d2h_pct"]
-    if not len(g) or not wall:
-        for n in [*names, "memcpy_pageable_copies"]:
-            ms.set(n, None, why_missing="no GPU activity in step windows")
-        return
+def _copies(g: pd.DataFrame) -> pd.DataFrame:
+    """The copies among the GPU rows ``g``, with their ``copy_class`` and ``direction``."""
     cp = g[g["kind"] == "memcpy"]
     kinds, dirs = classify(
         cp["name"].astype(object).to_numpy(), cp["copy_kind"].astype(object).to_numpy()
     )
-    cp = cp.assign(copy_class=kinds, direction=dirs)
-    ms.set("memcpy_pageable_copies", float((kinds == "pageable").sum()))
-    exposed = {k: 0 for k in KINDS}
-    by_pair: dict[tuple[str, str], int] = {}
-    d2h = 0
+    return cp.assign(copy_class=kinds, direction=dirs)
+
+
+#: per rank: exposed ns by copy class, by (class, direction), and of device-to-host copies
+Exposed = dict[int, tuple[dict[str, int], dict[tuple[str, str], int], int]]
+
+
+def _exposed(an: Analysis, cp: pd.DataFrame) -> Exposed:
+    """Per rank with copies in its step windows: the ns of its copies (by class, by class and
+    direction, device-to-host) with no kernel of the rank running, inside its windows."""
+    g = an.attribution.gpu
+    windows = an.attribution.steps
+    out: Exposed = {}
     for rank, d in cp.groupby("rank", sort=True):
         kern = by_rank.rows(g, rank)
         kern = kern[kern["kind"] == "kernel"]
@@ -117,12 +118,53 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             u = iv.union(rows["start_ns"].to_numpy(np.int64), rows["end_ns"].to_numpy(np.int64))
             return int(iv.overlap_with_windows(iv.subtract(u, busy), ws, we).sum())
 
-        for k, rows in d.groupby("copy_class"):
-            exposed[str(k)] += alone(rows)
-        for (k, dr), rows in d.groupby(["copy_class", d["direction"].fillna("?")]):
-            by_pair[(str(k), str(dr))] = by_pair.get((str(k), str(dr)), 0) + alone(rows)
-        if (d["direction"] == "DtoH").any():
-            d2h += alone(d[d["direction"] == "DtoH"])
+        by_class = {str(k): alone(rows) for k, rows in d.groupby("copy_class")}
+        by_pair = {
+            (str(k), str(dr)): alone(rows)
+            for (k, dr), rows in d.groupby(["copy_class", d["direction"].fillna("?")])
+        }
+        d2h = alone(d[d["direction"] == "DtoH"]) if (d["direction"] == "DtoH").any() else 0
+        out[int(rank)] = (by_class, by_pair, d2h)
+    return out
+
+
+def _rank_exposed(an: Analysis) -> Exposed:
+    g = an.attribution.gpu
+    return _exposed(an, _copies(g)) if len(g) else {}
+
+
+# measured per rank partition next to its attribution (in the worker that reads it)
+attribution_parts.product(
+    "copy_exposed",
+    __name__,
+    _rank_exposed,
+    lambda values: {r: v for d in values for r, v in d.items()},
+)
+
+
+def compute(an: Analysis, ms: MetricSet) -> None:
+    g = an.attribution.gpu
+    windows = an.attribution.steps
+    wall = float(sum(w.dur_ns for w in windows))
+    names = [f"memcpy_exposed_{k}_pct" for k in KINDS[:-1]] + ["memcpy_exposed_d2h_pct"]
+    if not len(g) or not wall:
+        for n in [*names, "memcpy_pageable_copies"]:
+            ms.set(n, None, why_missing="no GPU activity in step windows")
+        return
+    cp = _copies(g)
+    ms.set("memcpy_pageable_copies", float((cp["copy_class"] == "pageable").sum()))
+    per = an.cache.get("copy_exposed")  # the rank partitions' own, joined
+    if per is None:
+        per = _exposed(an, cp)
+    exposed = {k: 0 for k in KINDS}
+    by_pair: dict[tuple[str, str], int] = {}
+    d2h = 0
+    for _rank, (by_class, pairs, rank_d2h) in sorted(per.items()):
+        for k, ns in by_class.items():
+            exposed[k] += ns
+        for key, ns in pairs.items():
+            by_pair[key] = by_pair.get(key, 0) + ns
+        d2h += rank_d2h
     for k in KINDS[:-1]:
         ms.set(f"memcpy_exposed_{k}_pct", 100.0 * exposed[k] / wall)
     ms.set("memcpy_exposed_d2h_pct", 100.0 * d2h / wall)
