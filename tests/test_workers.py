@@ -368,6 +368,46 @@ def test_breakdown_names_and_step_parts_come_from_the_workers(
     assert run_facts._pg_names(an) == want_pgs
 
 
+def test_completeness_and_exposed_copies_come_from_the_workers(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each rank's completeness checks and its exposed copy time (by class, by class and
+    direction, device-to-host) are measured in its partition's worker; the client adds them
+    up to the whole store's figures without measuring a rank again."""
+    import traceinsight.metrics  # noqa: F401 - registers the products
+    from traceinsight.analysis import Analysis
+    from traceinsight.analysis import completeness as comp
+    from traceinsight.metrics import MetricSet, copies
+
+    with plain_strings():
+        whole = Analysis(straggler_store)
+        whole.__dict__["attribution"] = finish(attribute_part(straggler_store))
+    want_exposed = copies._exposed(whole, copies._copies(whole.attribution.gpu))
+    want_checks = {r: comp.completeness(whole, r) for r in range(4)}
+    ms_whole = MetricSet()
+    copies.compute(whole, ms_whole)
+    with using(Runner(jobs=2)):
+        an = Analysis(TraceStore.open(straggler_store.path))
+        an.attribution  # noqa: B018 - the workers' products land in the cache
+    assert sorted(an.cache["copy_exposed"]) == sorted(want_exposed) and want_exposed
+    assert an.cache["copy_exposed"] == want_exposed
+    got_checks = an.cache["completeness"]
+    assert sorted(got_checks) == [0, 1, 2, 3]
+    for r in range(4):
+        a, b = got_checks[r], want_checks[r]
+        assert (a.no_launch, a.replays, a.tail_launches) == (
+            b.no_launch,
+            b.replays,
+            b.tail_launches,
+        )
+    monkeypatch.setattr(comp, "_rank", lambda *_a: pytest.fail("a rank checked in the client"))
+    monkeypatch.setattr(copies, "_exposed", lambda *_a: pytest.fail("copies measured here"))
+    ms = MetricSet()
+    copies.compute(an, ms)
+    assert ms.values == ms_whole.values
+    assert ms.evidence["copy_kinds"] == ms_whole.evidence["copy_kinds"]
+
+
 def test_a_ranks_rows_are_read_from_its_partition_alone(straggler_store: TraceStore) -> None:
     """``rank_table`` reads one rank's partition file when the whole table is not in memory,
     and the whole table's rows of the rank otherwise; the same rows either way."""
