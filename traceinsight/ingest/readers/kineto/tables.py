@@ -386,12 +386,21 @@ def _ops(st: State, evs: list[Event], out: dict[str, TableBuilder]) -> None:
 
 def _call_stack_col(values: Sequence[Any]) -> pa.Array:
     """``args["Call stack"]`` (``frame;frame;...``, innermost first) as one frame per line,
-    home-directory user names redacted; each distinct stack is converted once."""
+    home-directory user names redacted; each distinct stack is converted once, each distinct
+    frame redacted once (stacks share most of their frames)."""
     arr = dict_col([v if isinstance(v, str) and v else None for v in values])
     if len(arr.dictionary) == 0:
         return arr
+    done: dict[str, str] = {}
+
+    def frame(f: str) -> str:
+        r = done.get(f)
+        if r is None:
+            r = done[f] = redact_text(f)
+        return r
+
     vals = [
-        redact_text(cap_name(v)).replace(";", "\n") if v is not None else v
+        "\n".join(map(frame, cap_name(v).split(";"))) if v is not None else v
         for v in arr.dictionary.to_pylist()
     ]
     return pa.DictionaryArray.from_arrays(arr.indices, pa.array(vals, pa.string()))
