@@ -420,3 +420,28 @@ def test_a_ranks_rows_are_read_from_its_partition_alone(straggler_store: TraceSt
     assert alone.num_rows == want.num_rows > 0
     assert alone.to_pylist() == want.to_pylist()
     assert st.rank_table("ranges", 2, cols).to_pylist() == want.to_pylist()  # from the cache
+
+
+def test_groups_fit_the_cluster_not_this_machine(
+    straggler_store: TraceStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a Dask scheduler the tasks are sized for the cluster's worker threads (a login
+    node's two cores must not leave a cluster idle): each of four small ranks its own task on
+    a cluster of eight threads, two of two ranks on one thread."""
+
+    class FakeClient:
+        def __init__(self, threads: dict[str, int]) -> None:
+            self.threads = threads
+
+        def nthreads(self) -> dict[str, int]:
+            return self.threads
+
+    names = partitions.names(straggler_store.meta)
+    r = Runner(jobs=1, scheduler="tcp://cluster:8786")
+    r._client = FakeClient({"w1": 4, "w2": 4})
+    assert r.slots() == 8
+    assert attribution_parts.groups(straggler_store, names, r.slots()) == [[n] for n in names]
+    r._client = FakeClient({"w1": 1})
+    assert r.slots() == 1
+    assert attribution_parts.groups(straggler_store, names, r.slots()) == [names[:2], names[2:]]
+    assert Runner(jobs=3).slots() == 3

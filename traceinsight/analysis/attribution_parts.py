@@ -117,7 +117,7 @@ def by_partition(store: TraceStore) -> list[Part] | None:
         PartitionTask(str(store.path / g[0]), wanted)
         if len(g) == 1
         else PartitionTask(str(store.path), wanted, tuple(g))
-        for g in groups(store, names, runner.workers)
+        for g in groups(store, names, runner.slots())
     ]
     # what each partition's frames took in transit, handed back as they arrive
     parts = runner.map(attribute_partition, tasks, done=lambda _k, _n: release())

@@ -67,6 +67,16 @@ class Runner:
         """Local worker processes (for a Dask scheduler: the LocalCluster's workers)."""
         return self.jobs if self.jobs is not None else default_jobs()
 
+    def slots(self) -> int:
+        """How many tasks run at once: the local workers, or the threads of every worker of
+        the Dask cluster (a cluster's size, not this machine's cores)."""
+        if not self.scheduler:
+            return self.workers
+        try:
+            return max(1, sum(self.client().nthreads().values()))
+        except Exception:  # a cluster that cannot say: its workers as configured
+            return self.workers
+
     @property
     def label(self) -> str:
         """How the tasks run, in a few words (progress and benchmark lines)."""
