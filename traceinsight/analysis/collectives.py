@@ -102,11 +102,22 @@ def cross_rank(summaries: list[dict[str, Any]]) -> dict[str, Any] | None:
 
 
 def _records(summaries: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per collective of every rank (in rank-summary order), its summary's fields."""
+    found = [(s, c) for s in summaries if (c := s.get("collectives") or {}).get("start_ns")]
+    keys = list(found[0][1]) if found else []
+    if found and all(list(c) == keys for _s, c in found):
+        # the ranks' columns joined as lists, one frame built (not a frame a rank)
+        cols: dict[str, list] = {k: [] for k in keys}
+        ranks: list[int] = []
+        for s, c in found:
+            for k in keys:
+                cols[k].extend(c[k])
+            ranks.extend([int(s["rank"])] * len(c[keys[0]]))
+        df = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in cols.items()})
+        df["rank"] = np.array(ranks, dtype=np.int64)
+        return _typed(df)
     frames = []
-    for s in summaries:
-        c = s.get("collectives") or {}
-        if not c.get("start_ns"):
-            continue
+    for s, c in found:
         f = pd.DataFrame({k: pd.Series(v, dtype=object) for k, v in c.items()})
         f["rank"] = int(s["rank"])
         frames.append(f)
@@ -125,7 +136,10 @@ def _records(summaries: list[dict[str, Any]]) -> pd.DataFrame:
                 "group_size",
             ]
         )
-    df = pd.concat(frames, ignore_index=True)
+    return _typed(pd.concat(frames, ignore_index=True))
+
+
+def _typed(df: pd.DataFrame) -> pd.DataFrame:
     df["start_ns"] = df["start_ns"].astype(np.int64)
     df["dur_ns"] = df["dur_ns"].astype(np.int64)
     df["end_ns"] = df["start_ns"] + df["dur_ns"]
