@@ -366,6 +366,16 @@ def test_breakdown_names_and_step_parts_come_from_the_workers(
     assert len(want_names.ops) > 10 and want_names.ops.duplicated().any()  # ties to keep
     assert overview.step_breakdown(an) == want_parts and len(want_parts["steps"]) == 16
     assert run_facts._pg_names(an) == want_pgs
+    # the op instances' cost models, their op indices moved to the job's rows
+    from traceinsight.metrics import roofline
+
+    with plain_strings():  # as the diagnosis computes it
+        want_inst = roofline._op_instances(
+            whole, overview.kernel_rows(whole.attribution.gpu, roofline._KERNEL_COLUMNS)
+        )
+    got_inst = an.cache["op_instances"]
+    assert len(want_inst) > 100 and sorted(set(got_inst["rank"])) == [0, 1, 2, 3]
+    pd.testing.assert_frame_equal(got_inst, want_inst)
 
 
 def test_completeness_and_exposed_copies_come_from_the_workers(

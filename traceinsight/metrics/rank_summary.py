@@ -79,7 +79,7 @@ def _partition_summaries(an: Analysis) -> list[dict[str, Any]]:
     out = summaries(an)
     store = an.store
     group = partitions.names(store.meta)  # a task's group of partitions: each saves its own
-    for part in [partitions.open_group(store.path, [n]) for n in group] if group else [store]:
+    for part in [partitions.open_meta(store.path, n) for n in group] if group else [store]:
         ranks = {int(r["rank"]) for r in part.ranks}
         mine = [s for s in out if s["rank"] in ranks] if group else out
         part.write_derived(_cache_name(part), json.dumps(mine))

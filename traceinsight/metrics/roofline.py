@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis
+from traceinsight.analysis import Analysis, attribution_parts
 from traceinsight.analysis.attribution import name_matches
 from traceinsight.analysis.categories import FP32_GEMM_RE, TENSOR_CORE_RE
 from traceinsight.analysis.overview import kernel_rows
@@ -173,7 +173,9 @@ def compute(an: Analysis, ms: MetricSet, opts: RooflineOptions) -> None:
             ms.set(n, None, why_missing="no GPU kernels", setting=capture_hints.GPU)
         _mfu_estimate(an, ms, opts, spec, wall, n_ranks)
         return
-    inst = _op_instances(an, kern)
+    inst = an.cache.get("op_instances")  # the rank partitions' own, joined
+    if inst is None:
+        inst = _op_instances(an, kern)
     total_k = float(kern["dur_ns"].sum())
     modelled = inst[inst["flops"].notna()]
     ms.set(
@@ -392,6 +394,31 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
         flops.roof_dtype(c, [k]) if c else None for c, k in zip(costs, agg["kname"].astype(str))
     ]
     return agg.reset_index()
+
+
+def _rank_instances(an: Analysis) -> tuple[int, pd.DataFrame]:
+    """A rank partition's op instances, with its op count (the join's index offset)."""
+    kern = kernel_rows(an.attribution.gpu, _KERNEL_COLUMNS)
+    return len(an.attribution.ops), _op_instances(an, kern) if len(kern) else pd.DataFrame()
+
+
+def _joined_instances(values: list[tuple[int, pd.DataFrame]]) -> pd.DataFrame | None:
+    """The partitions' op instances as the whole store's: each one's ``op_idx`` moved by the
+    ops of the partitions before it (as the attribution's join moves them), in that order."""
+    frames, offset = [], 0
+    for n_ops, df in values:
+        if len(df):
+            df = df.copy()
+            df["op_idx"] = df["op_idx"].to_numpy(np.int64) + offset
+            frames.append(df)
+        offset += n_ops
+    if not frames:
+        return None  # measured here (the empty frame of the whole store's columns)
+    return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+
+
+# each op instance's cost model (device-independent), per rank partition in its worker
+attribution_parts.product("op_instances", __name__, _rank_instances, _joined_instances)
 
 
 def _top_rows(df: pd.DataFrame, n: int, roofline: bool = False) -> list[dict]:

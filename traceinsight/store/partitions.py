@@ -151,7 +151,9 @@ def open_group(path: Path, parts: list[str]) -> TraceStore:
 
     if len(parts) == 1:
         return TraceStore.open(path / parts[0])
-    metas = [TraceStore.open(path / name).meta for name in parts]
+    # the job's store was opened (its partitions checked) before its tasks were made: each
+    # partition's metadata only, not every table's schema again
+    metas = [_meta_of(path, name) for name in parts]
     meta = dict(metas[0])
     meta["partitions"] = list(parts)
     for key in ("ranks", "sources", "diagnostics"):
@@ -165,6 +167,23 @@ def open_group(path: Path, parts: list[str]) -> TraceStore:
     keys = "+".join(str(m.get("content_key")) for m in metas)
     meta["content_key"] = hashlib.sha256(keys.encode()).hexdigest()[:32]
     return TraceStore(path, meta)
+
+
+def _meta_of(path: Path, name: str) -> dict[str, Any]:
+    from traceinsight.store.core import read_meta
+
+    meta = read_meta(path / name)
+    if meta is None:
+        raise StoreError(f"store is incomplete: partition {name} is missing", path=path, hint=_HINT)
+    return meta
+
+
+def open_meta(path: Path, name: str) -> TraceStore:
+    """Partition ``name`` of the store at ``path`` by its metadata alone (its tables are not
+    checked: the job's store was opened before)."""
+    from traceinsight.store.core import TraceStore
+
+    return TraceStore(path / name, _meta_of(path, name))
 
 
 def partition_of(store: TraceStore, rank: int) -> Path | None:
