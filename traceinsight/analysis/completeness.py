@@ -67,12 +67,8 @@ def _ranks(an: Analysis) -> dict[int, RankCompleteness]:
     return {r: completeness(an, r) for r in sorted(ranks)}
 
 
-def _joined(values: list[dict[int, RankCompleteness]]) -> dict[int, RankCompleteness]:
-    return {r: c for d in values for r, c in d.items()}
-
-
 # checked per rank partition next to its attribution (in the worker that reads it)
-attribution_parts.product("completeness", __name__, _ranks, _joined)
+attribution_parts.product("completeness", __name__, _ranks, attribution_parts.merge_dicts)
 
 
 def _rank(an: Analysis, rank: int) -> RankCompleteness:

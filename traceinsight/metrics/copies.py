@@ -138,7 +138,7 @@ attribution_parts.product(
     "copy_exposed",
     __name__,
     _rank_exposed,
-    lambda values: {r: v for d in values for r, v in d.items()},
+    attribution_parts.merge_dicts,
 )
 
 

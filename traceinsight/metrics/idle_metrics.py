@@ -270,12 +270,8 @@ def rank_splits(an: Analysis) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _joined(values: list[dict[int, dict[str, Any]]]) -> dict[int, dict[str, Any]]:
-    return {r: v for d in values for r, v in d.items()}
-
-
 # computed per rank partition next to its attribution (in the worker that reads it)
-attribution_parts.product("idle_rank_splits", __name__, rank_splits, _joined)
+attribution_parts.product("idle_rank_splits", __name__, rank_splits, attribution_parts.merge_dicts)
 
 
 def split_of(an: Analysis, rank: int, g: pd.DataFrame, windows: list) -> IdleSplit:

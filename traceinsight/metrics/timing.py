@@ -266,7 +266,7 @@ attribution_parts.product(
     "host_parts",
     __name__,
     rank_host_parts,
-    lambda values: {r: v for d in values for r, v in d.items()},
+    attribution_parts.merge_dicts,
 )
 
 

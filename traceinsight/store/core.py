@@ -134,7 +134,7 @@ class TraceStore:
         name_of = partitions.folder_name(rank)
         src: TraceStore = self
         if parts and name not in self._tables and name_of in parts and self.path.is_dir():
-            src = TraceStore.open(self.path / name_of)
+            src = partitions.open_meta(self.path, name_of)  # (checked when this one opened)
         want = columns if columns is None or "rank" in columns else [*columns, "rank"]
         t = src.table(name, want)
         t = t.filter(pc.equal(t["rank"], rank)) if t.num_rows else t

@@ -99,8 +99,12 @@ def max_memory_mb(value: float | None = None) -> float:
 
 def estimate_mb(store: TraceStore) -> float:
     """Estimated peak memory of diagnosing the whole store, in MB."""
-    rows = store.row_counts
-    return BASE_MB + sum(rows.get(t, 0) * b for t, b in BYTES_PER_ROW.items()) / 1e6
+    return BASE_MB + rows_mb(store.row_counts)
+
+
+def rows_mb(rows: dict[str, int]) -> float:
+    """The estimated analysis memory of tables of these row counts, in MB (no fixed base)."""
+    return sum(int(rows.get(t, 0) or 0) * b for t, b in BYTES_PER_ROW.items()) / 1e6
 
 
 @dataclass(frozen=True)
