@@ -74,7 +74,37 @@ def _same(a: Path, b: Path) -> dict[str, bool]:
     out = {"breakdown": x.get("breakdown") == y.get("breakdown")}
     for k in MERGED:
         out[k] = (x.get("rollups") or {}).get(k) == (y.get("rollups") or {}).get(k)
+    # the metrics of GPU time and kernels the findings test (every step's when merged)
+    mx, my = (x.get("metrics") or {}).get("values", {}), (y.get("metrics") or {}).get("values", {})
+    out["metrics"] = all(_close(mx.get(k), my.get(k)) for k in METRICS)
+    out["metrics_differing"] = [k for k in METRICS if not _close(mx.get(k), my.get(k))]
     return out
+
+
+#: the metrics compared (as tests/test_whole_steps.py's WHOLE_METRICS)
+METRICS = (
+    "gpu_busy_pct",
+    "gpu_idle_pct",
+    "compute_pct",
+    "comm_pct",
+    "exposed_comm_pct",
+    "memcpy_exposed_pct",
+    "idle_launch_pct",
+    "idle_host_pct",
+    "idle_sync_pct",
+    "gpu_idle_steady_pct",
+    "kernels_per_step",
+    "small_kernel_pct",
+    "median_kernel_ns",
+    "gemm_time_pct",
+    "elementwise_time_pct",
+)
+
+
+def _close(a: object, b: object) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= 1e-9 * max(1.0, abs(a), abs(b))
+    return a == b
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,6 +24,29 @@ from traceinsight.store import window
 STEPS = 10
 #: the figures the chunks merge: every one equals the whole store's
 MERGED = ("kernels", "ops", "layers", "annotations", "classes", "windows", "step_basis")
+#: the metrics a store analysed in step chunks measures over every step (the merged sums)
+WHOLE_METRICS = (
+    "gpu_busy_pct",
+    "gpu_idle_pct",
+    "compute_pct",
+    "comm_pct",
+    "exposed_comm_pct",
+    "memcpy_exposed_pct",
+    "memset_exposed_pct",
+    "idle_launch_pct",
+    "idle_host_pct",
+    "idle_sync_pct",
+    "idle_unknown_pct",
+    "idle_oneoff_pct",
+    "gpu_idle_steady_pct",
+    "idle_recorded_pct",
+    "kernels_per_step",
+    "small_kernel_pct",
+    "small_kernel_time_pct",
+    "median_kernel_ns",
+    "gemm_time_pct",
+    "elementwise_time_pct",
+)
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +121,17 @@ def test_chunked_figures_equal_the_whole_diagnosis(store, whole, fraction: float
     # the step statistics too
     for k in ("steps", "step_time_p50_ns", "step_time_p90_ns", "step_time_max_ns"):
         assert r.metrics["values"][k] == whole.metrics["values"][k], k
+    # and the metrics of GPU time and kernels the findings test: every step's, as the whole's
+    got, want = r.metrics["values"], whole.metrics["values"]
+    for k in WHOLE_METRICS:
+        assert same(got[k], want[k], k) == [], (k, got[k], want[k])
+    assert (
+        same(
+            r.metrics["per_rank"]["0"]["gpu_busy_pct"],
+            whole.metrics["per_rank"]["0"]["gpu_busy_pct"],
+        )
+        == []
+    )
 
 
 @pytest.fixture(scope="module")
@@ -148,6 +182,13 @@ def test_a_job_of_two_ranks_is_merged_exactly(job) -> None:
         assert same(b.rollups[k], a.rollups[k], k) == [], k
     comm = [x["comm_ns"] for x in b.breakdown["ranks"]]
     assert all(c > 0 for c in comm)
+    # the job's metrics of GPU time (communication exposed and hidden too) over every step
+    for k in (*WHOLE_METRICS, "comm_overlap_pct"):
+        assert same(b.metrics["values"][k], a.metrics["values"][k], k) == [], k
+    assert b.metrics["values"]["comm_pct"] > 0
+    for r in ("0", "1"):
+        for k in ("gpu_busy_pct", "exposed_comm_pct", "comm_pct", "compute_pct"):
+            assert same(b.metrics["per_rank"][r][k], a.metrics["per_rank"][r][k], k) == []
 
 
 def test_the_diagnostic_names_what_rests_on_which_steps(store) -> None:
@@ -158,9 +199,11 @@ def test_the_diagnostic_names_what_rests_on_which_steps(store) -> None:
     assert f"every step analysed, in {w['chunks'] + 1} runs of steps one at a time" in msg
     assert "time breakdown, the kernel, op, layer, module-type and annotation rollups" in msg
     assert f"cover all {STEPS} steps (exact sums)" in msg
+    assert "and so do the metrics of GPU time (busy, idle and its causes" in msg
     assert (
-        "findings and their evidence, the timeline, critical path, per-rank summary and "
-        f"roofline rest on its last 4 steps (#{w['first_step']}-#{w['last_step']})" in msg
+        "the findings' other evidence (calls, gaps, launch latency), the timeline, critical "
+        "path, per-rank summary and roofline rest on its last 4 steps "
+        f"(#{w['first_step']}-#{w['last_step']})" in msg
     )
 
 

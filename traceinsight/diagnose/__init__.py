@@ -214,6 +214,9 @@ def _diagnose_plain(
         if chosen is not None
         else None
     )
+    whole = chunks.finish(an, chunked) if chunked is not None else None
+    if whole is not None:  # every step's time split, idle causes and kernels for the metrics
+        an.cache["whole_steps"] = whole
     progress.stage("metrics", 0.4)
     ms = compute_metrics(an, options)
     progress.stage("rules", 0.75)
@@ -262,10 +265,9 @@ def _diagnose_plain(
     summary = sections.summary(an, ms)
     timeline = sections.timeline(an, ms)
     critical = critical_path(an, ms, findings, diags, timeline) if has_gpu else None
-    if chunked is not None:  # every step's breakdown and rollups, from the chunks' sums
-        m = chunks.finish(an, chunked)
-        an.breakdown = m.breakdown  # read by the sections below
-        merged = m.figures
+    if whole is not None:  # every step's breakdown and rollups, from the chunks' sums
+        an.breakdown = whole.breakdown  # read by the sections below
+        merged = whole.figures
     breakdown = sections.breakdown(an)
     rollups = {
         **sections.rollups(an, merged),

@@ -21,9 +21,11 @@ A chunk owns the GPU rows of its kept steps (by the step the analysis gives each
 CPU ops and step-less GPU rows starting between its first kept step's host start and the next
 chunk's: each row is counted once. :func:`merge_into` puts the chunks' step rows into the
 window's analysis; :func:`finish` adds the window's own steps and gives the merged breakdown,
-rollups and step basis, which equal the whole store's analysis exactly (ns). What rests on the
-window's steps only (the metrics' percentages, findings and their evidence, the timeline, the
-critical path, the per-rank summary, annotations, roofline) is named in the
+rollups and step basis, which equal the whole store's analysis exactly (ns). The diagnosis
+computes them before the metrics (``an.cache["whole_steps"]``), so the metrics of GPU time
+(busy, idle and its causes, compute, communication, copies) and of kernels cover every step
+too. What rests on the window's steps only (the findings' other evidence: calls, gaps, launch
+latency; the timeline, the critical path, the per-rank summary, roofline) is named in the
 ``analysis-window`` diagnostic.
 
 A chunk's edges are not the trace's: a step chunk that does not start the trace marks no

@@ -320,17 +320,20 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
         if s.longest_wait:
             waits.append((s.longest_wait_ns / wall_r if wall_r else 0.0, s.longest_wait))
     wall = sum(bd.ranks[r].wall_ns for r in ranks)
+    # the idle split by cause: of every step when the store was analysed in step chunks (their
+    # exact sums); the calls, gaps and waits quoted below are the window's
+    by_cause, wall_all = _whole_split(an, ranks) or (dict(total.ns), wall)
     for m, causes in METRIC_CAUSES.items():
-        ms.set(m, _pct(sum(total.ns[c] for c in causes), wall))
-    idle_ns = total.total_ns
-    oneoff = sum(total.ns[c] for c in NONSTEADY)
-    ms.set("idle_oneoff_pct", _pct(oneoff, wall))
-    ms.set("gpu_idle_steady_pct", _pct(idle_ns - oneoff, wall))
+        ms.set(m, _pct(sum(by_cause.get(c, 0) for c in causes), wall_all))
+    idle_ns = sum(by_cause.values())
+    oneoff = sum(by_cause.get(c, 0) for c in NONSTEADY)
+    ms.set("idle_oneoff_pct", _pct(oneoff, wall_all))
+    ms.set("gpu_idle_steady_pct", _pct(idle_ns - oneoff, wall_all))
     fmts = {str(r.get("format")) for r in an.store.ranks}
     ms.set("input_nsys", float(fmts == {"nsys"}))
     cap = capture_hints.Capture.from_dict(ms.evidence.get("capture"))
     ms.set_fact("steady_capture_advice", str(capture_hints.hint(capture_hints.WARM, cap)))
-    recorded = 100.0 - (_pct(total.ns["unrecorded"], idle_ns) or 0.0)
+    recorded = 100.0 - (_pct(by_cause.get("unrecorded", 0), idle_ns) or 0.0)
     if any(d.get("code") == "records-dropped" for d in an.store.meta.get("diagnostics", [])):
         recorded = min(recorded, DROPPED_RECORDED_PCT)
     ms.set("idle_recorded_pct", recorded)
@@ -351,7 +354,7 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
     call_rows = _call_rows(call_df, wall)
     stall_rows = _stall_rows(stalls, alloc)
     ms.evidence["idle_gaps"] = gaps[:10]
-    ms.evidence["idle_split_ns"] = dict(total.ns)
+    ms.evidence["idle_split_ns"] = dict(by_cause)
     ms.evidence["idle_calls"] = call_rows
     ms.evidence["host_stalls"] = stall_rows
     ms.evidence["nonsteady"] = _nonsteady_rows(total, wait, wall)
@@ -370,6 +373,16 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
         _calls_text([r for r in call_rows if r["cause"] in ("copy", "sync")], wall)
         or "no blocking call of 50 µs or more",
     )
+
+
+def _whole_split(an: Analysis, ranks: list[int]) -> tuple[dict[str, int], int] | None:
+    """The idle ns by cause of every step window and their wall time, when ``an``'s store was
+    analysed in step chunks (the merged sums the diagnosis put in ``an.cache``); else None."""
+    whole = an.cache.get("whole_steps")
+    if whole is None:
+        return None
+    by_cause = {c: int(whole.figures.idle_ns.get(c, 0)) for c in CAUSES}
+    return by_cause, sum(whole.breakdown.ranks[r].wall_ns for r in ranks)
 
 
 def _call_rows(df: pd.DataFrame, wall: int) -> list[dict]:

@@ -7,6 +7,8 @@ lives in :mod:`.idle`; its metrics are computed from here, over the same step wi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -78,6 +80,9 @@ def _pct(x: float, total: float) -> float | None:
 def compute(an: Analysis, ms: MetricSet) -> None:
     attr = an.attribution
     bd = an.breakdown
+    #: a store analysed in step chunks: every step's breakdown and rollups (exact sums), so the
+    #: time split and kernel shares below cover every step, not the window's last steps only
+    whole = an.cache.get("whole_steps")
     g_all = attr.gpu
     ranks = sorted(bd.ranks)
     meta_ranks = an.store.ranks
@@ -112,97 +117,137 @@ def compute(an: Analysis, ms: MetricSet) -> None:
             ms.set(n, None, why_missing="the trace holds no GPU activity")
         idle_metrics.set_missing(ms, "the trace holds no GPU activity")
     else:
-        tot = {
-            k: sum(getattr(bd.ranks[r], k) for r in ranks)
-            for k in (
-                "wall_ns",
-                "busy_ns",
-                "idle_ns",
-                "compute_ns",
-                "comm_ns",
-                "comm_exposed_ns",
-                "comm_hidden_ns",
-                "memcpy_exposed_ns",
-                "memset_exposed_ns",
-                "kernels",
-            )
-        }
-        wall = tot["wall_ns"]
-        ms.set("gpu_busy_pct", _pct(tot["busy_ns"], wall))
-        ms.set("gpu_idle_pct", _pct(tot["idle_ns"], wall))
-        ms.set("compute_pct", _pct(tot["compute_ns"], wall))
-        ms.set("comm_pct", _pct(tot["comm_ns"], wall))
-        ms.set("exposed_comm_pct", _pct(tot["comm_exposed_ns"], wall))
-        ms.set(
-            "comm_overlap_pct",
-            _pct(tot["comm_hidden_ns"], tot["comm_ns"]),
-            why_missing="no communication kernels",
-        )
-        ms.set("memcpy_exposed_pct", _pct(tot["memcpy_exposed_ns"], wall))
-        ms.set("memset_exposed_pct", _pct(tot["memset_exposed_ns"], wall))
-        for r in ranks:
-            b = bd.ranks[r]
-            for n, v in (
-                ("gpu_busy_pct", b.busy_ns),
-                ("gpu_idle_pct", b.idle_ns),
-                ("compute_pct", b.compute_ns),
-                ("exposed_comm_pct", b.comm_exposed_ns),
-                ("comm_pct", b.comm_ns),
-            ):
-                ms.rank_set(r, n, _pct(v, b.wall_ns))
-            ms.rank_set(r, "wall_ns", float(b.wall_ns))
-            ms.rank_set(r, "compute_ns", float(b.compute_ns))
+        _breakdown_metrics(ms, whole.breakdown if whole is not None else bd, ranks)
         idle_metrics.compute(an, ms, ranks)
         completeness.compute(an, ms, ranks)
-        kern = g_all[g_all["kind"] == "kernel"]
-        n_windows = max(1, len([w for w in attr.steps]))
-        ms.set("kernels_per_step", float(len(kern)) / n_windows if len(kern) else 0.0)
-        if len(kern):
-            d = kern["dur_ns"].to_numpy(np.int64)
-            small = d < SMALL_KERNEL_NS
-            ms.set("small_kernel_pct", 100.0 * small.mean())
-            ms.set("small_kernel_time_pct", 100.0 * d[small].sum() / d.sum() if d.sum() else 0.0)
-            ms.set("median_kernel_ns", float(np.median(d)))
-            has_l = kern["launch_start_ns"].to_numpy(np.int64) >= 0
-            if has_l.any():
-                rt = attr.runtime
-                lat = _launch_latency(kern[has_l], rt)
-                # a kernel cannot start before its launch call returned: a negative latency is
-                # the host and device clocks disagreeing, never a time to report
-                neg = int((lat < 0).sum())
-                if len(lat) and neg > len(lat) // 2:
-                    ms.set(
-                        "launch_latency_p50_ns",
-                        None,
-                        why_missing=f"{neg:,} of {len(lat):,} kernels start before their launch "
-                        "call ends (host and GPU clocks disagree)",
-                    )
-                else:
-                    lat = lat[lat >= 0]
-                    ms.set("launch_latency_p50_ns", float(np.median(lat)) if len(lat) else None)
-            else:
-                ms.set("launch_latency_p50_ns", None, why_missing="no kernel has a launch record")
-            cls_t = kern.groupby("cls", observed=True)["dur_ns"].sum()
-            tot_k = float(d.sum()) or 1.0
-            gemm_like = cls_t.reindex(["gemm", "attention", "convolution"]).fillna(0)
-            ms.set("gemm_time_pct", 100.0 * float(gemm_like.sum()) / tot_k)
-            ms.set(
-                "elementwise_time_pct",
-                100.0 * float(cls_t.reindex(["elementwise", "reduction"]).fillna(0).sum()) / tot_k,
-            )
-        else:
-            for n in (
-                "small_kernel_pct",
-                "small_kernel_time_pct",
-                "median_kernel_ns",
-                "launch_latency_p50_ns",
-                "gemm_time_pct",
-                "elementwise_time_pct",
-            ):
-                ms.set(n, None, why_missing="no kernels (only copies)")
+        _kernel_metrics(ms, attr, whole)
 
     # --- host: data loading and synchronisation --------------------------------------------
     _host_metrics(an, ms, ranks, has_steps)
+
+
+def _breakdown_metrics(ms: MetricSet, bd: Any, ranks: list[int]) -> None:
+    """The GPU time split (busy, idle, compute, communication, copies) of the breakdown ``bd``,
+    run-level and per rank."""
+    tot = {
+        k: sum(getattr(bd.ranks[r], k) for r in ranks)
+        for k in (
+            "wall_ns",
+            "busy_ns",
+            "idle_ns",
+            "compute_ns",
+            "comm_ns",
+            "comm_exposed_ns",
+            "comm_hidden_ns",
+            "memcpy_exposed_ns",
+            "memset_exposed_ns",
+            "kernels",
+        )
+    }
+    wall = tot["wall_ns"]
+    ms.set("gpu_busy_pct", _pct(tot["busy_ns"], wall))
+    ms.set("gpu_idle_pct", _pct(tot["idle_ns"], wall))
+    ms.set("compute_pct", _pct(tot["compute_ns"], wall))
+    ms.set("comm_pct", _pct(tot["comm_ns"], wall))
+    ms.set("exposed_comm_pct", _pct(tot["comm_exposed_ns"], wall))
+    ms.set(
+        "comm_overlap_pct",
+        _pct(tot["comm_hidden_ns"], tot["comm_ns"]),
+        why_missing="no communication kernels",
+    )
+    ms.set("memcpy_exposed_pct", _pct(tot["memcpy_exposed_ns"], wall))
+    ms.set("memset_exposed_pct", _pct(tot["memset_exposed_ns"], wall))
+    for r in ranks:
+        b = bd.ranks[r]
+        for n, v in (
+            ("gpu_busy_pct", b.busy_ns),
+            ("gpu_idle_pct", b.idle_ns),
+            ("compute_pct", b.compute_ns),
+            ("exposed_comm_pct", b.comm_exposed_ns),
+            ("comm_pct", b.comm_ns),
+        ):
+            ms.rank_set(r, n, _pct(v, b.wall_ns))
+        ms.rank_set(r, "wall_ns", float(b.wall_ns))
+        ms.rank_set(r, "compute_ns", float(b.compute_ns))
+
+
+def _kernel_metrics(ms: MetricSet, attr: Any, whole: Any) -> None:
+    """Kernels per step, small kernels, the median kernel, launch latency and the GEMM and
+    elementwise shares of kernel time: of the attribution's GPU rows, or of every step's
+    rollups when the store was analysed in step chunks (``whole``; the launch latency, which
+    needs the runtime rows, stays the window's)."""
+    g_all = attr.gpu
+    kern = g_all[g_all["kind"] == "kernel"]
+    sums = whole.figures.rollups if whole is not None else None
+    if sums is not None and len(sums.durs):
+        # every step's kernels as value counts (duration -> calls) with each name's class
+        kd = sums.durs[sums.durs["kind"] == "kernel"]
+        cls_of = sums.cls.set_index(["name", "kind"])["cls"]
+        cls = cls_of.reindex(pd.MultiIndex.from_frame(kd[["name", "kind"]])).to_numpy()
+        d, n = kd["dur_ns"].to_numpy(np.int64), kd["n"].to_numpy(np.int64)
+        windows = whole.figures.windows_all
+    else:
+        d = kern["dur_ns"].to_numpy(np.int64)
+        n = np.ones(len(d), dtype=np.int64)
+        cls = kern["cls"].astype(object).to_numpy()
+        windows = len(attr.steps)
+    calls = int(n.sum())
+    ms.set("kernels_per_step", float(calls) / max(1, windows) if calls else 0.0)
+    if calls:
+        small = d < SMALL_KERNEL_NS
+        time = d * n
+        total = int(time.sum())
+        ms.set("small_kernel_pct", 100.0 * (int(n[small].sum()) / calls))
+        ms.set("small_kernel_time_pct", 100.0 * int(time[small].sum()) / total if total else 0.0)
+        ms.set("median_kernel_ns", _median(d, n))
+        has_l = kern["launch_start_ns"].to_numpy(np.int64) >= 0
+        if len(kern) and has_l.any():
+            rt = attr.runtime
+            lat = _launch_latency(kern[has_l], rt)
+            # a kernel cannot start before its launch call returned: a negative latency is
+            # the host and device clocks disagreeing, never a time to report
+            neg = int((lat < 0).sum())
+            if len(lat) and neg > len(lat) // 2:
+                ms.set(
+                    "launch_latency_p50_ns",
+                    None,
+                    why_missing=f"{neg:,} of {len(lat):,} kernels start before their launch "
+                    "call ends (host and GPU clocks disagree)",
+                )
+            else:
+                lat = lat[lat >= 0]
+                ms.set("launch_latency_p50_ns", float(np.median(lat)) if len(lat) else None)
+        else:
+            ms.set("launch_latency_p50_ns", None, why_missing="no kernel has a launch record")
+        cls_t = pd.Series(time).groupby(pd.Series(cls).astype(str).to_numpy()).sum()
+        tot_k = float(total) or 1.0
+        gemm_like = cls_t.reindex(["gemm", "attention", "convolution"]).fillna(0)
+        ms.set("gemm_time_pct", 100.0 * float(gemm_like.sum()) / tot_k)
+        ms.set(
+            "elementwise_time_pct",
+            100.0 * float(cls_t.reindex(["elementwise", "reduction"]).fillna(0).sum()) / tot_k,
+        )
+    else:
+        for name in (
+            "small_kernel_pct",
+            "small_kernel_time_pct",
+            "median_kernel_ns",
+            "launch_latency_p50_ns",
+            "gemm_time_pct",
+            "elementwise_time_pct",
+        ):
+            ms.set(name, None, why_missing="no kernels (only copies)")
+
+
+def _median(vals: np.ndarray, counts: np.ndarray) -> float:
+    """The median of the values ``vals`` each taken ``counts`` times (as ``np.median`` of the
+    values repeated)."""
+    order = np.argsort(vals, kind="stable")
+    v, cum = vals[order], np.cumsum(counts[order])
+    total = int(cum[-1])
+    lo = v[np.searchsorted(cum, (total - 1) // 2, side="right")]
+    hi = v[np.searchsorted(cum, total // 2, side="right")]
+    return (float(lo) + float(hi)) / 2.0
 
 
 def _launch_latency(kern: pd.DataFrame, rt: pd.DataFrame) -> np.ndarray:

@@ -155,8 +155,11 @@ class Window:
                         f"every step analysed, in {self.chunks + 1:,} runs of steps one at a time; "
                         "the step table and statistics, the time breakdown, the kernel, op, "
                         "layer, module-type and annotation rollups, the idle split and the step "
-                        f"basis cover all {self.steps_total:,} steps (exact sums); the metrics' "
-                        "percentages, findings and their evidence, the timeline, critical path, "
+                        f"basis cover all {self.steps_total:,} steps (exact sums), and so do "
+                        "the metrics of GPU time (busy, idle and its causes, compute, "
+                        "communication, copies) and of kernels (per step, small, median, GEMM "
+                        "and elementwise shares) that the findings test; the findings' other "
+                        "evidence (calls, gaps, launch latency), the timeline, critical path, "
                         f"per-rank summary and roofline rest on its last {self.steps:,} steps "
                         f"({span})"
                     )
