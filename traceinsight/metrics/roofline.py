@@ -348,7 +348,9 @@ def _peak(spec, dtype: str, kind: str, tensor_core: bool, roof: str | None = Non
 
 
 def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
-    """One row per op instance that launched kernels: its cost model and device time."""
+    """One row per op instance that launched kernels and has a cost model: the model and its
+    device time (the instances without one count in no figure but through the kernels' total,
+    so they are not kept: a rank partition's worker sends back the modelled ones only)."""
     has = kern[kern["op_idx"] >= 0]
     agg = has.groupby("op_idx").agg(
         dev_ns=("dur_ns", "sum"), rank=("rank", "first"), kname=("name", "first")
@@ -393,7 +395,7 @@ def _op_instances(an: Analysis, kern: pd.DataFrame) -> pd.DataFrame:
     agg["roof"] = [
         flops.roof_dtype(c, [k]) if c else None for c, k in zip(costs, agg["kname"].astype(str))
     ]
-    return agg.reset_index()
+    return agg[agg["flops"].notna()].reset_index()
 
 
 def _rank_instances(an: Analysis) -> tuple[int, pd.DataFrame]:
