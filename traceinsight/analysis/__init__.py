@@ -18,12 +18,17 @@ from traceinsight.util.vocab import UNATTRIBUTED
 
 __all__ = [
     "UNATTRIBUTED",
+    "WHOLE_STEPS",
     "Analysis",
     "Attribution",
     "Breakdown",
     "StepWindow",
     "WindowBreakdown",
 ]
+
+#: ``Analysis.cache`` key of a store analysed in step chunks: every step's merged breakdown and
+#: figures (``diagnose.chunks.Merged``), which the metrics of GPU time and kernels read
+WHOLE_STEPS = "whole_steps"
 
 ROLLUPS = (
     "kernel",

@@ -189,7 +189,7 @@ def _diagnose_plain(
     progress: Progress,
 ) -> DiagnosisResult:
     import traceinsight.analysis.critical_path  # noqa: F401 - registers its per-rank product
-    from traceinsight.analysis import Analysis
+    from traceinsight.analysis import WHOLE_STEPS, Analysis
     from traceinsight.analysis.host import host_view
     from traceinsight.diagnose import chunks, quality, sections
     from traceinsight.diagnose import memory as memory_parts
@@ -216,7 +216,7 @@ def _diagnose_plain(
     )
     whole = chunks.finish(an, chunked) if chunked is not None else None
     if whole is not None:  # every step's time split, idle causes and kernels for the metrics
-        an.cache["whole_steps"] = whole
+        an.cache[WHOLE_STEPS] = whole
     progress.stage("metrics", 0.4)
     ms = compute_metrics(an, options)
     progress.stage("rules", 0.75)

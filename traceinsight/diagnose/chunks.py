@@ -22,7 +22,7 @@ CPU ops and step-less GPU rows starting between its first kept step's host start
 chunk's: each row is counted once. :func:`merge_into` puts the chunks' step rows into the
 window's analysis; :func:`finish` adds the window's own steps and gives the merged breakdown,
 rollups and step basis, which equal the whole store's analysis exactly (ns). The diagnosis
-computes them before the metrics (``an.cache["whole_steps"]``), so the metrics of GPU time
+computes them before the metrics (``an.cache[WHOLE_STEPS]``), so the metrics of GPU time
 (busy, idle and its causes, compute, communication, copies) and of kernels cover every step
 too. What rests on the window's steps only (the findings' other evidence: calls, gaps, launch
 latency; the timeline, the critical path, the per-rank summary, roofline) is named in the

@@ -16,7 +16,7 @@ from typing import Any
 
 import pandas as pd
 
-from traceinsight.analysis import Analysis, attribution_parts, by_rank
+from traceinsight.analysis import WHOLE_STEPS, Analysis, attribution_parts, by_rank
 from traceinsight.analysis.idle import (
     BLOCKING_MIN_NS,
     CAUSES,
@@ -378,7 +378,7 @@ def compute(an: Analysis, ms: MetricSet, ranks: list[int]) -> None:
 def _whole_split(an: Analysis, ranks: list[int]) -> tuple[dict[str, int], int] | None:
     """The idle ns by cause of every step window and their wall time, when ``an``'s store was
     analysed in step chunks (the merged sums the diagnosis put in ``an.cache``); else None."""
-    whole = an.cache.get("whole_steps")
+    whole = an.cache.get(WHOLE_STEPS)
     if whole is None:
         return None
     by_cause = {c: int(whole.figures.idle_ns.get(c, 0)) for c in CAUSES}

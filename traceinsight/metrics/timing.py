@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from traceinsight.analysis import Analysis, attribution_parts, by_rank
+from traceinsight.analysis import WHOLE_STEPS, Analysis, attribution_parts, by_rank
 from traceinsight.analysis import intervals as iv
 from traceinsight.analysis.idle import DATALOADER_RE, SYNC_RE, IdleSplit, idle_split, rank_ranges  # noqa: F401
 from traceinsight.metrics import completeness, idle_metrics, steps
@@ -82,7 +82,7 @@ def compute(an: Analysis, ms: MetricSet) -> None:
     bd = an.breakdown
     #: a store analysed in step chunks: every step's breakdown and rollups (exact sums), so the
     #: time split and kernel shares below cover every step, not the window's last steps only
-    whole = an.cache.get("whole_steps")
+    whole = an.cache.get(WHOLE_STEPS)
     g_all = attr.gpu
     ranks = sorted(bd.ranks)
     meta_ranks = an.store.ranks
